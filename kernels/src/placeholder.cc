@@ -1,0 +1,1 @@
+// removed once kernels/ has real sources
