@@ -1,0 +1,105 @@
+// TraceReader: reads one per-rank trace file without loading it all.
+//
+// Opening checks, in order, that the file exists, is an SQLite file, is a detrace trace
+// (application_id) and has this detrace's schema version; each failure is one sentence saying what
+// is wrong and what to do. Later reads of a damaged file return kCorrupt errors, never crash.
+//
+// Thread-safety: a TraceReader is one SQLite connection and is not thread-safe. Open one per
+// thread (Run::openRank() does that); any number may read the same file at once.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "detrace/base/scoped.h"
+#include "detrace/base/status.h"
+#include "detrace/db/records.h"
+
+namespace detrace::db {
+
+namespace detail {
+inline void finalize(sqlite3_stmt* s) { sqlite3_finalize(s); }
+inline void closeConnection(sqlite3* db) { sqlite3_close_v2(db); }
+}  // namespace detail
+
+// Streams events in sequence order. Usage: while (auto more = c.next(); more && *more) use(c.event());
+class EventCursor {
+ public:
+  EventCursor() = default;
+  // Advances to the next event: true if there is one, false at the end, or an error.
+  Result<bool> next();
+  const Event& event() const { return event_; }
+
+ private:
+  friend class TraceReader;
+  EventCursor(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  sqlite3* db_ = nullptr;
+  ScopedResource<sqlite3_stmt*, detail::finalize> stmt_;
+  Event event_;
+};
+
+struct TimeSpan {
+  int64_t first_ns = kUnset;  // earliest CPU or GPU timestamp
+  int64_t last_ns = kUnset;   // latest
+};
+
+class TraceReader {
+ public:
+  static Result<std::unique_ptr<TraceReader>> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const RankInfo& rank() const { return rank_; }
+  const std::map<std::string, std::string>& meta() const { return meta_; }
+  // The metadata value for `key`, or "" if absent.
+  std::string metaValue(const std::string& key) const;
+  // The interned string `id`; "" for kUnset, "<bad string id N>" for ids the file lacks.
+  std::string str(int64_t id) const;
+  const std::vector<StreamInfo>& streams() const { return streams_; }
+
+  // Number of events (sequence numbers are 0 .. eventCount()-1).
+  Result<int64_t> eventCount();
+  Result<std::map<EventKind, int64_t>> countsByKind();
+  Result<TimeSpan> timeSpan();
+  Result<std::map<std::string, int64_t>> stats();
+
+  // Random access by sequence number; kNotFound if there is no such event.
+  Result<Event> event(int64_t seq);
+  // Events with from <= seq < to, optionally of one kind, in sequence order.
+  Result<EventCursor> events(int64_t from = 0, int64_t to = INT64_MAX,
+                             std::optional<EventKind> kind = std::nullopt);
+
+  // Details of one event, or nullopt if it has none of that type.
+  Result<std::optional<Collective>> collective(int64_t seq);
+  Result<std::optional<Gemm>> gemm(int64_t seq);
+  Result<std::optional<Marker>> marker(int64_t seq);
+  // All details of a type, by seq, in sequence order (library ops are few: thousands, not millions).
+  Result<std::vector<std::pair<int64_t, Collective>>> collectives();
+  Result<std::vector<std::pair<int64_t, Gemm>>> gemms();
+
+  // The operands of an event, in slot order, without captured bytes (capture_bytes says whether
+  // any were captured); captureBytes() decompresses one operand's bytes.
+  Result<std::vector<Operand>> operands(int64_t seq);
+  Result<std::vector<uint8_t>> captureBytes(int64_t operand_id);
+
+ private:
+  TraceReader() = default;
+  Status load();
+  Result<sqlite3_stmt*> cached(int which, const char* sql);
+
+  std::string path_;
+  ScopedResource<sqlite3*, detail::closeConnection> db_;
+  std::vector<ScopedResource<sqlite3_stmt*, detail::finalize>> cache_;
+  RankInfo rank_;
+  std::map<std::string, std::string> meta_;
+  std::vector<std::string> strings_;  // index = id
+  std::vector<StreamInfo> streams_;
+};
+
+}  // namespace detrace::db

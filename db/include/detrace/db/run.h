@@ -1,0 +1,71 @@
+// A run: one directory holding manifest.json and one trace file per recorded process (rank).
+// Everything that reads a run accepts the directory (or a single .dtrace file) and treats its ranks
+// as one run.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "detrace/base/status.h"
+#include "detrace/db/reader.h"
+
+namespace detrace::db {
+
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr int kManifestVersion = 1;
+
+// manifest.json, written by `detrace record` when the recorded command starts and again when it ends.
+struct RunManifest {
+  std::string tool_version;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;  // the environment variables that matter for replay
+  std::string host;
+  int64_t start_time_ns = 0;
+  int64_t end_time_ns = 0;  // 0 while recording or if the recorder was killed
+  int exit_code = -1;       // the recorded command's exit status, -1 if unknown
+  std::map<std::string, std::string> options;  // detrace record's options
+};
+
+Status writeManifest(const std::string& dir, const RunManifest& manifest);
+Result<RunManifest> readManifest(const std::string& dir);
+
+struct RankFile {
+  int32_t rank = -1;
+  std::string path;
+  RankInfo info;
+};
+
+class Run {
+ public:
+  // `path` is a run directory or one .dtrace file.
+  static Result<Run> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool hasManifest() const { return has_manifest_; }
+  const RunManifest& manifest() const { return manifest_; }
+  // Rank files sorted by rank.
+  const std::vector<RankFile>& ranks() const { return ranks_; }
+  int32_t worldSize() const { return world_size_; }
+  // Ranks the world size promises but no file holds (e.g. a rank crashed before writing).
+  const std::vector<int32_t>& missingRanks() const { return missing_; }
+  // Things a user should know that did not stop the open (e.g. ranks inferred from file order).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+  const RankFile* findRank(int32_t rank) const;
+  // A new reader (its own connection) for `rank`; call it once per thread.
+  Result<std::unique_ptr<TraceReader>> openRank(int32_t rank) const;
+
+ private:
+  std::string path_;
+  bool has_manifest_ = false;
+  RunManifest manifest_;
+  std::vector<RankFile> ranks_;
+  int32_t world_size_ = 1;
+  std::vector<int32_t> missing_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace detrace::db

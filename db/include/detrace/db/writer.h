@@ -1,0 +1,96 @@
+// TraceWriter: appends one process's events to a per-rank trace file.
+//
+// Design. Producers (the tracer's callbacks, on the engine's threads) only copy a record into an
+// in-memory queue under a short mutex and get its sequence number back; a background thread drains
+// the queue in batches, one SQLite transaction per batch, with prepared statements, in WAL mode.
+// Every committed batch survives the process being killed (SIGKILL) at any moment. The queue is
+// bounded: when it is full the writer either drops the record and counts it (kDrop, what the tracer
+// uses: the engine must never wait on the recorder) or makes the producer wait (kBlock, for tools
+// and benchmarks). If the disk fills or a write fails, the writer keeps the first error, stops
+// writing, keeps counting what it drops, and reports the error from status()/flush()/close(); it
+// never throws and never aborts its host.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "detrace/base/status.h"
+#include "detrace/db/records.h"
+
+namespace detrace::db {
+
+enum class OverflowPolicy { kDrop, kBlock };
+
+struct WriterOptions {
+  size_t queue_capacity = size_t{1} << 18;          // events waiting to be written
+  size_t cold_bytes_capacity = size_t{256} << 20;  // bytes of operands/captures waiting
+  OverflowPolicy policy = OverflowPolicy::kDrop;
+  std::chrono::milliseconds flush_interval{100};  // longest time a record waits before commit
+  size_t batch_events = size_t{1} << 15;          // commit early once this many are queued
+  bool overwrite = false;                          // replace an existing file at path
+  int zstd_level = 3;                              // compression level of captured bytes
+  int64_t max_pages = 0;  // if > 0, a cap on the file's 16 KiB pages: a quota (and full-disk tests)
+};
+
+struct WriterCounters {
+  int64_t events_written = 0;
+  int64_t events_dropped = 0;
+  int64_t operands_written = 0;
+  int64_t operands_dropped = 0;
+  int64_t bytes_captured = 0;  // uncompressed bytes of captured operands written
+  int64_t batches = 0;
+};
+
+class TraceWriter {
+ public:
+  // Creates a new trace file at `path` (schema version kSchemaVersion) and starts the writer
+  // thread. Fails if the file exists unless options.overwrite.
+  static Result<std::unique_ptr<TraceWriter>> create(const std::string& path,
+                                                     const WriterOptions& options = {});
+  ~TraceWriter();  // close()s, ignoring the result
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Metadata and identity; applied in the next batch (later values replace earlier ones).
+  void setMeta(std::string key, std::string value);
+  void setRank(const RankInfo& rank);
+  // Interned string id for `text` (the same id every time). Cheap after the first call.
+  int64_t intern(std::string_view text);
+  // Registers a stream; returns its id (the same id for the same handle and device).
+  int64_t stream(int64_t handle, int32_t device, int32_t priority = 0);
+
+  // Appends an event; returns its sequence number, or nullopt if it was dropped (queue full under
+  // kDrop, or the writer failed). `event.seq` is ignored.
+  std::optional<int64_t> append(const Event& event);
+  std::optional<int64_t> appendCollective(const Event& event, const Collective& collective);
+  std::optional<int64_t> appendGemm(const Event& event, const Gemm& gemm);
+  std::optional<int64_t> appendMarker(const Event& event, const Marker& marker);
+  // Attaches an operand to an appended event (operand.seq). Returns false if it was dropped.
+  bool appendOperand(Operand operand);
+
+  // Adds `delta` to a counter in the stats table (e.g. recorder_overhead_ns).
+  void addStat(std::string_view key, int64_t delta);
+
+  // Waits until everything appended so far is committed; returns the writer's status.
+  Status flush();
+  // Flushes, writes the final counters, checkpoints the WAL and closes. Idempotent.
+  Status close();
+  // The first error the writer hit, or ok.
+  Status status() const;
+  WriterCounters counters() const;
+  const std::string& path() const;
+
+  class Impl;
+
+ private:
+  explicit TraceWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detrace::db

@@ -1,0 +1,330 @@
+#include "detrace/db/reader.h"
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "detrace/db/schema.h"
+#include "row_codec.h"
+#include "sqlite_util.h"
+#include "zstd_util.h"
+
+namespace detrace::db {
+namespace {
+
+// Checks the first bytes before handing the file to SQLite, so that a text file, an empty file or
+// random bytes get a plain sentence rather than an SQLite error code.
+Status checkHeader(const std::string& path) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return makeError(ErrorCode::kNotFound, "{} does not exist", path);
+  }
+  if (std::filesystem::is_directory(status)) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "{} is a directory; open it as a run (detrace commands accept run directories)",
+                     path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return makeError(ErrorCode::kIo, "cannot read {} (permission denied?)", path);
+  std::array<char, 16> magic{};
+  in.read(magic.data(), magic.size());
+  if (in.gcount() == 0) {
+    return makeError(ErrorCode::kNotATrace,
+                     "{} is empty: the recording wrote nothing (was it killed before it started?)",
+                     path);
+  }
+  if (in.gcount() < 16 || std::memcmp(magic.data(), "SQLite format 3", 16) != 0) {
+    return makeError(ErrorCode::kNotATrace,
+                     "{} is not a detrace trace (not an SQLite file); pass a run directory made "
+                     "by `detrace record` or one of its .dtrace files",
+                     path);
+  }
+  return Status::ok();
+}
+
+Result<int64_t> pragmaInt(sqlite3* db, const char* pragma) {
+  DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db, fmt::format("PRAGMA {}", pragma)));
+  int rc = sqlite3_step(s.get());
+  if (rc != SQLITE_ROW) return sqliteStatus(db, rc, fmt::format("reading PRAGMA {}", pragma));
+  return sqlite3_column_int64(s.get(), 0);
+}
+
+// Runs `sql` and calls row(stmt) for each row.
+template <typename F>
+Status forEachRow(sqlite3* db, const std::string& sql, F&& row) {
+  DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db, sql));
+  for (;;) {
+    int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return Status::ok();
+    if (rc != SQLITE_ROW) return sqliteStatus(db, rc, fmt::format("reading \"{:.50}\"", sql));
+    DETRACE_RETURN_IF_ERROR(row(s.get()));
+  }
+}
+
+enum CachedStmt { kEventBySeq, kCollectiveBySeq, kGemmBySeq, kMarkerBySeq, kOperandsBySeq,
+                  kCaptureById, kCachedCount };
+
+}  // namespace
+
+Result<bool> EventCursor::next() {
+  if (!stmt_) return false;
+  int rc = sqlite3_step(stmt_.get());
+  if (rc == SQLITE_DONE) {
+    stmt_.reset();
+    return false;
+  }
+  if (rc != SQLITE_ROW) return sqliteStatus(db_, rc, "reading events");
+  event_ = readEvent(stmt_.get());
+  return true;
+}
+
+Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
+  DETRACE_RETURN_IF_ERROR(checkHeader(path));
+  std::unique_ptr<TraceReader> r(new TraceReader());
+  r->path_ = path;
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  r->db_.reset(raw);
+  if (rc != SQLITE_OK) return sqliteStatus(raw, rc, fmt::format("opening {}", path));
+  sqlite3_busy_timeout(raw, 2000);  // a live recording may hold a write lock briefly
+
+  auto app_id = pragmaInt(raw, "application_id");
+  if (!app_id.isOk()) return app_id.status().withContext(path);
+  if (*app_id != kApplicationId) {
+    return makeError(ErrorCode::kNotATrace,
+                     "{} is an SQLite database but not a detrace trace (application_id 0x{:08x}); "
+                     "pass a run directory made by `detrace record`",
+                     path, static_cast<uint32_t>(*app_id));
+  }
+  DETRACE_ASSIGN_OR_RETURN(int64_t version, pragmaInt(raw, "user_version"));
+  if (version > kSchemaVersion) {
+    return makeError(ErrorCode::kVersionMismatch,
+                     "{} was written by a newer detrace (trace schema v{}; this detrace reads v{}); "
+                     "upgrade detrace to read it",
+                     path, version, kSchemaVersion);
+  }
+  if (version < kSchemaVersion) {
+    return makeError(ErrorCode::kVersionMismatch,
+                     "{} was written by an older detrace (trace schema v{}; this detrace reads v{}); "
+                     "re-record it with this version",
+                     path, version, kSchemaVersion);
+  }
+  Status st = r->load();
+  if (!st.isOk()) return st.withContext(path);
+  r->cache_.resize(kCachedCount);
+  return r;
+}
+
+Status TraceReader::load() {
+  sqlite3* db = db_.get();
+  DETRACE_RETURN_IF_ERROR(forEachRow(db, "SELECT key, value FROM meta", [&](sqlite3_stmt* s) {
+    meta_[colText(s, 0)] = colText(s, 1);
+    return Status::ok();
+  }));
+  DETRACE_RETURN_IF_ERROR(forEachRow(
+      db, fmt::format("SELECT {} FROM ranks LIMIT 1", columnList("ranks")), [&](sqlite3_stmt* s) {
+        rank_ = readRank(s);
+        return Status::ok();
+      }));
+  strings_.assign(1, std::string());
+  DETRACE_RETURN_IF_ERROR(
+      forEachRow(db, "SELECT id, text FROM strings ORDER BY id", [&](sqlite3_stmt* s) {
+        int64_t id = sqlite3_column_int64(s, 0);
+        if (id != static_cast<int64_t>(strings_.size())) {
+          return makeError(ErrorCode::kCorrupt,
+                           "the strings table has a gap at id {}; the file is damaged", id);
+        }
+        strings_.push_back(colText(s, 1));
+        return Status::ok();
+      }));
+  return forEachRow(db, fmt::format("SELECT {} FROM streams ORDER BY id", columnList("streams")),
+                    [&](sqlite3_stmt* s) {
+                      streams_.push_back(readStream(s));
+                      return Status::ok();
+                    });
+}
+
+std::string TraceReader::metaValue(const std::string& key) const {
+  auto it = meta_.find(key);
+  return it == meta_.end() ? std::string() : it->second;
+}
+
+std::string TraceReader::str(int64_t id) const {
+  if (id == kUnset) return {};
+  if (id <= 0 || id >= static_cast<int64_t>(strings_.size())) {
+    return fmt::format("<bad string id {}>", id);
+  }
+  return strings_[static_cast<size_t>(id)];
+}
+
+Result<sqlite3_stmt*> TraceReader::cached(int which, const char* sql) {
+  auto& slot = cache_[static_cast<size_t>(which)];
+  if (!slot) {
+    DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db_.get(), sql, true));
+    slot.reset(s.release());
+  }
+  sqlite3_reset(slot.get());
+  return slot.get();
+}
+
+Result<int64_t> TraceReader::eventCount() {
+  int64_t n = 0;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT coalesce(max(seq) + 1, 0) FROM events",
+                                     [&](sqlite3_stmt* s) {
+                                       n = sqlite3_column_int64(s, 0);
+                                       return Status::ok();
+                                     }));
+  return n;
+}
+
+Result<std::map<EventKind, int64_t>> TraceReader::countsByKind() {
+  std::map<EventKind, int64_t> counts;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT kind, count(*) FROM events GROUP BY kind",
+                                     [&](sqlite3_stmt* s) {
+                                       counts[static_cast<EventKind>(sqlite3_column_int(s, 0))] =
+                                           sqlite3_column_int64(s, 1);
+                                       return Status::ok();
+                                     }));
+  return counts;
+}
+
+Result<TimeSpan> TraceReader::timeSpan() {
+  TimeSpan span;
+  DETRACE_RETURN_IF_ERROR(forEachRow(
+      db_.get(),
+      "SELECT min(min(coalesce(cpu_ns, gpu_start_ns), coalesce(gpu_start_ns, cpu_ns))), "
+      "max(max(coalesce(gpu_end_ns, cpu_ns), coalesce(cpu_ns, gpu_end_ns))) FROM events",
+      [&](sqlite3_stmt* s) {
+        span.first_ns = colOpt(s, 0);
+        span.last_ns = colOpt(s, 1);
+        return Status::ok();
+      }));
+  return span;
+}
+
+Result<std::map<std::string, int64_t>> TraceReader::stats() {
+  std::map<std::string, int64_t> out;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT key, value FROM stats", [&](sqlite3_stmt* s) {
+    out[colText(s, 0)] = sqlite3_column_int64(s, 1);
+    return Status::ok();
+  }));
+  return out;
+}
+
+Result<Event> TraceReader::event(int64_t seq) {
+  static const std::string sql =
+      fmt::format("SELECT {} FROM events WHERE seq = ?", columnList("events"));
+  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kEventBySeq, sql.c_str()));
+  sqlite3_bind_int64(s, 1, seq);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return makeError(ErrorCode::kNotFound, "no event with seq {}", seq);
+  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading an event");
+  return readEvent(s);
+}
+
+Result<EventCursor> TraceReader::events(int64_t from, int64_t to, std::optional<EventKind> kind) {
+  std::string sql = fmt::format("SELECT {} FROM events WHERE seq >= ? AND seq < ?{} ORDER BY seq",
+                                columnList("events"), kind ? " AND kind = ?" : "");
+  DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db_.get(), sql));
+  sqlite3_bind_int64(s.get(), 1, from);
+  sqlite3_bind_int64(s.get(), 2, to);
+  if (kind) sqlite3_bind_int64(s.get(), 3, static_cast<int64_t>(*kind));
+  return EventCursor(db_.get(), s.release());
+}
+
+namespace {
+// SELECT of a details table's columns after seq, for one seq or for all.
+std::string detailSql(std::string_view table, bool one) {
+  std::string cols = columnList(table);
+  return fmt::format("SELECT {} FROM {}{}", cols, table, one ? " WHERE seq = ?" : " ORDER BY seq");
+}
+
+template <typename T, typename ReadFn>
+Result<std::optional<T>> readDetail(sqlite3* db, Result<sqlite3_stmt*> stmt, int64_t seq,
+                                    ReadFn read) {
+  if (!stmt.isOk()) return stmt.status();
+  sqlite3_stmt* s = *stmt;
+  sqlite3_bind_int64(s, 1, seq);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return std::optional<T>();
+  if (rc != SQLITE_ROW) return sqliteStatus(db, rc, "reading event details");
+  return std::optional<T>(read(s, 1));
+}
+
+template <typename T, typename ReadFn>
+Result<std::vector<std::pair<int64_t, T>>> readAllDetails(sqlite3* db, std::string_view table,
+                                                          ReadFn read) {
+  std::vector<std::pair<int64_t, T>> out;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db, detailSql(table, false), [&](sqlite3_stmt* s) {
+    out.emplace_back(sqlite3_column_int64(s, 0), read(s, 1));
+    return Status::ok();
+  }));
+  return out;
+}
+}  // namespace
+
+Result<std::optional<Collective>> TraceReader::collective(int64_t seq) {
+  static const std::string sql = detailSql("collectives", true);
+  return readDetail<Collective>(db_.get(), cached(kCollectiveBySeq, sql.c_str()), seq, readCollective);
+}
+
+Result<std::optional<Gemm>> TraceReader::gemm(int64_t seq) {
+  static const std::string sql = detailSql("gemms", true);
+  return readDetail<Gemm>(db_.get(), cached(kGemmBySeq, sql.c_str()), seq, readGemm);
+}
+
+Result<std::optional<Marker>> TraceReader::marker(int64_t seq) {
+  static const std::string sql = detailSql("markers", true);
+  return readDetail<Marker>(db_.get(), cached(kMarkerBySeq, sql.c_str()), seq, readMarker);
+}
+
+Result<std::vector<std::pair<int64_t, Collective>>> TraceReader::collectives() {
+  return readAllDetails<Collective>(db_.get(), "collectives", readCollective);
+}
+
+Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms() {
+  return readAllDetails<Gemm>(db_.get(), "gemms", readGemm);
+}
+
+Result<std::vector<Operand>> TraceReader::operands(int64_t seq) {
+  static const std::string sql = fmt::format(
+      "SELECT {} FROM operands WHERE seq = ? ORDER BY slot, id",
+      columnList("operands"));
+  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kOperandsBySeq, sql.c_str()));
+  sqlite3_bind_int64(s, 1, seq);
+  std::vector<Operand> out;
+  for (;;) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading operands");
+    DETRACE_ASSIGN_OR_RETURN(Operand o, readOperandFields(s));
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+Result<std::vector<uint8_t>> TraceReader::captureBytes(int64_t operand_id) {
+  DETRACE_ASSIGN_OR_RETURN(
+      sqlite3_stmt * s,
+      cached(kCaptureById, "SELECT capture, capture_bytes FROM operands WHERE id = ?"));
+  sqlite3_bind_int64(s, 1, operand_id);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return makeError(ErrorCode::kNotFound, "no operand with id {}", operand_id);
+  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading captured bytes");
+  if (sqlite3_column_type(s, 0) == SQLITE_NULL) {
+    return makeError(ErrorCode::kNotFound,
+                     "operand {} was not captured; record with `--capture full` to keep its bytes",
+                     operand_id);
+  }
+  int64_t expected = sqlite3_column_int64(s, 1);
+  if (expected < 0 || expected > (int64_t{1} << 40)) {
+    return makeError(ErrorCode::kCorrupt, "operand {} claims {} captured bytes; the file is damaged",
+                     operand_id, expected);
+  }
+  return zstdDecompress(sqlite3_column_blob(s, 0), static_cast<size_t>(sqlite3_column_bytes(s, 0)),
+                        static_cast<size_t>(expected));
+}
+
+}  // namespace detrace::db

@@ -1,0 +1,485 @@
+// TraceWriter: producers enqueue under a short lock; one background thread commits batches.
+// See writer.h for the design and the guarantees.
+#include "detrace/db/writer.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "detrace/base/version.h"
+#include "detrace/db/schema.h"
+#include "row_codec.h"
+#include "sqlite_util.h"
+#include "zstd_util.h"
+
+namespace detrace::db {
+namespace {
+
+struct StringRow { int64_t id; std::string text; };
+struct MetaRow { std::string key, value; };
+struct CollectiveRow { int64_t seq; Collective c; };
+struct GemmRow { int64_t seq; Gemm g; };
+struct MarkerRow { int64_t seq; Marker m; };
+using ColdRecord =
+    std::variant<StringRow, MetaRow, RankInfo, StreamInfo, CollectiveRow, GemmRow, MarkerRow, Operand>;
+
+// Everything taken from the queue for one transaction.
+struct Batch {
+  std::vector<Event> events;
+  std::vector<ColdRecord> cold;
+  std::map<std::string, int64_t> stats;  // absolute values
+};
+
+struct TransparentHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+// Events are inserted kEventsPerInsert rows per statement: one statement step per row costs more
+// than binding the row, so multi-row inserts roughly double the writer's throughput.
+constexpr int kEventsPerInsert = 32;
+
+enum Stmt { kBegin, kCommit, kRollback, kEvent, kEventMany, kCollective, kGemm, kMarker, kOperand, kString,
+            kStream, kMeta, kRank, kStat, kStmtCount };
+
+}  // namespace
+
+class TraceWriter::Impl {
+ public:
+  Impl(std::string path, WriterOptions options) : path_(std::move(path)), options_(options) {}
+  ~Impl() { (void)close(); }
+
+  Status open();
+  void start() { thread_ = std::thread([this] { run(); }); }
+
+  std::optional<int64_t> appendEvent(const Event& e, std::optional<ColdRecord> detail);
+  bool appendCold(ColdRecord record, size_t bytes);
+  int64_t intern(std::string_view text);
+  int64_t stream(int64_t handle, int32_t device, int32_t priority);
+  void addStat(std::string_view key, int64_t delta);
+  Status flush();
+  Status close();
+  Status status() const { std::lock_guard lk(mu_); return error_; }
+  WriterCounters counters() const { std::lock_guard lk(mu_); return counters_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  bool waitForSpaceLocked(std::unique_lock<std::mutex>& lk, bool cold, size_t bytes);
+  void run();
+  Status writeBatch(Batch& batch);
+  Status writeEvents(const std::vector<Event>& events);
+  Status writeCold(ColdRecord& record);
+  Status step(Stmt which, std::string_view what);
+  std::map<std::string, int64_t> statsSnapshotLocked(const WriterCounters& c) const;
+
+  const std::string path_;
+  const WriterOptions options_;
+  DbHandle db_;
+  StmtHandle stmts_[kStmtCount];
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_work_;   // writer thread: work or flush or close
+  std::condition_variable cv_space_;  // producers (kBlock): queue has room
+  std::condition_variable cv_done_;   // flush(): a batch committed
+  std::vector<Event> events_;
+  std::vector<ColdRecord> cold_;
+  size_t cold_bytes_ = 0;
+  int64_t next_seq_ = 0;
+  int64_t next_operand_id_ = 0;
+  int64_t next_stream_id_ = 0;
+  int64_t taken_gen_ = 0;      // batches taken off the queue
+  int64_t committed_gen_ = 0;  // batches finished (committed or failed)
+  bool flush_requested_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  Status error_;
+  WriterCounters counters_;
+  std::map<std::string, int64_t, std::less<>> user_stats_;
+  std::unordered_map<std::string, int64_t, TransparentHash, std::equal_to<>> strings_;
+  std::map<std::pair<int64_t, int32_t>, int64_t> streams_;
+  std::thread thread_;
+};
+
+Status TraceWriter::Impl::open() {
+  std::error_code ec;
+  if (std::filesystem::exists(path_, ec)) {
+    if (!options_.overwrite) {
+      return makeError(ErrorCode::kIo, "{} already exists; choose another output or overwrite it",
+                       path_);
+    }
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
+  }
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path_.c_str(), &raw,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  db_.reset(raw);
+  if (rc != SQLITE_OK) return sqliteStatus(raw, rc, fmt::format("creating {}", path_));
+  // Page size first (fixed once the file has content), then WAL. A committed transaction
+  // survives the process being killed at any point: the kernel holds the written pages. With
+  // synchronous=OFF the writer never waits for fsync (it cost ~15% of throughput); only a power
+  // loss or kernel crash could lose the last commits, which a profiler may accept.
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA page_size=16384"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA journal_mode=WAL"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA synchronous=OFF"));
+  if (options_.max_pages > 0) {
+    DETRACE_RETURN_IF_ERROR(
+        exec(db_.get(), fmt::format("PRAGMA max_page_count={}", options_.max_pages)));
+  }
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA cache_size=-16384"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA wal_autocheckpoint=4096"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "BEGIN"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), fmt::format("PRAGMA application_id={}", kApplicationId)));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), fmt::format("PRAGMA user_version={}", kSchemaVersion)));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), schemaDdl()));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), fmt::format(
+      "INSERT INTO meta VALUES ('schema_version', '{}'), ('tool_version', '{}')", kSchemaVersion,
+      kToolVersion)));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "COMMIT"));
+
+  const std::string sql[kStmtCount] = {
+      "BEGIN", "COMMIT", "ROLLBACK",
+      insertSql(schemaTable("events")), insertSql(schemaTable("events"), kEventsPerInsert),
+      insertSql(schemaTable("collectives")),
+      insertSql(schemaTable("gemms")), insertSql(schemaTable("markers")),
+      insertSql(schemaTable("operands")), insertSql(schemaTable("strings")),
+      insertSql(schemaTable("streams")),
+      "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", insertSql(schemaTable("ranks")),
+      "INSERT OR REPLACE INTO stats (key, value) VALUES (?, ?)"};
+  for (int i = 0; i < kStmtCount; ++i) {
+    DETRACE_ASSIGN_OR_RETURN(stmts_[i], prepare(db_.get(), sql[i], /*persistent=*/true));
+  }
+  events_.reserve(options_.queue_capacity);
+  return Status::ok();
+}
+
+bool TraceWriter::Impl::waitForSpaceLocked(std::unique_lock<std::mutex>& lk, bool cold,
+                                           size_t bytes) {
+  auto full = [&] {
+    return cold ? cold_bytes_ + bytes > options_.cold_bytes_capacity && !cold_.empty()
+                : events_.size() >= options_.queue_capacity;
+  };
+  if (!full()) return true;
+  if (options_.policy == OverflowPolicy::kDrop) return false;
+  cv_work_.notify_one();
+  cv_space_.wait(lk, [&] { return !full() || closing_ || !error_.isOk(); });
+  return !full();
+}
+
+std::optional<int64_t> TraceWriter::Impl::appendEvent(const Event& e,
+                                                      std::optional<ColdRecord> detail) {
+  std::unique_lock lk(mu_);
+  if (closing_ || !error_.isOk() || !waitForSpaceLocked(lk, false, 0)) {
+    ++counters_.events_dropped;
+    return std::nullopt;
+  }
+  int64_t seq = next_seq_++;
+  Event& stored = events_.emplace_back(e);
+  stored.seq = seq;
+  if (detail) {
+    std::visit([seq](auto& r) {
+      if constexpr (requires { r.seq; }) r.seq = seq;
+    }, *detail);
+    cold_.push_back(std::move(*detail));
+    cold_bytes_ += sizeof(ColdRecord);
+  }
+  if (events_.size() >= options_.batch_events) cv_work_.notify_one();
+  return seq;
+}
+
+bool TraceWriter::Impl::appendCold(ColdRecord record, size_t bytes) {
+  std::unique_lock lk(mu_);
+  bool is_operand = std::holds_alternative<Operand>(record);
+  if (closing_ || !error_.isOk() || !waitForSpaceLocked(lk, true, bytes)) {
+    if (is_operand) ++counters_.operands_dropped;
+    return false;
+  }
+  if (is_operand) std::get<Operand>(record).id = next_operand_id_++;
+  cold_.push_back(std::move(record));
+  cold_bytes_ += bytes;
+  if (cold_bytes_ >= options_.cold_bytes_capacity / 2) cv_work_.notify_one();
+  return true;
+}
+
+int64_t TraceWriter::Impl::intern(std::string_view text) {
+  std::lock_guard lk(mu_);
+  if (auto it = strings_.find(text); it != strings_.end()) return it->second;
+  int64_t id = static_cast<int64_t>(strings_.size()) + 1;
+  strings_.emplace(std::string(text), id);
+  // Strings are never dropped: every id handed out must resolve.
+  cold_.emplace_back(StringRow{id, std::string(text)});
+  cold_bytes_ += text.size();
+  return id;
+}
+
+int64_t TraceWriter::Impl::stream(int64_t handle, int32_t device, int32_t priority) {
+  std::lock_guard lk(mu_);
+  auto [it, inserted] = streams_.try_emplace({handle, device}, next_stream_id_);
+  if (inserted) {
+    ++next_stream_id_;
+    cold_.emplace_back(StreamInfo{it->second, handle, device, priority, kUnset});
+  }
+  return it->second;
+}
+
+void TraceWriter::Impl::addStat(std::string_view key, int64_t delta) {
+  std::lock_guard lk(mu_);
+  auto it = user_stats_.find(key);
+  if (it == user_stats_.end()) it = user_stats_.emplace(std::string(key), 0).first;
+  it->second += delta;
+}
+
+std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
+    const WriterCounters& c) const {
+  std::map<std::string, int64_t> s(user_stats_.begin(), user_stats_.end());
+  s["events_written"] = c.events_written;
+  s["events_dropped"] = c.events_dropped;
+  s["operands_written"] = c.operands_written;
+  s["operands_dropped"] = c.operands_dropped;
+  s["bytes_captured"] = c.bytes_captured;
+  s["batches"] = c.batches;
+  return s;
+}
+
+void TraceWriter::Impl::run() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_work_.wait_for(lk, options_.flush_interval, [&] {
+      return closing_ || flush_requested_ || events_.size() >= options_.batch_events ||
+             cold_bytes_ >= options_.cold_bytes_capacity / 2;
+    });
+    bool has_work = !events_.empty() || !cold_.empty();
+    if (!has_work && !closing_) {
+      flush_requested_ = false;
+      continue;
+    }
+    Batch batch;
+    batch.events.swap(events_);
+    batch.cold.swap(cold_);
+    events_.reserve(options_.queue_capacity / 4);
+    cold_bytes_ = 0;
+    flush_requested_ = false;
+    int64_t gen = ++taken_gen_;
+    bool closing = closing_;
+    cv_space_.notify_all();
+    bool failed = !error_.isOk();
+    int64_t n_events = static_cast<int64_t>(batch.events.size());
+    int64_t n_operands = 0, captured = 0;
+    for (const ColdRecord& r : batch.cold) {
+      if (const auto* o = std::get_if<Operand>(&r)) {
+        ++n_operands;
+        captured += o->capture_bytes;
+      }
+    }
+    // Counters as they will stand after this batch, written inside its transaction.
+    WriterCounters after = counters_;
+    after.events_written += n_events;
+    after.operands_written += n_operands;
+    after.bytes_captured += captured;
+    after.batches += 1;
+    batch.stats = statsSnapshotLocked(after);
+    lk.unlock();
+
+    Status st = failed ? Status::ok() : writeBatch(batch);
+
+    lk.lock();
+    if (failed || !st.isOk()) {
+      if (error_.isOk()) error_ = st;
+      counters_.events_dropped += n_events;
+      counters_.operands_dropped += n_operands;
+    } else {
+      counters_ = after;
+    }
+    committed_gen_ = gen;
+    cv_done_.notify_all();
+    cv_space_.notify_all();
+    if (closing && events_.empty() && cold_.empty()) return;
+  }
+}
+
+Status TraceWriter::Impl::step(Stmt which, std::string_view what) {
+  sqlite3_stmt* s = stmts_[which].get();
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return sqliteStatus(db_.get(), rc, what);
+  return Status::ok();
+}
+
+Status TraceWriter::Impl::writeCold(ColdRecord& record) {
+  return std::visit(
+      [&](auto& r) -> Status {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, StringRow>) {
+          bindInt(stmts_[kString].get(), 1, r.id);
+          bindText(stmts_[kString].get(), 2, r.text);
+          return step(kString, "inserting a string");
+        } else if constexpr (std::is_same_v<T, MetaRow>) {
+          bindText(stmts_[kMeta].get(), 1, r.key);
+          bindText(stmts_[kMeta].get(), 2, r.value);
+          return step(kMeta, "writing metadata");
+        } else if constexpr (std::is_same_v<T, RankInfo>) {
+          DETRACE_RETURN_IF_ERROR(exec(db_.get(), "DELETE FROM ranks"));
+          bindRank(stmts_[kRank].get(), r);
+          return step(kRank, "writing the rank");
+        } else if constexpr (std::is_same_v<T, StreamInfo>) {
+          bindStream(stmts_[kStream].get(), r);
+          return step(kStream, "inserting a stream");
+        } else if constexpr (std::is_same_v<T, CollectiveRow>) {
+          bindCollective(stmts_[kCollective].get(), r.seq, r.c);
+          return step(kCollective, "inserting a collective");
+        } else if constexpr (std::is_same_v<T, GemmRow>) {
+          bindGemm(stmts_[kGemm].get(), r.seq, r.g);
+          return step(kGemm, "inserting a GEMM");
+        } else if constexpr (std::is_same_v<T, MarkerRow>) {
+          bindMarker(stmts_[kMarker].get(), r.seq, r.m);
+          return step(kMarker, "inserting a marker");
+        } else {
+          sqlite3_stmt* s = stmts_[kOperand].get();
+          bindOperandFields(s, r);
+          std::vector<uint8_t> packed;
+          if (!r.capture.empty()) {
+            DETRACE_ASSIGN_OR_RETURN(packed, zstdCompress(r.capture, options_.zstd_level));
+          }
+          bindBlob(s, kOperandCaptureColumn, packed.data(), packed.size());
+          Status status = step(kOperand, "inserting an operand");
+          sqlite3_clear_bindings(s);  // drop the blob copy now
+          return status;
+        }
+      },
+      record);
+}
+
+// Events arrive in seq order with no gaps, so SQLite can assign seq itself (rowid = max + 1): the
+// writer binds seq as NULL, which saves a b-tree seek per row, and checks the last rowid per batch.
+Status TraceWriter::Impl::writeEvents(const std::vector<Event>& events) {
+  if (events.empty()) return Status::ok();
+  size_t i = 0;
+  auto bindRow = [](sqlite3_stmt* s, const Event& e, int base) {
+    bindEvent(s, e, base);
+    if (e.seq != 0) sqlite3_bind_null(s, base + 1);  // seq 0 must be explicit: rowids start at 1
+  };
+  sqlite3_stmt* many = stmts_[kEventMany].get();
+  for (; i + kEventsPerInsert <= events.size(); i += kEventsPerInsert) {
+    for (int r = 0; r < kEventsPerInsert; ++r) {
+      bindRow(many, events[i + static_cast<size_t>(r)], r * kEventColumns);
+    }
+    DETRACE_RETURN_IF_ERROR(step(kEventMany, "inserting events"));
+  }
+  for (; i < events.size(); ++i) {
+    bindRow(stmts_[kEvent].get(), events[i], 0);
+    DETRACE_RETURN_IF_ERROR(step(kEvent, "inserting events"));
+  }
+  int64_t last = sqlite3_last_insert_rowid(db_.get());
+  if (last != events.back().seq) {
+    return makeError(ErrorCode::kInternal, "event rows out of sequence (last rowid {}, seq {})", last,
+                     events.back().seq);
+  }
+  return Status::ok();
+}
+
+Status TraceWriter::Impl::writeBatch(Batch& batch) {
+  DETRACE_RETURN_IF_ERROR(step(kBegin, "BEGIN"));
+  auto body = [&]() -> Status {
+    for (ColdRecord& r : batch.cold) {
+      if (!std::holds_alternative<Operand>(r)) DETRACE_RETURN_IF_ERROR(writeCold(r));
+    }
+    DETRACE_RETURN_IF_ERROR(writeEvents(batch.events));
+    for (ColdRecord& r : batch.cold) {
+      if (std::holds_alternative<Operand>(r)) DETRACE_RETURN_IF_ERROR(writeCold(r));
+    }
+    for (const auto& [key, value] : batch.stats) {
+      bindText(stmts_[kStat].get(), 1, key);
+      bindInt(stmts_[kStat].get(), 2, value);
+      DETRACE_RETURN_IF_ERROR(step(kStat, "writing stats"));
+    }
+    return step(kCommit, "COMMIT");
+  };
+  Status st = body();
+  if (!st.isOk()) (void)step(kRollback, "ROLLBACK");
+  return st;
+}
+
+Status TraceWriter::Impl::flush() {
+  std::unique_lock lk(mu_);
+  if (closed_) return error_;
+  bool queued = !events_.empty() || !cold_.empty();
+  int64_t target = taken_gen_ + (queued ? 1 : 0);
+  flush_requested_ = true;
+  cv_work_.notify_one();
+  cv_done_.wait(lk, [&] { return committed_gen_ >= target; });
+  return error_;
+}
+
+Status TraceWriter::Impl::close() {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return error_;
+    closing_ = true;
+  }
+  cv_work_.notify_one();
+  cv_space_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lk(mu_);
+  closed_ = true;
+  for (auto& s : stmts_) s.reset();
+  if (db_ && error_.isOk()) {
+    // Fold the WAL into the main file so a finished trace is one self-contained file.
+    Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
+    if (!st.isOk()) error_ = st;
+  }
+  db_.reset();
+  return error_;
+}
+
+// ---- public face -------------------------------------------------------------------------------
+
+TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceWriter::~TraceWriter() = default;
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
+                                                         const WriterOptions& options) {
+  auto impl = std::make_unique<Impl>(path, options);
+  Status st = impl->open();
+  if (!st.isOk()) return st.withContext(fmt::format("creating trace {}", path));
+  impl->start();
+  return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
+}
+
+void TraceWriter::setMeta(std::string key, std::string value) {
+  impl_->appendCold(MetaRow{std::move(key), std::move(value)}, 64);
+}
+void TraceWriter::setRank(const RankInfo& rank) { impl_->appendCold(rank, sizeof(RankInfo)); }
+int64_t TraceWriter::intern(std::string_view text) { return impl_->intern(text); }
+int64_t TraceWriter::stream(int64_t handle, int32_t device, int32_t priority) {
+  return impl_->stream(handle, device, priority);
+}
+std::optional<int64_t> TraceWriter::append(const Event& event) {
+  return impl_->appendEvent(event, std::nullopt);
+}
+std::optional<int64_t> TraceWriter::appendCollective(const Event& event, const Collective& c) {
+  return impl_->appendEvent(event, ColdRecord{CollectiveRow{kUnset, c}});
+}
+std::optional<int64_t> TraceWriter::appendGemm(const Event& event, const Gemm& g) {
+  return impl_->appendEvent(event, ColdRecord{GemmRow{kUnset, g}});
+}
+std::optional<int64_t> TraceWriter::appendMarker(const Event& event, const Marker& m) {
+  return impl_->appendEvent(event, ColdRecord{MarkerRow{kUnset, m}});
+}
+bool TraceWriter::appendOperand(Operand operand) {
+  size_t bytes = sizeof(Operand) + operand.capture.size() + operand.row_digests.size() * 8;
+  return impl_->appendCold(std::move(operand), bytes);
+}
+void TraceWriter::addStat(std::string_view key, int64_t delta) { impl_->addStat(key, delta); }
+Status TraceWriter::flush() { return impl_->flush(); }
+Status TraceWriter::close() { return impl_->close(); }
+Status TraceWriter::status() const { return impl_->status(); }
+WriterCounters TraceWriter::counters() const { return impl_->counters(); }
+const std::string& TraceWriter::path() const { return impl_->path(); }
+
+}  // namespace detrace::db

@@ -1,0 +1,87 @@
+// A run directory: one file per rank plus a manifest, read as one run.
+#include <gtest/gtest.h>
+
+#include "detrace/db/run.h"
+#include "detrace/db/writer.h"
+#include "test_util.h"
+
+namespace detrace::db {
+namespace {
+
+using testing::TempDir;
+
+void writeRank(const std::string& path, int32_t rank, int32_t world, int64_t events) {
+  auto w = TraceWriter::create(path);
+  ASSERT_TRUE(w.isOk());
+  if (rank >= 0) (*w)->setRank({rank, world, rank, rank, 1000 + rank, "host", "GPU", ""});
+  int64_t id = (*w)->intern("k");
+  testing::Rng rng;
+  for (int64_t i = 0; i < events; ++i) (void)(*w)->append(testing::randomKernel(rng, id, -1));
+  ASSERT_TRUE((*w)->close().isOk());
+}
+
+TEST(RunDir, RanksSortedManifestReadAndEachRankOpens) {
+  TempDir dir;
+  // Files named by pid, not rank, as the tracer names them.
+  writeRank(dir.file("proc-300.dtrace"), 2, 4, 30);
+  writeRank(dir.file("proc-100.dtrace"), 0, 4, 10);
+  writeRank(dir.file("proc-200.dtrace"), 1, 4, 20);
+  writeRank(dir.file("proc-400.dtrace"), 3, 4, 40);
+  RunManifest m;
+  m.tool_version = "0.1.0";
+  m.command = {"python", "serve.py", "--tp", "4"};
+  m.start_time_ns = 123;
+  m.exit_code = 0;
+  m.env = {{"NCCL_ALGO", "Ring"}};
+  ASSERT_TRUE(writeManifest(dir.path().string(), m).isOk());
+
+  auto run = Run::open(dir.path().string());
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  EXPECT_TRUE(run->hasManifest());
+  EXPECT_EQ(run->manifest().command, m.command);
+  EXPECT_EQ(run->manifest().env.at("NCCL_ALGO"), "Ring");
+  ASSERT_EQ(run->ranks().size(), 4u);
+  EXPECT_EQ(run->worldSize(), 4);
+  EXPECT_TRUE(run->missingRanks().empty());
+  for (int32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(run->ranks()[static_cast<size_t>(r)].rank, r);
+    auto reader = run->openRank(r);
+    ASSERT_TRUE(reader.isOk());
+    EXPECT_EQ(*(*reader)->eventCount(), 10 * (r + 1));
+  }
+  EXPECT_EQ(run->openRank(7).status().code(), ErrorCode::kNotFound);
+}
+
+TEST(RunDir, MissingRanksAreReportedNotFatal) {
+  TempDir dir;
+  writeRank(dir.file("a.dtrace"), 0, 4, 5);
+  writeRank(dir.file("b.dtrace"), 2, 4, 5);
+  auto run = Run::open(dir.path().string());
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  EXPECT_EQ(run->missingRanks(), (std::vector<int32_t>{1, 3}));
+}
+
+TEST(RunDir, DuplicateRanksMeanMixedRuns) {
+  TempDir dir;
+  writeRank(dir.file("a.dtrace"), 1, 2, 5);
+  writeRank(dir.file("b.dtrace"), 1, 2, 5);
+  auto run = Run::open(dir.path().string());
+  EXPECT_EQ(run.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(run.status().message().find("mixes runs"), std::string::npos);
+}
+
+TEST(RunDir, SingleFileAndUnrankedProcess) {
+  TempDir dir;
+  writeRank(dir.file("solo.dtrace"), -1, -1, 7);
+  auto run = Run::open(dir.file("solo.dtrace"));
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  ASSERT_EQ(run->ranks().size(), 1u);
+  EXPECT_EQ(run->ranks()[0].rank, 0);
+  EXPECT_TRUE(run->warnings().empty());
+  auto reader = run->openRank(0);
+  ASSERT_TRUE(reader.isOk());
+  EXPECT_EQ(*(*reader)->eventCount(), 7);
+}
+
+}  // namespace
+}  // namespace detrace::db

@@ -1,0 +1,82 @@
+// Shared helpers for the trace-store tests: temporary directories and random records.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "detrace/db/records.h"
+
+namespace detrace::testing {
+
+// A fresh directory under the system temp dir, removed with its contents at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() /
+            fmt::format("detrace-test-{}-{:08x}", getpid(), rd());
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Random generator seeded from std::random_device; the seed is printed with any failure.
+class Rng {
+ public:
+  Rng() : seed_(std::random_device{}()), gen_(seed_) {}
+  uint32_t seed() const { return seed_; }
+  int64_t range(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen_);
+  }
+  uint64_t u64() { return (static_cast<uint64_t>(gen_()) << 32) ^ gen_(); }
+  std::mt19937& gen() { return gen_; }
+
+ private:
+  uint32_t seed_;
+  std::mt19937 gen_;
+};
+
+inline db::Event randomKernel(Rng& rng, int64_t name, int64_t stream) {
+  db::Event e;
+  e.kind = db::EventKind::kKernel;
+  e.name = name;
+  e.stream = stream;
+  e.device = static_cast<int32_t>(rng.range(0, 7));
+  e.cpu_ns = rng.range(1, int64_t{1} << 62);
+  e.gpu_start_ns = e.cpu_ns + rng.range(0, 1'000'000);
+  e.gpu_end_ns = e.gpu_start_ns + rng.range(0, 1'000'000);
+  e.correlation_id = rng.range(1, int64_t{1} << 40);
+  if (rng.range(0, 1)) {
+    e.graph_id = rng.range(0, 1000);
+    e.graph_node_id = rng.range(0, int64_t{1} << 40);
+  }
+  e.has_launch = true;
+  e.launch.grid = {static_cast<int32_t>(rng.range(1, 0x7fffffff)),
+                   static_cast<int32_t>(rng.range(1, 65535)), static_cast<int32_t>(rng.range(1, 65535))};
+  e.launch.block = {static_cast<int32_t>(rng.range(1, 1024)), static_cast<int32_t>(rng.range(1, 1024)),
+                    static_cast<int32_t>(rng.range(1, 64))};
+  e.launch.smem_static = static_cast<int32_t>(rng.range(0, 49152));
+  e.launch.smem_dynamic = static_cast<int32_t>(rng.range(0, 232448));
+  e.launch.registers = static_cast<int32_t>(rng.range(1, 255));
+  e.launch.api = static_cast<db::LaunchApi>(rng.range(0, 5));
+  return e;
+}
+
+}  // namespace detrace::testing
