@@ -1,0 +1,38 @@
+// detrace info RUN [--json]
+#include <cstdio>
+
+#include "commands.h"
+#include "detrace/db/run.h"
+#include "detrace/replay/summary.h"
+
+namespace detrace::cli {
+
+void addInfoCommand(CLI::App& app, Runner& run) {
+  struct Options {
+    std::string path;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "info",
+      "Summarise a run: ranks, GPUs, event counts by kind, time span, versions, recorder drops.");
+  cmd->add_option("RUN", opts->path, "Run directory (or one .dtrace file)")->required();
+  cmd->add_flag("--json", opts->json, "Print JSON instead of a table");
+  cmd->footer("Exit status: 0 on success, 2 if the run cannot be read (the message says why).\n");
+  cmd->callback([opts, &run] {
+    run = [opts] {
+      auto r = db::Run::open(opts->path);
+      if (!r.isOk()) return reportError(r.status());
+      auto summary = replay::summarize(*r);
+      if (!summary.isOk()) return reportError(summary.status());
+      if (opts->json) {
+        std::printf("%s\n", replay::summaryJson(*summary).dump(2).c_str());
+      } else {
+        std::printf("%s", replay::formatSummary(*summary).c_str());
+      }
+      return kExitOk;
+    };
+  });
+}
+
+}  // namespace detrace::cli

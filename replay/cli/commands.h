@@ -1,0 +1,26 @@
+// The detrace subcommands. Each registers itself on the CLI11 app and returns the process exit
+// code from its run function: 0 success, 1 "divergent" (diff), 2 error.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "detrace/base/status.h"
+
+namespace detrace::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 2;
+
+// Sets up a subcommand; `run` is set to the function main calls if the subcommand was chosen.
+using Runner = std::function<int()>;
+void addInfoCommand(CLI::App& app, Runner& run);
+void addExportCommand(CLI::App& app, Runner& run);
+void addSchemaCommand(CLI::App& app, Runner& run);
+
+// Prints "detrace: error: <message>" to stderr and returns kExitError.
+int reportError(const Status& status);
+
+}  // namespace detrace::cli

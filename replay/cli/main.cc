@@ -1,0 +1,42 @@
+// detrace: record-and-replay debugger for bitwise reproducibility of GPU inference.
+#include <cstdio>
+
+#include "commands.h"
+#include "detrace/base/version.h"
+
+namespace detrace::cli {
+
+int reportError(const Status& status) {
+  std::fprintf(stderr, "detrace: error: %s\n", status.message().c_str());
+  return kExitError;
+}
+
+}  // namespace detrace::cli
+
+int main(int argc, char** argv) {
+  using namespace detrace::cli;
+  CLI::App app{
+      "detrace: find where two runs of a GPU inference engine stop being bit-identical.\n\n"
+      "A run is a directory made by `detrace record` (one .dtrace SQLite file per rank plus\n"
+      "manifest.json); every command that reads runs accepts such a directory or one .dtrace file.\n\n"
+      "Examples:\n"
+      "  detrace info runA                       summarise a run\n"
+      "  detrace info runA --json                the same, for scripts\n"
+      "  detrace export runA -o runA.json        open runA.json in ui.perfetto.dev\n"
+      "  detrace schema                          the trace format, table by table\n",
+      "detrace"};
+  app.set_version_flag("--version", std::string("detrace ") + detrace::kToolVersion);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  Runner run;
+  addInfoCommand(app, run);
+  addExportCommand(app, run);
+  addSchemaCommand(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitError;
+  }
+  return run ? run() : kExitError;
+}

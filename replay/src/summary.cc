@@ -1,0 +1,149 @@
+#include "detrace/replay/summary.h"
+
+#include <ctime>
+
+#include <fmt/format.h>
+
+namespace detrace::replay {
+namespace {
+
+std::string human(int64_t n) {
+  if (n >= 10'000'000) return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
+  if (n >= 10'000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
+  return std::to_string(n);
+}
+
+std::string duration(int64_t first, int64_t last) {
+  if (first < 0 || last < first) return "-";
+  double s = static_cast<double>(last - first) / 1e9;
+  if (s >= 1) return fmt::format("{:.2f} s", s);
+  return fmt::format("{:.2f} ms", s * 1e3);
+}
+
+std::string utc(int64_t ns) {
+  if (ns <= 0) return "unknown";
+  std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+int64_t kindCount(const RankSummary& r, db::EventKind k) {
+  auto it = r.by_kind.find(k);
+  return it == r.by_kind.end() ? 0 : it->second;
+}
+
+int64_t stat(const RankSummary& r, const char* key) {
+  auto it = r.stats.find(key);
+  return it == r.stats.end() ? 0 : it->second;
+}
+
+std::string metaOr(const RankSummary& r, const char* key, const char* fallback = "?") {
+  auto it = r.meta.find(key);
+  return it == r.meta.end() || it->second.empty() ? fallback : it->second;
+}
+
+}  // namespace
+
+Result<RunSummary> summarize(const db::Run& run) {
+  RunSummary s;
+  s.path = run.path();
+  s.world_size = run.worldSize();
+  s.missing_ranks = run.missingRanks();
+  s.warnings = run.warnings();
+  s.has_manifest = run.hasManifest();
+  s.manifest = run.manifest();
+  for (const db::RankFile& rf : run.ranks()) {
+    DETRACE_ASSIGN_OR_RETURN(auto reader, db::TraceReader::open(rf.path));
+    RankSummary r;
+    r.info = reader->rank();
+    r.info.rank = rf.rank;
+    r.path = rf.path;
+    r.meta = reader->meta();
+    DETRACE_ASSIGN_OR_RETURN(r.events, reader->eventCount());
+    DETRACE_ASSIGN_OR_RETURN(r.by_kind, reader->countsByKind());
+    DETRACE_ASSIGN_OR_RETURN(db::TimeSpan span, reader->timeSpan());
+    r.first_ns = span.first_ns;
+    r.last_ns = span.last_ns;
+    DETRACE_ASSIGN_OR_RETURN(r.stats, reader->stats());
+    s.ranks.push_back(std::move(r));
+  }
+  return s;
+}
+
+std::string formatSummary(const RunSummary& s) {
+  std::string out = fmt::format("run       {} ({} rank file(s), world size {})\n", s.path,
+                                s.ranks.size(), s.world_size);
+  if (s.has_manifest) {
+    std::string cmd;
+    for (const std::string& a : s.manifest.command) cmd += (cmd.empty() ? "" : " ") + a;
+    out += fmt::format("command   {}\n", cmd.empty() ? "?" : cmd);
+    out += fmt::format("recorded  {} on {}, exit {}\n", utc(s.manifest.start_time_ns),
+                       s.manifest.host.empty() ? "?" : s.manifest.host,
+                       s.manifest.exit_code >= 0 ? std::to_string(s.manifest.exit_code)
+                                                 : std::string("unknown (still running or killed)"));
+  }
+  if (!s.ranks.empty()) {
+    const RankSummary& r0 = s.ranks.front();
+    out += fmt::format("versions  detrace {} | driver {} | CUDA {} | NCCL {} | cuBLAS {}\n",
+                       metaOr(r0, "tool_version"), metaOr(r0, "driver_version"),
+                       metaOr(r0, "cuda_version"), metaOr(r0, "nccl_version"),
+                       metaOr(r0, "cublas_version"));
+  }
+  out += fmt::format("\n{:>4}  {:>3}  {:<20} {:>8}  {:>8}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>10}  {:>8}\n",
+                     "rank", "dev", "gpu", "pid", "events", "kernels", "gemms", "colls", "markers",
+                     "other", "span", "dropped");
+  for (const RankSummary& r : s.ranks) {
+    int64_t known = kindCount(r, db::EventKind::kKernel) + kindCount(r, db::EventKind::kGemm) +
+                    kindCount(r, db::EventKind::kCollective) + kindCount(r, db::EventKind::kMarker);
+    out += fmt::format(
+        "{:>4}  {:>3}  {:<20.20} {:>8}  {:>8}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>10}  {:>8}\n",
+        r.info.rank, r.info.device, r.info.gpu_name.empty() ? "?" : r.info.gpu_name, r.info.pid,
+        human(r.events), human(kindCount(r, db::EventKind::kKernel)),
+        human(kindCount(r, db::EventKind::kGemm)), human(kindCount(r, db::EventKind::kCollective)),
+        human(kindCount(r, db::EventKind::kMarker)), human(r.events - known),
+        duration(r.first_ns, r.last_ns), human(stat(r, "events_dropped")));
+  }
+  for (int32_t m : s.missing_ranks) {
+    out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", m);
+  }
+  for (const std::string& w : s.warnings) out += fmt::format("\nwarning: {}", w);
+  for (const RankSummary& r : s.ranks) {
+    if (stat(r, "events_dropped") > 0 || stat(r, "operands_dropped") > 0) {
+      out += fmt::format(
+          "\nwarning: rank {} dropped {} events and {} operands: the recorder's queue was full; "
+          "record fewer details (e.g. --capture digest) or raise --queue",
+          r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
+    }
+  }
+  if (!s.missing_ranks.empty() || !s.warnings.empty()) out += "\n";
+  return out;
+}
+
+nlohmann::json summaryJson(const RunSummary& s) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankSummary& r : s.ranks) {
+    nlohmann::json kinds = nlohmann::json::object();
+    for (auto [k, n] : r.by_kind) kinds[db::eventKindName(k)] = n;
+    ranks.push_back({{"rank", r.info.rank}, {"world_size", r.info.world_size},
+                     {"device", r.info.device}, {"pid", r.info.pid}, {"host", r.info.host},
+                     {"gpu_name", r.info.gpu_name}, {"path", r.path}, {"events", r.events},
+                     {"events_by_kind", kinds}, {"first_ns", r.first_ns}, {"last_ns", r.last_ns},
+                     {"stats", r.stats}, {"meta", r.meta}});
+  }
+  nlohmann::json j = {{"path", s.path},       {"world_size", s.world_size},
+                      {"ranks", ranks},       {"missing_ranks", s.missing_ranks},
+                      {"warnings", s.warnings}};
+  if (s.has_manifest) {
+    j["manifest"] = {{"command", s.manifest.command}, {"host", s.manifest.host},
+                     {"start_time_ns", s.manifest.start_time_ns},
+                     {"end_time_ns", s.manifest.end_time_ns}, {"exit_code", s.manifest.exit_code},
+                     {"tool_version", s.manifest.tool_version}, {"env", s.manifest.env},
+                     {"options", s.manifest.options}};
+  }
+  return j;
+}
+
+}  // namespace detrace::replay

@@ -1,0 +1,170 @@
+// End to end through the `detrace` binary: info, export and schema on real trace files written by
+// TraceWriter, and clear errors (exit status 2) for bad input.
+#include <sys/wait.h>
+
+#include <array>
+#include <set>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "../db/test_util.h"
+#include "detrace/db/run.h"
+#include "detrace/db/schema.h"
+#include "detrace/db/writer.h"
+
+namespace detrace {
+namespace {
+
+using testing::Rng;
+using testing::TempDir;
+
+struct Output {
+  int status;
+  std::string out;
+};
+
+// Runs detrace with `args`; captures stdout and stderr together.
+Output detrace(const std::string& args) {
+  std::string cmd = fmt::format("{}/replay/detrace {} 2>&1", DETRACE_BINARY_DIR, args);
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+struct MadeRun {
+  int64_t kernels = 0, gemms = 0, collectives = 0;
+};
+
+// A 2-rank run with random counts of each kind; returns what was written per rank 0.
+MadeRun makeRun(const TempDir& dir, Rng& rng) {
+  MadeRun made;
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    auto w = db::TraceWriter::create(dir.file(fmt::format("proc-{}.dtrace", 10 + rank)));
+    EXPECT_TRUE(w.isOk());
+    (*w)->setRank({rank, 2, rank, rank, 10 + rank, "h", "GPU", ""});
+    int64_t k = (*w)->intern("my_kernel\"with\\quotes");
+    int64_t s = (*w)->stream(0xabc, rank);
+    int64_t n = rng.range(50, 200);
+    for (int64_t i = 0; i < n; ++i) {
+      db::Event e = testing::randomKernel(rng, k, s);
+      e.cpu_ns = 1'000'000 + i * 1000;
+      e.gpu_start_ns = e.cpu_ns + 10;
+      e.gpu_end_ns = e.gpu_start_ns + 100;
+      if (i % 7 == 0) {
+        e.kind = db::EventKind::kGemm;
+        e.has_launch = false;
+        e.launch = {};
+        db::Gemm g;
+        g.m = 64; g.n = 128; g.k = 256 + i;
+        (void)(*w)->appendGemm(e, g);
+        if (rank == 0) ++made.gemms;
+      } else if (i % 11 == 0) {
+        e.kind = db::EventKind::kCollective;
+        e.has_launch = false;
+        e.launch = {};
+        db::Collective c;
+        c.op = db::CollOp::kAllReduce;
+        c.count = i;
+        c.proto = (*w)->intern("LL128");
+        (void)(*w)->appendCollective(e, c);
+        if (rank == 0) ++made.collectives;
+      } else {
+        (void)(*w)->append(e);
+        if (rank == 0) ++made.kernels;
+      }
+    }
+    EXPECT_TRUE((*w)->close().isOk());
+  }
+  db::RunManifest m;
+  m.command = {"python", "serve.py"};
+  m.exit_code = 0;
+  EXPECT_TRUE(db::writeManifest(dir.path().string(), m).isOk());
+  return made;
+}
+
+TEST(Cli, InfoJsonCountsMatchWhatWasWritten) {
+  TempDir dir;
+  Rng rng;
+  SCOPED_TRACE(fmt::format("seed {}", rng.seed()));
+  MadeRun made = makeRun(dir, rng);
+  Output o = detrace(fmt::format("info {} --json", dir.path().string()));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["manifest"]["command"][1], "serve.py");
+  auto kinds = j["ranks"][0]["events_by_kind"];
+  EXPECT_EQ(kinds.value("kernel", 0), made.kernels);
+  EXPECT_EQ(kinds.value("gemm", 0), made.gemms);
+  EXPECT_EQ(kinds.value("collective", 0), made.collectives);
+  EXPECT_EQ(j["ranks"][0]["events"], made.kernels + made.gemms + made.collectives);
+
+  Output table = detrace(fmt::format("info {}", dir.path().string()));
+  ASSERT_EQ(table.status, 0) << table.out;
+  EXPECT_NE(table.out.find("python serve.py"), std::string::npos) << table.out;
+}
+
+TEST(Cli, ExportIsValidChromeTraceWithArgs) {
+  TempDir dir;
+  Rng rng;
+  MadeRun made = makeRun(dir, rng);
+  std::string json_path = dir.file("out.json");
+  Output o = detrace(fmt::format("export {} --format perfetto -o {}", dir.path().string(), json_path));
+  ASSERT_EQ(o.status, 0) << o.out;
+  std::ifstream in(json_path);
+  auto j = nlohmann::json::parse(in);
+  int64_t slices0 = 0, gemm_args = 0, ll128 = 0;
+  std::set<int> pids;
+  for (const auto& e : j["traceEvents"]) {
+    pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "M") continue;
+    EXPECT_EQ(e["name"], "my_kernel\"with\\quotes");
+    EXPECT_EQ(e["tid"], 1);  // stream 0 -> tid 1
+    if (e["pid"] == 0) ++slices0;
+    if (e["cat"] == "gemm" && e["args"].contains("k")) ++gemm_args;
+    if (e["cat"] == "collective" && e["args"]["proto"] == "LL128") ++ll128;
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+  EXPECT_EQ(slices0, made.kernels + made.gemms + made.collectives);
+  EXPECT_GE(gemm_args, made.gemms);
+  EXPECT_GE(ll128, made.collectives);
+}
+
+TEST(Cli, BadInputGivesOneSentenceAndExitStatus2) {
+  TempDir dir;
+  std::ofstream(dir.file("junk.dtrace")) << "not a trace";
+  Output junk = detrace(fmt::format("info {}", dir.file("junk.dtrace")));
+  EXPECT_EQ(junk.status, 2);
+  EXPECT_NE(junk.out.find("detrace: error:"), std::string::npos) << junk.out;
+  EXPECT_NE(junk.out.find("not a detrace trace"), std::string::npos) << junk.out;
+  Output missing = detrace("info /definitely/not/here");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.out.find("does not exist"), std::string::npos);
+  Output flag = detrace("info --no-such-flag x");
+  EXPECT_EQ(flag.status, 2);
+  Output fmt_bad = detrace(fmt::format("export {} --format csv -o x", dir.path().string()));
+  EXPECT_EQ(fmt_bad.status, 2);
+}
+
+TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {
+  std::ifstream in(std::string(DETRACE_SOURCE_DIR) + "/docs/schema.md");
+  ASSERT_TRUE(in) << "docs/schema.md missing: run `detrace schema > docs/schema.md`";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), db::schemaMarkdown())
+      << "docs/schema.md is stale: regenerate it with `detrace schema > docs/schema.md`";
+  Output o = detrace("schema");
+  EXPECT_EQ(o.status, 0);
+  EXPECT_EQ(o.out, db::schemaMarkdown());
+}
+
+}  // namespace
+}  // namespace detrace
