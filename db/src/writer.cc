@@ -75,6 +75,7 @@ class TraceWriter::Impl {
   void run();
   Status writeBatch(Batch& batch);
   Status writeEvents(const std::vector<Event>& events);
+  Status writeStats(const std::map<std::string, int64_t>& stats);
   Status writeCold(ColdRecord& record);
   Status step(Stmt which, std::string_view what);
   std::map<std::string, int64_t> statsSnapshotLocked(const WriterCounters& c) const;
@@ -383,6 +384,15 @@ Status TraceWriter::Impl::writeEvents(const std::vector<Event>& events) {
   return Status::ok();
 }
 
+Status TraceWriter::Impl::writeStats(const std::map<std::string, int64_t>& stats) {
+  for (const auto& [key, value] : stats) {
+    bindText(stmts_[kStat].get(), 1, key);
+    bindInt(stmts_[kStat].get(), 2, value);
+    DETRACE_RETURN_IF_ERROR(step(kStat, "writing stats"));
+  }
+  return Status::ok();
+}
+
 Status TraceWriter::Impl::writeBatch(Batch& batch) {
   DETRACE_RETURN_IF_ERROR(step(kBegin, "BEGIN"));
   auto body = [&]() -> Status {
@@ -393,11 +403,7 @@ Status TraceWriter::Impl::writeBatch(Batch& batch) {
     for (ColdRecord& r : batch.cold) {
       if (std::holds_alternative<Operand>(r)) DETRACE_RETURN_IF_ERROR(writeCold(r));
     }
-    for (const auto& [key, value] : batch.stats) {
-      bindText(stmts_[kStat].get(), 1, key);
-      bindInt(stmts_[kStat].get(), 2, value);
-      DETRACE_RETURN_IF_ERROR(step(kStat, "writing stats"));
-    }
+    DETRACE_RETURN_IF_ERROR(writeStats(batch.stats));
     return step(kCommit, "COMMIT");
   };
   Status st = body();
@@ -427,6 +433,13 @@ Status TraceWriter::Impl::close() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard lk(mu_);
   closed_ = true;
+  if (db_ && error_.isOk()) {
+    // Drops counted after the last batch was taken are not in the file yet.
+    Status st = step(kBegin, "BEGIN");
+    if (st.isOk()) st = writeStats(statsSnapshotLocked(counters_));
+    if (st.isOk()) st = step(kCommit, "COMMIT");
+    if (!st.isOk()) error_ = st;
+  }
   for (auto& s : stmts_) s.reset();
   if (db_ && error_.isOk()) {
     // Fold the WAL into the main file so a finished trace is one self-contained file.
