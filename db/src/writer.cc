@@ -295,7 +295,11 @@ void TraceWriter::Impl::run() {
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
     } else {
-      counters_ = after;
+      // Add this batch's numbers; producers may have counted drops while it was written.
+      counters_.events_written += n_events;
+      counters_.operands_written += n_operands;
+      counters_.bytes_captured += captured;
+      counters_.batches += 1;
     }
     committed_gen_ = gen;
     cv_done_.notify_all();

@@ -1,6 +1,7 @@
 // Everything the writer stores comes back from the reader unchanged, on fresh random data.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "detrace/db/reader.h"
@@ -271,6 +272,58 @@ TEST(RoundTrip, SeveralThreadsReadTheSameFileEachWithItsOwnReader) {
   }
   for (auto& t : threads) t.join();
   for (int64_t n : seen) EXPECT_EQ(n, 1500);
+}
+
+}  // namespace
+}  // namespace detrace::db
+
+namespace detrace::db {
+namespace {
+
+TEST(Writer, ConcurrentProducersGetUniqueDenseSequenceNumbers) {
+  testing::TempDir dir;
+  WriterOptions o;
+  o.policy = OverflowPolicy::kBlock;
+  o.queue_capacity = 1000;  // small: producers wait on the writer often
+  auto w = TraceWriter::create(dir.file("mt.dtrace"), o);
+  ASSERT_TRUE(w.isOk());
+  constexpr int kThreads = 4, kPerThread = 20000;
+  std::vector<std::vector<int64_t>> seqs(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      testing::Rng rng;
+      int64_t name = (*w)->intern(fmt::format("thread{}", t));
+      for (int i = 0; i < kPerThread; ++i) {
+        Event e = testing::randomKernel(rng, name, -1);
+        e.correlation_id = t * kPerThread + i;
+        if (auto seq = (*w)->append(e)) seqs[static_cast<size_t>(t)].push_back(*seq);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE((*w)->close().isOk());
+  std::vector<int64_t> all;
+  for (const auto& v : seqs) {
+    EXPECT_EQ(v.size(), static_cast<size_t>(kPerThread));
+    EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<int64_t>(i));
+  auto r = TraceReader::open(dir.file("mt.dtrace"));
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(*(*r)->eventCount(), kThreads * kPerThread);
+  // Each row holds the event its producer was told it got.
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kPerThread; i += 997) {
+      auto e = (*r)->event(seqs[static_cast<size_t>(t)][static_cast<size_t>(i)]);
+      ASSERT_TRUE(e.isOk());
+      EXPECT_EQ(e->correlation_id, t * kPerThread + i);
+      EXPECT_EQ((*r)->str(e->name), fmt::format("thread{}", t));
+    }
+  }
+  EXPECT_EQ((*r)->stats()->at("events_written"), kThreads * kPerThread);
 }
 
 }  // namespace
