@@ -53,7 +53,10 @@ enum Stmt { kBegin, kCommit, kRollback, kEvent, kEventMany, kCollective, kGemm, 
 
 class TraceWriter::Impl {
  public:
-  Impl(std::string path, WriterOptions options) : path_(std::move(path)), options_(options) {}
+  Impl(std::string path, WriterOptions options)
+      : path_(std::move(path)),
+        options_(options),
+        batch_trigger_(std::max<size_t>(1, std::min(options.batch_events, options.queue_capacity))) {}
   ~Impl() { (void)close(); }
 
   Status open();
@@ -82,6 +85,7 @@ class TraceWriter::Impl {
 
   const std::string path_;
   const WriterOptions options_;
+  const size_t batch_trigger_;  // queued events that wake the writer before flush_interval
   DbHandle db_;
   StmtHandle stmts_[kStmtCount];
 
@@ -190,7 +194,7 @@ std::optional<int64_t> TraceWriter::Impl::appendEvent(const Event& e,
     cold_.push_back(std::move(*detail));
     cold_bytes_ += sizeof(ColdRecord);
   }
-  if (events_.size() >= options_.batch_events) cv_work_.notify_one();
+  if (events_.size() >= batch_trigger_) cv_work_.notify_one();
   return seq;
 }
 
@@ -252,7 +256,7 @@ void TraceWriter::Impl::run() {
   std::unique_lock lk(mu_);
   for (;;) {
     cv_work_.wait_for(lk, options_.flush_interval, [&] {
-      return closing_ || flush_requested_ || events_.size() >= options_.batch_events ||
+      return closing_ || flush_requested_ || events_.size() >= batch_trigger_ ||
              cold_bytes_ >= options_.cold_bytes_capacity / 2;
     });
     bool has_work = !events_.empty() || !cold_.empty();
