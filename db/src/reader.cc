@@ -290,8 +290,7 @@ Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms() {
 
 Result<std::vector<Operand>> TraceReader::operands(int64_t seq) {
   static const std::string sql = fmt::format(
-      "SELECT {} FROM operands WHERE seq = ? ORDER BY slot, id",
-      columnList("operands"));
+      "SELECT {} FROM operands WHERE seq = ? ORDER BY slot, id", operandFieldList());
   DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kOperandsBySeq, sql.c_str()));
   sqlite3_bind_int64(s, 1, seq);
   std::vector<Operand> out;
@@ -302,6 +301,19 @@ Result<std::vector<Operand>> TraceReader::operands(int64_t seq) {
     DETRACE_ASSIGN_OR_RETURN(Operand o, readOperandFields(s));
     out.push_back(std::move(o));
   }
+  return out;
+}
+
+Result<std::vector<Operand>> TraceReader::allOperands() {
+  std::vector<Operand> out;
+  Status st = forEachRow(
+      db_.get(), fmt::format("SELECT {} FROM operands ORDER BY seq, slot, id", operandFieldList()),
+      [&](sqlite3_stmt* s) -> Status {
+        DETRACE_ASSIGN_OR_RETURN(Operand o, readOperandFields(s));
+        out.push_back(std::move(o));
+        return Status::ok();
+      });
+  if (!st.isOk()) return st;
   return out;
 }
 

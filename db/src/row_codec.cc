@@ -248,8 +248,8 @@ void bindOperandFields(sqlite3_stmt* s, const Operand& o) {
   }
   std::string digests = encodeDigests(o.row_digests);
   bindBlob(s, 14, digests.data(), digests.size());
-  // 15 (capture) is bound by the caller.
-  bindInt(s, 16, o.capture_bytes);
+  bindInt(s, 15, o.capture_bytes);
+  // 16 (capture) is bound by the caller.
 }
 
 Result<Operand> readOperandFields(sqlite3_stmt* s) {
@@ -270,8 +270,13 @@ Result<Operand> readOperandFields(sqlite3_stmt* s) {
   o.digest = std::bit_cast<uint64_t>(sqlite3_column_int64(s, 12));
   const void* blob = sqlite3_column_blob(s, 13);
   o.row_digests = decodeDigests(blob, static_cast<size_t>(sqlite3_column_bytes(s, 13)));
-  o.capture_bytes = sqlite3_column_int64(s, 15);
+  o.capture_bytes = sqlite3_column_int64(s, 14);
   return o;
+}
+
+std::string operandFieldList() {
+  std::string list = columnList("operands");
+  return list.substr(0, list.rfind(", capture"));
 }
 
 std::string encodeDigests(const std::vector<uint64_t>& digests) {

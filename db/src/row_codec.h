@@ -30,7 +30,7 @@ void bindStream(sqlite3_stmt* s, const StreamInfo& st);
 void bindRank(sqlite3_stmt* s, const RankInfo& r);
 // Binds everything but `capture`, which the caller binds (compressed) at column `kCaptureColumn`.
 void bindOperandFields(sqlite3_stmt* s, const Operand& o);
-inline constexpr int kOperandCaptureColumn = 15;  // 1-based bind index of operands.capture
+inline constexpr int kOperandCaptureColumn = 16;  // 1-based bind index of operands.capture (last)
 
 // Reads a row whose columns start at `first` in declaration order.
 Event readEvent(sqlite3_stmt* s, int first = 0);
@@ -39,7 +39,8 @@ Gemm readGemm(sqlite3_stmt* s, int first);              // first = index of the 
 Marker readMarker(sqlite3_stmt* s, int first);          // first = index of `marker_kind`
 StreamInfo readStream(sqlite3_stmt* s);
 RankInfo readRank(sqlite3_stmt* s);
-// Reads every operand column but `capture` (returned empty); `capture_bytes` is kept.
+// Reads the operand columns before `capture` (select them with operandFieldList()).
+std::string operandFieldList();
 Result<Operand> readOperandFields(sqlite3_stmt* s);
 
 // Little-endian encoding of per-row digests.

@@ -148,8 +148,9 @@ constexpr ColumnDef kOperands[] = {
     {"row_stride", "INTEGER", "", "Bytes between row starts"},
     {"digest", "INTEGER", "", "Whole-operand digest (docs/digest.md), NULL if not taken"},
     {"row_digests", "BLOB", "", "Per-row digests, little-endian uint64 each"},
-    {"capture", "BLOB", "", "Captured bytes, zstd-compressed, NULL if not captured"},
-    {"capture_bytes", "INTEGER", "", "Uncompressed size of capture"},
+    {"capture_bytes", "INTEGER", "", "Uncompressed size of capture, 0 if nothing was captured"},
+    {"capture", "BLOB", "", "Captured bytes, zstd-compressed, NULL if not captured. Last column, so "
+                            "reading the others never walks its overflow pages"},
 };
 
 constexpr ColumnDef kStats[] = {

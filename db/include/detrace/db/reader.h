@@ -87,6 +87,9 @@ class TraceReader {
   // any were captured); captureBytes() decompresses one operand's bytes.
   Result<std::vector<Operand>> operands(int64_t seq);
   Result<std::vector<uint8_t>> captureBytes(int64_t operand_id);
+  // Every operand of the trace, in (seq, slot) order, without captured bytes: one scan, for
+  // analyses that need the fingerprints of all ops.
+  Result<std::vector<Operand>> allOperands();
 
  private:
   TraceReader() = default;
