@@ -61,6 +61,8 @@ class TraceReader {
   std::string metaValue(const std::string& key) const;
   // The interned string `id`; "" for kUnset, "<bad string id N>" for ids the file lacks.
   std::string str(int64_t id) const;
+  // Number of string ids in use: valid ids are 1 .. stringCount().
+  int64_t stringCount() const { return static_cast<int64_t>(strings_.size()) - 1; }
   const std::vector<StreamInfo>& streams() const { return streams_; }
 
   // Number of events (sequence numbers are 0 .. eventCount()-1).

@@ -1,0 +1,84 @@
+// Comparing two runs: align each rank's events, classify every aligned pair, find where divergence
+// begins on each rank and, in causal order across ranks, where it began overall.
+//
+// Alignment is two-level: library ops (GEMMs, collectives) are the fixed points, aligned by kind and
+// shape; the kernels between two aligned library ops are aligned by kernel-name family. Both levels
+// use alignSequences(), so nearly identical runs cost about a linear scan.
+//
+// Classification of an aligned pair, in this order:
+//   kernel selection changed  same op and shape, different kernel / cuBLASLt algorithm / NCCL
+//                             algorithm, protocol or channels
+//   propagated                its inputs already differed (on this rank, or for a collective on
+//                             any rank of the communicator)
+//   nondeterministic          inputs' fingerprints equal, outputs' fingerprints differ
+//   identical                 none of the above (for ops without fingerprints: same op, same choice)
+// An event present in one run only is a schedule or shape difference.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "detrace/base/status.h"
+#include "detrace/db/run.h"
+#include "detrace/replay/ops.h"
+
+namespace detrace::replay {
+
+enum class PairStatus {
+  kIdentical = 0,
+  kKernelSelection,
+  kNondeterministic,
+  kPropagated,
+  kSchedule,  // present in one run only (different schedule or shapes)
+};
+const char* pairStatusName(PairStatus status);
+
+struct PairDiff {
+  int64_t a = -1;  // seq in run A, -1 if absent
+  int64_t b = -1;  // seq in run B, -1 if absent
+  PairStatus status = PairStatus::kIdentical;
+  int64_t collectives_before = 0;  // collectives of run A before this pair: its causal position
+};
+
+struct RankDiff {
+  int32_t rank = -1;
+  int64_t events_a = 0, events_b = 0;
+  std::map<PairStatus, int64_t> counts;  // pairs per status
+  std::vector<PairDiff> differing;       // every non-identical pair, in order (A's order)
+  std::optional<PairDiff> first;         // where divergence begins on this rank
+  bool exact_alignment = true;
+  // Filled by diffRuns: what `first` is on each side, and why it was classified so.
+  std::string first_a, first_b, why;
+};
+
+// One row of the kernel-selection table: what ran in A and in B for the same op, and how often.
+struct SelectionChange {
+  db::EventKind kind = db::EventKind::kOther;
+  std::string a, b;
+  int64_t count = 0;
+};
+
+struct RunDiff {
+  std::vector<RankDiff> ranks;
+  std::optional<int32_t> origin_rank;  // the rank where divergence began, in causal order
+  std::vector<SelectionChange> selection_changes;
+  std::vector<std::string> warnings;   // ranks missing on one side, inexact alignments, ...
+  bool identical() const { return !origin_rank.has_value(); }
+};
+
+// Aligns and classifies one rank of two runs.
+RankDiff diffRank(const RankOps& a, const RankOps& b);
+
+// Diffs every rank present in both runs (or only `rank`, if given).
+Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, std::optional<int32_t> rank = {});
+
+// A human-readable description of one op (kind, name, shapes, choice) of a side.
+std::string describeOp(const RankOps& ops, int64_t seq);
+
+}  // namespace detrace::replay

@@ -1,0 +1,20 @@
+// The verdict of `detrace diff`, for people (formatDiff) and for tools (diffJson): the same facts.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "detrace/replay/diff.h"
+
+namespace detrace::replay {
+
+struct DiffLabels {
+  std::string a = "A";  // how to name the runs in the report (their paths)
+  std::string b = "B";
+};
+
+std::string formatDiff(const RunDiff& diff, const DiffLabels& labels);
+nlohmann::json diffJson(const RunDiff& diff, const DiffLabels& labels);
+
+}  // namespace detrace::replay

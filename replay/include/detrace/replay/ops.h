@@ -1,0 +1,50 @@
+// RankOps: one rank's events reduced to what comparing runs needs: for every event an alignment
+// key (what the op *is*), a choice signature (which kernel or algorithm *ran* it), and fingerprints
+// of its inputs and outputs where the recorder took them. Loaded in one pass over the trace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "detrace/base/status.h"
+#include "detrace/db/reader.h"
+
+namespace detrace::replay {
+
+struct KeyOptions {
+  // Batch-size mode: GEMM and collective keys leave out the token dimension (GEMM m, collective
+  // count), so bs=1 and bs=64 runs align op for op.
+  bool ignore_batch_dim = false;
+};
+
+struct OpRecord {
+  int64_t seq = -1;
+  db::EventKind kind = db::EventKind::kOther;
+  int64_t name = -1;    // strings id (kernel name, API name)
+  uint64_t key = 0;     // alignment key: kind + kernel name family, or op + shape class
+  uint64_t choice = 0;  // the kernel / cuBLASLt algorithm / NCCL algo+proto+channels that ran
+  bool anchor = false;  // a library op (GEMM, collective): the alignment's fixed points
+  int32_t detail = -1;  // index into RankOps::gemms or ::collectives
+  bool has_inputs = false, has_outputs = false;
+  uint64_t inputs = 0, outputs = 0;  // combined digests of the input and output operands
+};
+
+struct RankOps {
+  int32_t rank = -1;
+  std::vector<OpRecord> ops;  // in sequence order
+  std::vector<std::pair<int64_t, db::Gemm>> gemms;
+  std::vector<std::pair<int64_t, db::Collective>> collectives;
+  std::vector<std::string> names;  // names[i] = the reader's string i (kernel names, algos, ...)
+
+  const std::string& name(int64_t id) const;
+};
+
+// The kernel-name family used to align kernels: the name without template arguments, parameter
+// lists and digits, so "gemm_128x256_kernel<bf16>" and "gemm_64x128_kernel<bf16>" are one family
+// (aligned together, then told apart by their choice signature).
+std::string kernelFamily(const std::string& name);
+
+Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOptions& options = {});
+
+}  // namespace detrace::replay

@@ -1,0 +1,302 @@
+#include "detrace/replay/diff.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "detrace/replay/align.h"
+
+namespace detrace::replay {
+namespace {
+
+const OpRecord* opAt(const RankOps& ops, int64_t seq) {
+  if (seq < 0 || seq >= static_cast<int64_t>(ops.ops.size())) return nullptr;
+  const OpRecord& op = ops.ops[static_cast<size_t>(seq)];
+  return op.seq == seq ? &op : nullptr;
+}
+
+PairStatus classify(const OpRecord& a, const OpRecord& b, bool diverged_before) {
+  if (a.choice != b.choice) return PairStatus::kKernelSelection;
+  bool inputs_known = a.has_inputs && b.has_inputs;
+  bool outputs_known = a.has_outputs && b.has_outputs;
+  bool outputs_differ = outputs_known && a.outputs != b.outputs;
+  if (inputs_known && a.inputs != b.inputs) {
+    return outputs_known && !outputs_differ ? PairStatus::kIdentical : PairStatus::kPropagated;
+  }
+  if (!outputs_differ) return PairStatus::kIdentical;
+  if (inputs_known) return PairStatus::kNondeterministic;
+  // Outputs differ and the inputs were not fingerprinted: blame the op only if nothing diverged
+  // before it on this rank.
+  return diverged_before ? PairStatus::kPropagated : PairStatus::kNondeterministic;
+}
+
+class RankDiffer {
+ public:
+  RankDiffer(const RankOps& a, const RankOps& b) : a_(a), b_(b) { out_.rank = a.rank; }
+
+  RankDiff run() {
+    out_.events_a = static_cast<int64_t>(a_.ops.size());
+    out_.events_b = static_cast<int64_t>(b_.ops.size());
+    std::vector<size_t> anchors_a = anchors(a_), anchors_b = anchors(b_);
+    std::vector<uint64_t> keys_a = keysAt(a_, anchors_a), keys_b = keysAt(b_, anchors_b);
+    Alignment top = alignSequences(keys_a, keys_b);
+    out_.exact_alignment = top.exact;
+    size_t from_a = 0, from_b = 0;
+    for (const AlignedPair& p : top.pairs) {
+      if (p.a < 0 || p.b < 0) continue;  // unmatched anchors fall inside the next segment
+      size_t ia = anchors_a[static_cast<size_t>(p.a)], ib = anchors_b[static_cast<size_t>(p.b)];
+      segment(from_a, ia, from_b, ib);
+      emit(static_cast<int64_t>(ia), static_cast<int64_t>(ib));
+      from_a = ia + 1;
+      from_b = ib + 1;
+    }
+    segment(from_a, a_.ops.size(), from_b, b_.ops.size());
+    return std::move(out_);
+  }
+
+ private:
+  static std::vector<size_t> anchors(const RankOps& r) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < r.ops.size(); ++i) {
+      if (r.ops[i].anchor) idx.push_back(i);
+    }
+    return idx;
+  }
+  static std::vector<uint64_t> keysAt(const RankOps& r, const std::vector<size_t>& idx) {
+    std::vector<uint64_t> keys;
+    keys.reserve(idx.size());
+    for (size_t i : idx) keys.push_back(r.ops[i].key);
+    return keys;
+  }
+
+  // Aligns ops [a0, a1) with [b0, b1) by key and emits the pairs.
+  void segment(size_t a0, size_t a1, size_t b0, size_t b1) {
+    if (a0 >= a1 && b0 >= b1) return;
+    std::vector<uint64_t> ka, kb;
+    for (size_t i = a0; i < a1; ++i) ka.push_back(a_.ops[i].key);
+    for (size_t i = b0; i < b1; ++i) kb.push_back(b_.ops[i].key);
+    Alignment al = alignSequences(ka, kb);
+    out_.exact_alignment &= al.exact;
+    for (const AlignedPair& p : al.pairs) {
+      emit(p.a < 0 ? -1 : static_cast<int64_t>(a0) + p.a, p.b < 0 ? -1 : static_cast<int64_t>(b0) + p.b);
+    }
+  }
+
+  void emit(int64_t ia, int64_t ib) {
+    PairStatus status = PairStatus::kSchedule;
+    const OpRecord* oa = ia >= 0 ? &a_.ops[static_cast<size_t>(ia)] : nullptr;
+    const OpRecord* ob = ib >= 0 ? &b_.ops[static_cast<size_t>(ib)] : nullptr;
+    if (oa && ob) {
+      // An inexact alignment paired unrelated ops by position: that is a schedule difference.
+      status = oa->key == ob->key ? classify(*oa, *ob, out_.first.has_value()) : PairStatus::kSchedule;
+    }
+    ++out_.counts[status];
+    if (status != PairStatus::kIdentical) {
+      PairDiff d{oa ? oa->seq : -1, ob ? ob->seq : -1, status, collectives_};
+      out_.differing.push_back(d);
+      if (!out_.first) out_.first = d;
+    }
+    if (oa && oa->kind == db::EventKind::kCollective) ++collectives_;
+  }
+
+  const RankOps& a_;
+  const RankOps& b_;
+  RankDiff out_;
+  int64_t collectives_ = 0;
+};
+
+// "algo 66 tile 27 split-K 1 ...", leaving out what the recorder did not know (-1).
+std::string gemmChoiceText(const db::Gemm& g) {
+  std::string out;
+  auto add = [&](const char* label, int32_t v) {
+    if (v >= 0) out += fmt::format("{}{} {}", out.empty() ? "" : " ", label, v);
+  };
+  add("algo", g.algo_id);
+  add("tile", g.tile);
+  add("split-K", g.split_k);
+  add("reduction", g.reduction_scheme);
+  add("stages", g.stages);
+  add("swizzle", g.swizzle);
+  add("custom", g.custom_option);
+  return out.empty() ? "algorithm unknown" : out;
+}
+
+std::string collectiveChoiceText(const RankOps& r, const db::Collective& c) {
+  return fmt::format("{}/{}/{} ch", r.name(c.algo).empty() ? "?" : r.name(c.algo),
+                     r.name(c.proto).empty() ? "?" : r.name(c.proto), c.channels);
+}
+
+// What ran the op: kernel name, GEMM algorithm or NCCL algorithm/protocol/channels.
+std::string choiceText(const RankOps& r, const OpRecord& op) {
+  if (op.kind == db::EventKind::kGemm && op.detail >= 0) {
+    return gemmChoiceText(r.gemms[static_cast<size_t>(op.detail)].second);
+  }
+  if (op.kind == db::EventKind::kCollective && op.detail >= 0) {
+    return collectiveChoiceText(r, r.collectives[static_cast<size_t>(op.detail)].second);
+  }
+  return r.name(op.name);
+}
+
+// Collective identity across ranks: (communicator, sequence number).
+std::optional<std::pair<int64_t, int64_t>> collectiveId(const RankOps& r, const OpRecord* op) {
+  if (op == nullptr || op->kind != db::EventKind::kCollective || op->detail < 0) return std::nullopt;
+  const db::Collective& c = r.collectives[static_cast<size_t>(op->detail)].second;
+  return std::make_pair(c.comm_id, c.comm_seq);
+}
+
+// A collective whose local inputs matched can still differ because another rank's inputs did.
+void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOps>& ops_a) {
+  std::set<std::pair<int64_t, int64_t>> fed_by_divergence;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const PairDiff& d : ranks[r].differing) {
+      if (d.status != PairStatus::kPropagated) continue;
+      if (auto id = collectiveId(ops_a[r], opAt(ops_a[r], d.a))) fed_by_divergence.insert(*id);
+    }
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (PairDiff& d : ranks[r].differing) {
+      auto id = collectiveId(ops_a[r], opAt(ops_a[r], d.a));
+      if (d.status == PairStatus::kNondeterministic && id && fed_by_divergence.count(*id)) {
+        --ranks[r].counts[d.status];
+        d.status = PairStatus::kPropagated;
+        ++ranks[r].counts[d.status];
+      }
+    }
+    if (!ranks[r].differing.empty()) ranks[r].first = ranks[r].differing.front();
+  }
+}
+
+std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d) {
+  const OpRecord* oa = opAt(a, d.a);
+  const OpRecord* ob = opAt(b, d.b);
+  switch (d.status) {
+    case PairStatus::kKernelSelection: {
+      return fmt::format("kernel selection changed: {} in A, {} in B, for the same op and shape",
+                         choiceText(a, *oa), choiceText(b, *ob));
+    }
+    case PairStatus::kNondeterministic:
+      return oa->has_inputs && ob->has_inputs
+                 ? "nondeterministic: identical input fingerprints, different output fingerprints"
+                 : "outputs differ and nothing diverged before it on this rank (inputs not "
+                   "fingerprinted)";
+    case PairStatus::kPropagated:
+      return "propagated: its inputs already differed";
+    case PairStatus::kSchedule:
+      return oa && ob ? "schedule difference: the runs' op sequences could not be aligned here"
+                      : fmt::format("schedule or shape difference: this op exists only in run {}",
+                                    oa ? "A" : "B");
+    case PairStatus::kIdentical:
+      return "identical";
+  }
+  return "";
+}
+
+void addSelectionChanges(const RankOps& a, const RankOps& b, const RankDiff& rd,
+                         std::map<std::tuple<int, std::string, std::string>, int64_t>& table) {
+  for (const PairDiff& d : rd.differing) {
+    if (d.status != PairStatus::kKernelSelection) continue;
+    const OpRecord* oa = opAt(a, d.a);
+    const OpRecord* ob = opAt(b, d.b);
+    ++table[{static_cast<int>(oa->kind), choiceText(a, *oa), choiceText(b, *ob)}];
+  }
+}
+
+}  // namespace
+
+const char* pairStatusName(PairStatus status) {
+  switch (status) {
+    case PairStatus::kIdentical: return "identical";
+    case PairStatus::kKernelSelection: return "kernel selection changed";
+    case PairStatus::kNondeterministic: return "nondeterministic";
+    case PairStatus::kPropagated: return "propagated";
+    case PairStatus::kSchedule: return "schedule or shape difference";
+  }
+  return "unknown";
+}
+
+RankDiff diffRank(const RankOps& a, const RankOps& b) { return RankDiffer(a, b).run(); }
+
+std::string describeOp(const RankOps& r, int64_t seq) {
+  const OpRecord* op = opAt(r, seq);
+  if (op == nullptr) return "(none)";
+  if (op->kind == db::EventKind::kGemm && op->detail >= 0) {
+    const db::Gemm& g = r.gemms[static_cast<size_t>(op->detail)].second;
+    return fmt::format("GEMM {} m={} n={} k={} {}{} {} ({})", r.name(g.api), g.m, g.n, g.k,
+                       g.trans_a ? "T" : "N", g.trans_b ? "T" : "N", db::dtypeName(g.a_dtype),
+                       gemmChoiceText(g));
+  }
+  if (op->kind == db::EventKind::kCollective && op->detail >= 0) {
+    const db::Collective& c = r.collectives[static_cast<size_t>(op->detail)].second;
+    return fmt::format("{} {} count={} {} rank {}/{} comm seq {} ({})", db::collOpName(c.op),
+                       db::dtypeName(c.dtype), c.count, db::redOpName(c.redop), c.comm_rank,
+                       c.comm_nranks, c.comm_seq, collectiveChoiceText(r, c));
+  }
+  return fmt::format("{} {}", db::eventKindName(op->kind), r.name(op->name));
+}
+
+Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, std::optional<int32_t> only) {
+  RunDiff out;
+  if (run_a.worldSize() != run_b.worldSize()) {
+    out.warnings.push_back(fmt::format("the runs have different world sizes ({} and {}): only "
+                                       "ranks present in both are compared",
+                                       run_a.worldSize(), run_b.worldSize()));
+  }
+  std::vector<RankOps> ops_a, ops_b;
+  for (const db::RankFile& rf : run_a.ranks()) {
+    if (only && rf.rank != *only) continue;
+    if (run_b.findRank(rf.rank) == nullptr) {
+      out.warnings.push_back(fmt::format("rank {} is missing from run B", rf.rank));
+      continue;
+    }
+    DETRACE_ASSIGN_OR_RETURN(auto ra, run_a.openRank(rf.rank));
+    DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rf.rank));
+    DETRACE_ASSIGN_OR_RETURN(RankOps a, loadRankOps(*ra, rf.rank));
+    DETRACE_ASSIGN_OR_RETURN(RankOps b, loadRankOps(*rb, rf.rank));
+    out.ranks.push_back(diffRank(a, b));
+    ops_a.push_back(std::move(a));
+    ops_b.push_back(std::move(b));
+  }
+  for (const db::RankFile& rf : run_b.ranks()) {
+    if ((!only || rf.rank == *only) && run_a.findRank(rf.rank) == nullptr) {
+      out.warnings.push_back(fmt::format("rank {} is missing from run A", rf.rank));
+    }
+  }
+  if (only && out.ranks.empty()) {
+    return makeError(ErrorCode::kNotFound, "rank {} is not in both runs", *only);
+  }
+  propagateAcrossRanks(out.ranks, ops_a);
+  std::map<std::tuple<int, std::string, std::string>, int64_t> table;
+  for (size_t r = 0; r < out.ranks.size(); ++r) {
+    RankDiff& rd = out.ranks[r];
+    if (!rd.exact_alignment) {
+      out.warnings.push_back(fmt::format(
+          "rank {}: the runs differ too much to align exactly; parts were paired by position",
+          rd.rank));
+    }
+    if (rd.first) {
+      rd.first_a = rd.first->a >= 0 ? describeOp(ops_a[r], rd.first->a) : "(absent)";
+      rd.first_b = rd.first->b >= 0 ? describeOp(ops_b[r], rd.first->b) : "(absent)";
+      rd.why = explain(ops_a[r], ops_b[r], *rd.first);
+    }
+    addSelectionChanges(ops_a[r], ops_b[r], rd, table);
+  }
+  for (const auto& [key, count] : table) {
+    out.selection_changes.push_back(
+        {static_cast<db::EventKind>(std::get<0>(key)), std::get<1>(key), std::get<2>(key), count});
+  }
+  // Origin: the earliest divergence in causal order (fewest collectives before it); on a tie, one
+  // that is not merely propagated, then the lowest rank.
+  const RankDiff* best = nullptr;
+  auto rankKey = [](const RankDiff& d) {
+    return std::make_tuple(d.first->collectives_before, d.first->status == PairStatus::kPropagated,
+                           d.rank);
+  };
+  for (const RankDiff& rd : out.ranks) {
+    if (rd.first && (best == nullptr || rankKey(rd) < rankKey(*best))) best = &rd;
+  }
+  if (best) out.origin_rank = best->rank;
+  return out;
+}
+
+}  // namespace detrace::replay

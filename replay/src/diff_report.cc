@@ -1,0 +1,108 @@
+#include "detrace/replay/diff_report.h"
+
+#include <fmt/format.h>
+
+namespace detrace::replay {
+namespace {
+
+const RankDiff* originRank(const RunDiff& d) {
+  if (!d.origin_rank) return nullptr;
+  for (const RankDiff& r : d.ranks) {
+    if (r.rank == *d.origin_rank) return &r;
+  }
+  return nullptr;
+}
+
+std::string seqText(int64_t seq) { return seq >= 0 ? std::to_string(seq) : "-"; }
+
+// The command that would confirm the verdict.
+std::string nextStep(const RankDiff& r, const DiffLabels& l) {
+  switch (r.first->status) {
+    case PairStatus::kNondeterministic:
+      return fmt::format("re-run this op on its recorded inputs to confirm: detrace replay {} "
+                         "--rank {} --event {} --repeat 20 (needs --capture full at record time)",
+                         l.a, r.rank, r.first->a);
+    case PairStatus::kKernelSelection:
+      return fmt::format("compare both choices on the same inputs: detrace replay {} --rank {} "
+                         "--event {} --pair {} --event-b {}",
+                         l.a, r.rank, r.first->a, l.b, r.first->b);
+    default:
+      return "look at the events just before it: a schedule difference usually follows a "
+             "different code path or batch composition";
+  }
+}
+
+}  // namespace
+
+std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
+  std::string out;
+  const RankDiff* origin = originRank(d);
+  if (origin == nullptr) {
+    out += fmt::format("IDENTICAL: {} and {} match on every compared rank ({} rank(s)).\n", l.a,
+                       l.b, d.ranks.size());
+  } else {
+    const PairDiff& f = *origin->first;
+    out += fmt::format("DIVERGENT: {} and {} part on rank {}.\n\n", l.a, l.b, origin->rank);
+    out += fmt::format("first divergence   rank {}, event {} in A / {} in B, after {} collective(s)\n",
+                       origin->rank, seqText(f.a), seqText(f.b), f.collectives_before);
+    out += fmt::format("  op in A          {}\n", origin->first_a);
+    out += fmt::format("  op in B          {}\n", origin->first_b);
+    out += fmt::format("  why              {}\n", origin->why);
+    out += fmt::format("  after it         {} more differing event(s) on this rank\n",
+                       origin->differing.size() - 1);
+    out += fmt::format("  next             {}\n", nextStep(*origin, l));
+  }
+  out += "\nper rank\n";
+  for (const RankDiff& r : d.ranks) {
+    if (!r.first) {
+      out += fmt::format("  rank {:<3} identical ({} events)\n", r.rank, r.events_a);
+      continue;
+    }
+    out += fmt::format("  rank {:<3} first at A {} / B {} ({}), after {} collective(s); {} differing\n",
+                       r.rank, seqText(r.first->a), seqText(r.first->b),
+                       pairStatusName(r.first->status), r.first->collectives_before,
+                       r.differing.size());
+  }
+  if (!d.selection_changes.empty()) {
+    out += "\nkernel selection changes (same op and shape, A -> B)\n";
+    for (const SelectionChange& c : d.selection_changes) {
+      out += fmt::format("  {:>6}x  {:<10} {}\n          {:<10} -> {}\n", c.count,
+                         db::eventKindName(c.kind), c.a, "", c.b);
+    }
+  }
+  for (const std::string& w : d.warnings) out += fmt::format("\nwarning: {}", w);
+  if (!d.warnings.empty()) out += "\n";
+  return out;
+}
+
+nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankDiff& r : d.ranks) {
+    nlohmann::json counts = nlohmann::json::object();
+    for (auto [status, n] : r.counts) counts[pairStatusName(status)] = n;
+    nlohmann::json j = {{"rank", r.rank},           {"events_a", r.events_a},
+                        {"events_b", r.events_b},   {"counts", counts},
+                        {"differing", r.differing.size()}, {"exact_alignment", r.exact_alignment}};
+    if (r.first) {
+      j["first"] = {{"seq_a", r.first->a},
+                    {"seq_b", r.first->b},
+                    {"status", pairStatusName(r.first->status)},
+                    {"collectives_before", r.first->collectives_before},
+                    {"op_a", r.first_a},
+                    {"op_b", r.first_b},
+                    {"why", r.why}};
+    }
+    ranks.push_back(j);
+  }
+  nlohmann::json changes = nlohmann::json::array();
+  for (const SelectionChange& c : d.selection_changes) {
+    changes.push_back({{"kind", db::eventKindName(c.kind)}, {"a", c.a}, {"b", c.b}, {"count", c.count}});
+  }
+  nlohmann::json j = {{"run_a", l.a},       {"run_b", l.b},
+                      {"identical", d.identical()}, {"ranks", ranks},
+                      {"selection_changes", changes}, {"warnings", d.warnings}};
+  j["origin_rank"] = d.origin_rank ? nlohmann::json(*d.origin_rank) : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace detrace::replay

@@ -1,0 +1,231 @@
+// detrace diff on runs written through TraceWriter by a small simulated tensor-parallel model: data
+// flows through GEMMs and all-reduces as fingerprints, so planted defects propagate the way real
+// divergence does. Each test plants one defect and checks the verdict.
+#include "detrace/replay/diff.h"
+
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "detrace/db/run.h"
+#include "detrace/db/writer.h"
+#include "detrace/replay/diff_report.h"
+
+namespace detrace::replay {
+namespace {
+
+using testing::TempDir;
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
+  x ^= x >> 29;
+  return x * 0xBF58476D1CE4E5B9ULL;
+}
+
+struct Plant {
+  int32_t rank = -1, layer = -1;
+  enum What { kNone, kGemmAlgo, kGemmNondet, kAllReduceNondet, kExtraKernel, kKernelVariant } what = kNone;
+};
+
+// Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
+// (+ its kernel). The hidden state's fingerprint flows through; `plant` perturbs one spot.
+void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed, Plant plant) {
+  std::vector<std::unique_ptr<db::TraceWriter>> w;
+  std::vector<uint64_t> h(static_cast<size_t>(world));
+  for (int32_t r = 0; r < world; ++r) {
+    auto wr = db::TraceWriter::create(fmt::format("{}/proc-{}.dtrace", dir, 100 + r));
+    ASSERT_TRUE(wr.isOk());
+    (*wr)->setRank({r, world, r, r, 100 + r, "h", "GPU", ""});
+    w.push_back(std::move(*wr));
+    h[static_cast<size_t>(r)] = mix(seed, 7);  // the same prompt on every rank
+  }
+  auto at = [&](int32_t r, int layer, Plant::What what) {
+    return plant.what == what && plant.rank == r && plant.layer == layer;
+  };
+  auto kernel = [&](int32_t r, const std::string& name, int64_t parent) {
+    db::Event e;
+    e.kind = db::EventKind::kKernel;
+    e.name = w[static_cast<size_t>(r)]->intern(name);
+    e.parent_seq = parent;
+    e.has_launch = true;
+    e.launch.grid = {128, 1, 1};
+    e.launch.block = {256, 1, 1};
+    (void)w[static_cast<size_t>(r)]->append(e);
+  };
+  auto operand = [&](int32_t r, int64_t seq, int32_t slot, db::OperandRole role, uint64_t digest) {
+    db::Operand o;
+    o.seq = seq;
+    o.slot = slot;
+    o.role = role;
+    o.has_digest = true;
+    o.digest = digest;
+    EXPECT_TRUE(w[static_cast<size_t>(r)]->appendOperand(o));
+  };
+  for (int layer = 0; layer < layers; ++layer) {
+    std::vector<uint64_t> partial(static_cast<size_t>(world));
+    for (int32_t r = 0; r < world; ++r) {
+      auto& wr = *w[static_cast<size_t>(r)];
+      uint64_t& hr = h[static_cast<size_t>(r)];
+      kernel(r, at(r, layer, Plant::kKernelVariant) ? "rmsnorm_kernel<bf16, 8>" : "rmsnorm_kernel<bf16, 4>", -1);
+      if (at(r, layer, Plant::kExtraKernel)) kernel(r, "splitk_reduce_kernel", -1);
+      db::Event ge;
+      ge.kind = db::EventKind::kGemm;
+      ge.name = wr.intern("cublasLtMatmul");
+      db::Gemm g;
+      g.api = ge.name;
+      g.m = 8; g.n = 1024; g.k = 4096;
+      g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+      g.algo_id = 66; g.tile = 27; g.split_k = at(r, layer, Plant::kGemmAlgo) ? 4 : 1;
+      auto gseq = wr.appendGemm(ge, g);
+      ASSERT_TRUE(gseq.has_value());
+      uint64_t weight = mix(seed, static_cast<uint64_t>(layer * 1000 + r));
+      operand(r, *gseq, 0, db::OperandRole::kInput, hr);
+      operand(r, *gseq, 1, db::OperandRole::kInput, weight);
+      uint64_t out = mix(hr, weight);
+      if (at(r, layer, Plant::kGemmNondet) || at(r, layer, Plant::kGemmAlgo)) out ^= 1;
+      operand(r, *gseq, 2, db::OperandRole::kOutput, out);
+      kernel(r, "sm90_gemm_kernel<128, 256>", *gseq);
+      partial[static_cast<size_t>(r)] = out;
+    }
+    uint64_t sum = 0;
+    for (uint64_t p : partial) sum += p;
+    for (int32_t r = 0; r < world; ++r) {
+      auto& wr = *w[static_cast<size_t>(r)];
+      db::Event ce;
+      ce.kind = db::EventKind::kCollective;
+      ce.name = wr.intern("ncclAllReduce");
+      db::Collective c;
+      c.op = db::CollOp::kAllReduce;
+      c.dtype = db::DType::kBF16;
+      c.count = 8 * 4096;
+      c.redop = db::RedOp::kSum;
+      c.comm_id = 42;
+      c.comm_rank = r;
+      c.comm_nranks = world;
+      c.comm_seq = layer;
+      c.algo = wr.intern("Ring");
+      c.proto = wr.intern("LL");
+      c.channels = 2;
+      auto cseq = wr.appendCollective(ce, c);
+      ASSERT_TRUE(cseq.has_value());
+      operand(r, *cseq, 0, db::OperandRole::kInput, partial[static_cast<size_t>(r)]);
+      uint64_t reduced = mix(sum, 99);
+      if (at(r, layer, Plant::kAllReduceNondet)) reduced ^= 2;
+      operand(r, *cseq, 1, db::OperandRole::kOutput, reduced);
+      kernel(r, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", *cseq);
+      h[static_cast<size_t>(r)] = reduced;
+    }
+  }
+  for (auto& wr : w) ASSERT_TRUE(wr->close().isOk());
+}
+
+RunDiff diffOf(Plant plant, int32_t world = 2, int layers = 6) {
+  TempDir a, b;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  writeModel(a.path().string(), world, layers, seed, {});
+  writeModel(b.path().string(), world, layers, seed, plant);
+  auto ra = db::Run::open(a.path().string());
+  auto rb = db::Run::open(b.path().string());
+  EXPECT_TRUE(ra.isOk() && rb.isOk());
+  auto d = diffRuns(*ra, *rb);
+  EXPECT_TRUE(d.isOk()) << d.status().message();
+  return *d;
+}
+
+const RankDiff& rankOf(const RunDiff& d, int32_t r) { return d.ranks.at(static_cast<size_t>(r)); }
+
+TEST(Diff, IdenticalRunsAreIdentical) {
+  RunDiff d = diffOf({});
+  EXPECT_TRUE(d.identical());
+  for (const RankDiff& r : d.ranks) {
+    EXPECT_FALSE(r.first.has_value());
+    EXPECT_EQ(r.counts.size(), 1u);  // only identical pairs
+    EXPECT_EQ(r.counts.at(PairStatus::kIdentical), r.events_a);
+  }
+  EXPECT_NE(formatDiff(d, {}).find("IDENTICAL"), std::string::npos);
+}
+
+TEST(Diff, GemmAlgorithmChangeIsKernelSelectionOnTheRightRank) {
+  RunDiff d = diffOf({1, 3, Plant::kGemmAlgo});
+  ASSERT_EQ(d.origin_rank, 1);
+  const RankDiff& r1 = rankOf(d, 1);
+  ASSERT_TRUE(r1.first);
+  EXPECT_EQ(r1.first->status, PairStatus::kKernelSelection);
+  EXPECT_EQ(r1.first->collectives_before, 3);
+  EXPECT_NE(r1.why.find("split-K 1 in A, algo 66 tile 27 split-K 4"), std::string::npos) << "why: " << r1.why;
+  ASSERT_EQ(d.selection_changes.size(), 1u);
+  EXPECT_EQ(d.selection_changes[0].count, 1);
+  // Rank 0 is only touched through the all-reduce: propagated, not blamed.
+  const RankDiff& r0 = rankOf(d, 0);
+  ASSERT_TRUE(r0.first);
+  EXPECT_EQ(r0.first->status, PairStatus::kPropagated);
+}
+
+TEST(Diff, NondeterministicGemmIsNamedAndEverythingAfterItPropagates) {
+  RunDiff d = diffOf({0, 2, Plant::kGemmNondet});
+  ASSERT_EQ(d.origin_rank, 0);
+  const RankDiff& r0 = rankOf(d, 0);
+  EXPECT_EQ(r0.first->status, PairStatus::kNondeterministic);
+  EXPECT_NE(r0.first_a.find("GEMM cublasLtMatmul m=8 n=1024 k=4096"), std::string::npos) << r0.first_a;
+  for (size_t i = 1; i < r0.differing.size(); ++i) {
+    EXPECT_EQ(r0.differing[i].status, PairStatus::kPropagated) << i;
+  }
+  // Rank 1's all-reduce at layer 2 saw equal local inputs but rank 0's differed.
+  const RankDiff& r1 = rankOf(d, 1);
+  ASSERT_TRUE(r1.first);
+  EXPECT_EQ(r1.first->status, PairStatus::kPropagated);
+  EXPECT_EQ(r1.first->collectives_before, 2);
+}
+
+TEST(Diff, NondeterministicAllReduceOnAllRanksBlamesTheCollective) {
+  // Plant on both ranks at the same collective: as a racy all-reduce would.
+  TempDir a, b;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  writeModel(a.path().string(), 2, 5, seed, {});
+  writeModel(b.path().string(), 2, 5, seed, {0, 1, Plant::kAllReduceNondet});
+  auto d = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(d.isOk());
+  ASSERT_EQ(d->origin_rank, 0);
+  const RankDiff& r0 = rankOf(*d, 0);
+  EXPECT_EQ(r0.first->status, PairStatus::kNondeterministic);
+  EXPECT_NE(r0.first_a.find("AllReduce bf16"), std::string::npos) << r0.first_a;
+  EXPECT_NE(r0.first_a.find("comm seq 1"), std::string::npos) << r0.first_a;
+}
+
+TEST(Diff, ExtraKernelIsAScheduleDifferenceAndAlignmentRecovers) {
+  RunDiff d = diffOf({1, 4, Plant::kExtraKernel});
+  ASSERT_EQ(d.origin_rank, 1);
+  const RankDiff& r1 = rankOf(d, 1);
+  EXPECT_EQ(r1.first->status, PairStatus::kSchedule);
+  EXPECT_EQ(r1.first->a, -1);
+  EXPECT_EQ(r1.differing.size(), 1u) << "only the extra kernel differs; the rest realigned";
+  EXPECT_TRUE(rankOf(d, 0).differing.empty());
+}
+
+TEST(Diff, KernelVariantOfTheSameFamilyIsKernelSelection) {
+  RunDiff d = diffOf({0, 5, Plant::kKernelVariant});
+  const RankDiff& r0 = rankOf(d, 0);
+  ASSERT_TRUE(r0.first);
+  EXPECT_EQ(r0.first->status, PairStatus::kKernelSelection);
+  EXPECT_NE(r0.why.find("rmsnorm_kernel<bf16, 4> in A, rmsnorm_kernel<bf16, 8> in B"), std::string::npos)
+      << "why: " << r0.why;
+}
+
+TEST(Diff, JsonCarriesTheSameVerdict) {
+  RunDiff d = diffOf({1, 2, Plant::kGemmAlgo});
+  nlohmann::json j = diffJson(d, {"runA", "runB"});
+  EXPECT_EQ(j["identical"], false);
+  EXPECT_EQ(j["origin_rank"], 1);
+  EXPECT_EQ(j["ranks"][1]["first"]["status"], "kernel selection changed");
+  EXPECT_EQ(j["ranks"][1]["first"]["collectives_before"], 2);
+  EXPECT_EQ(j["selection_changes"].size(), 1u);
+}
+
+TEST(Diff, KernelFamilyDropsTemplatesParametersAndDigits) {
+  EXPECT_EQ(kernelFamily("void gemm_128x256<bf16, 4>(float*, int)"), "void gemm_x");
+  EXPECT_EQ(kernelFamily("sm90_xmma_tilesize64x128"), "sm_xmma_tilesizex");
+}
+
+}  // namespace
+}  // namespace detrace::replay
