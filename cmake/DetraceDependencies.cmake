@@ -33,13 +33,14 @@ if(DETRACE_WITH_CUDA)
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # sm_90 machine code plus compute_90 PTX (CMake's "90" = real + virtual), so newer chips can JIT
+    # it. Set before enable_language, which would otherwise pick nvcc's default (sm_75).
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures")
+    endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    # sm_90 machine code plus compute_90 PTX, so newer chips can JIT it.
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-      set(CMAKE_CUDA_ARCHITECTURES 90)
-    endif()
     find_package(CUDAToolkit REQUIRED)   # CUDA::cudart, CUDA::cuda_driver, CUDA::cublasLt, CUDA::cupti
     # NCCL ships no CMake package: an imported target from /usr/local/cuda.
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)

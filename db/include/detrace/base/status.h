@@ -64,7 +64,7 @@ Status makeError(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T v) : v_(std::move(v)) {}  // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).isOk() && "Result constructed from an ok Status");
   }
