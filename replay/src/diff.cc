@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -31,9 +32,49 @@ PairStatus classify(const OpRecord& a, const OpRecord& b, bool diverged_before) 
   return diverged_before ? PairStatus::kPropagated : PairStatus::kNondeterministic;
 }
 
+// Every row fingerprint of the operand with fewer rows appears among the other's rows.
+bool rowsContained(const db::Operand& x, const db::Operand& y) {
+  const db::Operand& small = x.row_digests.size() <= y.row_digests.size() ? x : y;
+  const db::Operand& large = &small == &x ? y : x;
+  std::unordered_set<uint64_t> rows(large.row_digests.begin(), large.row_digests.end());
+  for (uint64_t d : small.row_digests) {
+    if (!rows.count(d)) return false;
+  }
+  return true;
+}
+
+// Batch mode: compare the request's rows of operands in the same slot on both sides.
+PairStatus classifyBatch(const RankOps& ra, const OpRecord& a, const RankOps& rb, const OpRecord& b) {
+  bool have_in = false, have_out = false, in_match = true, out_match = true;
+  for (int32_t i = a.operands_begin; i < a.operands_end; ++i) {
+    const db::Operand& x = ra.operands[static_cast<size_t>(i)];
+    if (x.row_digests.empty()) continue;
+    for (int32_t j = b.operands_begin; j < b.operands_end; ++j) {
+      const db::Operand& y = rb.operands[static_cast<size_t>(j)];
+      if (y.slot != x.slot || y.row_digests.empty()) continue;
+      bool match = rowsContained(x, y);
+      if (x.role != db::OperandRole::kOutput) {
+        have_in = true;
+        in_match &= match;
+      }
+      if (x.role != db::OperandRole::kInput) {
+        have_out = true;
+        out_match &= match;
+      }
+    }
+  }
+  if (!have_in || !have_out) {
+    return a.choice != b.choice ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+  }
+  if (!in_match) return PairStatus::kPropagated;
+  return out_match ? PairStatus::kIdentical : PairStatus::kBatchVariant;
+}
+
 class RankDiffer {
  public:
-  RankDiffer(const RankOps& a, const RankOps& b) : a_(a), b_(b) { out_.rank = a.rank; }
+  RankDiffer(const RankOps& a, const RankOps& b, bool batch) : a_(a), b_(b), batch_(batch) {
+    out_.rank = a.rank;
+  }
 
   RankDiff run() {
     out_.events_a = static_cast<int64_t>(a_.ops.size());
@@ -89,7 +130,16 @@ class RankDiffer {
     const OpRecord* ob = ib >= 0 ? &b_.ops[static_cast<size_t>(ib)] : nullptr;
     if (oa && ob) {
       // An inexact alignment paired unrelated ops by position: that is a schedule difference.
-      status = oa->key == ob->key ? classify(*oa, *ob, out_.first.has_value()) : PairStatus::kSchedule;
+      if (oa->key != ob->key) {
+        status = PairStatus::kSchedule;
+      } else if (batch_ && oa->anchor) {
+        status = classifyBatch(a_, *oa, b_, *ob);
+      } else if (batch_) {
+        // Kernels carry no fingerprints: in batch mode their selection may differ legitimately.
+        status = oa->choice != ob->choice ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+      } else {
+        status = classify(*oa, *ob, out_.first.has_value());
+      }
     }
     ++out_.counts[status];
     if (status != PairStatus::kIdentical) {
@@ -102,6 +152,7 @@ class RankDiffer {
 
   const RankOps& a_;
   const RankOps& b_;
+  const bool batch_;
   RankDiff out_;
   int64_t collectives_ = 0;
 };
@@ -186,6 +237,13 @@ std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d) {
       return oa && ob ? "schedule difference: the runs' op sequences could not be aligned here"
                       : fmt::format("schedule or shape difference: this op exists only in run {}",
                                     oa ? "A" : "B");
+    case PairStatus::kBatchVariant:
+      return fmt::format("batch-variant: the request's input rows are the same in both runs but its "
+                         "output rows differ{}",
+                         oa->choice != ob->choice
+                             ? fmt::format("; the kernel choice changed with the batch ({} in A, {} "
+                                           "in B)", choiceText(a, *oa), choiceText(b, *ob))
+                             : " although the same kernel ran");
     case PairStatus::kIdentical:
       return "identical";
   }
@@ -211,11 +269,26 @@ const char* pairStatusName(PairStatus status) {
     case PairStatus::kNondeterministic: return "nondeterministic";
     case PairStatus::kPropagated: return "propagated";
     case PairStatus::kSchedule: return "schedule or shape difference";
+    case PairStatus::kBatchVariant: return "batch-variant";
   }
   return "unknown";
 }
 
-RankDiff diffRank(const RankOps& a, const RankOps& b) { return RankDiffer(a, b).run(); }
+RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch) {
+  return RankDiffer(a, b, batch).run();
+}
+
+bool looksLikeBatchPair(const RankOps& a, const RankOps& b) {
+  size_t n = std::min({a.gemms.size(), b.gemms.size(), size_t{256}});
+  bool m_differs = false;
+  for (size_t i = 0; i < n; ++i) {
+    const db::Gemm& x = a.gemms[i].second;
+    const db::Gemm& y = b.gemms[i].second;
+    if (x.n != y.n || x.k != y.k) return false;
+    m_differs |= x.m != y.m;
+  }
+  return m_differs;
+}
 
 std::string describeOp(const RankOps& r, int64_t seq) {
   const OpRecord* op = opAt(r, seq);
@@ -235,8 +308,9 @@ std::string describeOp(const RankOps& r, int64_t seq) {
   return fmt::format("{} {}", db::eventKindName(op->kind), r.name(op->name));
 }
 
-Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, std::optional<int32_t> only) {
+Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {
   RunDiff out;
+  const std::optional<int32_t> only = options.rank;
   if (run_a.worldSize() != run_b.worldSize()) {
     out.warnings.push_back(fmt::format("the runs have different world sizes ({} and {}): only "
                                        "ranks present in both are compared",
@@ -253,7 +327,13 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, std::option
     DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rf.rank));
     DETRACE_ASSIGN_OR_RETURN(RankOps a, loadRankOps(*ra, rf.rank));
     DETRACE_ASSIGN_OR_RETURN(RankOps b, loadRankOps(*rb, rf.rank));
-    out.ranks.push_back(diffRank(a, b));
+    if (ops_a.empty()) out.batch_mode = options.batch.value_or(looksLikeBatchPair(a, b));
+    if (out.batch_mode) {
+      // Reload with keys that leave out the token dimension.
+      DETRACE_ASSIGN_OR_RETURN(a, loadRankOps(*ra, rf.rank, {.ignore_batch_dim = true}));
+      DETRACE_ASSIGN_OR_RETURN(b, loadRankOps(*rb, rf.rank, {.ignore_batch_dim = true}));
+    }
+    out.ranks.push_back(diffRank(a, b, out.batch_mode));
     ops_a.push_back(std::move(a));
     ops_b.push_back(std::move(b));
   }

@@ -26,6 +26,10 @@ std::string nextStep(const RankDiff& r, const DiffLabels& l) {
       return fmt::format("compare both choices on the same inputs: detrace replay {} --rank {} "
                          "--event {} --pair {} --event-b {}",
                          l.a, r.rank, r.first->a, l.b, r.first->b);
+    case PairStatus::kBatchVariant:
+      return fmt::format("check which implementation keeps the rows invariant: detrace replay {} "
+                         "--rank {} --event {} --pair {} --event-b {}",
+                         l.a, r.rank, r.first->a, l.b, r.first->b);
     default:
       return "look at the events just before it: a schedule difference usually follows a "
              "different code path or batch composition";
@@ -42,7 +46,11 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
                        l.b, d.ranks.size());
   } else {
     const PairDiff& f = *origin->first;
-    out += fmt::format("DIVERGENT: {} and {} part on rank {}.\n\n", l.a, l.b, origin->rank);
+    out += fmt::format("DIVERGENT: {} and {} part on rank {}.\n", l.a, l.b, origin->rank);
+    if (d.batch_mode) {
+      out += "(batch-size mode: the runs' token counts differ; the request's rows are compared)\n";
+    }
+    out += "\n";
     out += fmt::format("first divergence   rank {}, event {} in A / {} in B, after {} collective(s)\n",
                        origin->rank, seqText(f.a), seqText(f.b), f.collectives_before);
     out += fmt::format("  op in A          {}\n", origin->first_a);
@@ -98,7 +106,7 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
   for (const SelectionChange& c : d.selection_changes) {
     changes.push_back({{"kind", db::eventKindName(c.kind)}, {"a", c.a}, {"b", c.b}, {"count", c.count}});
   }
-  nlohmann::json j = {{"run_a", l.a},       {"run_b", l.b},
+  nlohmann::json j = {{"run_a", l.a},       {"run_b", l.b}, {"batch_mode", d.batch_mode},
                       {"identical", d.identical()}, {"ranks", ranks},
                       {"selection_changes", changes}, {"warnings", d.warnings}};
   j["origin_rank"] = d.origin_rank ? nlohmann::json(*d.origin_rank) : nlohmann::json(nullptr);

@@ -109,7 +109,8 @@ Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOpti
   for (int64_t id = 1; id <= reader.stringCount(); ++id) r.names.push_back(reader.str(id));
   DETRACE_ASSIGN_OR_RETURN(r.gemms, reader.gemms());
   DETRACE_ASSIGN_OR_RETURN(r.collectives, reader.collectives());
-  DETRACE_ASSIGN_OR_RETURN(std::vector<db::Operand> operands, reader.allOperands());
+  DETRACE_ASSIGN_OR_RETURN(r.operands, reader.allOperands());
+  const std::vector<db::Operand>& operands = r.operands;
   std::unordered_map<int64_t, int32_t> gemm_at, coll_at;
   for (size_t i = 0; i < r.gemms.size(); ++i) gemm_at[r.gemms[i].first] = static_cast<int32_t>(i);
   for (size_t i = 0; i < r.collectives.size(); ++i) {
@@ -148,6 +149,8 @@ Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOpti
     size_t end = next_operand;
     while (end < operands.size() && operands[end].seq == e.seq) ++end;
     if (end > next_operand) addOperands(op, operands, next_operand, end);
+    op.operands_begin = static_cast<int32_t>(next_operand);
+    op.operands_end = static_cast<int32_t>(end);
     next_operand = end;
     r.ops.push_back(op);
   }

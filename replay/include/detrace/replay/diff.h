@@ -13,6 +13,11 @@
 //   nondeterministic          inputs' fingerprints equal, outputs' fingerprints differ
 //   identical                 none of the above (for ops without fingerprints: same op, same choice)
 // An event present in one run only is a schedule or shape difference.
+//
+// Batch-size mode (bs=1 vs bs=64: the runs' token counts differ) aligns GEMMs and collectives
+// without their token dimension and compares the request's rows instead of whole tensors: it finds
+// the smaller run's rows inside the larger run's operands by per-row fingerprints, and calls an op
+// batch-variant when its input rows all match but its output rows do not.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +40,8 @@ enum class PairStatus {
   kKernelSelection,
   kNondeterministic,
   kPropagated,
-  kSchedule,  // present in one run only (different schedule or shapes)
+  kSchedule,      // present in one run only (different schedule or shapes)
+  kBatchVariant,  // batch mode: the request's input rows match, its output rows do not
 };
 const char* pairStatusName(PairStatus status);
 
@@ -65,6 +71,7 @@ struct SelectionChange {
 };
 
 struct RunDiff {
+  bool batch_mode = false;
   std::vector<RankDiff> ranks;
   std::optional<int32_t> origin_rank;  // the rank where divergence began, in causal order
   std::vector<SelectionChange> selection_changes;
@@ -72,11 +79,20 @@ struct RunDiff {
   bool identical() const { return !origin_rank.has_value(); }
 };
 
-// Aligns and classifies one rank of two runs.
-RankDiff diffRank(const RankOps& a, const RankOps& b);
+struct DiffOptions {
+  std::optional<int32_t> rank;   // compare only this rank
+  std::optional<bool> batch;     // force batch-size mode on/off; unset = detect from GEMM shapes
+};
 
-// Diffs every rank present in both runs (or only `rank`, if given).
-Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, std::optional<int32_t> rank = {});
+// Aligns and classifies one rank of two runs (loaded with KeyOptions::ignore_batch_dim = batch).
+RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch = false);
+
+// True if the runs look like the same program at two batch sizes: their GEMMs have the same n and
+// k in the same order but different m.
+bool looksLikeBatchPair(const RankOps& a, const RankOps& b);
+
+// Diffs every rank present in both runs (or only options.rank).
+Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, const DiffOptions& options = {});
 
 // A human-readable description of one op (kind, name, shapes, choice) of a side.
 std::string describeOp(const RankOps& ops, int64_t seq);

@@ -28,6 +28,7 @@ struct OpRecord {
   int32_t detail = -1;  // index into RankOps::gemms or ::collectives
   bool has_inputs = false, has_outputs = false;
   uint64_t inputs = 0, outputs = 0;  // combined digests of the input and output operands
+  int32_t operands_begin = 0, operands_end = 0;  // its operands in RankOps::operands
 };
 
 struct RankOps {
@@ -36,6 +37,7 @@ struct RankOps {
   std::vector<std::pair<int64_t, db::Gemm>> gemms;
   std::vector<std::pair<int64_t, db::Collective>> collectives;
   std::vector<std::string> names;  // names[i] = the reader's string i (kernel names, algos, ...)
+  std::vector<db::Operand> operands;  // all operands (fingerprints, no captured bytes), by seq
 
   const std::string& name(int64_t id) const;
 };
