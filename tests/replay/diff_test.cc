@@ -229,3 +229,95 @@ TEST(Diff, KernelFamilyDropsTemplatesParametersAndDigits) {
 
 }  // namespace
 }  // namespace detrace::replay
+
+namespace detrace::replay {
+namespace {
+
+// One rank, `layers` GEMMs, each with per-row fingerprints. The request's row is row 0 at bs=1 and
+// row `slot` among `batch` rows otherwise; `variant_layer` makes the request's output row depend on
+// the batch from that layer on (a batch-variant kernel).
+void writeBatchModel(const std::string& dir, int layers, int batch, int slot, int variant_layer,
+                     uint64_t seed) {
+  auto w = db::TraceWriter::create(dir + "/proc-1.dtrace");
+  ASSERT_TRUE(w.isOk());
+  (*w)->setRank({0, 1, 0, 0, 1, "h", "GPU", ""});
+  uint64_t request = mix(seed, 1);
+  std::vector<uint64_t> others;
+  for (int i = 0; i < batch; ++i) others.push_back(mix(seed + 1000, static_cast<uint64_t>(i)));
+  for (int layer = 0; layer < layers; ++layer) {
+    db::Event e;
+    e.kind = db::EventKind::kGemm;
+    e.name = (*w)->intern("cublasLtMatmul");
+    db::Gemm g;
+    g.m = batch;
+    g.n = 4096;
+    g.k = 4096;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+    g.algo_id = batch > 1 ? 21 : 6;  // the heuristic picks by m: legitimately different
+    auto seq = (*w)->appendGemm(e, g);
+    ASSERT_TRUE(seq.has_value());
+    std::vector<uint64_t> in(static_cast<size_t>(batch)), out(static_cast<size_t>(batch));
+    for (int r = 0; r < batch; ++r) {
+      in[static_cast<size_t>(r)] = r == slot ? request : others[static_cast<size_t>(r)];
+      out[static_cast<size_t>(r)] = mix(in[static_cast<size_t>(r)], static_cast<uint64_t>(layer));
+    }
+    if (batch > 1 && layer == variant_layer) out[static_cast<size_t>(slot)] ^= 4;
+    db::Operand a;
+    a.seq = *seq;
+    a.slot = 0;
+    a.role = db::OperandRole::kInput;
+    a.row_digests = in;
+    a.has_digest = true;
+    a.digest = mix(in[0], static_cast<uint64_t>(batch));
+    db::Operand d = a;
+    d.slot = 2;
+    d.role = db::OperandRole::kOutput;
+    d.row_digests = out;
+    d.digest = mix(out[0], static_cast<uint64_t>(batch));
+    EXPECT_TRUE((*w)->appendOperand(a));
+    EXPECT_TRUE((*w)->appendOperand(d));
+    request = out[static_cast<size_t>(slot)];
+    for (int r = 0; r < batch; ++r) {
+      if (r != slot) others[static_cast<size_t>(r)] = out[static_cast<size_t>(r)];
+    }
+  }
+  ASSERT_TRUE((*w)->close().isOk());
+}
+
+TEST(DiffBatch, BatchInvariantRunsAreIdenticalInBatchMode) {
+  TempDir a, b;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  writeBatchModel(a.path().string(), 6, 1, 0, -1, seed);
+  writeBatchModel(b.path().string(), 6, 8, 5, -1, seed);
+  auto d = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_TRUE(d->batch_mode) << "GEMMs differing only in m were not detected as a batch pair";
+  EXPECT_TRUE(d->identical()) << formatDiff(*d, {});
+}
+
+TEST(DiffBatch, FirstBatchVariantOpIsNamedWithTheKernelChoices) {
+  TempDir a, b;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  int variant = static_cast<int>(rng.range(1, 4));
+  writeBatchModel(a.path().string(), 6, 1, 0, -1, seed);
+  writeBatchModel(b.path().string(), 6, 8, 3, variant, seed);
+  auto d = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(d.isOk());
+  ASSERT_TRUE(d->batch_mode);
+  ASSERT_EQ(d->origin_rank, 0);
+  const RankDiff& r = d->ranks[0];
+  EXPECT_EQ(r.first->status, PairStatus::kBatchVariant);
+  EXPECT_EQ(r.first->a, variant) << "seq of the planted GEMM";
+  EXPECT_NE(r.why.find("algo 6 in A, algo 21 in B"), std::string::npos) << r.why;
+  for (size_t i = 1; i < r.differing.size(); ++i) EXPECT_EQ(r.differing[i].status, PairStatus::kPropagated);
+  // Forcing batch mode off compares whole tensors: every GEMM differs in shape, so none align.
+  auto whole = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()),
+                        {.batch = false});
+  ASSERT_TRUE(whole.isOk());
+  EXPECT_EQ(whole->ranks[0].first->status, PairStatus::kSchedule);
+}
+
+}  // namespace
+}  // namespace detrace::replay
