@@ -379,4 +379,30 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   return out;
 }
 
+Result<RunGroups> groupRuns(const std::vector<db::Run>& runs, const DiffOptions& options) {
+  std::vector<std::vector<size_t>> classes;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    bool placed = false;
+    for (auto& c : classes) {
+      DETRACE_ASSIGN_OR_RETURN(RunDiff d, diffRuns(runs[c.front()], runs[i], options));
+      if (d.identical()) {
+        c.push_back(i);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) classes.push_back({i});
+  }
+  std::stable_sort(classes.begin(), classes.end(),
+                   [](const auto& x, const auto& y) { return x.size() > y.size(); });
+  RunGroups groups;
+  groups.classes = std::move(classes);
+  for (size_t k = 1; k < groups.classes.size(); ++k) {
+    DETRACE_ASSIGN_OR_RETURN(RunDiff d, diffRuns(runs[groups.classes[0].front()],
+                                                 runs[groups.classes[k].front()], options));
+    groups.explanations.push_back(std::move(d));
+  }
+  return groups;
+}
+
 }  // namespace detrace::replay

@@ -321,3 +321,34 @@ TEST(DiffBatch, FirstBatchVariantOpIsNamedWithTheKernelChoices) {
 
 }  // namespace
 }  // namespace detrace::replay
+
+namespace detrace::replay {
+namespace {
+
+TEST(DiffMany, RunsAreGroupedIntoBitIdenticalClassesAndTheSplitIsExplained) {
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  std::vector<std::unique_ptr<TempDir>> dirs;
+  std::vector<db::Run> runs;
+  // Runs 0, 2, 3 clean; runs 1 and 4 with the same nondeterministic all-reduce outcome.
+  for (int i = 0; i < 5; ++i) {
+    dirs.push_back(std::make_unique<TempDir>());
+    Plant plant;
+    if (i == 1 || i == 4) plant = {0, 2, Plant::kAllReduceNondet};
+    writeModel(dirs.back()->path().string(), 2, 4, seed, plant);
+    runs.push_back(*db::Run::open(dirs.back()->path().string()));
+  }
+  auto groups = groupRuns(runs);
+  ASSERT_TRUE(groups.isOk()) << groups.status().message();
+  ASSERT_EQ(groups->classes.size(), 2u);
+  EXPECT_EQ(groups->classes[0], (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(groups->classes[1], (std::vector<size_t>{1, 4}));
+  ASSERT_EQ(groups->explanations.size(), 1u);
+  const RunDiff& why = groups->explanations[0];
+  ASSERT_EQ(why.origin_rank, 0);
+  EXPECT_EQ(why.ranks[0].first->status, PairStatus::kNondeterministic);
+  EXPECT_EQ(why.ranks[0].first->collectives_before, 2);
+}
+
+}  // namespace
+}  // namespace detrace::replay

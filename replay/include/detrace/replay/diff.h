@@ -94,6 +94,14 @@ bool looksLikeBatchPair(const RankOps& a, const RankOps& b);
 // Diffs every rank present in both runs (or only options.rank).
 Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, const DiffOptions& options = {});
 
+// Many runs: groups them into classes of runs that diff as identical ("3 distinct behaviours over
+// 8 runs"), then diffs the first run of the largest class against the first of each other class.
+struct RunGroups {
+  std::vector<std::vector<size_t>> classes;  // indices into the given runs, largest class first
+  std::vector<RunDiff> explanations;         // classes[0][0] vs classes[k][0], for k >= 1
+};
+Result<RunGroups> groupRuns(const std::vector<db::Run>& runs, const DiffOptions& options = {});
+
 // A human-readable description of one op (kind, name, shapes, choice) of a side.
 std::string describeOp(const RankOps& ops, int64_t seq);
 
