@@ -1,0 +1,102 @@
+// Content fingerprints ("digests") of GPU buffers, computed on the GPU without disturbing the host
+// process, and their CPU twins.
+//
+// Definition (also in docs/digest.md; the CPU twin below is the reference):
+//   - The buffer of `len` bytes is cut into C = 4096-byte chunks; the last one may be partial.
+//   - h_i = XXH64(bytes of chunk i, seed = i), standard XXH64, i the chunk index as uint64.
+//   - S = sum of all h_i modulo 2^64. Integer addition is associative and commutative, so the GPU
+//     may accumulate it with atomics in any order and still be bit-deterministic; the per-chunk seed
+//     makes S sensitive to the order of chunks, and XXH64 to every bit and byte position.
+//   - digest = XXH64 of the 16 little-endian bytes {S, len}, seed 0. An empty buffer has S = 0.
+// Per-row digests: R rows of B bytes each, row r starting at base + r * row_stride bytes; row r's
+// digest is the definition above applied to its B bytes. One launch computes all R rows.
+//
+// The GPU side runs inside someone else's process (the tracer's host), so it is written to leave
+// no trace there: it goes through the CUDA driver API with its own module, loaded from a fatbin
+// embedded in this library (the process's CUDA runtime never sees it); a call allocates nothing,
+// never synchronises the host, only enqueues one kernel on the caller's stream (so it can be
+// captured into a CUDA graph), and writes its result to caller-provided device or mapped memory.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "detrace/base/scoped.h"
+#include "detrace/base/status.h"
+
+namespace detrace::kernels {
+
+inline constexpr uint64_t kDigestChunkBytes = 4096;
+
+// Rows longer than this are hashed by several warps that meet through a DigestSlot (atomics);
+// shorter rows are hashed by one warp each and need no workspace.
+inline constexpr uint64_t kDigestRowBytesWithoutWorkspace = 16 * kDigestChunkBytes;
+
+// Accumulator of one digest in device memory. The caller zero-initialises it ONCE; every launch
+// leaves sum and done_chunks at zero again when it finishes (the last contributor resets them), so
+// a slot can be reused by later launches on the same stream without a memset. A slot must not be
+// used by two launches that may run concurrently. If a launch is aborted (a sticky CUDA error) the
+// slot must be zeroed again.
+struct DigestSlot {
+  uint64_t sum;          // running sum of chunk hashes (mod 2^64)
+  uint32_t done_chunks;  // chunks accounted for so far
+  uint32_t pad;
+  uint64_t digest;       // the result, unless the call names another destination
+};
+static_assert(sizeof(DigestSlot) == 24, "DigestSlot is shared with device code");
+
+// XXH64 of the 16 little-endian bytes {sum, len}, seed 0: the last step of the definition.
+uint64_t digestFinalCpu(uint64_t sum, uint64_t len);
+
+// CPU twin of Digester::digest (uses libxxhash).
+uint64_t digestCpu(const void* data, size_t len);
+
+// CPU twin of Digester::digestRows: out[r] = digestCpu(base + r * row_stride, row_bytes).
+void digestRowsCpu(const void* base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
+                   uint64_t* out);
+
+namespace detail {
+struct DriverApi;
+void unloadModule(CUmodule m);  // through the driver entry points digest.cc resolved
+}  // namespace detail
+
+// Launches the digest kernels of one CUDA context (the one current at create()). Thread-safe for
+// concurrent calls (it holds no mutable state); calls must come from a thread where that same
+// context is current.
+class Digester {
+ public:
+  // Loads the embedded module into the current context. Fails with kUnavailable when there is no
+  // CUDA driver (it is loaded at run time: the library itself does not link libcuda), no context
+  // is current, or the driver cannot load sm_90/compute_90 code.
+  static Result<Digester> create();
+
+  // Enqueues the digest of [src, src + len) on `stream`. `slot` is device memory, zeroed once by
+  // the caller (see DigestSlot). The digest is written to `out` (device or mapped host memory) when
+  // given, else to slot->digest. Any alignment of src is accepted (unaligned is slower).
+  Status digest(CUdeviceptr src, uint64_t len, DigestSlot* slot, CUstream stream,
+                uint64_t* out = nullptr) const;
+
+  // Enqueues the digests of `rows` rows of `row_bytes` bytes, row r at base + r * row_stride (any
+  // alignment, any stride); out[r] receives row r's digest. `workspace` must point to `rows`
+  // zero-initialised DigestSlots when row_bytes > kDigestRowBytesWithoutWorkspace, and may be null
+  // otherwise; like a DigestSlot it is left zeroed for reuse.
+  Status digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
+                    uint64_t* out, DigestSlot* workspace, CUstream stream) const;
+
+  // Largest number of resident warps the kernel is launched with (for tests and benchmarks).
+  int gridCap() const { return grid_cap_; }
+
+ private:
+  Digester() = default;
+  Status launch(const void* params, uint64_t tiles, CUstream stream) const;
+
+  const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
+  ScopedResource<CUmodule, detail::unloadModule> module_;
+  CUfunction kernel_ = nullptr;
+  CUcontext context_ = nullptr;
+  int grid_cap_ = 0;
+};
+
+}  // namespace detrace::kernels

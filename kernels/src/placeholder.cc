@@ -1,1 +1,0 @@
-// removed once kernels/ has real sources

@@ -1,0 +1,350 @@
+// Fixed-order reduction kernels (see detrace/kernels/reduce.h) and the planted racy reduction.
+//
+// One thread reduces 16-byte vectors of elements (8 bf16/fp16 or 4 fp32) over all ranks, then a
+// scalar pass takes the tail (and everything, when a pointer is not 16-byte aligned). Loads are
+// issued in batches before any add so that each thread keeps 8 x 16 bytes in flight: 8 ranks of
+// one vector, or (few ranks) 2 or 4 vectors at once. Adds are __fadd_rn (never contracted or reordered); the
+// order is fixed by the leaf order the host wrote into the parameters and by TreeSum for kTree.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "cuda_status.h"
+#include "detrace/kernels/reduce.h"
+#include "reduce_tree.h"
+
+namespace detrace::kernels {
+namespace detail {
+
+template <int V>
+struct FVec {
+  float v[V];
+};
+
+template <int V>
+__device__ __forceinline__ void treeAdd(const FVec<V>& left, FVec<V>& right) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) right.v[e] = __fadd_rn(left.v[e], right.v[e]);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::FVec;
+
+constexpr int kThreads = 256;
+
+struct ReduceParams {
+  const void* src[kMaxReduceRanks];  // in leaf order
+  void* out;
+  uint64_t count;
+  uint64_t vectors;  // count / V when every pointer is 16-byte aligned, else 0
+  int nranks;
+};
+
+__device__ __forceinline__ float toFloat(float x) { return x; }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T fromFloat(float x);
+template <>
+__device__ __forceinline__ float fromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half_rn(x); }
+
+// V elements of T loaded or stored as one access (16 bytes in the vector path).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// The raw 16-, 4- or 2-byte word holding V elements of T, loaded through the read-only path.
+template <typename T, int V>
+using RawOf = std::conditional_t<sizeof(T) * V == 16, uint4,
+                                 std::conditional_t<sizeof(T) * V == 4, unsigned int, unsigned short>>;
+
+template <typename T, int V>
+__device__ __forceinline__ RawOf<T, V> loadRaw(const void* base, uint64_t elem) {
+  return __ldg(reinterpret_cast<const RawOf<T, V>*>(static_cast<const T*>(base) + elem));
+}
+
+// Exact conversions of raw words to floats (bf16: the high half of an fp32; fp16: cvt).
+__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, __nv_bfloat16) {
+  x[0] = __uint_as_float(w << 16);
+  x[1] = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, __half) {
+  x[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
+  x[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, float) {
+  x[0] = __uint_as_float(w);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void rawToFloats(const RawOf<T, V>& r, float (&x)[V]) {
+  if constexpr (sizeof(T) * V == 16) {
+    constexpr int kPerWord = 4 / sizeof(T);
+    wordToFloats(r.x, x + 0 * kPerWord, T{});
+    wordToFloats(r.y, x + 1 * kPerWord, T{});
+    wordToFloats(r.z, x + 2 * kPerWord, T{});
+    wordToFloats(r.w, x + 3 * kPerWord, T{});
+  } else if constexpr (sizeof(T) == 4) {
+    wordToFloats(r, x, T{});
+  } else {
+    float two[2];
+    wordToFloats(static_cast<unsigned int>(r), two, T{});
+    x[0] = two[0];
+  }
+}
+
+// Reduces kVecs independent vectors (element offsets elem[u], valid[u]) at once: all loads of a
+// batch of ranks for all kVecs vectors are issued before any add, so a thread keeps
+// kBatch * kVecs = 8 loads in flight whatever N is (few ranks: more vectors per thread).
+// kTreeLevels: 0 for the sequential orders, else the tree depth instantiated.
+template <typename T, int V, int kTreeLevels, int kVecs>
+__device__ __forceinline__ void reduceGroup(const ReduceParams& p, const uint64_t (&elem)[kVecs],
+                                            const bool (&valid)[kVecs], FVec<V> (&acc)[kVecs]) {
+  constexpr bool kTree = kTreeLevels > 0;
+  constexpr int kBatch = 8 / kVecs;
+  detail::TreeSum<FVec<V>, kTree ? kTreeLevels : 1> tree[kVecs];
+  for (int k0 = 0; k0 < p.nranks; k0 += kBatch) {
+    RawOf<T, V> raw[kBatch][kVecs];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) {
+        raw[b][u] = RawOf<T, V>{};
+        if (k0 + b < p.nranks && valid[u]) raw[b][u] = loadRaw<T, V>(p.src[k0 + b], elem[u]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = k0 + b;
+      if (k >= p.nranks) break;
+#pragma unroll
+      for (int u = 0; u < kVecs; ++u) {
+        FVec<V> x;
+        rawToFloats<T, V>(raw[b][u], x.v);
+        if constexpr (kTree) {
+          tree[u].push(k, x);
+        } else if (k == 0) {
+          acc[u] = x;
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[u].v[e] = __fadd_rn(acc[u].v[e], x.v[e]);
+        }
+      }
+    }
+  }
+  if constexpr (kTree) {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) acc[u] = tree[u].finish(p.nranks);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void storePack(void* base, uint64_t elem, const FVec<V>& acc) {
+  Pack<T, V> out;
+#pragma unroll
+  for (int e = 0; e < V; ++e) out.v[e] = fromFloat<T>(acc.v[e]);
+  *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(base) + elem) = out;
+}
+
+template <typename T, int kTreeLevels, int kVecs>
+__global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __grid_constant__ ReduceParams p) {
+  constexpr int V = 16 / sizeof(T);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Vector path: thread tid takes vectors tid + (i * kVecs + u) * stride, u < kVecs, so each of
+  // its kVecs streams is coalesced across the warp.
+  for (uint64_t v0 = tid; v0 < p.vectors; v0 += stride * kVecs) {
+    uint64_t elem[kVecs];
+    bool valid[kVecs];
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const uint64_t v = v0 + u * stride;
+      valid[u] = v < p.vectors;
+      elem[u] = valid[u] ? v * V : 0;
+    }
+    FVec<V> acc[kVecs];
+    reduceGroup<T, V, kTreeLevels, kVecs>(p, elem, valid, acc);
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      if (valid[u]) storePack<T, V>(p.out, elem[u], acc[u]);
+    }
+  }
+  for (uint64_t e = p.vectors * V + tid; e < p.count; e += stride) {
+    const uint64_t elem[1] = {e};
+    const bool valid[1] = {true};
+    FVec<1> acc[1];
+    reduceGroup<T, 1, kTreeLevels, 1>(p, elem, valid, acc);
+    storePack<T, 1>(p.out, e, acc[0]);
+  }
+}
+
+// Planted: block b adds rank `rank` of element group b / N; the N blocks of a group are
+// neighbours, run concurrently on different SMs, and race on the same addresses. The rank a block
+// takes is scrambled per group so that arrival order is not tied to block scheduling order.
+template <typename T>
+__device__ __forceinline__ void atomicAddPair(T* out, uint64_t i, float a, float b, bool pair);
+
+template <>
+__device__ __forceinline__ void atomicAddPair<__nv_bfloat16>(__nv_bfloat16* out, uint64_t i,
+                                                             float a, float b, bool pair) {
+  if (pair) {
+    atomicAdd(reinterpret_cast<__nv_bfloat162*>(out + i), __floats2bfloat162_rn(a, b));
+  } else {
+    atomicAdd(out + i, __float2bfloat16_rn(a));
+  }
+}
+
+template <>
+__device__ __forceinline__ void atomicAddPair<__half>(__half* out, uint64_t i, float a, float b,
+                                                      bool pair) {
+  if (pair) {
+    atomicAdd(reinterpret_cast<__half2*>(out + i), __floats2half2_rn(a, b));
+  } else {
+    atomicAdd(out + i, __float2half_rn(a));
+  }
+}
+
+template <>
+__device__ __forceinline__ void atomicAddPair<float>(float* out, uint64_t i, float a, float b,
+                                                     bool pair) {
+  atomicAdd(out + i, a);
+  if (pair) atomicAdd(out + i + 1, b);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) racyReduceKernel(const __grid_constant__ ReduceParams p) {
+  const int n = p.nranks;
+  const uint64_t group = blockIdx.x / n;
+  const int slot = static_cast<int>(blockIdx.x % n);
+  const int flipped = (group & 1) ? n - 1 - slot : slot;
+  const int rank = static_cast<int>((flipped + group) % n);
+  const uint64_t i = (group * kThreads + threadIdx.x) * 2;  // two elements per thread
+  if (i >= p.count) return;
+  const bool pair = i + 1 < p.count;
+  const T* src = static_cast<const T*>(p.src[rank]);
+  const float a = toFloat(src[i]);
+  const float b = pair ? toFloat(src[i + 1]) : 0.0f;
+  atomicAddPair<T>(static_cast<T*>(p.out), i, a, b, pair);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+Status smCount(int* sms) {
+  int device = 0;
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  DETRACE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device));
+  return Status::ok();
+}
+
+template <typename T>
+Status launchFixed(const ReduceParams& p, bool tree, cudaStream_t stream) {
+  constexpr uint64_t V = 16 / sizeof(T);
+  int sms = 0;
+  DETRACE_RETURN_IF_ERROR(smCount(&sms));
+  const uint64_t items = std::max<uint64_t>(p.vectors, p.count - p.vectors * V);
+  const uint64_t blocks = std::clamp<uint64_t>((items + kThreads - 1) / kThreads, 1,
+                                               static_cast<uint64_t>(sms) * 8);
+  const auto grid = static_cast<unsigned>(blocks);
+  const int n = p.nranks;
+  // Few ranks: several vectors per thread (loads in flight); tree depth: the smallest that fits.
+  if (!tree) {
+    if (n <= 2) {
+      fixedOrderReduceKernel<T, 0, 4><<<grid, kThreads, 0, stream>>>(p);
+    } else if (n <= 4) {
+      fixedOrderReduceKernel<T, 0, 2><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      fixedOrderReduceKernel<T, 0, 1><<<grid, kThreads, 0, stream>>>(p);
+    }
+  } else if (n <= 2) {
+    fixedOrderReduceKernel<T, 2, 4><<<grid, kThreads, 0, stream>>>(p);
+  } else if (n <= 3) {
+    fixedOrderReduceKernel<T, 2, 2><<<grid, kThreads, 0, stream>>>(p);
+  } else if (n <= 4) {
+    fixedOrderReduceKernel<T, 3, 2><<<grid, kThreads, 0, stream>>>(p);
+  } else if (n <= 7) {
+    fixedOrderReduceKernel<T, 3, 1><<<grid, kThreads, 0, stream>>>(p);
+  } else if (n <= 15) {
+    fixedOrderReduceKernel<T, 4, 1><<<grid, kThreads, 0, stream>>>(p);
+  } else if (n <= 63) {
+    fixedOrderReduceKernel<T, 6, 1><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    fixedOrderReduceKernel<T, 8, 1><<<grid, kThreads, 0, stream>>>(p);
+  }
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status fixedOrderReduce(const void* const* inputs, int nranks, void* out, size_t count, DType dtype,
+                        ReduceOrder order, int start, cudaStream_t stream) {
+  DETRACE_RETURN_IF_ERROR(detail::checkReduceArgs(inputs, nranks, out, order, start));
+  if (count == 0) return Status::ok();
+  int leaves[kMaxReduceRanks];
+  reduceLeafOrder(order, nranks, start, leaves);
+  ReduceParams p{};
+  bool aligned = aligned16(out);
+  for (int k = 0; k < nranks; ++k) {
+    p.src[k] = inputs[leaves[k]];
+    aligned = aligned && aligned16(p.src[k]);
+  }
+  p.out = out;
+  p.count = count;
+  p.nranks = nranks;
+  p.vectors = aligned ? count / (16 / dtypeSize(dtype)) : 0;
+  const bool tree = order == ReduceOrder::kTree;
+  switch (dtype) {
+    case DType::kF32: return launchFixed<float>(p, tree, stream);
+    case DType::kF16: return launchFixed<__half>(p, tree, stream);
+    case DType::kBF16: return launchFixed<__nv_bfloat16>(p, tree, stream);
+  }
+  return makeError(ErrorCode::kInvalidArgument, "unknown dtype {}", static_cast<int>(dtype));
+}
+
+Status planted_racyReduce(const void* const* inputs, int nranks, void* out, size_t count,
+                          DType dtype, cudaStream_t stream) {
+  DETRACE_RETURN_IF_ERROR(
+      detail::checkReduceArgs(inputs, nranks, out, ReduceOrder::kRankOrder, 0));
+  if ((reinterpret_cast<uintptr_t>(out) & 3) != 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "planted_racyReduce needs a 4-byte aligned output (packed atomics)");
+  }
+  if (count == 0) return Status::ok();
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, count * dtypeSize(dtype), stream));
+  ReduceParams p{};
+  for (int k = 0; k < nranks; ++k) p.src[k] = inputs[k];
+  p.out = out;
+  p.count = count;
+  p.nranks = nranks;
+  const uint64_t groups = (count + 2 * kThreads - 1) / (2 * kThreads);
+  const uint64_t blocks = groups * static_cast<uint64_t>(nranks);
+  if (blocks > 0x7fffffffull) {
+    return makeError(ErrorCode::kInvalidArgument, "planted_racyReduce: {} elements is too many",
+                     count);
+  }
+  const auto grid = static_cast<unsigned>(blocks);
+  switch (dtype) {
+    case DType::kF32: racyReduceKernel<float><<<grid, kThreads, 0, stream>>>(p); break;
+    case DType::kF16: racyReduceKernel<__half><<<grid, kThreads, 0, stream>>>(p); break;
+    case DType::kBF16: racyReduceKernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p); break;
+  }
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace detrace::kernels

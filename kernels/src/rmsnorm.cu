@@ -1,0 +1,328 @@
+// Batch-invariant RMSNorm kernels (see detrace/kernels/rmsnorm.h for the guarantee and the exact
+// summation order, which rmsnorm_cpu.cc mirrors) and the planted batch-variant one.
+//
+// One block per row, rmsNormThreads(hidden) threads. Thread t owns 8-element units t, t+T, ...;
+// when it owns at most kMaxCachedUnits of them they stay in registers between the two passes,
+// otherwise the second pass reloads them. 16-byte vector loads are used when every row start is
+// 16-byte aligned and hidden % 8 == 0; otherwise elements are loaded one by one. Either way the
+// arithmetic, and so the result, is the same: vectorisation never changes the order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "cuda_status.h"
+#include "detrace/kernels/rmsnorm.h"
+
+namespace detrace::kernels {
+namespace {
+
+constexpr int kUnit = 8;
+constexpr int kMaxCachedUnits = 4;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float toFloat(float x) { return x; }
+__device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T fromFloat(float x);
+template <>
+__device__ __forceinline__ float fromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half_rn(x); }
+
+// Eight elements of a row in their storage type: kept in registers between the two passes in
+// this form (half the registers of floats for bf16/fp16; converting again is exact).
+template <typename T>
+struct alignas(16) Unit {
+  T e[kUnit];
+};
+
+// Loads unit u (elements 8u .. 8u+7; those at or past hidden read as zero).
+template <typename T>
+__device__ __forceinline__ Unit<T> loadRaw(const T* row, int u, int hidden, bool vec) {
+  Unit<T> r;
+  if (vec) {
+    constexpr int kWords = kUnit * sizeof(T) / 16;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) {
+      const uint4 w = *(reinterpret_cast<const uint4*>(row + u * kUnit) + k);
+      memcpy(reinterpret_cast<char*>(r.e) + 16 * k, &w, 16);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kUnit; ++i) {
+      const int at = u * kUnit + i;
+      r.e[i] = at < hidden ? row[at] : fromFloat<T>(0.0f);
+    }
+  }
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void storeRaw(T* row, int u, int hidden, bool vec,
+                                         const Unit<T>& r) {
+  if (vec) {
+    constexpr int kWords = kUnit * sizeof(T) / 16;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) {
+      uint4 w;
+      memcpy(&w, reinterpret_cast<const char*>(r.e) + 16 * k, 16);
+      *(reinterpret_cast<uint4*>(row + u * kUnit) + k) = w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kUnit; ++i) {
+      if (u * kUnit + i < hidden) row[u * kUnit + i] = r.e[i];
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void toFloats(const Unit<T>& r, float (&v)[kUnit]) {
+#pragma unroll
+  for (int i = 0; i < kUnit; ++i) v[i] = toFloat(r.e[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void loadUnit(const T* row, int u, int hidden, bool vec,
+                                         float (&v)[kUnit]) {
+  toFloats(loadRaw(row, u, hidden, vec), v);
+}
+
+template <typename T>
+__device__ __forceinline__ void storeUnit(T* row, int u, int hidden, bool vec,
+                                          const float (&v)[kUnit]) {
+  Unit<T> r;
+#pragma unroll
+  for (int i = 0; i < kUnit; ++i) r.e[i] = fromFloat<T>(v[i]);
+  storeRaw(row, u, hidden, vec, r);
+}
+
+// Unit u of the value being normalised: x, or round(x + residual), which is stored back.
+template <typename T, bool kResidual>
+__device__ __forceinline__ Unit<T> loadInput(const T* x, T* res, int u, int hidden,
+                                             bool vec) {
+  Unit<T> in = loadRaw(x, u, hidden, vec);
+  if constexpr (kResidual) {
+    const Unit<T> r = loadRaw<T>(res, u, hidden, vec);
+#pragma unroll
+    for (int i = 0; i < kUnit; ++i) {
+      in.e[i] = fromFloat<T>(__fadd_rn(toFloat(in.e[i]), toFloat(r.e[i])));
+    }
+    storeRaw(res, u, hidden, vec, in);
+  }
+  return in;
+}
+
+__device__ __forceinline__ float addSquares(float p, int u, int hidden,
+                                            const float (&v)[kUnit]) {
+#pragma unroll
+  for (int i = 0; i < kUnit; ++i) {
+    if (u * kUnit + i < hidden) p = __fadd_rn(p, __fmul_rn(v[i], v[i]));
+  }
+  return p;
+}
+
+// Block-wide total of the thread partials: warp butterflies, then warp totals in warp order.
+__device__ __forceinline__ float blockTotal(float p) {
+  __shared__ float warp_totals[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) p = __fadd_rn(p, __shfl_xor_sync(kFullMask, p, o));
+  const int warp = threadIdx.x / 32;
+  if ((threadIdx.x & 31) == 0) warp_totals[warp] = p;
+  __syncthreads();
+  float total = warp_totals[0];
+  const int warps = blockDim.x / 32;
+  for (int w = 1; w < warps; ++w) total = __fadd_rn(total, warp_totals[w]);
+  return total;
+}
+
+__device__ __forceinline__ float invRms(float total, int hidden, float eps) {
+  const float mean = __fdiv_rn(total, static_cast<float>(hidden));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+template <typename T>
+__device__ __forceinline__ void writeOutput(const T* w, T* y, int u, int hidden, bool vec,
+                                            float inv, const float (&v)[kUnit]) {
+  float wf[kUnit];
+  loadUnit(w, u, hidden, vec, wf);
+  float o[kUnit];
+#pragma unroll
+  for (int i = 0; i < kUnit; ++i) o[i] = __fmul_rn(__fmul_rn(v[i], inv), wf[i]);
+  storeUnit(y, u, hidden, vec, o);
+}
+
+template <typename T, bool kResidual, bool kCached>
+__global__ void __launch_bounds__(1024) rmsNormKernel(const T* __restrict__ x, T* residual,
+                                                      const T* __restrict__ w, T* y,
+                                                      int64_t hidden64, float eps, bool vec) {
+  const int hidden = static_cast<int>(hidden64);  // <= kRmsNormMaxHidden: 32-bit row indices
+  const int units = (hidden + kUnit - 1) / kUnit;
+  const int64_t offset = static_cast<int64_t>(blockIdx.x) * hidden;
+  const T* xr = x + offset;
+  T* rr = kResidual ? residual + offset : nullptr;
+  T* yr = y + offset;
+  const int threads = blockDim.x;
+  float p = 0.0f;
+  if constexpr (kCached) {
+    Unit<T> cache[kMaxCachedUnits];
+#pragma unroll
+    for (int k = 0; k < kMaxCachedUnits; ++k) {
+      const int u = static_cast<int>(threadIdx.x) + k * threads;
+      if (u < units) cache[k] = loadInput<T, kResidual>(xr, rr, u, hidden, vec);
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxCachedUnits; ++k) {
+      const int u = static_cast<int>(threadIdx.x) + k * threads;
+      if (u < units) {
+        float v[kUnit];
+        toFloats(cache[k], v);
+        p = addSquares(p, u, hidden, v);
+      }
+    }
+    const float inv = invRms(blockTotal(p), hidden, eps);
+#pragma unroll
+    for (int k = 0; k < kMaxCachedUnits; ++k) {
+      const int u = static_cast<int>(threadIdx.x) + k * threads;
+      if (u < units) {
+        float v[kUnit];
+        toFloats(cache[k], v);
+        writeOutput(w, yr, u, hidden, vec, inv, v);
+      }
+    }
+  } else {
+    for (int u = static_cast<int>(threadIdx.x); u < units; u += threads) {
+      float v[kUnit];
+      toFloats(loadInput<T, kResidual>(xr, rr, u, hidden, vec), v);
+      p = addSquares(p, u, hidden, v);
+    }
+    const float inv = invRms(blockTotal(p), hidden, eps);
+    for (int u = static_cast<int>(threadIdx.x); u < units; u += threads) {
+      float v[kUnit];
+      loadUnit<T>(kResidual ? rr : xr, u, hidden, vec, v);  // the residual now holds the sum
+      writeOutput(w, yr, u, hidden, vec, inv, v);
+    }
+  }
+}
+
+// Planted batch-variant path: one warp per row, lane l sums the contiguous slice
+// [l * c, (l + 1) * c) and the lanes are combined with a shfl_down tree.
+template <typename T>
+__global__ void __launch_bounds__(256) warpPerRowKernel(const T* __restrict__ x,
+                                                        const T* __restrict__ w, T* y,
+                                                        int64_t rows, int64_t hidden, float eps) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + row * hidden;
+  T* yr = y + row * hidden;
+  const int64_t slice = (hidden + 31) / 32;
+  float p = 0.0f;
+  for (int64_t i = lane * slice; i < (lane + 1) * slice && i < hidden; ++i) {
+    const float v = toFloat(xr[i]);
+    p = __fadd_rn(p, __fmul_rn(v, v));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) p = __fadd_rn(p, __shfl_down_sync(kFullMask, p, o));
+  const float inv = invRms(__shfl_sync(kFullMask, p, 0), hidden, eps);
+  for (int64_t i = lane; i < hidden; i += 32) {
+    yr[i] = fromFloat<T>(__fmul_rn(__fmul_rn(toFloat(xr[i]), inv), toFloat(w[i])));
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename T, bool kResidual>
+Status launchRmsNorm(const void* x, void* residual, const void* weight, void* y, int64_t rows,
+                     int64_t hidden, float eps, cudaStream_t stream) {
+  if (rows == 0) return Status::ok();
+  if (rows > 0x7fffffff) {
+    return makeError(ErrorCode::kInvalidArgument, "RMSNorm of {} rows: at most 2^31-1", rows);
+  }
+  const int threads = rmsNormThreads(hidden);
+  const int64_t units = (hidden + kUnit - 1) / kUnit;
+  const bool cached = (units + threads - 1) / threads <= kMaxCachedUnits;
+  const bool vec = hidden % kUnit == 0 && aligned16(x) && aligned16(weight) && aligned16(y) &&
+                   (!kResidual || aligned16(residual));
+  const auto* xt = static_cast<const T*>(x);
+  auto* rt = static_cast<T*>(residual);
+  const auto* wt = static_cast<const T*>(weight);
+  auto* yt = static_cast<T*>(y);
+  const auto grid = static_cast<unsigned>(rows);
+  if (cached) {
+    rmsNormKernel<T, kResidual, true><<<grid, threads, 0, stream>>>(xt, rt, wt, yt, hidden, eps, vec);
+  } else {
+    rmsNormKernel<T, kResidual, false><<<grid, threads, 0, stream>>>(xt, rt, wt, yt, hidden, eps, vec);
+  }
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+template <bool kResidual>
+Status dispatch(const void* x, void* residual, const void* weight, void* y, int64_t rows,
+                int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kF32:
+      return launchRmsNorm<float, kResidual>(x, residual, weight, y, rows, hidden, eps, stream);
+    case DType::kF16:
+      return launchRmsNorm<__half, kResidual>(x, residual, weight, y, rows, hidden, eps, stream);
+    case DType::kBF16:
+      return launchRmsNorm<__nv_bfloat16, kResidual>(x, residual, weight, y, rows, hidden, eps,
+                                                     stream);
+  }
+  return makeError(ErrorCode::kInvalidArgument, "unknown dtype {}", static_cast<int>(dtype));
+}
+
+template <typename T>
+Status launchWarpPerRow(const void* x, const void* weight, void* y, int64_t rows, int64_t hidden,
+                        float eps, cudaStream_t stream) {
+  const auto grid = static_cast<unsigned>((rows + 7) / 8);
+  warpPerRowKernel<T><<<grid, 256, 0, stream>>>(static_cast<const T*>(x),
+                                                static_cast<const T*>(weight), static_cast<T*>(y),
+                                                rows, hidden, eps);
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status rmsNorm(const void* x, const void* weight, void* y, int64_t rows, int64_t hidden, float eps,
+               DType dtype, cudaStream_t stream) {
+  DETRACE_RETURN_IF_ERROR(detail::checkRmsNormArgs(x, weight, y, rows, hidden));
+  return dispatch<false>(x, nullptr, weight, y, rows, hidden, eps, dtype, stream);
+}
+
+Status rmsNormAddResidual(const void* x, void* residual, const void* weight, void* y, int64_t rows,
+                          int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
+  DETRACE_RETURN_IF_ERROR(detail::checkRmsNormArgs(x, weight, y, rows, hidden));
+  if (rows > 0 && residual == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "RMSNorm got a null residual");
+  }
+  return dispatch<true>(x, residual, weight, y, rows, hidden, eps, dtype, stream);
+}
+
+Status planted_batchVariantRmsNorm(const void* x, const void* weight, void* y, int64_t rows,
+                                   int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
+  constexpr int64_t kSwitchRows = 64;
+  DETRACE_RETURN_IF_ERROR(detail::checkRmsNormArgs(x, weight, y, rows, hidden));
+  if (rows < kSwitchRows) return rmsNorm(x, weight, y, rows, hidden, eps, dtype, stream);
+  if (rows / 8 > 0x7fffffff) {
+    return makeError(ErrorCode::kInvalidArgument, "RMSNorm of {} rows is too many", rows);
+  }
+  switch (dtype) {
+    case DType::kF32: return launchWarpPerRow<float>(x, weight, y, rows, hidden, eps, stream);
+    case DType::kF16: return launchWarpPerRow<__half>(x, weight, y, rows, hidden, eps, stream);
+    case DType::kBF16:
+      return launchWarpPerRow<__nv_bfloat16>(x, weight, y, rows, hidden, eps, stream);
+  }
+  return makeError(ErrorCode::kInvalidArgument, "unknown dtype {}", static_cast<int>(dtype));
+}
+
+}  // namespace detrace::kernels

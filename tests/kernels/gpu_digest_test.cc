@@ -1,0 +1,219 @@
+// GPU digests against the CPU twin, bit for bit: every size class, unaligned bases, rows with odd
+// strides, slot reuse, CUDA graph capture and mapped host output.
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "detrace/kernels/digest.h"
+#include "kernels_gpu_util.h"
+
+namespace detrace::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+
+class DigestGpuTest : public testing::GpuTest {
+ protected:
+  void SetUp() override {
+    testing::GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto d = Digester::create();
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    digester_ = std::make_unique<Digester>(std::move(d).value());
+    slots_ = DeviceBuffer(64 * sizeof(DigestSlot));
+    ASSERT_TRUE(slots_.ok());
+    slots_.poison(0);  // zeroed once, as the contract says
+  }
+  DigestSlot* slot(int i = 0) const { return reinterpret_cast<DigestSlot*>(slots_.get()) + i; }
+
+  // Digest of device bytes [p, p + len) read back from the slot, with the slot's digest poisoned
+  // beforehand.
+  uint64_t gpuDigest(const unsigned char* p, uint64_t len, int slot_index = 0) {
+    EXPECT_EQ(cudaMemset(&slot(slot_index)->digest, 0xff, 8), cudaSuccess);
+    const Status s = digester_->digest(reinterpret_cast<CUdeviceptr>(p), len, slot(slot_index),
+                                       nullptr);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    DigestSlot host{};
+    EXPECT_EQ(cudaMemcpy(&host, slot(slot_index), sizeof host, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(host.sum, 0u) << "slot not reset after len " << len;
+    EXPECT_EQ(host.done_chunks, 0u) << "slot not reset after len " << len;
+    return host.digest;
+  }
+
+  std::unique_ptr<Digester> digester_;
+  DeviceBuffer slots_;
+};
+
+TEST_F(DigestGpuTest, MatchesCpuForAllSizeClasses) {
+  DETRACE_REQUIRE_GPU();
+  std::vector<uint64_t> sizes = {0,     1,     7,     31,    32,    33,     63,        64,
+                                 511,   512,   513,   4095,  4096,  4097,   8191,      8192,
+                                 12345, 65535, 65536, 65537, 65536 * 2 + 3, (1u << 20) + 13,
+                                 (16u << 20) + 5};
+  for (int i = 0; i < 12; ++i) sizes.push_back(rng_() % (3u << 20));
+  const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  const auto host = randomBytes(max_size + 16);
+  DeviceBuffer buf(max_size + 16);
+  ASSERT_TRUE(buf.ok());
+  buf.upload(host.data(), host.size());
+  for (uint64_t len : sizes) {
+    for (uint64_t offset : {0, 1, 2, 3, 4, 8, 12, 15}) {
+      if (len > (1u << 20) && offset % 4 != 3 && offset != 0) continue;  // keep the run short
+      EXPECT_EQ(gpuDigest(buf.get() + offset, len), digestCpu(host.data() + offset, len))
+          << "len " << len << " offset " << offset;
+    }
+  }
+}
+
+TEST_F(DigestGpuTest, SlotIsReusableAndResultDeterministic) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t len = (8u << 20) + 77;
+  const auto host = randomBytes(len);
+  DeviceBuffer buf(len);
+  ASSERT_TRUE(buf.ok());
+  buf.upload(host.data(), len);
+  const uint64_t want = digestCpu(host.data(), len);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(gpuDigest(buf.get(), len), want) << "repeat " << i;
+  // Back-to-back launches on one stream reuse the slot without synchronisation in between.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(digester_->digest(reinterpret_cast<CUdeviceptr>(buf.get()), len, slot(), nullptr)
+                    .isOk());
+  }
+  EXPECT_EQ(gpuDigest(buf.get(), len), want);
+}
+
+TEST_F(DigestGpuTest, SingleBitFlipChangesGpuDigest) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t len = 1u << 20;
+  auto host = randomBytes(len);
+  DeviceBuffer buf(len);
+  ASSERT_TRUE(buf.ok());
+  buf.upload(host.data(), len);
+  const uint64_t before = gpuDigest(buf.get(), len);
+  const uint64_t at = rng_() % len;
+  host[at] ^= 0x10;
+  buf.upload(host.data() + at, 1, at);
+  EXPECT_NE(gpuDigest(buf.get(), len), before);
+  EXPECT_EQ(gpuDigest(buf.get(), len), digestCpu(host.data(), len));
+}
+
+struct RowCase {
+  uint32_t rows;
+  uint64_t row_bytes;
+  uint64_t stride;
+  uint64_t offset;
+};
+
+TEST_F(DigestGpuTest, RowsMatchCpu) {
+  DETRACE_REQUIRE_GPU();
+  const std::vector<RowCase> cases = {
+      {1, 0, 0, 0},          {5, 0, 16, 0},          {1, 1, 1, 0},
+      {7, 100, 101, 3},      {1000, 64, 66, 2},      {33, 8192, 8192, 0},
+      {33, 8192, 8194, 2},   {9, 4096, 4096, 0},     {5, 3 * 4096 + 7, 3 * 4096 + 9, 1},
+      {17, 65536, 65538, 6}, {4, 65537, 65537, 0},   {3, 70000, 70003, 5},
+      {2, 1u << 20, (1u << 20) + 2, 2},              {300, 5000, 5001, 7},
+      {2048, 8192, 8192, 0}, {1, 16u << 20, 0, 0},   {64, 4095, 4097, 1}};
+  for (const RowCase& c : cases) {
+    const uint64_t span = c.rows == 0 ? 0 : (c.rows - 1) * c.stride + c.row_bytes;
+    const auto host = randomBytes(span + c.offset + 1);
+    DeviceBuffer buf(host.size()), out(c.rows * 8ull), ws(c.rows * sizeof(DigestSlot));
+    ASSERT_TRUE(buf.ok() && out.ok() && ws.ok());
+    buf.upload(host.data(), host.size());
+    ws.poison(0);
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the second run reuses the workspace
+      out.poison();
+      const Status s = digester_->digestRows(
+          reinterpret_cast<CUdeviceptr>(buf.get() + c.offset), c.rows, c.row_bytes, c.stride,
+          reinterpret_cast<uint64_t*>(out.get()), reinterpret_cast<DigestSlot*>(ws.get()),
+          nullptr);
+      ASSERT_TRUE(s.isOk()) << s.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint64_t> want(c.rows);
+      digestRowsCpu(host.data() + c.offset, c.rows, c.row_bytes, c.stride, want.data());
+      const auto got = out.download(c.rows * 8ull);
+      for (uint32_t r = 0; r < c.rows; ++r) {
+        uint64_t g;
+        std::memcpy(&g, got.data() + r * 8ull, 8);
+        ASSERT_EQ(g, want[r]) << "rows " << c.rows << " x " << c.row_bytes << " stride "
+                              << c.stride << " offset " << c.offset << ": row " << r;
+      }
+    }
+  }
+}
+
+TEST_F(DigestGpuTest, LongRowsNeedAWorkspace) {
+  DETRACE_REQUIRE_GPU();
+  DeviceBuffer out(8);
+  const Status s = digester_->digestRows(0x1000, 1, kDigestRowBytesWithoutWorkspace + 1, 0,
+                                         reinterpret_cast<uint64_t*>(out.get()), nullptr, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(digester_->digest(0x1000, 10, nullptr, nullptr).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(DigestGpuTest, GraphCaptureGivesTheSameDigest) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t len = (4u << 20) + 123;
+  const auto host = randomBytes(len);
+  DeviceBuffer buf(len), out(8 * 4);
+  ASSERT_TRUE(buf.ok() && out.ok());
+  buf.upload(host.data(), len);
+  const uint64_t eager = gpuDigest(buf.get(), len);
+  ASSERT_EQ(eager, digestCpu(host.data(), len));
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  auto* o = reinterpret_cast<uint64_t*>(out.get());
+  const auto src = reinterpret_cast<CUdeviceptr>(buf.get());
+  const Status s1 = digester_->digest(src, len, slot(1), stream, o);
+  const Status s2 = digester_->digest(src + 1, 1000, slot(2), stream, o + 1);
+  const Status s3 = digester_->digestRows(src, 2, 5000, 6000, o + 2, nullptr, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(s1.isOk() && s2.isOk() && s3.isOk()) << s1.message() << s2.message() << s3.message();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  uint64_t rows_want[2];
+  digestRowsCpu(host.data(), 2, 5000, 6000, rows_want);
+  for (int replay = 0; replay < 3; ++replay) {
+    out.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto got = out.download(32);
+    uint64_t v[4];
+    std::memcpy(v, got.data(), 32);
+    EXPECT_EQ(v[0], eager) << "replay " << replay;
+    EXPECT_EQ(v[1], digestCpu(host.data() + 1, 1000)) << "replay " << replay;
+    EXPECT_EQ(v[2], rows_want[0]) << "replay " << replay;
+    EXPECT_EQ(v[3], rows_want[1]) << "replay " << replay;
+  }
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  (void)cudaStreamDestroy(stream);
+}
+
+TEST_F(DigestGpuTest, WritesToMappedHostMemory) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t len = 3 * 4096 + 5;  // one warp, no atomics on the output
+  const auto host = randomBytes(len);
+  DeviceBuffer buf(len);
+  ASSERT_TRUE(buf.ok());
+  buf.upload(host.data(), len);
+  uint64_t* mapped = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&mapped), 8, cudaHostAllocMapped), cudaSuccess);
+  *mapped = ~uint64_t{0};
+  uint64_t* mapped_dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped_dev), mapped, 0),
+            cudaSuccess);
+  ASSERT_TRUE(digester_->digest(reinterpret_cast<CUdeviceptr>(buf.get()), len, slot(3), nullptr,
+                                mapped_dev)
+                  .isOk());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(*mapped, digestCpu(host.data(), len));
+  (void)cudaFreeHost(mapped);
+}
+
+}  // namespace
+}  // namespace detrace::kernels
