@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,7 @@
 namespace detrace::cli {
 
 inline constexpr int kExitOk = 0;
+inline constexpr int kExitDivergent = 1;
 inline constexpr int kExitError = 2;
 
 // Sets up a subcommand; `run` is set to the function main calls if the subcommand was chosen.
@@ -19,6 +21,11 @@ using Runner = std::function<int()>;
 void addInfoCommand(CLI::App& app, Runner& run);
 void addExportCommand(CLI::App& app, Runner& run);
 void addSchemaCommand(CLI::App& app, Runner& run);
+void addDiffCommand(CLI::App& app, Runner& run);
+void addRecordCommand(CLI::App& app, Runner& run);
+
+// The command line as given (main sets it), for checks CLI11 cannot make (e.g. `--` present).
+const std::vector<std::string>& rawArgs();
 
 // Prints "detrace: error: <message>" to stderr and returns kExitError.
 int reportError(const Status& status);

@@ -1,10 +1,18 @@
 // detrace: record-and-replay debugger for bitwise reproducibility of GPU inference.
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "detrace/base/version.h"
 
 namespace detrace::cli {
+
+namespace {
+std::vector<std::string> g_raw_args;
+}  // namespace
+
+const std::vector<std::string>& rawArgs() { return g_raw_args; }
 
 int reportError(const Status& status) {
   std::fprintf(stderr, "detrace: error: %s\n", status.message().c_str());
@@ -20,6 +28,8 @@ int main(int argc, char** argv) {
       "A run is a directory made by `detrace record` (one .dtrace SQLite file per rank plus\n"
       "manifest.json); every command that reads runs accepts such a directory or one .dtrace file.\n\n"
       "Examples:\n"
+      "  detrace record -o runA -- ./app         record a program (no code change)\n"
+      "  detrace diff runA runB                  where and why two runs part\n"
       "  detrace info runA                       summarise a run\n"
       "  detrace info runA --json                the same, for scripts\n"
       "  detrace export runA -o runA.json        open runA.json in ui.perfetto.dev\n"
@@ -29,9 +39,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
   Runner run;
+  addDiffCommand(app, run);
   addInfoCommand(app, run);
   addExportCommand(app, run);
   addSchemaCommand(app, run);
+  addRecordCommand(app, run);
+  g_raw_args.assign(argv, argv + argc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -168,3 +168,26 @@ TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {
 
 }  // namespace
 }  // namespace detrace
+
+namespace detrace {
+namespace {
+
+TEST(Cli, DiffExitStatusIsZeroOneOrTwo) {
+  testing::TempDir a, b;
+  testing::Rng rng;
+  makeRun(a, rng);
+  makeRun(b, rng);  // different random content: divergent
+  Output same = detrace(fmt::format("diff {} {}", a.path().string(), a.path().string()));
+  EXPECT_EQ(same.status, 0) << same.out;
+  EXPECT_NE(same.out.find("IDENTICAL"), std::string::npos) << same.out;
+  Output differ = detrace(fmt::format("diff {} {} --json", a.path().string(), b.path().string()));
+  EXPECT_EQ(differ.status, 1) << differ.out;
+  auto j = nlohmann::json::parse(differ.out);
+  EXPECT_EQ(j["identical"], false);
+  Output bad = detrace(fmt::format("diff {} /no/such/run", a.path().string()));
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("does not exist"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace detrace

@@ -1,0 +1,113 @@
+// detrace diff RUN_A RUN_B [RUN_C ...] [--rank R] [--batch auto|on|off] [--json]
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "detrace/db/run.h"
+#include "detrace/replay/diff.h"
+#include "detrace/replay/diff_report.h"
+
+namespace detrace::cli {
+namespace {
+
+struct DiffCliOptions {
+  std::vector<std::string> runs;
+  int rank = -1;
+  bool json = false;
+  std::string batch = "auto";
+};
+
+int diffTwo(const DiffCliOptions& o, const std::vector<db::Run>& runs,
+            const replay::DiffOptions& options) {
+  auto diff = replay::diffRuns(runs[0], runs[1], options);
+  if (!diff.isOk()) return reportError(diff.status());
+  replay::DiffLabels labels{o.runs[0], o.runs[1]};
+  if (o.json) {
+    std::printf("%s\n", replay::diffJson(*diff, labels).dump(2).c_str());
+  } else {
+    std::printf("%s", replay::formatDiff(*diff, labels).c_str());
+  }
+  return diff->identical() ? kExitOk : kExitDivergent;
+}
+
+int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
+             const replay::DiffOptions& options) {
+  auto groups = replay::groupRuns(runs, options);
+  if (!groups.isOk()) return reportError(groups.status());
+  const auto& classes = groups->classes;
+  if (o.json) {
+    nlohmann::json j = {{"runs", o.runs}, {"classes", nlohmann::json::array()},
+                        {"explanations", nlohmann::json::array()}};
+    for (const auto& c : classes) {
+      nlohmann::json members = nlohmann::json::array();
+      for (size_t i : c) members.push_back(o.runs[i]);
+      j["classes"].push_back(members);
+    }
+    for (size_t k = 0; k < groups->explanations.size(); ++k) {
+      j["explanations"].push_back(replay::diffJson(
+          groups->explanations[k], {o.runs[classes[0].front()], o.runs[classes[k + 1].front()]}));
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return classes.size() == 1 ? kExitOk : kExitDivergent;
+  }
+  std::printf("%zu distinct behaviour(s) over %zu runs\n", classes.size(), runs.size());
+  for (size_t k = 0; k < classes.size(); ++k) {
+    std::string members;
+    for (size_t i : classes[k]) members += (members.empty() ? "" : ", ") + o.runs[i];
+    std::printf("  class %zu (%zu run(s)): %s\n", k + 1, classes[k].size(), members.c_str());
+  }
+  for (size_t k = 0; k < groups->explanations.size(); ++k) {
+    std::printf("\n--- class 1 vs class %zu ---\n%s", k + 2,
+                replay::formatDiff(groups->explanations[k],
+                                   {o.runs[classes[0].front()], o.runs[classes[k + 1].front()]})
+                    .c_str());
+  }
+  return classes.size() == 1 ? kExitOk : kExitDivergent;
+}
+
+}  // namespace
+
+void addDiffCommand(CLI::App& app, Runner& run) {
+  auto opts = std::make_shared<DiffCliOptions>();
+  CLI::App* cmd = app.add_subcommand("diff", "Find where runs stop being bit-identical, and why.");
+  cmd->add_option("RUNS", opts->runs, "Two or more run directories (or .dtrace files)")
+      ->required()
+      ->expected(2, -1);
+  cmd->add_option("--rank", opts->rank, "Compare only this rank");
+  cmd->add_option("--batch", opts->batch,
+                  "Batch-size mode (bs=1 vs bs=N): compare the request's rows by per-row "
+                  "fingerprints. auto: on when the runs' GEMMs differ only in m")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", opts->json, "Print the verdict as JSON");
+  cmd->footer(
+      "Each rank's events are aligned (library ops first, then the kernels between them) and every\n"
+      "aligned pair is classified: kernel selection changed (same op and shape, different kernel,\n"
+      "cuBLASLt algorithm or NCCL algorithm/protocol/channels), nondeterministic (same input\n"
+      "fingerprints, different outputs), propagated (inputs already differed, on this rank or, for\n"
+      "a collective, on another), batch-variant (batch mode: the request's input rows match, its\n"
+      "output rows do not), or a schedule/shape difference (present in one run only). The report\n"
+      "names the first divergence in causal order across ranks and the command to confirm it.\n"
+      "With more than two runs, the runs are grouped into bit-identical classes first.\n\n"
+      "Examples:\n"
+      "  detrace diff runA runB                 run-to-run\n"
+      "  detrace diff bs1 bs64                  batch-size mode is detected from the GEMM shapes\n"
+      "  detrace diff run1 run2 run3 run4       how many distinct behaviours, and where they part\n\n"
+      "Exit status: 0 identical, 1 divergent, 2 error.\n");
+  cmd->callback([opts, &run] {
+    run = [opts] {
+      std::vector<db::Run> runs;
+      for (const std::string& path : opts->runs) {
+        auto r = db::Run::open(path);
+        if (!r.isOk()) return reportError(r.status());
+        runs.push_back(std::move(*r));
+      }
+      replay::DiffOptions options;
+      if (opts->rank >= 0) options.rank = opts->rank;
+      if (opts->batch != "auto") options.batch = opts->batch == "on";
+      return runs.size() == 2 ? diffTwo(*opts, runs, options) : diffMany(*opts, runs, options);
+    };
+  });
+}
+
+}  // namespace detrace::cli

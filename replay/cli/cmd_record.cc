@@ -1,0 +1,90 @@
+// detrace record -o RUN_DIR [--force] [--queue N] -- COMMAND...
+#include <algorithm>
+#include <cstdio>
+
+#include "commands.h"
+
+#ifdef DETRACE_HAVE_TRACER
+#include "detrace/tracer/launcher.h"
+#endif
+
+namespace detrace::cli {
+
+namespace {
+
+constexpr const char* kRecordHelp =
+    "Record an unmodified GPU program into RUN_DIR: every kernel launch (name, grid, block, shared\n"
+    "memory, registers, stream, CPU and GPU times, CUDA graph ids), memcpy and memset, every\n"
+    "cuBLASLt/cuBLAS GEMM (shape, layouts, dtypes, compute type, cuBLASLt algorithm) and every\n"
+    "NCCL collective or send/recv (op, dtype, count, reduction, root/peer, communicator id, rank\n"
+    "and sequence number), in launch order. Each process of the command (every rank) writes\n"
+    "RUN_DIR/proc-<pid>.dtrace; detrace writes RUN_DIR/manifest.json (command, host, times, exit\n"
+    "status, options, CUDA_*/NCCL_*/CUBLAS*/NVIDIA_*/TORCH_*/PYTORCH_* environment).";
+
+constexpr const char* kRecordFooter =
+    "Examples:\n"
+    "  detrace record -o runA -- python serve.py --tp 2\n"
+    "  detrace record -o runA --force -- torchrun --nproc-per-node 2 infer.py\n"
+    "  detrace record -o runA -- ./my_cuda_app && detrace info runA\n"
+    "\n"
+    "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH and LD_PRELOAD set\n"
+    "to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child processes inherit them.\n"
+    "Environment: DETRACE_TRACER_LIB (the tracer library to inject), DETRACE_CUPTI_LIB (the\n"
+    "libcupti.so to use), DETRACE_REORDER_TIMEOUT_MS (how long a launch waits for its GPU record,\n"
+    "default 5000), LOCAL_RANK (recorded as the local rank).\n"
+    "Another CUPTI user (nsys, ncu, torch.profiler) stops kernel recording; NCCL and cuBLAS calls\n"
+    "are still recorded.\n"
+    "\n"
+    "Exit status: the command's own exit status (128+N if signal N killed it); 2 if detrace could\n"
+    "not start it (the message says why). SIGINT/SIGTERM/SIGHUP sent to detrace go to the command.\n";
+
+}  // namespace
+
+void addRecordCommand(CLI::App& app, Runner& run) {
+  struct Options {
+    std::string out_dir;
+    bool force = false;
+    int64_t queue = 0;
+    std::vector<std::string> command;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("record", kRecordHelp);
+  cmd->add_option("-o,--output", opts->out_dir, "Run directory to create (must be empty or new)")
+      ->required();
+  cmd->add_flag("--force", opts->force, "Record into a non-empty RUN_DIR, replacing its run");
+  cmd->add_option("--queue", opts->queue,
+                  "Events each process's writer queue holds before it drops (default 262144)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
+  cmd->footer(kRecordFooter);
+  cmd->callback([opts, &run] {
+    run = [opts] {
+      const auto& args = rawArgs();
+      bool has_separator = std::find(args.begin(), args.end(), "--") != args.end();
+      if (!has_separator || opts->command.empty()) {
+        return reportError(Status(ErrorCode::kInvalidArgument,
+                                  "put the command to record after --, e.g. detrace record -o runA "
+                                  "-- python serve.py"));
+      }
+#ifdef DETRACE_HAVE_TRACER
+      tracer::RecordOptions options;
+      options.out_dir = opts->out_dir;
+      options.force = opts->force;
+      options.queue = opts->queue;
+      options.command = opts->command;
+      auto result = tracer::record(options);
+      if (!result.isOk()) return reportError(result.status());
+      std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s\n",
+                   opts->command[0].c_str(), result->exit_status, result->trace_files.size(),
+                   opts->out_dir.c_str());
+      return result->exit_status;
+#else
+      return reportError(Status(ErrorCode::kUnavailable,
+                                "this detrace was built without the tracer (CUDA 13 with CUPTI was "
+                                "not found at build time); rebuild with CUDA in /usr/local/cuda"));
+#endif
+    };
+  });
+}
+
+}  // namespace detrace::cli

@@ -1,0 +1,170 @@
+// `detrace record` end to end without a GPU: the launcher (exit status, manifest, refusals) and
+// the LD_PRELOAD seam (a program linked against a fake libnccl is recorded by the real tracer).
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+
+namespace detrace {
+namespace {
+
+using testing::TempDir;
+
+struct Output {
+  int status;
+  std::string out;
+};
+
+Output sh(const std::string& cmd) {
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string detrace() { return std::string(DETRACE_BINARY_DIR) + "/replay/detrace"; }
+
+TEST(Record, PropagatesExitStatusAndWritesManifest) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("CUDA_VISIBLE_DEVICES=1 NCCL_ALGO=Ring {} record -o {} -- /bin/sh -c 'exit 3'",
+                            detrace(), run));
+  EXPECT_EQ(o.status, 3) << o.out;
+  auto m = db::readManifest(run);
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  EXPECT_EQ(m->exit_code, 3);
+  EXPECT_GT(m->end_time_ns, m->start_time_ns);
+  EXPECT_EQ(m->command, (std::vector<std::string>{"/bin/sh", "-c", "exit 3"}));
+  EXPECT_EQ(m->env["CUDA_VISIBLE_DEVICES"], "1");
+  EXPECT_EQ(m->env["NCCL_ALGO"], "Ring");
+  EXPECT_EQ(m->env.count("PATH"), 0u);
+  EXPECT_FALSE(m->options["tracer_library"].empty());
+}
+
+TEST(Record, ChildSeesTheInjectionEnvironment) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format(
+      "{} record -o {} -- /bin/sh -c 'echo \"[$DETRACE_OUT_DIR] [$CUDA_INJECTION64_PATH] [$LD_PRELOAD]\"'",
+      detrace(), run));
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("[" + std::filesystem::absolute(run).string() + "]"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("libdetrace_tracer.so] ["), std::string::npos) << o.out;
+}
+
+TEST(Record, KilledCommandGives128PlusSignal) {
+  TempDir tmp;
+  Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'kill -TERM $$'", detrace(), tmp.file("run")));
+  EXPECT_EQ(o.status, 128 + 15) << o.out;
+}
+
+TEST(Record, RefusesNonEmptyDirectoryUnlessForced) {
+  TempDir tmp;
+  std::ofstream(tmp.file("something")) << "x";
+  Output o = sh(fmt::format("{} record -o {} -- /bin/true", detrace(), tmp.path().string()));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("is not empty"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("--force"), std::string::npos) << o.out;
+  o = sh(fmt::format("{} record -o {} --force -- /bin/true", detrace(), tmp.path().string()));
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_TRUE(db::readManifest(tmp.path().string()).isOk());
+}
+
+TEST(Record, ClearErrors) {
+  TempDir tmp;
+  Output o = sh(fmt::format("{} record -o {} -- no-such-command-xyz", detrace(), tmp.file("a")));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("no-such-command-xyz: command not found"), std::string::npos) << o.out;
+  o = sh(fmt::format("{} record -o {}", detrace(), tmp.file("b")));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("after --"), std::string::npos) << o.out;
+  o = sh(fmt::format("{} record -o {} /bin/true", detrace(), tmp.file("c")));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("after --"), std::string::npos) << o.out;
+  o = sh(fmt::format("{} record -o /proc/detrace-cannot-write -- /bin/true", detrace()));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.out.find("cannot create"), std::string::npos) << o.out;
+  o = sh(fmt::format("{} record --help", detrace()));
+  EXPECT_EQ(o.status, 0);
+  EXPECT_NE(o.out.find("Examples:"), std::string::npos) << o.out;
+}
+
+// The real interposer records NCCL calls of a program linked against a fake libnccl: two ranks of
+// a 4-rank world, started by one shell, each writing its own file.
+TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/nccl_seam_app", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c '{} 0 & {} 1; wait'", detrace(), run, app, app));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->ranks().size(), 2u) << o.out;
+  EXPECT_EQ(r->worldSize(), 4);
+  std::vector<int64_t> comm_ids, split_ids;
+  for (int32_t rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    auto reader = r->openRank(rank);
+    ASSERT_TRUE(reader.isOk());
+    auto& t = **reader;
+    EXPECT_EQ(t.rank().world_size, 4);
+    EXPECT_EQ(t.rank().device, rank);  // ncclCommCuDevice of the fake
+    EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
+    auto colls = t.collectives();
+    ASSERT_TRUE(colls.isOk());
+    ASSERT_EQ(colls->size(), 6u);
+    const auto& c = *colls;
+    for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
+    EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
+    EXPECT_EQ(c[0].second.count, 1024);
+    EXPECT_EQ(c[0].second.dtype, db::DType::kBF16);
+    EXPECT_EQ(c[0].second.redop, db::RedOp::kSum);
+    EXPECT_EQ(c[1].second.dtype, db::DType::kF32);
+    EXPECT_EQ(c[1].second.redop, db::RedOp::kMax);
+    EXPECT_EQ(c[2].second.op, db::CollOp::kSend);
+    EXPECT_EQ(c[2].second.peer, (rank + 1) % 4);
+    EXPECT_EQ(c[3].second.op, db::CollOp::kRecv);
+    EXPECT_EQ(c[3].second.peer, (rank + 3) % 4);
+    EXPECT_NE(c[2].second.group_id, db::kUnset);
+    EXPECT_EQ(c[2].second.group_id, c[3].second.group_id);
+    EXPECT_EQ(c[0].second.group_id, db::kUnset);
+    EXPECT_EQ(c[4].second.op, db::CollOp::kBroadcast);
+    EXPECT_EQ(c[4].second.root, 0);
+    EXPECT_EQ(c[4].second.dtype, db::DType::kI32);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(c[i].second.comm_seq, i);
+      EXPECT_EQ(c[i].second.comm_rank, rank);
+      EXPECT_EQ(c[i].second.comm_nranks, 4);
+    }
+    EXPECT_EQ(c[5].second.op, db::CollOp::kAllGather);
+    EXPECT_EQ(c[5].second.comm_seq, 0);
+    EXPECT_EQ(c[5].second.comm_nranks, 2);
+    EXPECT_EQ(c[5].second.count, 5);
+    EXPECT_NE(c[5].second.comm_id, c[0].second.comm_id);
+    comm_ids.push_back(c[0].second.comm_id);
+    split_ids.push_back(c[5].second.comm_id);
+    auto ev = t.event(0);
+    ASSERT_TRUE(ev.isOk());
+    EXPECT_EQ(ev->kind, db::EventKind::kCollective);
+    EXPECT_EQ(t.str(ev->name), "ncclAllReduce");
+    EXPECT_GT(ev->cpu_ns, 0);
+  }
+  EXPECT_EQ(comm_ids[0], comm_ids[1]);    // same unique id on both ranks
+  EXPECT_EQ(split_ids[0], split_ids[1]);  // same parent and color
+  auto m = db::readManifest(run);
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m->exit_code, 0);
+}
+
+}  // namespace
+}  // namespace detrace

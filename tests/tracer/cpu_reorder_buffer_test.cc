@@ -1,0 +1,314 @@
+// The tracer's ordering logic, driven by fake launch, activity and library-op streams (no CUPTI,
+// no GPU): events come out in API order with their GPU data, graphs expand in GPU order, stale
+// slots time out, and a full buffer forces its oldest slot out, all counted.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <atomic>
+#include <array>
+
+#include "detrace/tracer/comm_registry.h"
+#include "detrace/tracer/reorder_buffer.h"
+
+namespace detrace::tracer {
+namespace {
+
+using db::EventKind;
+
+struct FakeSink : EventSink {
+  struct Row {
+    db::Event e;
+    std::optional<db::Collective> coll;
+    std::optional<db::Gemm> gemm;
+  };
+  std::vector<Row> rows;
+  size_t capacity = SIZE_MAX;  // refuse appends beyond this (a full writer queue)
+
+  std::optional<int64_t> push(Row r) {
+    if (rows.size() >= capacity) return std::nullopt;
+    r.e.seq = static_cast<int64_t>(rows.size());
+    rows.push_back(std::move(r));
+    return rows.back().e.seq;
+  }
+  std::optional<int64_t> append(const db::Event& e) override { return push({e, {}, {}}); }
+  std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
+    return push({e, c, {}});
+  }
+  std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
+    return push({e, {}, g});
+  }
+};
+
+ApiLaunch launch(uint64_t corr, int64_t cpu_ns, int64_t stream = 1) {
+  ApiLaunch l;
+  l.correlation_id = corr;
+  l.api = db::LaunchApi::kRuntime;
+  l.cpu_ns = cpu_ns;
+  l.stream = stream;
+  l.device = 0;
+  return l;
+}
+
+Activity kernel(uint64_t corr, int64_t start, int64_t name = 7) {
+  Activity a;
+  a.correlation_id = corr;
+  a.kind = EventKind::kKernel;
+  a.name = name;
+  a.device = 0;
+  a.gpu_start_ns = start;
+  a.gpu_end_ns = start + 10;
+  a.has_launch = true;
+  a.launch.grid = {4, 2, 1};
+  a.launch.block = {128, 1, 1};
+  a.launch.registers = 32;
+  return a;
+}
+
+LibraryOp gemm(int64_t cpu_ns) {
+  LibraryOp op;
+  op.event.kind = EventKind::kGemm;
+  op.event.cpu_ns = cpu_ns;
+  db::Gemm g;
+  g.m = 64;
+  op.detail = g;
+  return op;
+}
+
+TEST(ReorderBuffer, OutOfOrderActivitiesComeOutInLaunchOrder) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  for (uint64_t c = 1; c <= 50; ++c) rb.addLaunch(launch(c, 100 + static_cast<int64_t>(c)));
+  std::vector<uint64_t> order(50);
+  for (uint64_t i = 0; i < 50; ++i) order[i] = i + 1;
+  std::shuffle(order.begin(), order.end(), std::mt19937(42));
+  for (uint64_t c : order) rb.addActivity(kernel(c, 1000 + static_cast<int64_t>(c) * 20));
+  ASSERT_EQ(sink.rows.size(), 50u);
+  EXPECT_EQ(rb.pending(), 0u);
+  for (size_t i = 0; i < 50; ++i) {
+    const db::Event& e = sink.rows[i].e;
+    EXPECT_EQ(e.correlation_id, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(e.cpu_ns, static_cast<int64_t>(101 + i));
+    EXPECT_EQ(e.gpu_start_ns, 1000 + static_cast<int64_t>(i + 1) * 20);
+    EXPECT_EQ(e.launch.grid[0], 4);
+    EXPECT_EQ(e.launch.api, db::LaunchApi::kRuntime);  // the API's, not the record's
+    EXPECT_EQ(e.stream, 1);
+  }
+  EXPECT_EQ(rb.stats().matched, 50);
+}
+
+TEST(ReorderBuffer, IncompleteHeadHoldsBackLaterSlots) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.addLaunch(launch(1, 10));
+  rb.addLaunch(launch(2, 11));
+  rb.addActivity(kernel(2, 500));
+  EXPECT_TRUE(sink.rows.empty());
+  rb.addActivity(kernel(1, 400));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 1);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 2);
+}
+
+TEST(ReorderBuffer, LibraryOpsInterleaveAndParentTheirKernels) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.addLaunch(launch(1, 10));              // a plain kernel before the GEMM
+  uint64_t g = rb.addLibraryOp(gemm(11));   // complete at once, but behind the kernel
+  EXPECT_TRUE(sink.rows.empty());
+  rb.addLaunch(launch(2, 12), g);           // the GEMM's kernel
+  rb.addLaunch(launch(3, 13), g);
+  rb.addActivity(kernel(3, 300));
+  rb.addActivity(kernel(2, 200));
+  rb.addActivity(kernel(1, 100));
+  ASSERT_EQ(sink.rows.size(), 4u);
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kKernel);
+  EXPECT_TRUE(sink.rows[1].gemm.has_value());
+  EXPECT_EQ(sink.rows[2].e.parent_seq, 1);
+  EXPECT_EQ(sink.rows[3].e.parent_seq, 1);
+  EXPECT_EQ(sink.rows[0].e.parent_seq, db::kUnset);
+  EXPECT_EQ(rb.seqOf(g), 1);
+}
+
+TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  uint64_t t = rb.addLaunch(launch(10, 1));
+  rb.addAlias(t, 11);
+  rb.addActivity(kernel(11, 5));
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 10);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 5);
+}
+
+TEST(ReorderBuffer, GraphLaunchExpandsInGpuOrderAndLearnsItsSize) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  // First replay: expected count known (3 nodes).
+  ApiLaunch g = launch(20, 100);
+  g.is_graph = true;
+  g.graph_key = 0xabc;
+  g.api = db::LaunchApi::kGraph;
+  g.expected_activities = 3;
+  rb.addLaunch(g);
+  rb.addLaunch(launch(21, 101));
+  for (int64_t node : {2, 0, 1}) {
+    Activity a = kernel(20, 1000 + node * 100);
+    a.graph_id = 5;
+    a.graph_node_id = node;
+    rb.addActivity(a);
+    if (node != 1) {
+      EXPECT_TRUE(sink.rows.empty());
+    }
+  }
+  ASSERT_EQ(sink.rows.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sink.rows[i].e.graph_node_id, i);
+    EXPECT_EQ(sink.rows[i].e.graph_id, 5);
+    EXPECT_EQ(sink.rows[i].e.correlation_id, 20);
+    EXPECT_EQ(sink.rows[i].e.launch.api, db::LaunchApi::kGraph);
+  }
+  rb.addActivity(kernel(21, 2000));
+  EXPECT_EQ(sink.rows.size(), 4u);
+
+  // A graph of unknown size completes at the timeout; its size is remembered for the next launch.
+  g.correlation_id = 30;
+  g.graph_key = 0xdef;
+  g.expected_activities = -1;
+  g.cpu_ns = 200;
+  rb.addLaunch(g);
+  for (int64_t node : {0, 1}) {
+    Activity a = kernel(30, 3000 + node);
+    a.graph_id = 6;
+    a.graph_node_id = node;
+    rb.addActivity(a);
+  }
+  EXPECT_EQ(sink.rows.size(), 4u);
+  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
+  EXPECT_EQ(sink.rows.size(), 6u);
+  EXPECT_EQ(rb.stats().timed_out, 1);
+  g.correlation_id = 31;
+  g.cpu_ns = 300;
+  rb.addLaunch(g);
+  for (int64_t node : {1, 0}) {
+    Activity a = kernel(31, 4000 + node);
+    a.graph_node_id = node;
+    rb.addActivity(a);
+  }
+  EXPECT_EQ(sink.rows.size(), 8u);  // completed by count, no timeout
+  EXPECT_EQ(rb.stats().timed_out, 1);
+}
+
+TEST(ReorderBuffer, TimeoutWritesWithoutGpuTimesAndLateRecordsAreCounted) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.timeout_ns = 1000;
+  ReorderBuffer rb(sink, o);
+  rb.addLaunch(launch(1, 100));
+  rb.addLaunch(launch(2, 150));
+  rb.poll(1000);  // not yet stale
+  EXPECT_TRUE(sink.rows.empty());
+  rb.poll(1120);  // slot 1 is stale, slot 2 not
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, db::kUnset);
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kKernel);
+  rb.addActivity(kernel(1, 5));  // too late
+  EXPECT_EQ(rb.stats().late, 1);
+  rb.addActivity(kernel(2, 6));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[1].e.gpu_start_ns, 6);
+  EXPECT_EQ(rb.stats().timed_out, 1);
+}
+
+TEST(ReorderBuffer, UnmatchedRecordsAreWrittenOnArrival) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.addLaunch(launch(1, 10));
+  Activity memcpy;
+  memcpy.correlation_id = 99;
+  memcpy.kind = EventKind::kMemcpy;
+  memcpy.gpu_start_ns = 3;
+  rb.addActivity(memcpy);
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kMemcpy);
+  EXPECT_FALSE(sink.rows[0].e.has_launch);
+  EXPECT_EQ(rb.stats().unmatched, 1);
+  EXPECT_EQ(rb.pending(), 1u);
+}
+
+TEST(ReorderBuffer, OverflowForcesTheOldestOutAndFlushWritesTheRest) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.capacity = 8;
+  ReorderBuffer rb(sink, o);
+  for (uint64_t c = 1; c <= 20; ++c) rb.addLaunch(launch(c, static_cast<int64_t>(c)));
+  EXPECT_EQ(rb.pending(), 8u);
+  EXPECT_EQ(sink.rows.size(), 12u);
+  EXPECT_EQ(rb.stats().overflowed, 12);
+  rb.addActivity(kernel(15, 1));
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(sink.rows[i].e.correlation_id, static_cast<int64_t>(i + 1));
+  EXPECT_EQ(sink.rows[14].e.gpu_start_ns, 1);
+  EXPECT_EQ(rb.stats().flushed_incomplete, 7);
+}
+
+TEST(ReorderBuffer, FailedLaunchesAndSinkDropsAreCounted) {
+  FakeSink sink;
+  sink.capacity = 1;
+  ReorderBuffer rb(sink);
+  uint64_t t = rb.addLaunch(launch(1, 1));
+  rb.launchFailed(t);
+  EXPECT_EQ(sink.rows.size(), 1u);
+  rb.addLibraryOp(gemm(2));
+  EXPECT_EQ(rb.stats().failed_launches, 1);
+  EXPECT_EQ(rb.stats().sink_dropped, 1);
+}
+
+TEST(ReorderBuffer, ManyThreadsKeepEveryEvent) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  std::atomic<uint64_t> corr{1};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        uint64_t c = corr.fetch_add(1);
+        rb.addLaunch(launch(c, static_cast<int64_t>(c)));
+        rb.addActivity(kernel(c, static_cast<int64_t>(c)));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  rb.flush();
+  EXPECT_EQ(sink.rows.size(), 2000u);
+  EXPECT_EQ(rb.stats().matched, 2000);
+}
+
+TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
+  std::array<uint8_t, 128> uid{};
+  uid[3] = 9;
+  int64_t id = CommRegistry::idFromUniqueId(uid);
+  EXPECT_GE(id, 0);
+  EXPECT_EQ(id, CommRegistry::idFromUniqueId(uid));
+  CommRegistry a, b;  // two ranks
+  int pa = 0, pb = 0, ca = 0, cb = 0, da = 0, db_ = 0;
+  a.add(&pa, {id, 0, 4, 0});
+  b.add(&pb, {id, 3, 4, 3});
+  a.addSplit(&pa, &ca, 1, 0, 2);
+  b.addSplit(&pb, &cb, 1, 1, 2);
+  a.addSplit(&pa, &da, 1, 0, 2);  // a second split with the same color is another communicator
+  b.addSplit(&pb, &db_, 1, 1, 2);
+  EXPECT_EQ(a.find(&ca)->id, b.find(&cb)->id);
+  EXPECT_EQ(a.find(&da)->id, b.find(&db_)->id);
+  EXPECT_NE(a.find(&ca)->id, a.find(&da)->id);
+  EXPECT_EQ(a.nextSeq(&pa), 0);
+  EXPECT_EQ(a.nextSeq(&pa), 1);
+  EXPECT_EQ(a.nextSeq(&ca), 0);
+  EXPECT_EQ(a.widest()->nranks, 4);
+  EXPECT_EQ(b.widest()->rank, 3);
+}
+
+}  // namespace
+}  // namespace detrace::tracer

@@ -1,0 +1,125 @@
+// Records a real CUDA program (tests/tracer/tracer_gpu_app.cu) with `detrace record` and checks
+// the trace: every kernel with name, grid/block and GPU times in launch order, the graph's
+// kernels with graph ids, and both cuBLASLt matmuls with their shape and algorithm.
+#include <sys/wait.h>
+
+#include <array>
+#include <set>
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "common/gpu_test.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+
+namespace detrace {
+namespace {
+
+int shell(const std::string& cmd, std::string& out) {
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app",
+                             DETRACE_BINARY_DIR, run), out);
+  ASSERT_EQ(rc, 0) << out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
+  ASSERT_EQ(r->ranks().size(), 1u);
+  auto reader = r->openRank(r->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk());
+  db::TraceReader& t = **reader;
+  EXPECT_FALSE(t.rank().gpu_name.empty());
+  EXPECT_FALSE(t.metaValue("cuda_version").empty());
+
+  auto cursor = t.events();
+  ASSERT_TRUE(cursor.isOk());
+  std::vector<db::Event> kernels, gemm_events;
+  std::vector<std::string> names;
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    const db::Event& e = cursor->event();
+    if (e.kind == db::EventKind::kKernel) {
+      kernels.push_back(e);
+      names.push_back(t.str(e.name));
+    } else if (e.kind == db::EventKind::kGemm) {
+      gemm_events.push_back(e);
+    }
+  }
+  // 1. The eight alternating launches, in launch order, with their configuration and GPU times.
+  std::vector<std::string> plain;
+  std::set<int64_t> streams;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    bool scale = contains(names[i], "scale_kernel"), add = contains(names[i], "add_one_kernel");
+    if (!scale && !add) continue;
+    plain.push_back(scale ? "scale" : "add");
+    const db::Event& e = kernels[i];
+    EXPECT_GT(e.gpu_start_ns, 0) << names[i];
+    EXPECT_GE(e.gpu_end_ns, e.gpu_start_ns);
+    EXPECT_GT(e.cpu_ns, 0);
+    EXPECT_EQ(e.launch.grid[0], scale ? 256 : 512);
+    EXPECT_EQ(e.launch.block[0], scale ? 256 : 128);
+    EXPECT_GT(e.launch.registers, 0);
+    EXPECT_EQ(e.launch.api, db::LaunchApi::kRuntime);
+    streams.insert(e.stream);
+  }
+  std::vector<std::string> expected;
+  for (int i = 0; i < 4; ++i) {
+    expected.push_back("scale");
+    expected.push_back("add");
+  }
+  EXPECT_EQ(plain, expected);
+  EXPECT_EQ(streams.size(), 2u);
+
+  // 2. The graph: three replays of two kernels, each with graph and node ids.
+  int first = 0, second = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    bool g1 = contains(names[i], "graph_first_kernel"), g2 = contains(names[i], "graph_second_kernel");
+    if (!g1 && !g2) continue;
+    (g1 ? first : second)++;
+    EXPECT_NE(kernels[i].graph_id, db::kUnset) << names[i];
+    EXPECT_NE(kernels[i].graph_node_id, db::kUnset);
+    EXPECT_EQ(kernels[i].launch.api, db::LaunchApi::kGraph);
+    EXPECT_GT(kernels[i].gpu_start_ns, 0);
+  }
+  EXPECT_EQ(first, 3);
+  EXPECT_EQ(second, 3);
+
+  // 3. The two matmuls: shape, and an algorithm (heuristic for the first, the caller's for the
+  //    second); the kernels they launched name them as parent.
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk());
+  ASSERT_EQ(gemms->size(), 2u);
+  for (const auto& [seq, g] : *gemms) {
+    EXPECT_EQ(g.m, 256);
+    EXPECT_EQ(g.n, 128);
+    EXPECT_EQ(g.k, 64);
+    EXPECT_EQ(g.a_dtype, db::DType::kF32);
+    EXPECT_GE(g.algo_id, 0);
+    EXPECT_EQ(t.str(g.compute_type), "CUBLAS_COMPUTE_32F");
+    bool has_child = false;
+    for (const db::Event& k : kernels) has_child |= k.parent_seq == seq;
+    EXPECT_TRUE(has_child) << "no kernel names GEMM " << seq << " as parent";
+  }
+  EXPECT_EQ((*gemms)[0].second.algo_source, 2);
+  EXPECT_EQ((*gemms)[1].second.algo_source, 1);
+
+  auto stats = t.stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
+  EXPECT_EQ((*stats)["events_dropped"], 0);
+}
+
+}  // namespace
+}  // namespace detrace

@@ -1,0 +1,38 @@
+// A program that calls NCCL like a rank of a 4-rank job would (rank from argv[1]); linked against
+// fake_nccl, it runs anywhere. The seam test records it with `detrace record`.
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(call)                                              \
+  do {                                                           \
+    if ((call) != ncclSuccess) {                                 \
+      std::fprintf(stderr, "nccl_seam_app: %s failed\n", #call); \
+      return 1;                                                  \
+    }                                                            \
+  } while (0)
+
+int main(int argc, char** argv) {
+  int rank = argc > 1 ? std::atoi(argv[1]) : 2;
+  ncclUniqueId id;
+  CHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  CHECK(ncclCommInitRank(&comm, 4, id, rank));
+  auto* stream = reinterpret_cast<cudaStream_t>(0x1234);
+  char buf[64];
+  CHECK(ncclAllReduce(buf, buf + 8, 1024, ncclBfloat16, ncclSum, comm, stream));
+  CHECK(ncclAllReduce(buf, buf + 8, 2048, ncclFloat32, ncclMax, comm, stream));
+  CHECK(ncclGroupStart());
+  CHECK(ncclSend(buf, 16, ncclFloat16, (rank + 1) % 4, comm, stream));
+  CHECK(ncclRecv(buf + 16, 16, ncclFloat16, (rank + 3) % 4, comm, stream));
+  CHECK(ncclGroupEnd());
+  CHECK(ncclBroadcast(buf, buf, 7, ncclInt32, 0, comm, stream));
+  ncclComm_t half = nullptr;
+  CHECK(ncclCommSplit(comm, rank / 2, rank, &half, nullptr));
+  CHECK(ncclAllGather(buf, buf + 32, 5, ncclInt8, half, stream));
+  CHECK(ncclCommDestroy(half));
+  CHECK(ncclCommDestroy(comm));
+  std::printf("nccl_seam_app: rank %d done\n", rank);
+  return 0;
+}

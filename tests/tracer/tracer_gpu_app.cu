@@ -1,0 +1,104 @@
+// A small CUDA program for the tracer's GPU test: kernels alternating on two streams, two
+// cuBLASLt matmuls (one with the algorithm left to cuBLASLt, one with an explicit algorithm), and a
+// two-kernel CUDA graph replayed three times. It prints nothing the test depends on.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#define CK(call)                                                                    \
+  do {                                                                              \
+    auto e_ = (call);                                                               \
+    if (static_cast<int>(e_) != 0) {                                                \
+      std::fprintf(stderr, "tracer_gpu_app: %s failed (%d)\n", #call, static_cast<int>(e_)); \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+
+__global__ void scale_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+}
+__global__ void add_one_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+__global__ void graph_first_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] -= 1.0f;
+}
+__global__ void graph_second_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 0.5f;
+}
+
+int main() {
+  const int n = 1 << 16;
+  float *a = nullptr, *b = nullptr;
+  CK(cudaMalloc(&a, n * sizeof(float)));
+  CK(cudaMalloc(&b, n * sizeof(float)));
+  CK(cudaMemset(a, 0, n * sizeof(float)));
+  CK(cudaMemset(b, 0, n * sizeof(float)));
+  cudaStream_t s1, s2;
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+
+  // 1. Four launches on each of two streams, alternating: scale (s1), add_one (s2), ...
+  for (int i = 0; i < 4; ++i) {
+    scale_kernel<<<n / 256, 256, 0, s1>>>(a, n);
+    add_one_kernel<<<n / 128, 128, 0, s2>>>(b, n);
+  }
+  CK(cudaGetLastError());
+
+  // 2. cuBLASLt: D(256x128) = A(256x64) * B(64x128), fp32, column major.
+  const int m = 256, nn = 128, k = 64;
+  float *A, *B, *D;
+  void* ws;
+  const size_t ws_bytes = 4 << 20;
+  CK(cudaMalloc(&A, m * k * sizeof(float)));
+  CK(cudaMalloc(&B, k * nn * sizeof(float)));
+  CK(cudaMalloc(&D, m * nn * sizeof(float)));
+  CK(cudaMalloc(&ws, ws_bytes));
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatrixLayout_t la, lb, ld;
+  CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m));
+  CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, nn, k));
+  CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, nn, m));
+  float alpha = 1.0f, beta = 0.0f;
+  CK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, ws, ws_bytes, s1));
+  cublasLtMatmulPreference_t pref;
+  CK(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t wsb = ws_bytes;
+  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+  if (found < 1) return 1;
+  CK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws, ws_bytes, s1));
+
+  // 3. A CUDA graph of two kernels, captured on s2 and replayed three times.
+  CK(cudaStreamSynchronize(s2));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
+  graph_first_kernel<<<n / 256, 256, 0, s2>>>(b, n);
+  graph_second_kernel<<<n / 512, 512, 0, s2>>>(b, n);
+  CK(cudaStreamEndCapture(s2, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s2));
+  CK(cudaDeviceSynchronize());
+
+  CK(cublasLtMatmulPreferenceDestroy(pref));
+  CK(cublasLtMatrixLayoutDestroy(la));
+  CK(cublasLtMatrixLayoutDestroy(lb));
+  CK(cublasLtMatrixLayoutDestroy(ld));
+  CK(cublasLtMatmulDescDestroy(desc));
+  CK(cublasLtDestroy(lt));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  std::printf("tracer_gpu_app: done\n");
+  return 0;
+}

@@ -1,0 +1,57 @@
+// CommRegistry: what the tracer knows about each NCCL communicator of this process.
+//
+// A communicator gets an id that is equal on every rank without any communication: a hash of the
+// ncclUniqueId bytes every rank passed to ncclCommInitRank*, or, for ncclCommSplit, a hash of the
+// parent's id, the parent's split count (splits are collective, so every rank counts the same)
+// and the color. Each communicator also counts its calls (comm_seq), so the n-th collective on a
+// communicator can be matched across ranks.
+//
+// Thread-safety: all methods may be called from any thread. Bounded: at most kMaxComms entries;
+// later communicators are not tracked (lookups return nullopt and the caller records -1s).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+
+namespace detrace::tracer {
+
+struct CommInfo {
+  int64_t id = -1;
+  int32_t rank = -1;
+  int32_t nranks = -1;
+  int32_t device = -1;
+};
+
+class CommRegistry {
+ public:
+  static constexpr size_t kMaxComms = 4096;
+
+  // 63-bit FNV-1a hash of bytes (non-negative, so it survives the INTEGER column unchanged).
+  static int64_t hashBytes(std::span<const uint8_t> bytes, uint64_t seed = 0xcbf29ce484222325ull);
+  // The id of a communicator made from a unique id.
+  static int64_t idFromUniqueId(std::span<const uint8_t> unique_id);
+
+  void add(const void* comm, CommInfo info);
+  // Registers a communicator split from `parent` with `color`; its id derives from the parent's.
+  void addSplit(const void* parent, const void* comm, int32_t color, int32_t rank, int32_t nranks);
+  void remove(const void* comm);
+  std::optional<CommInfo> find(const void* comm) const;
+  // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
+  int64_t nextSeq(const void* comm);
+  // The communicator with the most ranks: it defines this process's rank and world size.
+  std::optional<CommInfo> widest() const;
+
+ private:
+  struct Entry {
+    CommInfo info;
+    int64_t seq = 0;
+    int64_t splits = 0;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, Entry> comms_;
+};
+
+}  // namespace detrace::tracer

@@ -1,0 +1,43 @@
+// The launcher behind `detrace record`: prepares a run directory, starts the command with the
+// tracer injected (CUDA_INJECTION64_PATH and LD_PRELOAD), waits for it and finishes the manifest.
+// Every process the command spawns inherits the environment, so each one records itself into
+// RUN_DIR/proc-<pid>.dtrace.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "detrace/base/status.h"
+
+namespace detrace::tracer {
+
+inline constexpr const char* kTracerLibraryName = "libdetrace_tracer.so";
+
+struct RecordOptions {
+  std::string out_dir;               // the run directory (created if missing)
+  bool force = false;                // replace the traces of a non-empty run directory
+  int64_t queue = 0;                 // events the per-process writer queue holds; 0: default
+  std::vector<std::string> command;  // the program and its arguments
+  std::string tracer_library;        // empty: findTracerLibrary()
+};
+
+struct RecordResult {
+  int exit_status = 0;  // the command's exit status; 128 + N if it was killed by signal N
+  std::vector<std::string> trace_files;  // the proc-*.dtrace files the run directory holds
+};
+
+// Finds libdetrace_tracer.so: $DETRACE_TRACER_LIB, else next to this executable's build layout
+// (<exe dir>/../tracer/) or install layout (<exe dir>/../lib/detrace/, <exe dir>/).
+Result<std::string> findTracerLibrary();
+
+// The environment variables the manifest keeps: CUDA_*, NCCL_*, CUBLAS*, NVIDIA_*, TORCH_*,
+// PYTORCH_*, OMP_NUM_THREADS (without detrace's own injection variables).
+bool isRecordedEnvVar(const std::string& name);
+
+// Runs the whole recording. Errors (no command, command not found, a non-empty or unwritable
+// run directory, no tracer library) come back before anything is started. While the command
+// runs, SIGINT/SIGTERM/SIGHUP sent to detrace are passed on to it.
+Result<RecordResult> record(const RecordOptions& options);
+
+}  // namespace detrace::tracer

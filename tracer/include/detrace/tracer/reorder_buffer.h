@@ -1,0 +1,173 @@
+// ReorderBuffer: puts what the tracer sees into one sequence in API (launch) order.
+//
+// Why. A trace's sequence numbers must follow the order in which the program asked for work, so
+// that a library op (a GEMM or collective, recorded when its API is called) precedes the kernels
+// it launches, and those kernels can name it as parent_seq. But a kernel's GPU times, grid and
+// name arrive later and out of order, in CUPTI activity buffers. So every launch takes a slot at
+// API time, in a FIFO kept in API order; the slot is completed by its activity record(s), matched
+// by CUPTI correlation id; completed slots at the head are appended to the sink (the TraceWriter,
+// which hands out the sequence numbers). Library ops are complete when they are added.
+//
+//  - A graph launch is a group slot: every kernel/memcpy/memset replayed from the graph carries
+//    the launch's correlation id. The group completes when it holds the number of records the
+//    caller expects (counted from the graph's nodes) or, when that is unknown, at the timeout or
+//    flush; the count seen then is remembered for the next launch of the same executable graph.
+//    Its records are written in GPU start order.
+//  - A slot older than the timeout, or any slot at flush(), is written without GPU times.
+//  - When `capacity` slots are pending, the oldest is written as it is (counted) to make room.
+//  - An activity record with no slot (e.g. a launch the callbacks did not see) is written when it
+//    arrives; one that comes after its slot was written is counted as late and dropped.
+//
+// This class knows no CUPTI types: the CUPTI adapter decodes records into the plain structs below,
+// so CPU tests drive it with fake launch, activity and library-op streams.
+//
+// Thread-safety: every method may be called from any thread (one mutex; no allocation per call
+// beyond the bounded FIFO and maps). The sink is called with the mutex held, so it must not call
+// back into the buffer.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "detrace/db/records.h"
+
+namespace detrace::tracer {
+
+// Where ordered events go: the TraceWriter in the tracer, a fake in tests.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // Each returns the event's sequence number, or nullopt if it was dropped.
+  virtual std::optional<int64_t> append(const db::Event& event) = 0;
+  virtual std::optional<int64_t> appendCollective(const db::Event& event,
+                                                  const db::Collective& collective) = 0;
+  virtual std::optional<int64_t> appendGemm(const db::Event& event, const db::Gemm& gemm) = 0;
+};
+
+// A launch seen at API time (CUPTI callback): its place in the order and what the API knows.
+struct ApiLaunch {
+  uint64_t correlation_id = 0;
+  db::EventKind kind = db::EventKind::kKernel;  // kernel (incl. graph), memcpy or memset
+  db::LaunchApi api = db::LaunchApi::kUnknown;
+  int64_t cpu_ns = db::kUnset;
+  int64_t name = db::kUnset;    // strings.id, used if no activity ever names it (e.g. "cudaGraphLaunch")
+  int64_t stream = db::kUnset;  // streams.id of the stream passed to the API
+  int32_t device = -1;
+  bool is_graph = false;
+  uint64_t graph_key = 0;            // the executable graph (to remember its record count)
+  int32_t expected_activities = -1;  // graph launches: records to wait for; -1 unknown
+};
+
+// A decoded activity record (kernel, memcpy or memset), completing a slot.
+struct Activity {
+  uint64_t correlation_id = 0;
+  db::EventKind kind = db::EventKind::kKernel;
+  int64_t name = db::kUnset;    // strings.id of the demangled kernel name or "memcpy HtoD", ...
+  int64_t stream = db::kUnset;  // streams.id
+  int32_t device = -1;
+  int64_t gpu_start_ns = db::kUnset;
+  int64_t gpu_end_ns = db::kUnset;
+  int64_t graph_id = db::kUnset;
+  int64_t graph_node_id = db::kUnset;
+  bool has_launch = false;
+  db::LaunchInfo launch;
+};
+
+// A library op (GEMM or collective) recorded at API time: complete when added.
+struct LibraryOp {
+  db::Event event;
+  std::variant<db::Collective, db::Gemm> detail;
+};
+
+struct ReorderOptions {
+  size_t capacity = size_t{1} << 16;      // pending slots before the oldest is forced out
+  int64_t timeout_ns = 5'000'000'000;     // a slot older than this is written without GPU times
+  size_t max_group_records = 4096;        // records kept per graph launch; more are dropped
+  size_t max_remembered_graphs = 4096;    // executable graphs whose record count is remembered
+};
+
+// Counters, written to the trace's stats table at the end.
+struct ReorderStats {
+  int64_t launches = 0;            // launch slots taken
+  int64_t library_ops = 0;         // GEMMs and collectives
+  int64_t activities = 0;          // activity records received
+  int64_t matched = 0;             // records that completed a slot
+  int64_t unmatched = 0;           // records with no slot, written on arrival
+  int64_t late = 0;                // records whose slot was already written (dropped)
+  int64_t timed_out = 0;           // slots written without (all) GPU records after the timeout
+  int64_t flushed_incomplete = 0;  // slots written without (all) GPU records at flush
+  int64_t overflowed = 0;          // slots forced out because the buffer was full
+  int64_t failed_launches = 0;     // launches whose API call failed
+  int64_t group_records_dropped = 0;
+  int64_t sink_dropped = 0;        // events the sink refused (writer queue full)
+};
+
+class ReorderBuffer {
+ public:
+  explicit ReorderBuffer(EventSink& sink, ReorderOptions options = {});
+
+  // Takes the next slot in API order. `parent` is the token of the library op whose call made
+  // this launch (0: none). Returns the slot's token (> 0).
+  uint64_t addLaunch(const ApiLaunch& launch, uint64_t parent = 0);
+  // Another correlation id that also names the slot (a driver launch nested in a runtime one).
+  void addAlias(uint64_t token, uint64_t correlation_id);
+  // The launch's API call failed: no GPU record will come; the slot is written as it is.
+  void launchFailed(uint64_t token);
+  // Appends a library op in API order; returns its token (usable as a parent).
+  uint64_t addLibraryOp(const LibraryOp& op, uint64_t parent = 0);
+  // Completes a slot (or a part of a graph launch), or writes an unmatched record.
+  void addActivity(const Activity& activity);
+  // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
+  void poll(int64_t now_ns);
+  // Writes every pending slot, complete or not (at exit, or before a checkpoint).
+  void flush();
+
+  // The sequence number a written slot got (nullopt if pending, dropped or forgotten).
+  std::optional<int64_t> seqOf(uint64_t token) const;
+  ReorderStats stats() const;
+  size_t pending() const;
+
+ private:
+  enum class State : uint8_t { kPending, kComplete };
+  struct Slot {
+    uint64_t token = 0;
+    State state = State::kPending;
+    bool is_library = false;
+    uint64_t parent = 0;
+    uint64_t correlation_ids[2] = {0, 0};
+    ApiLaunch launch;
+    std::vector<Activity> records;  // 1 for a plain launch once matched; n for a graph
+    std::optional<LibraryOp> op;
+  };
+  enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
+
+  uint64_t pushLocked(Slot slot);
+  Slot* findLocked(uint64_t token);
+  void drainLocked();
+  void writeHeadLocked(Reason reason);
+  void writeSlotLocked(Slot& slot);
+  db::Event baseEventLocked(const Slot& slot) const;
+  void rememberSeqLocked(uint64_t token, std::optional<int64_t> seq);
+  std::optional<int64_t> seqOfLocked(uint64_t token) const;
+  void forgetCorrelationsLocked(const Slot& slot);
+
+  EventSink& sink_;
+  const ReorderOptions options_;
+  mutable std::mutex mu_;
+  std::deque<Slot> pending_;
+  uint64_t next_token_ = 1;
+  std::unordered_map<uint64_t, uint64_t> by_correlation_;  // correlation id -> token
+  std::unordered_map<uint64_t, int32_t> graph_records_;    // graph key -> records per launch
+  static constexpr size_t kRing = 4096;
+  std::vector<std::pair<uint64_t, int64_t>> seq_ring_;  // token % kRing -> (token, seq)
+  std::vector<uint64_t> written_incomplete_;            // ring of correlation ids: late records
+  size_t written_incomplete_next_ = 0;
+  ReorderStats stats_;
+};
+
+}  // namespace detrace::tracer

@@ -1,0 +1,73 @@
+#include "detrace/tracer/comm_registry.h"
+
+#include <array>
+#include <cstring>
+
+namespace detrace::tracer {
+
+int64_t CommRegistry::hashBytes(std::span<const uint8_t> bytes, uint64_t seed) {
+  uint64_t h = seed;
+  for (uint8_t b : bytes) {
+    h ^= b;
+    h *= 0x100000001b3ull;
+  }
+  return static_cast<int64_t>(h & 0x7fffffffffffffffull);
+}
+
+int64_t CommRegistry::idFromUniqueId(std::span<const uint8_t> unique_id) {
+  return hashBytes(unique_id);
+}
+
+void CommRegistry::add(const void* comm, CommInfo info) {
+  std::lock_guard lk(mu_);
+  if (comms_.size() >= kMaxComms && !comms_.count(comm)) return;
+  comms_[comm] = Entry{info, 0, 0};
+}
+
+void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
+                            int32_t nranks) {
+  std::lock_guard lk(mu_);
+  int64_t parent_id = -1, split = 0;
+  int32_t device = -1;
+  if (auto it = comms_.find(parent); it != comms_.end()) {
+    parent_id = it->second.info.id;
+    split = it->second.splits++;
+    device = it->second.info.device;
+  }
+  if (comm == nullptr || comms_.size() >= kMaxComms) return;
+  std::array<uint8_t, 20> key{};
+  std::memcpy(key.data(), &parent_id, 8);
+  std::memcpy(key.data() + 8, &split, 8);
+  std::memcpy(key.data() + 16, &color, 4);
+  CommInfo info{parent_id < 0 ? -1 : hashBytes(key), rank, nranks, device};
+  comms_[comm] = Entry{info, 0, 0};
+}
+
+void CommRegistry::remove(const void* comm) {
+  std::lock_guard lk(mu_);
+  comms_.erase(comm);
+}
+
+std::optional<CommInfo> CommRegistry::find(const void* comm) const {
+  std::lock_guard lk(mu_);
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) return std::nullopt;
+  return it->second.info;
+}
+
+int64_t CommRegistry::nextSeq(const void* comm) {
+  std::lock_guard lk(mu_);
+  auto it = comms_.find(comm);
+  return it == comms_.end() ? -1 : it->second.seq++;
+}
+
+std::optional<CommInfo> CommRegistry::widest() const {
+  std::lock_guard lk(mu_);
+  std::optional<CommInfo> best;
+  for (const auto& [comm, e] : comms_) {
+    if (!best || e.info.nranks > best->nranks) best = e.info;
+  }
+  return best;
+}
+
+}  // namespace detrace::tracer

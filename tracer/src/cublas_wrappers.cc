@@ -1,0 +1,400 @@
+// LD_PRELOAD wrappers for cuBLASLt and cuBLAS GEMM entry points: each call is recorded at API time
+// (shape, layouts, dtypes, compute type, and for cuBLASLt the algorithm), then forwarded unchanged.
+//
+// The algorithm. When the caller passes one to cublasLtMatmul, its configuration attributes are
+// read (algo_source 1). When it passes none, cuBLASLt picks one internally with its heuristic; we
+// ask cublasLtMatmulAlgoGetHeuristic the same question (same descriptors, the caller's workspace
+// size and the operands' actual alignment) and record the top answer (algo_source 2). That query
+// costs tens of microseconds, so answers are cached per distinct problem (bounded). The classic
+// cuBLAS entry points (cublasGemmEx, ...) do not expose their algorithm: algo_source 0.
+//
+// In-process rules (see session.h): never throw, never change the call or its result.
+#include <cublasLt.h>
+#include <cublas_api.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "library_ops.h"
+#include "next_symbol.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr const char* kLt = "libcublasLt";
+constexpr const char* kBlas = "libcublas.";
+
+// cuBLAS calls cuBLASLt internally: only the outermost GEMM call on a thread is recorded.
+thread_local int t_gemm_depth = 0;
+struct DepthScope {
+  DepthScope() { ++t_gemm_depth; }
+  ~DepthScope() { --t_gemm_depth; }
+};
+
+db::DType cudaDType(int t) {
+  switch (t) {
+    case CUDA_R_32F: return db::DType::kF32;
+    case CUDA_R_16F: return db::DType::kF16;
+    case CUDA_R_16BF: return db::DType::kBF16;
+    case CUDA_R_64F: return db::DType::kF64;
+    case CUDA_R_8I: return db::DType::kI8;
+    case CUDA_R_8U: return db::DType::kU8;
+    case CUDA_R_32I: return db::DType::kI32;
+    case CUDA_R_8F_E4M3: return db::DType::kF8E4M3;
+    case CUDA_R_8F_E5M2: return db::DType::kF8E5M2;
+    default: return db::DType::kUnknown;
+  }
+}
+
+const char* computeTypeName(int c) {
+  switch (c) {
+    case CUBLAS_COMPUTE_16F: return "CUBLAS_COMPUTE_16F";
+    case CUBLAS_COMPUTE_16F_PEDANTIC: return "CUBLAS_COMPUTE_16F_PEDANTIC";
+    case CUBLAS_COMPUTE_32F: return "CUBLAS_COMPUTE_32F";
+    case CUBLAS_COMPUTE_32F_PEDANTIC: return "CUBLAS_COMPUTE_32F_PEDANTIC";
+    case CUBLAS_COMPUTE_32F_FAST_16F: return "CUBLAS_COMPUTE_32F_FAST_16F";
+    case CUBLAS_COMPUTE_32F_FAST_16BF: return "CUBLAS_COMPUTE_32F_FAST_16BF";
+    case CUBLAS_COMPUTE_32F_FAST_TF32: return "CUBLAS_COMPUTE_32F_FAST_TF32";
+    case CUBLAS_COMPUTE_32F_EMULATED_16BFX9: return "CUBLAS_COMPUTE_32F_EMULATED_16BFX9";
+    case CUBLAS_COMPUTE_64F: return "CUBLAS_COMPUTE_64F";
+    case CUBLAS_COMPUTE_64F_PEDANTIC: return "CUBLAS_COMPUTE_64F_PEDANTIC";
+    case CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT: return "CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT";
+    case CUBLAS_COMPUTE_32I: return "CUBLAS_COMPUTE_32I";
+    case CUBLAS_COMPUTE_32I_PEDANTIC: return "CUBLAS_COMPUTE_32I_PEDANTIC";
+    default: return "CUBLAS_COMPUTE_unknown";
+  }
+}
+
+// The cuBLASLt functions used to read descriptors (resolved once, from the program's cuBLASLt).
+struct LtApi {
+  RealFn<decltype(&cublasLtMatmulDescGetAttribute)> desc_get{"cublasLtMatmulDescGetAttribute", kLt};
+  RealFn<decltype(&cublasLtMatrixLayoutGetAttribute)> layout_get{"cublasLtMatrixLayoutGetAttribute", kLt};
+  RealFn<decltype(&cublasLtMatmulAlgoConfigGetAttribute)> algo_get{"cublasLtMatmulAlgoConfigGetAttribute", kLt};
+  RealFn<decltype(&cublasLtMatmulPreferenceCreate)> pref_create{"cublasLtMatmulPreferenceCreate", kLt};
+  RealFn<decltype(&cublasLtMatmulPreferenceDestroy)> pref_destroy{"cublasLtMatmulPreferenceDestroy", kLt};
+  RealFn<decltype(&cublasLtMatmulPreferenceSetAttribute)> pref_set{"cublasLtMatmulPreferenceSetAttribute", kLt};
+  RealFn<decltype(&cublasLtMatmulAlgoGetHeuristic)> heuristic{"cublasLtMatmulAlgoGetHeuristic", kLt};
+};
+LtApi& lt() {
+  static LtApi api;
+  return api;
+}
+
+template <typename T>
+T descAttr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, T fallback) {
+  T v{};
+  size_t written = 0;
+  auto fn = lt().desc_get.get();
+  if (fn == nullptr || fn(d, a, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) return fallback;
+  return v;
+}
+
+template <typename T>
+T layoutAttr(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, T fallback) {
+  T v{};
+  size_t written = 0;
+  auto fn = lt().layout_get.get();
+  if (l == nullptr || fn == nullptr || fn(l, a, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) {
+    return fallback;
+  }
+  return v;
+}
+
+template <typename T>
+int32_t algoAttr(const cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t a) {
+  T v{};
+  size_t written = 0;
+  auto fn = lt().algo_get.get();
+  if (fn == nullptr || fn(algo, a, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) return -1;
+  return static_cast<int32_t>(v);
+}
+
+void readAlgo(const cublasLtMatmulAlgo_t* algo, db::Gemm& g) {
+  g.algo_id = algoAttr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID);
+  g.tile = algoAttr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  g.split_k = algoAttr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  g.reduction_scheme = algoAttr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  g.swizzle = algoAttr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  g.custom_option = algoAttr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  g.stages = algoAttr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+}
+
+uint32_t alignment(const void* p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+// Cache of heuristic answers, keyed by everything that was asked. Bounded: when full, further
+// problems are still answered, just not cached.
+using HeuristicKey = std::array<int64_t, 24>;
+std::mutex g_heuristic_mu;
+std::map<HeuristicKey, cublasLtMatmulAlgo_t> g_heuristic_cache;
+constexpr size_t kMaxHeuristicCache = 4096;
+
+bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                   cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                   const void* pa, const void* pb, const void* pc, const void* pd,
+                   size_t workspace, const HeuristicKey& problem, cublasLtMatmulAlgo_t* out) {
+  {
+    std::lock_guard lk(g_heuristic_mu);
+    if (auto it = g_heuristic_cache.find(problem); it != g_heuristic_cache.end()) {
+      *out = it->second;
+      return true;
+    }
+  }
+  LtApi& api = lt();
+  if (!api.pref_create.get() || !api.pref_destroy.get() || !api.pref_set.get() || !api.heuristic.get()) {
+    return false;
+  }
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (api.pref_create.get()(&pref) != CUBLAS_STATUS_SUCCESS) return false;
+  uint64_t ws = workspace;
+  api.pref_set.get()(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, pa}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, pb},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, pc}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, pd}};
+  for (const auto& [attr, ptr] : aligns) {
+    uint32_t al = alignment(ptr);
+    api.pref_set.get()(pref, attr, &al, sizeof al);
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  cublasStatus_t st = api.heuristic.get()(handle, desc, a, b, c, d, pref, 1, &result, &returned);
+  api.pref_destroy.get()(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) return false;
+  *out = result.algo;
+  std::lock_guard lk(g_heuristic_mu);
+  if (g_heuristic_cache.size() < kMaxHeuristicCache) g_heuristic_cache.emplace(problem, result.algo);
+  return true;
+}
+
+int64_t intern(db::TraceWriter& w, const char* s) { return w.intern(s); }
+
+// Records a cublasLtMatmul call.
+uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* A,
+                  cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* C,
+                  cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
+                  const cublasLtMatmulAlgo_t* algo, size_t workspace, cudaStream_t stream) {
+  return recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
+    db::Gemm g;
+    g.api = intern(w, "cublasLtMatmul");
+    g.trans_a = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_N) != CUBLAS_OP_N;
+    g.trans_b = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N) != CUBLAS_OP_N;
+    int32_t compute = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, -1);
+    g.compute_type = intern(w, computeTypeName(compute));
+    Dd = Dd ? Dd : Cd;
+    g.m = static_cast<int64_t>(layoutAttr<uint64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_ROWS, 0));
+    g.n = static_cast<int64_t>(layoutAttr<uint64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_COLS, 0));
+    g.k = static_cast<int64_t>(layoutAttr<uint64_t>(
+        Ad, g.trans_a ? CUBLASLT_MATRIX_LAYOUT_ROWS : CUBLASLT_MATRIX_LAYOUT_COLS, 0));
+    g.lda = layoutAttr<int64_t>(Ad, CUBLASLT_MATRIX_LAYOUT_LD, 0);
+    g.ldb = layoutAttr<int64_t>(Bd, CUBLASLT_MATRIX_LAYOUT_LD, 0);
+    g.ldc = layoutAttr<int64_t>(Cd, CUBLASLT_MATRIX_LAYOUT_LD, 0);
+    g.ldd = layoutAttr<int64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_LD, 0);
+    g.batch_count = layoutAttr<int32_t>(Dd, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1);
+    g.stride_a = layoutAttr<int64_t>(Ad, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 0);
+    g.stride_b = layoutAttr<int64_t>(Bd, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 0);
+    g.stride_c = layoutAttr<int64_t>(Cd, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 0);
+    g.stride_d = layoutAttr<int64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 0);
+    int32_t ta = static_cast<int32_t>(layoutAttr<uint32_t>(Ad, CUBLASLT_MATRIX_LAYOUT_TYPE, 1000));
+    int32_t tb = static_cast<int32_t>(layoutAttr<uint32_t>(Bd, CUBLASLT_MATRIX_LAYOUT_TYPE, 1000));
+    int32_t tc = static_cast<int32_t>(layoutAttr<uint32_t>(Cd, CUBLASLT_MATRIX_LAYOUT_TYPE, 1000));
+    int32_t td = static_cast<int32_t>(layoutAttr<uint32_t>(Dd, CUBLASLT_MATRIX_LAYOUT_TYPE, 1000));
+    g.a_dtype = cudaDType(ta);
+    g.b_dtype = cudaDType(tb);
+    g.c_dtype = cudaDType(tc);
+    g.d_dtype = cudaDType(td);
+    g.a_addr = reinterpret_cast<int64_t>(A);
+    g.b_addr = reinterpret_cast<int64_t>(B);
+    g.c_addr = reinterpret_cast<int64_t>(C);
+    g.d_addr = reinterpret_cast<int64_t>(D);
+    if (algo != nullptr) {
+      readAlgo(algo, g);
+      g.algo_source = 1;
+    } else {
+      HeuristicKey key{reinterpret_cast<int64_t>(handle), g.trans_a, g.trans_b, compute, g.m, g.n, g.k,
+                       g.lda, g.ldb, g.ldc, g.ldd, g.batch_count, ta, tb, tc, td,
+                       static_cast<int64_t>(workspace),
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, 0),
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, -1),
+                       alignment(A), alignment(B), alignment(C), alignment(D), 0};
+      cublasLtMatmulAlgo_t chosen{};
+      if (heuristicAlgo(handle, desc, Ad, Bd, Cd, Dd, A, B, C, D, workspace, key, &chosen)) {
+        readAlgo(&chosen, g);
+        g.algo_source = 2;
+      }
+    }
+    op.event.kind = db::EventKind::kGemm;
+    op.event.name = g.api;
+    op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
+    op.detail = g;
+    return true;
+  });
+}
+
+// Records a classic cuBLAS GEMM (algorithm not exposed: algo_source 0).
+struct BlasGemm {
+  const char* api;
+  cublasHandle_t handle;
+  int ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  int a_type, b_type, c_type;
+  int compute;
+  int64_t stride_a, stride_b, stride_c;
+  int batch;
+  const void *A, *B, *C;
+  int gemm_algo;
+};
+
+uint64_t recordBlas(const BlasGemm& c) {
+  return recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
+    static RealFn<decltype(&cublasGetStream_v2)> get_stream("cublasGetStream_v2", kBlas);
+    cudaStream_t stream = nullptr;
+    if (auto fn = get_stream.get()) (void)fn(c.handle, &stream);
+    db::Gemm g;
+    g.api = w.intern(c.api);
+    g.trans_a = c.ta != CUBLAS_OP_N;
+    g.trans_b = c.tb != CUBLAS_OP_N;
+    g.m = c.m; g.n = c.n; g.k = c.k;
+    g.lda = c.lda; g.ldb = c.ldb; g.ldc = c.ldc; g.ldd = c.ldc;
+    g.batch_count = c.batch;
+    g.stride_a = c.stride_a; g.stride_b = c.stride_b; g.stride_c = c.stride_c; g.stride_d = c.stride_c;
+    g.a_dtype = cudaDType(c.a_type);
+    g.b_dtype = cudaDType(c.b_type);
+    g.c_dtype = g.d_dtype = cudaDType(c.c_type);
+    g.compute_type = w.intern(computeTypeName(c.compute));
+    g.algo_id = c.gemm_algo;  // the cublasGemmAlgo_t the caller asked for (-1 = default)
+    g.algo_source = 0;
+    g.a_addr = reinterpret_cast<int64_t>(c.A);
+    g.b_addr = reinterpret_cast<int64_t>(c.B);
+    g.c_addr = g.d_addr = reinterpret_cast<int64_t>(c.C);
+    op.event.kind = db::EventKind::kGemm;
+    op.event.name = g.api;
+    op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
+    op.detail = g;
+    return true;
+  });
+}
+
+cublasStatus_t missing(const char* name) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) logLine("%s: the real cuBLAS function was not found in this process", name);
+  return CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+}  // namespace
+}  // namespace detrace::tracer
+
+using namespace detrace::tracer;
+
+DETRACE_EXPORT cublasStatus_t cublasLtMatmul(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha, const void* A,
+    cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta,
+    const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+    const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes,
+    cudaStream_t stream) {
+  static RealFn<decltype(&cublasLtMatmul)> real("cublasLtMatmul", kLt);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("cublasLtMatmul");
+  uint64_t token = 0;
+  if (t_gemm_depth == 0) {
+    token = recordLt(lightHandle, computeDesc, A, Adesc, B, Bdesc, C, Cdesc, D, Ddesc, algo,
+                     workspaceSizeInBytes, stream);
+  }
+  DepthScope depth;
+  ParentScope scope(token);
+  return fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
+            workspace, workspaceSizeInBytes, stream);
+}
+
+DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                                           cublasOperation_t transb, int m, int n, int k,
+                                           const void* alpha, const void* A, cudaDataType Atype,
+                                           int lda, const void* B, cudaDataType Btype, int ldb,
+                                           const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  static RealFn<cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                   int, const void*, const void*, cudaDataType, int, const void*,
+                                   cudaDataType, int, const void*, void*, cudaDataType, int,
+                                   cublasComputeType_t, cublasGemmAlgo_t)>
+      real("cublasGemmEx", kBlas);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("cublasGemmEx");
+  uint64_t token = 0;
+  if (t_gemm_depth == 0) {
+    token = recordBlas({"cublasGemmEx", handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype,
+                        Ctype, computeType, 0, 0, 0, 1, A, B, C, algo});
+  }
+  DepthScope depth;
+  ParentScope scope(token);
+  return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
+            ldc, computeType, algo);
+}
+
+DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA,
+    const void* B, cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C,
+    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
+    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  static RealFn<cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                   int, const void*, const void*, cudaDataType, int, long long int,
+                                   const void*, cudaDataType, int, long long int, const void*, void*,
+                                   cudaDataType, int, long long int, int, cublasComputeType_t,
+                                   cublasGemmAlgo_t)>
+      real("cublasGemmStridedBatchedEx", kBlas);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("cublasGemmStridedBatchedEx");
+  uint64_t token = 0;
+  if (t_gemm_depth == 0) {
+    token = recordBlas({"cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, lda, ldb, ldc,
+                        Atype, Btype, Ctype, computeType, strideA, strideB, strideC, batchCount, A,
+                        B, C, algo});
+  }
+  DepthScope depth;
+  ParentScope scope(token);
+  return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+            beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+}
+
+DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                                             cublasOperation_t transb, int m, int n, int k,
+                                             const float* alpha, const float* A, int lda,
+                                             const float* B, int ldb, const float* beta, float* C,
+                                             int ldc) {
+  static RealFn<decltype(&cublasSgemm_v2)> real("cublasSgemm_v2", kBlas);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("cublasSgemm_v2");
+  uint64_t token = 0;
+  if (t_gemm_depth == 0) {
+    token = recordBlas({"cublasSgemm", handle, transa, transb, m, n, k, lda, ldb, ldc, CUDA_R_32F,
+                        CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1});
+  }
+  DepthScope depth;
+  ParentScope scope(token);
+  return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const float* alpha, const float* A, int lda, long long int strideA, const float* B, int ldb,
+    long long int strideB, const float* beta, float* C, int ldc, long long int strideC,
+    int batchCount) {
+  static RealFn<decltype(&cublasSgemmStridedBatched)> real("cublasSgemmStridedBatched", kBlas);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("cublasSgemmStridedBatched");
+  uint64_t token = 0;
+  if (t_gemm_depth == 0) {
+    token = recordBlas({"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, lda, ldb, ldc,
+                        CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, strideA, strideB,
+                        strideC, batchCount, A, B, C, -1});
+  }
+  DepthScope depth;
+  ParentScope scope(token);
+  return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+            strideC, batchCount);
+}

@@ -1,0 +1,579 @@
+// The CUPTI adapter: the only part of the tracer that talks to CUPTI, and the only part that
+// needs a GPU to run. It decodes CUPTI callbacks and activity records into the plain structs of
+// reorder_buffer.h and feeds them to the session's ReorderBuffer; the ordering logic lives there.
+//
+// Callbacks (on the engine's launching threads) must be cheap and must never throw: they read the
+// CUPTI timestamp and the API's parameters, take a slot, and return. A driver launch made inside a
+// runtime launch (cudaLaunchKernel calls cuLaunchKernel) is folded into the runtime slot as an
+// alias correlation id, so whichever id the activity record carries finds the slot.
+//
+// Activity records come in buffers from a pool allocated at start (kPoolBuffers x kBufferBytes).
+// When the pool is empty the request is refused and CUPTI drops records (counted). Rejecting
+// buffers can crash CUPTI before API version 27 (CUDA 12.9), so older CUPTIs get a fresh buffer.
+// Periodic flush (cuptiActivityFlushPeriod) only returns full buffers, so a flusher thread calls
+// cuptiActivityFlushAll every kFlushPeriod and then times out stale slots.
+#include <cuda.h>
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cupti_api.h"
+#include "library_ops.h"
+#include "log.h"
+#include "next_symbol.h"
+#include "session.h"
+
+
+namespace detrace::tracer {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+constexpr size_t kPoolBuffers = 16;
+constexpr auto kFlushPeriod = std::chrono::milliseconds(100);
+constexpr size_t kMaxNameCache = 1 << 16;
+constexpr size_t kMaxGraphs = 1 << 14;
+
+CuptiApi g_cupti;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+std::atomic<bool> g_active{false};
+
+// ---- activity buffer pool ----
+std::mutex g_pool_mu;
+std::vector<uint8_t*> g_pool;
+bool g_may_reject = true;
+std::atomic<int64_t> g_buffers_refused{0};
+
+// ---- flusher thread ----
+std::mutex g_flush_mu;
+std::condition_variable g_flush_cv;
+bool g_flush_stop = false;
+std::thread g_flusher;
+
+// ---- caches (bounded) ----
+std::mutex g_cache_mu;
+std::unordered_map<std::string, int64_t> g_names;          // mangled name -> strings.id
+std::unordered_map<uint32_t, int32_t> g_context_device;    // context uid -> device
+std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> records per launch
+
+// ---- per-thread launch state ----
+thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
+thread_local int t_runtime_depth = 0;
+thread_local uint64_t t_driver_token = 0;
+
+int64_t cuptiNow() {
+  uint64_t t = 0;
+  return g_cupti.timestamp && g_cupti.timestamp(&t) == CUPTI_SUCCESS ? static_cast<int64_t>(t) : 0;
+}
+
+#define DETRACE_CUPTI_CALL(call, what)                                                     \
+  do {                                                                                     \
+    CUptiResult r_ = (call);                                                               \
+    if (r_ != CUPTI_SUCCESS) {                                                             \
+      logLine("%s failed: %s (%s)", #call, g_cupti.errorText(r_), what);                   \
+      return false;                                                                        \
+    }                                                                                      \
+  } while (0)
+
+// What kind of launch a callback id is.
+struct LaunchKind {
+  db::LaunchApi api = db::LaunchApi::kUnknown;
+  bool graph = false;
+};
+
+bool classify(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, LaunchKind& k) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+        k.api = db::LaunchApi::kRuntime; return true;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+        k.api = db::LaunchApi::kDriverEx; return true;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+        k.api = db::LaunchApi::kCooperative; return true;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
+        k.api = db::LaunchApi::kGraph; k.graph = true; return true;
+      default: return false;
+    }
+  }
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+        k.api = db::LaunchApi::kDriver; return true;
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+        k.api = db::LaunchApi::kDriverEx; return true;
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+        k.api = db::LaunchApi::kCooperative; return true;
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+        k.api = db::LaunchApi::kGraph; k.graph = true; return true;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+// The stream (and graph exec) named by a launch API's parameters.
+void launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params,
+                  int64_t& stream, uint64_t& graph_exec) {
+  if (params == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+        stream = reinterpret_cast<int64_t>(static_cast<const cudaLaunchKernel_v7000_params*>(params)->stream);
+        return;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+        stream = reinterpret_cast<int64_t>(
+            static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params)->stream);
+        return;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
+        auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(params);
+        if (p->config) stream = reinterpret_cast<int64_t>(p->config->stream);
+        return;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000: {
+        auto* p = static_cast<const cudaGraphLaunch_v10000_params*>(params);
+        stream = reinterpret_cast<int64_t>(p->stream);
+        graph_exec = reinterpret_cast<uint64_t>(p->graphExec);
+        return;
+      }
+      default: return;
+    }
+  }
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      stream = reinterpret_cast<int64_t>(static_cast<const cuLaunchKernel_params*>(params)->hStream);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      stream = reinterpret_cast<int64_t>(
+          static_cast<const cuLaunchCooperativeKernel_params*>(params)->hStream);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      auto* p = static_cast<const cuLaunchKernelEx_params*>(params);
+      if (p->config) stream = reinterpret_cast<int64_t>(p->config->hStream);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
+      auto* p = static_cast<const cuGraphLaunch_params*>(params);
+      stream = reinterpret_cast<int64_t>(p->hStream);
+      graph_exec = reinterpret_cast<uint64_t>(p->hGraph);
+      return;
+    }
+    default: return;
+  }
+}
+
+int32_t deviceOf(CUcontext ctx, uint32_t context_uid) {
+  {
+    std::lock_guard lk(g_cache_mu);
+    if (auto it = g_context_device.find(context_uid); it != g_context_device.end()) return it->second;
+  }
+  uint32_t dev = 0;
+  int32_t device = ctx && g_cupti.device_id(ctx, &dev) == CUPTI_SUCCESS ? static_cast<int32_t>(dev) : -1;
+  std::lock_guard lk(g_cache_mu);
+  if (g_context_device.size() < 1024) g_context_device[context_uid] = device;
+  return device;
+}
+
+int32_t expectedGraphRecords(uint64_t exec) {
+  std::lock_guard lk(g_cache_mu);
+  auto it = g_graph_records.find(exec);
+  return it == g_graph_records.end() ? -1 : it->second;
+}
+
+void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  LaunchKind kind;
+  if (!classify(domain, cbid, kind)) return;
+  bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  Session& s = Session::get();
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    if (!runtime && t_runtime_depth > 0) {
+      // The driver half of a runtime launch: the same launch, another correlation id.
+      if (ReorderBuffer* b = s.buffer()) b->addAlias(t_runtime_token, cb->correlationId);
+      t_driver_token = 0;
+      return;
+    }
+    ReorderBuffer* buffer = s.buffer();
+    db::TraceWriter* w = s.writer();
+    if (buffer == nullptr || w == nullptr) return;
+    ApiLaunch launch;
+    launch.correlation_id = cb->correlationId;
+    launch.api = kind.api;
+    launch.cpu_ns = cuptiNow();
+    launch.device = deviceOf(cb->context, cb->contextUid);
+    int64_t stream = 0;
+    uint64_t exec = 0;
+    launchTarget(domain, cbid, cb->functionParams, stream, exec);
+    launch.stream = w->stream(stream, launch.device);
+    if (kind.graph) {
+      launch.is_graph = true;
+      launch.graph_key = exec;
+      launch.expected_activities = expectedGraphRecords(exec);
+      launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
+    }
+    uint64_t token = buffer->addLaunch(launch, currentParent());
+    if (runtime) {
+      ++t_runtime_depth;
+      t_runtime_token = token;
+    } else {
+      t_driver_token = token;
+    }
+    return;
+  }
+  // API exit: a failed launch never produces a GPU record.
+  bool failed = false;
+  uint64_t token = 0;
+  if (runtime) {
+    if (t_runtime_depth > 0) --t_runtime_depth;
+    token = t_runtime_token;
+    failed = cb->functionReturnValue &&
+             *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
+  } else {
+    token = std::exchange(t_driver_token, 0);
+    failed = cb->functionReturnValue &&
+             *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+  }
+  if (failed && token != 0) {
+    if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
+  }
+}
+
+// Activity records expected from one launch of a graph: its kernel, memcpy and memset nodes,
+// child graphs included; -1 if it has nodes we cannot count (conditional nodes).
+int32_t countGraphRecords(CUgraph graph, int depth) {
+  using GetNodes = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
+  using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
+  using ChildGraph = CUresult (*)(CUgraphNode, CUgraph*);
+  static auto get_nodes = reinterpret_cast<GetNodes>(loadedSymbol("cuGraphGetNodes", "libcuda"));
+  static auto get_type = reinterpret_cast<GetType>(loadedSymbol("cuGraphNodeGetType", "libcuda"));
+  static auto child = reinterpret_cast<ChildGraph>(loadedSymbol("cuGraphChildGraphNodeGetGraph", "libcuda"));
+  if (!get_nodes || !get_type || !child || depth > 8) return -1;
+  size_t n = 0;
+  if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n > 100000) return -1;
+  std::vector<CUgraphNode> nodes(n);
+  if (n > 0 && get_nodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return -1;
+  int32_t total = 0;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type;
+    if (get_type(node, &type) != CUDA_SUCCESS) return -1;
+    switch (type) {
+      case CU_GRAPH_NODE_TYPE_KERNEL:
+      case CU_GRAPH_NODE_TYPE_MEMCPY:
+      case CU_GRAPH_NODE_TYPE_MEMSET: ++total; break;
+      case CU_GRAPH_NODE_TYPE_GRAPH: {
+        CUgraph sub = nullptr;
+        int32_t c = child(node, &sub) == CUDA_SUCCESS ? countGraphRecords(sub, depth + 1) : -1;
+        if (c < 0) return -1;
+        total += c;
+        break;
+      }
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return -1;
+      default: break;
+    }
+  }
+  return total;
+}
+
+void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
+    auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+    if (g == nullptr || g->graph == nullptr) return;
+    int32_t records = countGraphRecords(g->graph, 0);
+    std::lock_guard lk(g_cache_mu);
+    if (g_graph_records.size() < kMaxGraphs || g_graph_records.count(reinterpret_cast<uint64_t>(g->graphExec))) {
+      g_graph_records[reinterpret_cast<uint64_t>(g->graphExec)] = records;
+    }
+  } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+    // The context's records must be collected while it still exists.
+    g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  }
+}
+
+void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
+  try {
+    if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+      onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
+    } else {
+      onLaunch(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
+    }
+  } catch (const std::exception& e) {
+    Session::get().fail(std::string("in a CUPTI callback: ") + e.what());
+  } catch (...) {
+    Session::get().fail("in a CUPTI callback");
+  }
+}
+
+// ---- activity records ----
+
+int64_t kernelName(db::TraceWriter& w, const char* mangled) {
+  if (mangled == nullptr) return w.intern("<unnamed kernel>");
+  std::lock_guard lk(g_cache_mu);
+  if (auto it = g_names.find(mangled); it != g_names.end()) return it->second;
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  int64_t id = w.intern(status == 0 && demangled ? demangled : mangled);
+  std::free(demangled);
+  if (g_names.size() < kMaxNameCache) g_names.emplace(mangled, id);
+  return id;
+}
+
+const char* memcpyName(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "memcpy HtoH";
+    default: return "memcpy";
+  }
+}
+
+// The stream of an activity record: CUPTI's stream id (the API's CUstream is on the slot).
+int64_t activityStream(db::TraceWriter& w, uint32_t stream_id, uint32_t device) {
+  return w.stream(static_cast<int64_t>(stream_id), static_cast<int32_t>(device));
+}
+
+bool decode(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) {
+  switch (rec->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      a.correlation_id = k->correlationId;
+      a.kind = db::EventKind::kKernel;
+      a.name = kernelName(w, k->name);
+      a.stream = activityStream(w, k->streamId, k->deviceId);
+      a.device = static_cast<int32_t>(k->deviceId);
+      a.gpu_start_ns = static_cast<int64_t>(k->start);
+      a.gpu_end_ns = static_cast<int64_t>(k->end);
+      if (k->graphId != 0) {
+        a.graph_id = k->graphId;
+        a.graph_node_id = static_cast<int64_t>(k->graphNodeId);
+      }
+      a.has_launch = true;
+      a.launch.grid = {k->gridX, k->gridY, k->gridZ};
+      a.launch.block = {k->blockX, k->blockY, k->blockZ};
+      a.launch.smem_static = k->staticSharedMemory;
+      a.launch.smem_dynamic = k->dynamicSharedMemory;
+      a.launch.registers = k->registersPerThread;
+      a.launch.api = k->graphId != 0 ? db::LaunchApi::kGraph : db::LaunchApi::kUnknown;
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      a.correlation_id = m->correlationId;
+      a.kind = db::EventKind::kMemcpy;
+      a.name = w.intern(memcpyName(m->copyKind));
+      a.stream = activityStream(w, m->streamId, m->deviceId);
+      a.device = static_cast<int32_t>(m->deviceId);
+      a.gpu_start_ns = static_cast<int64_t>(m->start);
+      a.gpu_end_ns = static_cast<int64_t>(m->end);
+      if (m->graphId != 0) {
+        a.graph_id = m->graphId;
+        a.graph_node_id = static_cast<int64_t>(m->graphNodeId);
+      }
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+      a.correlation_id = m->correlationId;
+      a.kind = db::EventKind::kMemset;
+      a.name = w.intern("memset");
+      a.stream = activityStream(w, m->streamId, m->deviceId);
+      a.device = static_cast<int32_t>(m->deviceId);
+      a.gpu_start_ns = static_cast<int64_t>(m->start);
+      a.gpu_end_ns = static_cast<int64_t>(m->end);
+      if (m->graphId != 0) {
+        a.graph_id = m->graphId;
+        a.graph_node_id = static_cast<int64_t>(m->graphNodeId);
+      }
+      return true;
+    }
+    default: return false;
+  }
+}
+
+void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *max_records = 0;
+  std::lock_guard lk(g_pool_mu);
+  if (!g_pool.empty()) {
+    *buffer = g_pool.back();
+    g_pool.pop_back();
+    *size = kBufferBytes;
+    return;
+  }
+  ++g_buffers_refused;
+  if (g_may_reject) {
+    *buffer = nullptr;  // CUPTI drops records until a buffer comes back (counted by CUPTI)
+    *size = 0;
+    return;
+  }
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+}
+
+void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
+  try {
+    Session& s = Session::get();
+    ReorderBuffer* rb = s.buffer();
+    db::TraceWriter* w = s.writer();
+    if (rb != nullptr && w != nullptr) {
+      CUpti_Activity* rec = nullptr;
+      while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        Activity a;
+        if (decode(*w, rec, a)) rb->addActivity(a);
+      }
+      size_t dropped = 0;
+      if (g_cupti.dropped_records(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped > 0) {
+        s.addStat("cupti_records_dropped", static_cast<int64_t>(dropped));
+      }
+      rb->poll(cuptiNow());
+    }
+  } catch (...) {
+    Session::get().fail("while reading CUPTI activity records");
+  }
+  if (buffer != nullptr) {
+    std::lock_guard lk(g_pool_mu);
+    g_pool.push_back(buffer);
+  }
+}
+
+void flusherLoop() {
+  std::unique_lock lk(g_flush_mu);
+  while (!g_flush_stop) {
+    g_flush_cv.wait_for(lk, kFlushPeriod, [] { return g_flush_stop; });
+    if (g_flush_stop) break;
+    lk.unlock();
+    g_cupti.flush_all(0);
+    if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
+    lk.lock();
+  }
+}
+
+// At exit (Session::finish): stop the flusher, collect every record, stop callbacks.
+void finalFlush() {
+  try {
+    {
+      std::lock_guard lk(g_flush_mu);
+      g_flush_stop = true;
+    }
+    g_flush_cv.notify_all();
+    if (g_flusher.joinable()) g_flusher.join();
+    if (g_active.load()) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    g_active = false;
+    int64_t refused = g_buffers_refused.load();
+    if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
+  } catch (...) {
+  }
+}
+
+bool enableCallbacks() {
+  const CUpti_CallbackId runtime_ids[] = {
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000};
+  const CUpti_CallbackId driver_ids[] = {
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
+  for (CUpti_CallbackId id : runtime_ids) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
+  }
+  for (CUpti_CallbackId id : driver_ids) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
+  }
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  return true;
+}
+
+bool enableActivities() {
+  uint32_t version = 0;
+  if (g_cupti.version(&version) == CUPTI_SUCCESS) g_may_reject = version >= 27;
+  {
+    std::lock_guard lk(g_pool_mu);
+    for (size_t i = 0; i < kPoolBuffers; ++i) {
+      if (auto* b = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes))) g_pool.push_back(b);
+    }
+  }
+  DETRACE_CUPTI_CALL(g_cupti.register_callbacks(bufferRequested, bufferCompleted), "activity buffers");
+  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "kernel records");
+  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_MEMCPY), "memcpy records");
+  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_MEMSET), "memset records");
+  return true;
+}
+
+bool start() {
+  std::string error;
+  if (!g_cupti.load(error)) {
+    logLine("%s; kernels are not recorded, NCCL and cuBLAS calls still are", error.c_str());
+    return false;
+  }
+  CUptiResult r = g_cupti.subscribe(&g_subscriber, onCallback, nullptr);
+  if (r != CUPTI_SUCCESS) {
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      logLine("another profiler (nsys, ncu, torch.profiler, ...) holds CUPTI; kernels are not "
+              "recorded, NCCL and cuBLAS calls still are. Record without the other profiler.");
+    } else {
+      logLine("cuptiSubscribe failed: %s; kernels are not recorded, NCCL and cuBLAS calls still are",
+              g_cupti.errorText(r));
+    }
+    return false;
+  }
+  g_active = true;
+  if (!enableCallbacks() || !enableActivities()) {
+    g_active = false;
+    g_cupti.unsubscribe(g_subscriber);
+    logLine("kernels are not recorded (CUPTI setup failed); NCCL and cuBLAS calls still are");
+    return false;
+  }
+  Session::get().setClock(cuptiNow);
+  Session::get().setFlushHook(finalFlush);
+  g_flusher = std::thread(flusherLoop);
+  return true;
+}
+
+}  // namespace
+}  // namespace detrace::tracer
+
+// Called by the CUDA driver during cuInit when CUDA_INJECTION64_PATH names this library.
+// Returns 1 (success) in every case: a tracer problem must never fail the program's cuInit.
+DETRACE_EXPORT int InitializeInjection() {
+  try {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      if (detrace::tracer::Session::get().enabled()) (void)detrace::tracer::start();
+    });
+  } catch (...) {
+    detrace::tracer::logLine("could not start the CUDA tracer; the program runs unrecorded");
+  }
+  return 1;
+}

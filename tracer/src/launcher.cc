@@ -1,0 +1,292 @@
+// The launcher behind `detrace record`. See launcher.h.
+#include "detrace/tracer/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "detrace/base/scoped.h"
+#include "detrace/base/version.h"
+#include "detrace/db/run.h"
+#include "detrace/db/schema.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace detrace::tracer {
+namespace {
+
+inline void closeFd(int fd) { ::close(fd); }
+using ScopedFd = ScopedResource<int, closeFd, -1>;
+
+int64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+bool isExecutableFile(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// The program to exec: a path as given, or the first match on $PATH (like a shell).
+Result<std::string> resolveCommand(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (isExecutableFile(name)) return name;
+    return makeError(ErrorCode::kNotFound, "{}: no such executable file", name);
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (isExecutableFile(candidate)) return candidate;
+    start = end + 1;
+  }
+  return makeError(ErrorCode::kNotFound, "{}: command not found (searched $PATH)", name);
+}
+
+// Creates the run directory, or empties the traces of an existing one under --force.
+Status prepareRunDir(const std::string& dir, bool force) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) {
+      return makeError(ErrorCode::kInvalidArgument, "{} exists and is not a directory; choose another -o", dir);
+    }
+    bool empty = fs::is_empty(dir, ec);
+    if (!empty && !force) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "{} is not empty; record into a new directory, or pass --force to replace "
+                       "the run in it",
+                       dir);
+    }
+    if (!empty) {
+      for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        std::string name = entry.path().filename().string();
+        bool trace = name.find(db::kTraceExtension) != std::string::npos;
+        if (trace || name == db::kManifestName) fs::remove(entry.path(), ec);
+      }
+    }
+  } else {
+    fs::create_directories(dir, ec);
+    if (ec) return makeError(ErrorCode::kIo, "cannot create {}: {}", dir, ec.message());
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return makeError(ErrorCode::kIo, "cannot write to {}: {}; choose a writable directory", dir,
+                     std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+std::vector<std::string> childEnvironment(const std::string& lib, const std::string& out_dir,
+                                          int64_t queue) {
+  std::vector<std::string> env;
+  std::string preload = lib;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    if (key == "LD_PRELOAD") {
+      std::string old = kv.substr(key.size() + 1);
+      if (!old.empty()) preload += ":" + old;
+      continue;
+    }
+    if (key == "CUDA_INJECTION64_PATH" || key == "DETRACE_OUT_DIR" || key == "DETRACE_QUEUE") continue;
+    env.push_back(std::move(kv));
+  }
+  env.push_back("LD_PRELOAD=" + preload);
+  env.push_back("CUDA_INJECTION64_PATH=" + lib);
+  env.push_back("DETRACE_OUT_DIR=" + out_dir);
+  if (queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(queue));
+  return env;
+}
+
+std::map<std::string, std::string> recordedEnv() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = kv.substr(0, eq);
+    if (isRecordedEnvVar(key)) env[key] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// ---- signal forwarding ----
+volatile sig_atomic_t g_child = 0;
+
+// A signal sent to detrace with kill(2) goes on to the command. One the terminal sent (Ctrl-C)
+// already reached the command, which shares detrace's process group, so it is not sent twice.
+void forwardSignal(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(g_child, sig);
+}
+
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    struct sigaction sa{};
+    sa.sa_sigaction = forwardSignal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
+  }
+  ~SignalForwarding() {
+    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+    g_child = 0;
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  struct sigaction saved_[std::size(kSignals)];
+};
+
+// Starts the command; an exec failure in the child comes back through a close-on-exec pipe.
+Result<pid_t> spawn(const std::string& program, const std::vector<std::string>& args,
+                    const std::vector<std::string>& env) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return makeError(ErrorCode::kIo, "pipe: {}", std::strerror(errno));
+  ScopedFd rd(fds[0]), wr(fds[1]);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return makeError(ErrorCode::kIo, "cannot start {}: fork: {}", program, std::strerror(errno));
+  if (pid == 0) {
+    execve(program.c_str(), argv.data(), envp.data());
+    int err = errno;
+    ssize_t ignored = write(wr.get(), &err, sizeof err);
+    (void)ignored;
+    _exit(127);
+  }
+  wr.reset();
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(rd.get(), &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  if (n == sizeof err) {
+    waitpid(pid, nullptr, 0);
+    return makeError(ErrorCode::kIo, "cannot run {}: {}", program, std::strerror(err));
+  }
+  return pid;
+}
+
+int waitForExit(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return 127;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 127;
+}
+
+std::vector<std::string> traceFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == db::kTraceExtension) files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+bool isRecordedEnvVar(const std::string& name) {
+  if (name == "CUDA_INJECTION64_PATH") return false;
+  for (const char* prefix : {"CUDA_", "NCCL_", "CUBLAS", "NVIDIA_", "TORCH_", "PYTORCH_"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return name == "OMP_NUM_THREADS";
+}
+
+Result<std::string> findTracerLibrary() {
+  if (const char* env = std::getenv("DETRACE_TRACER_LIB"); env && *env) {
+    if (fs::exists(env)) return fs::absolute(env).string();
+    return makeError(ErrorCode::kNotFound, "DETRACE_TRACER_LIB names {}, which does not exist", env);
+  }
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return makeError(ErrorCode::kNotFound, "cannot find this executable: {}", ec.message());
+  fs::path dir = exe.parent_path();
+  std::vector<fs::path> candidates = {dir / ".." / "tracer" / kTracerLibraryName,
+                                      dir / ".." / "lib" / "detrace" / kTracerLibraryName,
+                                      dir / kTracerLibraryName};
+  for (const fs::path& c : candidates) {
+    if (fs::exists(c, ec)) return fs::canonical(c, ec).string();
+  }
+  return makeError(ErrorCode::kNotFound,
+                   "cannot find {} (looked in {}/../tracer, {}/../lib/detrace and {}); build the "
+                   "tracer (it needs CUDA) or set DETRACE_TRACER_LIB",
+                   kTracerLibraryName, dir.string(), dir.string(), dir.string());
+}
+
+Result<RecordResult> record(const RecordOptions& options) {
+  if (options.command.empty()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "nothing to record: put the command after --, e.g. detrace record -o run -- python app.py");
+  }
+  if (options.out_dir.empty()) {
+    return makeError(ErrorCode::kInvalidArgument, "no run directory: pass -o RUN_DIR");
+  }
+  DETRACE_ASSIGN_OR_RETURN(std::string program, resolveCommand(options.command[0]));
+  std::string lib = options.tracer_library;
+  if (lib.empty()) {
+    DETRACE_ASSIGN_OR_RETURN(lib, findTracerLibrary());
+  }
+  DETRACE_RETURN_IF_ERROR(prepareRunDir(options.out_dir, options.force));
+  std::string out_dir = fs::absolute(options.out_dir).lexically_normal().string();
+
+  db::RunManifest manifest;
+  manifest.tool_version = kToolVersion;
+  manifest.command = options.command;
+  manifest.env = recordedEnv();
+  manifest.host = hostName();
+  manifest.start_time_ns = nowNs();
+  manifest.options = {{"force", options.force ? "true" : "false"},
+                      {"queue", std::to_string(options.queue)},
+                      {"tracer_library", lib}};
+  DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
+
+  RecordResult result;
+  {
+    SignalForwarding forwarding;
+    DETRACE_ASSIGN_OR_RETURN(pid_t pid,
+                             spawn(program, options.command, childEnvironment(lib, out_dir, options.queue)));
+    g_child = pid;
+    result.exit_status = waitForExit(pid);
+  }
+  manifest.exit_code = result.exit_status;
+  manifest.end_time_ns = nowNs();
+  DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
+  result.trace_files = traceFiles(out_dir);
+  return result;
+}
+
+}  // namespace detrace::tracer

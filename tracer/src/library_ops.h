@@ -1,0 +1,62 @@
+// Helpers shared by the LD_PRELOAD wrappers (NCCL, cuBLAS, cuBLASLt): recording a library op in
+// API order and marking the kernels its call launches as its children.
+#pragma once
+
+#include <cstdint>
+
+#include "detrace/db/records.h"
+#include "detrace/tracer/reorder_buffer.h"
+
+#define DETRACE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace detrace::tracer {
+
+// The token of the library op whose call is running on this thread (0: none). Launches seen by
+// CUPTI on this thread take it as their parent.
+uint64_t currentParent();
+
+// Sets the current parent for the duration of a wrapped call.
+class ParentScope {
+ public:
+  explicit ParentScope(uint64_t token);
+  ~ParentScope();
+  ParentScope(const ParentScope&) = delete;
+  ParentScope& operator=(const ParentScope&) = delete;
+
+ private:
+  uint64_t saved_;
+};
+
+// Appends a library op to the process's trace; returns its token, 0 when not recording.
+// `fill` completes the event and detail given the writer (to intern names and streams); it runs
+// only when recording. Never throws.
+template <typename Fill>
+uint64_t recordLibraryOp(Fill&& fill) noexcept;
+
+}  // namespace detrace::tracer
+
+#include "session.h"
+#include "log.h"
+
+namespace detrace::tracer {
+
+template <typename Fill>
+uint64_t recordLibraryOp(Fill&& fill) noexcept {
+  try {
+    Session& s = Session::get();
+    ReorderBuffer* buffer = s.buffer();
+    db::TraceWriter* w = s.writer();
+    if (buffer == nullptr || w == nullptr) return 0;
+    LibraryOp op;
+    op.event.cpu_ns = s.now();
+    if (!fill(*w, op)) return 0;
+    return buffer->addLibraryOp(op, currentParent());
+  } catch (const std::exception& e) {
+    Session::get().fail(std::string("recording a library call failed: ") + e.what());
+  } catch (...) {
+    Session::get().fail("recording a library call failed");
+  }
+  return 0;
+}
+
+}  // namespace detrace::tracer

@@ -1,0 +1,302 @@
+// LD_PRELOAD wrappers for NCCL: every collective and point-to-point call is recorded at API time
+// (op, dtype, count, reduction, root/peer, buffers, communicator id/rank/size, per-communicator
+// sequence number), then forwarded to the real NCCL unchanged. Communicator constructors teach the
+// tracer this process's rank and world size.
+//
+// In-process rules (see session.h): wrappers never throw, never change what NCCL returns, and
+// forward even when recording is off or failed. If the real function cannot be found (which only
+// happens if NCCL is not loaded at all) they return ncclSystemError with one line on stderr.
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <span>
+
+#include "library_ops.h"
+#include "next_symbol.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr const char* kNccl = "libnccl";
+
+db::DType ncclDType(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return db::DType::kI8;
+    case ncclUint8: return db::DType::kU8;
+    case ncclInt32: return db::DType::kI32;
+    case ncclInt64: return db::DType::kI64;
+    case ncclFloat16: return db::DType::kF16;
+    case ncclFloat32: return db::DType::kF32;
+    case ncclFloat64: return db::DType::kF64;
+    case ncclBfloat16: return db::DType::kBF16;
+    case ncclFloat8e4m3: return db::DType::kF8E4M3;
+    case ncclFloat8e5m2: return db::DType::kF8E5M2;
+    default: return db::DType::kUnknown;
+  }
+}
+
+// Group nesting on this thread, and the id of the outermost open group.
+thread_local int t_group_depth = 0;
+thread_local int64_t t_group_id = -1;
+thread_local uint64_t t_group_first_op = 0;
+std::atomic<int64_t> g_next_group{0};
+
+struct Call {
+  db::CollOp op;
+  const char* name;
+  const void* send;
+  const void* recv;
+  size_t count;
+  ncclDataType_t dtype;
+  int redop;  // -1: not a reduction
+  int root;
+  int peer;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+uint64_t record(const Call& c) {
+  uint64_t token = recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
+    auto comm = Session::get().comms().find(c.comm);
+    db::Event& e = op.event;
+    e.kind = db::EventKind::kCollective;
+    e.name = w.intern(c.name);
+    e.device = comm ? comm->device : -1;
+    e.stream = w.stream(reinterpret_cast<int64_t>(c.stream), e.device);
+    db::Collective coll;
+    coll.op = c.op;
+    coll.dtype = ncclDType(c.dtype);
+    coll.count = static_cast<int64_t>(c.count);
+    coll.redop = static_cast<db::RedOp>(c.redop);
+    coll.root = c.root;
+    coll.peer = c.peer;
+    if (comm) {
+      coll.comm_id = comm->id;
+      coll.comm_rank = comm->rank;
+      coll.comm_nranks = comm->nranks;
+    }
+    coll.comm_seq = Session::get().comms().nextSeq(c.comm);
+    coll.send_addr = reinterpret_cast<int64_t>(c.send);
+    coll.recv_addr = reinterpret_cast<int64_t>(c.recv);
+    coll.group_id = t_group_depth > 0 ? t_group_id : db::kUnset;
+    op.detail = coll;
+    return true;
+  });
+  if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
+  return token;
+}
+
+ncclResult_t missing(const char* name) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) logLine("%s: the real NCCL function was not found in this process", name);
+  return ncclSystemError;
+}
+
+// Calls the real function with the op recorded first; kernels it launches become its children.
+template <typename Fn, typename... Args>
+ncclResult_t forward(RealFn<Fn>& real, const Call& c, Args... args) {
+  Fn fn = real.get();
+  if (fn == nullptr) return missing(c.name);
+  ParentScope scope(record(c));
+  return fn(args...);
+}
+
+// The device a communicator uses (-1 if NCCL cannot say).
+int commDevice(ncclComm_t comm) {
+  static RealFn<decltype(&ncclCommCuDevice)> real("ncclCommCuDevice", kNccl);
+  int dev = -1;
+  auto fn = real.get();
+  if (fn == nullptr || comm == nullptr || fn(comm, &dev) != ncclSuccess) return -1;
+  return dev;
+}
+
+void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
+  try {
+    if (!Session::get().enabled() || comm == nullptr) return;
+    Session::get().comms().add(comm, CommInfo{id, rank, nranks, commDevice(comm)});
+    if (Session::get().buffer() != nullptr) Session::get().updateRank();
+  } catch (...) {
+  }
+}
+
+int64_t uniqueIdHash(const ncclUniqueId& id) {
+  return CommRegistry::idFromUniqueId(
+      std::span(reinterpret_cast<const uint8_t*>(id.internal), sizeof id.internal));
+}
+
+}  // namespace
+}  // namespace detrace::tracer
+
+using namespace detrace::tracer;
+using detrace::db::CollOp;
+
+#define DETRACE_REAL(fn) static RealFn<decltype(&fn)> real(#fn, kNccl)
+
+DETRACE_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  DETRACE_REAL(ncclAllReduce);
+  Call c{CollOp::kAllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, -1, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                              ncclDataType_t datatype, ncclRedOp_t op,
+                                              ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclReduceScatter);
+  Call c{CollOp::kReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, op, -1, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          ncclDataType_t datatype, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  DETRACE_REAL(ncclAllGather);
+  Call c{CollOp::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, -1, -1, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, sendcount, datatype, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          ncclDataType_t datatype, int root, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  DETRACE_REAL(ncclBroadcast);
+  Call c{CollOp::kBroadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, -1, root, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                       ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclReduce);
+  Call c{CollOp::kReduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                         ncclDataType_t datatype, ncclComm_t comm,
+                                         cudaStream_t stream) {
+  DETRACE_REAL(ncclAlltoAll);
+  Call c{CollOp::kAllToAll, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, -1, -1, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                     int peer, ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclSend);
+  Call c{CollOp::kSend, "ncclSend", sendbuff, nullptr, count, datatype, -1, -1, peer, comm, stream};
+  return forward(real, c, sendbuff, count, datatype, peer, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                     ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclRecv);
+  Call c{CollOp::kRecv, "ncclRecv", nullptr, recvbuff, count, datatype, -1, -1, peer, comm, stream};
+  return forward(real, c, recvbuff, count, datatype, peer, comm, stream);
+}
+
+// Groups: calls inside share a group id; NCCL launches the group's kernels at the outermost
+// ncclGroupEnd, whose kernels take the group's first op as parent.
+DETRACE_EXPORT ncclResult_t ncclGroupStart() {
+  DETRACE_REAL(ncclGroupStart);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclGroupStart");
+  if (t_group_depth++ == 0) {
+    t_group_id = g_next_group.fetch_add(1);
+    t_group_first_op = 0;
+  }
+  return fn();
+}
+
+DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
+  DETRACE_REAL(ncclGroupEnd);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclGroupEnd");
+  uint64_t parent = 0;
+  if (t_group_depth > 0 && --t_group_depth == 0) parent = t_group_first_op;
+  ParentScope scope(parent);
+  return fn();
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                             int rank) {
+  DETRACE_REAL(ncclCommInitRank);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommInitRank");
+  ncclResult_t r = fn(comm, nranks, commId, rank);
+  if (r == ncclSuccess || r == ncclInProgress) registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
+  return r;
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                   int rank, ncclConfig_t* config) {
+  DETRACE_REAL(ncclCommInitRankConfig);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommInitRankConfig");
+  ncclResult_t r = fn(comm, nranks, commId, rank, config);
+  if (r == ncclSuccess || r == ncclInProgress) registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
+  return r;
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  DETRACE_REAL(ncclCommInitAll);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommInitAll");
+  ncclResult_t r = fn(comms, ndev, devlist);
+  if (r == ncclSuccess && comms != nullptr) {
+    // One process drives every rank: the communicators share an id made from this call's number.
+    static std::atomic<int64_t> calls{0};
+    int64_t key[2] = {calls.fetch_add(1), ndev};
+    int64_t id = CommRegistry::hashBytes(std::span(reinterpret_cast<const uint8_t*>(key), sizeof key));
+    for (int i = 0; i < ndev; ++i) registerComm(comms[i], id, i, ndev);
+  }
+  return r;
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                          ncclConfig_t* config) {
+  DETRACE_REAL(ncclCommSplit);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommSplit");
+  ncclResult_t r = fn(comm, color, key, newcomm, config);
+  try {
+    if ((r == ncclSuccess || r == ncclInProgress) && Session::get().enabled()) {
+      ncclComm_t nc = newcomm ? *newcomm : nullptr;
+      int rank = -1, nranks = -1;
+      static RealFn<decltype(&ncclCommUserRank)> user_rank("ncclCommUserRank", kNccl);
+      static RealFn<decltype(&ncclCommCount)> count("ncclCommCount", kNccl);
+      if (nc != nullptr && user_rank.get() && count.get()) {
+        (void)user_rank.get()(nc, &rank);
+        (void)count.get()(nc, &nranks);
+      }
+      // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
+      // parent's split count advances on every rank alike.
+      Session::get().comms().addSplit(comm, nc, color, rank, nranks);
+      if (nc != nullptr) {
+        if (auto info = Session::get().comms().find(nc)) {
+          info->device = commDevice(nc);
+          Session::get().comms().add(nc, *info);
+        }
+        if (Session::get().buffer() != nullptr) Session::get().updateRank();
+      }
+    }
+  } catch (...) {
+  }
+  return r;
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  DETRACE_REAL(ncclCommDestroy);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommDestroy");
+  try { Session::get().comms().remove(comm); } catch (...) {}
+  return fn(comm);
+}
+
+DETRACE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  DETRACE_REAL(ncclCommAbort);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommAbort");
+  try { Session::get().comms().remove(comm); } catch (...) {}
+  return fn(comm);
+}

@@ -1,0 +1,284 @@
+// Session: lazy start, metadata, rank, and the orderly end of a recording. See session.h.
+#include "session.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "detrace/base/version.h"
+#include "log.h"
+#include "next_symbol.h"
+
+namespace detrace::tracer {
+
+// The TraceWriter behind the reorder buffer.
+class WriterSink final : public EventSink {
+ public:
+  explicit WriterSink(db::TraceWriter& w) : w_(w) {}
+  std::optional<int64_t> append(const db::Event& e) override { return w_.append(e); }
+  std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
+    return w_.appendCollective(e, c);
+  }
+  std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
+    return w_.appendGemm(e, g);
+  }
+
+ private:
+  db::TraceWriter& w_;
+};
+
+namespace {
+
+std::atomic<Session*> g_session{nullptr};
+std::mutex g_create_mu;
+
+int64_t realtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+int64_t envInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  return end && *end == '\0' && x > 0 ? x : fallback;
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// /proc/self/cmdline, arguments joined by spaces.
+std::string commandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!all.empty() && all.back() == '\0') all.pop_back();
+  for (char& c : all) {
+    if (c == '\0') c = ' ';
+  }
+  return all;
+}
+
+// The kernel driver's version ("580.95.05") from /proc; "" without the NVIDIA driver.
+std::string kernelDriverVersion() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  std::istringstream words(line);
+  std::string w, prev;
+  while (words >> w) {
+    if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
+    if (w != "") prev = w;
+  }
+  return "";
+}
+
+std::string cudaVersionText(int v) {
+  return v > 0 ? std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10) : "";
+}
+
+void atForkChild() { Session::resetAfterFork(); }
+
+void atExit() {
+  try {
+    Session::get().finish();
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+Session& Session::get() {
+  Session* s = g_session.load(std::memory_order_acquire);
+  if (s != nullptr) return *s;
+  std::lock_guard lk(g_create_mu);
+  s = g_session.load(std::memory_order_relaxed);
+  if (s == nullptr) {
+    s = new Session();  // never deleted: C callbacks may run during the host's static teardown
+    g_session.store(s, std::memory_order_release);
+    static bool once = [] { return pthread_atfork(nullptr, nullptr, atForkChild) == 0; }();
+    (void)once;
+  }
+  return *s;
+}
+
+void Session::resetAfterFork() {
+  // The parent's writer thread does not exist here and its mutexes may be held: leak the old
+  // session and begin again (the child records into its own proc-<pid>.dtrace).
+  g_session.store(new Session(), std::memory_order_release);
+}
+
+Session::Session() {
+  const char* dir = std::getenv("DETRACE_OUT_DIR");
+  if (dir != nullptr && *dir != '\0') {
+    out_dir_ = dir;
+    enabled_ = true;
+  }
+}
+
+int64_t Session::now() const {
+  auto clock = clock_.load(std::memory_order_relaxed);
+  return clock ? clock() : realtimeNs();
+}
+
+ReorderBuffer* Session::buffer() {
+  if (!enabled()) return nullptr;
+  if (started_.load(std::memory_order_acquire)) return buffer_.get();
+  std::lock_guard lk(mu_);
+  if (!started_.load(std::memory_order_relaxed) && !startLocked()) return nullptr;
+  return buffer_.get();
+}
+
+db::TraceWriter* Session::writer() {
+  return buffer() != nullptr ? writer_.get() : nullptr;
+}
+
+bool Session::startLocked() {
+  if (!enabled() || finished_) return false;
+  db::WriterOptions options;
+  options.policy = db::OverflowPolicy::kDrop;
+  options.queue_capacity = static_cast<size_t>(envInt("DETRACE_QUEUE", int64_t{1} << 18));
+  std::string path = out_dir_ + "/proc-" + std::to_string(getpid()) + ".dtrace";
+  auto w = db::TraceWriter::create(path, options);
+  if (!w.isOk()) {
+    enabled_ = false;
+    logLine("cannot record this process (%s); it runs on unrecorded", w.status().message().c_str());
+    return false;
+  }
+  writer_ = std::move(*w);
+  sink_ = std::make_unique<WriterSink>(*writer_);
+  ReorderOptions ro;
+  ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
+  buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
+  writeMetadataLocked();
+  started_.store(true, std::memory_order_release);
+  // Registered now, after the CUDA runtime's own exit handlers, so it runs before them.
+  std::atexit(atExit);
+  return true;
+}
+
+void Session::writeMetadataLocked() {
+  db::TraceWriter& w = *writer_;
+  rank_.pid = getpid();
+  rank_.host = hostName();
+  if (const char* lr = std::getenv("LOCAL_RANK"); lr && *lr) rank_.local_rank = std::atoi(lr);
+  w.setMeta("tool_version", kToolVersion);
+  w.setMeta("host", rank_.host);
+  w.setMeta("pid", std::to_string(rank_.pid));
+  w.setMeta("command", commandLine());
+  w.setMeta("start_time_ns", std::to_string(realtimeNs()));
+  if (std::string v = kernelDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
+
+  using IntFn = int (*)(int*);
+  if (auto f = reinterpret_cast<IntFn>(loadedSymbol("cudaRuntimeGetVersion", "libcudart"))) {
+    int v = 0;
+    if (f(&v) == 0) w.setMeta("cuda_version", cudaVersionText(v));
+  } else if (auto d = reinterpret_cast<IntFn>(loadedSymbol("cuDriverGetVersion", "libcuda"))) {
+    int v = 0;
+    if (d(&v) == 0) w.setMeta("cuda_version", cudaVersionText(v));
+  }
+  if (auto f = reinterpret_cast<IntFn>(loadedSymbol("ncclGetVersion", "libnccl"))) {
+    int v = 0;
+    if (f(&v) == 0 && v > 0) {
+      // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+      w.setMeta("nccl_version", std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) +
+                                    "." + std::to_string(v % 100));
+    }
+  }
+  using SizeFn = size_t (*)();
+  if (auto f = reinterpret_cast<SizeFn>(loadedSymbol("cublasLtGetVersion", "libcublasLt"))) {
+    size_t v = f();  // major*10000 + minor*100 + patch
+    w.setMeta("cublas_version", std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) +
+                                    "." + std::to_string(v % 100));
+  }
+  // The current device, through the driver API if the program has loaded it.
+  using CtxDevFn = int (*)(int*);
+  using NameFn = int (*)(char*, int, int);
+  using UuidFn = int (*)(unsigned char*, int);
+  auto ctxDev = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda"));
+  int dev = -1;
+  if (ctxDev && ctxDev(&dev) == 0 && dev >= 0) {
+    rank_.device = dev;
+    char name[256] = {};
+    if (auto f = reinterpret_cast<NameFn>(loadedSymbol("cuDeviceGetName", "libcuda"));
+        f && f(name, sizeof name - 1, dev) == 0) {
+      rank_.gpu_name = name;
+      w.setMeta("gpu_model", name);
+    }
+    unsigned char u[16] = {};
+    auto uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid_v2", "libcuda"));
+    if (uuid == nullptr) uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid", "libcuda"));
+    if (uuid && uuid(u, dev) == 0) {
+      char text[64];
+      std::snprintf(text, sizeof text,
+                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                    u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                    u[14], u[15]);
+      rank_.gpu_uuid = text;
+    }
+  }
+  for (const char* key : {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
+    if (const char* v = std::getenv(key)) w.setMeta(std::string("env.") + key, v);
+  }
+  w.setRank(rank_);
+}
+
+void Session::updateRank() {
+  auto widest = comms_.widest();
+  if (!widest) return;
+  std::lock_guard lk(mu_);
+  if (!writer_ || finished_) return;
+  if (rank_.rank == widest->rank && rank_.world_size == widest->nranks) return;
+  rank_.rank = widest->rank;
+  rank_.world_size = widest->nranks;
+  if (widest->device >= 0) rank_.device = widest->device;
+  writer_->setRank(rank_);
+}
+
+void Session::addStat(const char* key, int64_t delta) {
+  if (db::TraceWriter* w = writer()) w->addStat(key, delta);
+}
+
+void Session::fail(const std::string& what) {
+  bool was = enabled_.exchange(false);
+  if (was) logLine("recording stopped: %s; the program continues unrecorded", what.c_str());
+}
+
+void Session::finish() {
+  if (auto hook = flush_hook_.exchange(nullptr)) hook();
+  std::lock_guard lk(mu_);
+  if (finished_ || !writer_) {
+    finished_ = true;
+    return;
+  }
+  finished_ = true;
+  buffer_->flush();
+  enabled_ = false;  // from here on, calls into the wrappers only forward
+  ReorderStats s = buffer_->stats();
+  const std::pair<const char*, int64_t> counters[] = {
+      {"tracer_launches", s.launches},
+      {"tracer_library_ops", s.library_ops},
+      {"tracer_activities", s.activities},
+      {"tracer_activities_unmatched", s.unmatched},
+      {"tracer_activities_late", s.late},
+      {"tracer_slots_timed_out", s.timed_out},
+      {"tracer_slots_incomplete_at_exit", s.flushed_incomplete},
+      {"tracer_slots_overflowed", s.overflowed},
+      {"tracer_launches_failed", s.failed_launches},
+      {"tracer_graph_records_dropped", s.group_records_dropped},
+  };
+  for (const auto& [key, value] : counters) writer_->addStat(key, value);
+  Status st = writer_->close();
+  if (!st.isOk()) logLine("the trace %s may be incomplete: %s", writer_->path().c_str(), st.message().c_str());
+}
+
+}  // namespace detrace::tracer
