@@ -83,9 +83,12 @@ class RankDiffer {
     std::vector<uint64_t> keys_a = keysAt(a_, anchors_a), keys_b = keysAt(b_, anchors_b);
     Alignment top = alignSequences(keys_a, keys_b);
     out_.exact_alignment = top.exact;
+    out_.anchors_a = static_cast<int64_t>(anchors_a.size());
+    out_.anchors_b = static_cast<int64_t>(anchors_b.size());
     size_t from_a = 0, from_b = 0;
     for (const AlignedPair& p : top.pairs) {
       if (p.a < 0 || p.b < 0) continue;  // unmatched anchors fall inside the next segment
+      ++out_.anchors_matched;
       size_t ia = anchors_a[static_cast<size_t>(p.a)], ib = anchors_b[static_cast<size_t>(p.b)];
       segment(from_a, ia, from_b, ib);
       emit(static_cast<int64_t>(ia), static_cast<int64_t>(ib));
@@ -346,9 +349,32 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     return makeError(ErrorCode::kNotFound, "rank {} is not in both runs", *only);
   }
   propagateAcrossRanks(out.ranks, ops_a);
+  auto fingerprinted = [](const std::vector<RankOps>& all) {
+    for (const RankOps& r : all) {
+      for (const db::Operand& o : r.operands) {
+        if (o.has_digest || !o.row_digests.empty()) return true;
+      }
+    }
+    return false;
+  };
+  for (auto [ops, label] : {std::pair{&ops_a, "A"}, std::pair{&ops_b, "B"}}) {
+    if (!ops->empty() && !fingerprinted(*ops)) {
+      out.warnings.push_back(fmt::format(
+          "run {} has no fingerprints: only kernel-selection and schedule differences can be "
+          "found; record with fingerprints to find nondeterministic and batch-variant ops",
+          label));
+    }
+  }
   std::map<std::tuple<int, std::string, std::string>, int64_t> table;
   for (size_t r = 0; r < out.ranks.size(); ++r) {
     RankDiff& rd = out.ranks[r];
+    int64_t most = std::max(rd.anchors_a, rd.anchors_b);
+    if (most >= 4 && rd.anchors_matched * 2 < most) {
+      out.warnings.push_back(fmt::format(
+          "rank {}: only {} of {} library ops (GEMMs, collectives) align: these look like runs of "
+          "different programs or inputs, so the verdict below is weak",
+          rd.rank, rd.anchors_matched, most));
+    }
     if (!rd.exact_alignment) {
       out.warnings.push_back(fmt::format(
           "rank {}: the runs differ too much to align exactly; parts were paired by position",

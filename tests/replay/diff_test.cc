@@ -352,3 +352,49 @@ TEST(DiffMany, RunsAreGroupedIntoBitIdenticalClassesAndTheSplitIsExplained) {
 
 }  // namespace
 }  // namespace detrace::replay
+
+namespace detrace::replay {
+namespace {
+
+TEST(DiffBadInput, DifferentProgramsMissingRanksAndNoFingerprintsAreSaid) {
+  TempDir a, b, c;
+  testing::Rng rng;
+  writeModel(a.path().string(), 2, 6, rng.u64(), {});
+  writeModel(b.path().string(), 1, 6, rng.u64(), {});  // other world size, other content
+  auto d = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  std::string all;
+  for (const auto& w : d->warnings) all += w + "\n";
+  EXPECT_NE(all.find("different world sizes (2 and 1)"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 1 is missing from run B"), std::string::npos) << all;
+  EXPECT_FALSE(d->identical());  // a partial verdict for rank 0 still comes
+
+  // A run without any operand fingerprints.
+  auto w = db::TraceWriter::create(c.path().string() + "/p.dtrace");
+  ASSERT_TRUE(w.isOk());
+  (*w)->setRank({0, 1, 0, 0, 1, "h", "GPU", ""});
+  db::Event e;
+  e.kind = db::EventKind::kKernel;
+  e.name = (*w)->intern("k");
+  (void)(*w)->append(e);
+  ASSERT_TRUE((*w)->close().isOk());
+  auto d2 = diffRuns(*db::Run::open(c.path().string()), *db::Run::open(c.path().string()));
+  ASSERT_TRUE(d2.isOk());
+  EXPECT_TRUE(d2->identical());
+  ASSERT_FALSE(d2->warnings.empty());
+  EXPECT_NE(d2->warnings[0].find("no fingerprints"), std::string::npos) << d2->warnings[0];
+
+  // Unrelated programs on the same world size: few library ops align.
+  TempDir e1, e2;
+  writeModel(e1.path().string(), 1, 8, rng.u64(), {});
+  writeBatchModel(e2.path().string(), 8, 4, 0, -1, rng.u64());
+  auto d3 = diffRuns(*db::Run::open(e1.path().string()), *db::Run::open(e2.path().string()),
+                     {.batch = false});
+  ASSERT_TRUE(d3.isOk());
+  std::string w3;
+  for (const auto& x : d3->warnings) w3 += x + "\n";
+  EXPECT_NE(w3.find("look like runs of different programs"), std::string::npos) << w3;
+}
+
+}  // namespace
+}  // namespace detrace::replay

@@ -59,6 +59,7 @@ struct RankDiff {
   std::vector<PairDiff> differing;       // every non-identical pair, in order (A's order)
   std::optional<PairDiff> first;         // where divergence begins on this rank
   bool exact_alignment = true;
+  int64_t anchors_a = 0, anchors_b = 0, anchors_matched = 0;  // library ops, and how many aligned
   // Filled by diffRuns: what `first` is on each side, and why it was classified so.
   std::string first_a, first_b, why;
 };
