@@ -146,6 +146,16 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
       EXPECT_EQ(c[i].second.comm_rank, rank);
       EXPECT_EQ(c[i].second.comm_nranks, 4);
     }
+    // NCCL's choices, reported through the profiler plugin (the fake picks LL up to 1024
+    // elements, Simple above; 2 channels, 3 for p2p).
+    EXPECT_EQ(t.str(c[0].second.algo), "Ring");
+    EXPECT_EQ(t.str(c[0].second.proto), "LL");
+    EXPECT_EQ(c[0].second.channels, 2);
+    EXPECT_EQ(t.str(c[1].second.proto), "Simple");
+    EXPECT_EQ(c[2].second.channels, 3);  // send, reported at the group end
+    EXPECT_EQ(c[3].second.channels, 3);
+    EXPECT_EQ(t.str(c[2].second.algo), "");  // p2p has no algorithm
+    EXPECT_EQ(t.str(c[4].second.proto), "LL");
     EXPECT_EQ(c[5].second.op, db::CollOp::kAllGather);
     EXPECT_EQ(c[5].second.comm_seq, 0);
     EXPECT_EQ(c[5].second.comm_nranks, 2);

@@ -131,6 +131,34 @@ TEST(ReorderBuffer, LibraryOpsInterleaveAndParentTheirKernels) {
   EXPECT_EQ(rb.seqOf(g), 1);
 }
 
+TEST(ReorderBuffer, PendingCollectiveWaitsForNcclsChoiceThenTimesOut) {
+  FakeSink sink;
+  ReorderOptions options;
+  options.timeout_ns = 1000;
+  ReorderBuffer rb(sink, options);
+  LibraryOp op;
+  op.event.kind = EventKind::kCollective;
+  op.event.cpu_ns = 10;
+  op.detail = db::Collective{};
+  uint64_t c = rb.addLibraryOp(op, 0, /*complete=*/false);
+  uint64_t k = rb.addLaunch(launch(1, 11), c);  // its kernel
+  rb.addActivity(kernel(1, 100));
+  EXPECT_TRUE(sink.rows.empty()) << "the collective waits for its choices, and holds its kernel";
+  EXPECT_TRUE(rb.completeLibraryOp(c, [](LibraryOp& o) { std::get<db::Collective>(o.detail).channels = 4; }));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[0].coll->channels, 4);
+  EXPECT_EQ(sink.rows[1].e.parent_seq, 0);
+  EXPECT_EQ(rb.seqOf(k), 1);
+  EXPECT_FALSE(rb.completeLibraryOp(c)) << "already written";
+  // A choice that never comes: written as it is after the timeout.
+  uint64_t d = rb.addLibraryOp(op, 0, false);
+  rb.poll(op.event.cpu_ns + 2000);
+  ASSERT_EQ(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows[2].coll->channels, -1);
+  EXPECT_EQ(rb.stats().timed_out, 1);
+  EXPECT_FALSE(rb.completeLibraryOp(d));
+}
+
 TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);

@@ -1,16 +1,114 @@
 // A stand-in libnccl for the LD_PRELOAD seam test (no GPU, no real NCCL): every call succeeds and
 // does nothing; communicators are small heap objects that remember their rank and size.
+//
+// Like NCCL 2.28 it loads the profiler plugin named by NCCL_PROFILER_PLUGIN, looks up
+// "ncclProfiler_v5", calls init per communicator and startEvent per collective (during the call)
+// or point-to-point (at the outermost group end), with event descriptors laid out byte by byte as
+// NCCL's plugin documentation gives them: type @0, parentObj @8, rank @16, then for a collective
+// seqNumber @24, func @32, sendBuff @40, recvBuff @48, count @56, root @64, datatype @72,
+// nChannels @80, nWarps @81, algo @88, proto @96; for a p2p func @24, buff @32, datatype @40,
+// count @48, peer @56, nChannels @60. The fake picks the protocol by size: LL up to 1024
+// elements, Simple above, and 2 channels (3 for p2p).
+#include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
+
+namespace {
+
+using InitFn = int (*)(void**, uint64_t, int*, const char*, int, int, int, void*);
+using StartFn = int (*)(void*, void**, void*);
+struct PluginV5 {
+  const char* name;
+  InitFn init;
+  StartFn start_event;
+  int (*stop_event)(void*);
+  int (*record_event_state)(void*, int, void*);
+  int (*finalize)(void*);
+};
+
+const PluginV5* plugin() {
+  static const PluginV5* p = [] () -> const PluginV5* {
+    const char* path = std::getenv("NCCL_PROFILER_PLUGIN");
+    if (path == nullptr || *path == 0) return nullptr;
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    return lib ? static_cast<const PluginV5*>(dlsym(lib, "ncclProfiler_v5")) : nullptr;
+  }();
+  return p;
+}
+
+template <typename T>
+void put(unsigned char* d, size_t offset, T v) {
+  std::memcpy(d + offset, &v, sizeof v);
+}
+
+}  // namespace
 
 struct ncclComm {
   int rank;
   int nranks;
+  void* profiler = nullptr;
+  uint64_t coll_seq = 0;
 };
 
 namespace {
-ncclComm_t makeComm(int rank, int nranks) { return new ncclComm{rank, nranks}; }
+
+ncclComm_t makeComm(int rank, int nranks) {
+  auto* c = new ncclComm{rank, nranks};
+  if (const PluginV5* p = plugin()) {
+    int mask = 0;
+    p->init(&c->profiler, 0xC0FFEEu + static_cast<uint64_t>(nranks), &mask, "fake", 1, nranks, rank,
+            nullptr);
+  }
+  return c;
+}
+
+void profileColl(ncclComm_t comm, const char* func, size_t count, const char* datatype, int root) {
+  const PluginV5* p = plugin();
+  if (p == nullptr || comm->profiler == nullptr) return;
+  unsigned char d[160] = {};
+  put<uint64_t>(d, 0, 1u << 1);  // ncclProfileColl
+  put<int>(d, 16, comm->rank);
+  put<uint64_t>(d, 24, comm->coll_seq++);
+  put<const char*>(d, 32, func);
+  put<size_t>(d, 56, count);
+  put<int>(d, 64, root);
+  put<const char*>(d, 72, datatype);
+  put<uint8_t>(d, 80, 2);
+  put<uint8_t>(d, 81, 16);
+  put<const char*>(d, 88, "Ring");
+  put<const char*>(d, 96, count <= 1024 ? "LL" : "Simple");
+  void* handle = nullptr;
+  p->start_event(comm->profiler, &handle, d);
+}
+
+struct PendingP2p {
+  ncclComm_t comm;
+  const char* func;
+  size_t count;
+  int peer;
+};
+thread_local int t_depth = 0;
+thread_local std::vector<PendingP2p> t_p2p;
+
+void profileP2p(const PendingP2p& op) {
+  const PluginV5* p = plugin();
+  if (p == nullptr || op.comm->profiler == nullptr) return;
+  unsigned char d[160] = {};
+  put<uint64_t>(d, 0, 1u << 2);  // ncclProfileP2p
+  put<int>(d, 16, op.comm->rank);
+  put<const char*>(d, 24, op.func);
+  put<const char*>(d, 40, "ncclFloat16");
+  put<size_t>(d, 48, op.count);
+  put<int>(d, 56, op.peer);
+  put<uint8_t>(d, 60, 3);
+  void* handle = nullptr;
+  p->start_event(op.comm->profiler, &handle, d);
+}
+
 }  // namespace
 
 extern "C" {
@@ -31,11 +129,34 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess;
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) { *device = comm->rank; return ncclSuccess; }
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->rank; return ncclSuccess; }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->nranks; return ncclSuccess; }
-ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
-ncclResult_t ncclGroupStart() { return ncclSuccess; }
-ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+ncclResult_t ncclAllReduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  profileColl(comm, "AllReduce", count, "ncclBfloat16", 0);
+  return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void*, void*, size_t count, ncclDataType_t, ncclComm_t comm, cudaStream_t) {
+  profileColl(comm, "AllGather", count, "ncclInt8", 0);
+  return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void*, void*, size_t count, ncclDataType_t, int root, ncclComm_t comm, cudaStream_t) {
+  profileColl(comm, "Broadcast", count, "ncclInt32", root);
+  return ncclSuccess;
+}
+ncclResult_t ncclSend(const void*, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
+  PendingP2p op{comm, "Send", count, peer};
+  if (t_depth > 0) t_p2p.push_back(op); else profileP2p(op);
+  return ncclSuccess;
+}
+ncclResult_t ncclRecv(void*, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
+  PendingP2p op{comm, "Recv", count, peer};
+  if (t_depth > 0) t_p2p.push_back(op); else profileP2p(op);
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupStart() { ++t_depth; return ncclSuccess; }
+ncclResult_t ncclGroupEnd() {
+  if (t_depth > 0 && --t_depth == 0) {
+    for (const PendingP2p& op : t_p2p) profileP2p(op);
+    t_p2p.clear();
+  }
+  return ncclSuccess;
+}
 }

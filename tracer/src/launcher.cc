@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -116,6 +117,16 @@ std::vector<std::string> childEnvironment(const std::string& lib, const std::str
   }
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back("CUDA_INJECTION64_PATH=" + lib);
+  // The same library is NCCL's profiler plugin: it is how NCCL's algorithm, protocol and channel
+  // choices are recorded. NCCL loads one plugin only; a user's own plugin wins, with a warning.
+  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own && *own) {
+    std::fprintf(stderr,
+                 "detrace: NCCL_PROFILER_PLUGIN=%s is set, so NCCL will not report its algorithm "
+                 "and protocol to detrace; unset it to record them\n",
+                 own);
+  } else {
+    env.push_back("NCCL_PROFILER_PLUGIN=" + lib);
+  }
   env.push_back("DETRACE_OUT_DIR=" + out_dir);
   if (queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(queue));
   return env;

@@ -29,9 +29,10 @@ class ParentScope {
 
 // Appends a library op to the process's trace; returns its token, 0 when not recording.
 // `fill` completes the event and detail given the writer (to intern names and streams); it runs
-// only when recording. Never throws.
+// only when recording. With complete = false the op is held until ReorderBuffer::
+// completeLibraryOp (NCCL's choices arrive during the call). Never throws.
 template <typename Fill>
-uint64_t recordLibraryOp(Fill&& fill) noexcept;
+uint64_t recordLibraryOp(Fill&& fill, bool complete = true) noexcept;
 
 }  // namespace detrace::tracer
 
@@ -41,7 +42,7 @@ uint64_t recordLibraryOp(Fill&& fill) noexcept;
 namespace detrace::tracer {
 
 template <typename Fill>
-uint64_t recordLibraryOp(Fill&& fill) noexcept {
+uint64_t recordLibraryOp(Fill&& fill, bool complete) noexcept {
   try {
     Session& s = Session::get();
     ReorderBuffer* buffer = s.buffer();
@@ -50,7 +51,7 @@ uint64_t recordLibraryOp(Fill&& fill) noexcept {
     LibraryOp op;
     op.event.cpu_ns = s.now();
     if (!fill(*w, op)) return 0;
-    return buffer->addLibraryOp(op, currentParent());
+    return buffer->addLibraryOp(op, currentParent(), complete);
   } catch (const std::exception& e) {
     Session::get().fail(std::string("recording a library call failed: ") + e.what());
   } catch (...) {

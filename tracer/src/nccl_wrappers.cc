@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "library_ops.h"
+#include "nccl_profiler_plugin.h"
 #include "next_symbol.h"
 
 namespace detrace::tracer {
@@ -40,6 +42,14 @@ db::DType ncclDType(ncclDataType_t t) {
 thread_local int t_group_depth = 0;
 thread_local int64_t t_group_id = -1;
 thread_local uint64_t t_group_first_op = 0;
+
+// Calls recorded on this thread whose NCCL choices have not arrived yet (see settle()).
+struct Pending {
+  uint64_t token;
+  bool p2p;
+};
+thread_local std::vector<Pending> t_pending;
+thread_local std::vector<NcclChoice> t_choices;
 std::atomic<int64_t> g_next_group{0};
 
 struct Call {
@@ -82,10 +92,62 @@ uint64_t record(const Call& c) {
     coll.group_id = t_group_depth > 0 ? t_group_id : db::kUnset;
     op.detail = coll;
     return true;
-  });
+  }, /*complete=*/false);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
+  if (token != 0) t_pending.push_back({token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv});
   return token;
 }
+
+// NCCL's choices for this thread's calls, from the profiler plugin (nccl_profiler_plugin.cc). NCCL
+// reports them while the call runs (ungrouped) or at the outermost ncclGroupEnd (grouped), on the
+// calling thread for blocking communicators; they are matched to the recorded calls in order.
+void onChoice(const NcclChoice& choice) noexcept {
+  try {
+    t_choices.push_back(choice);
+  } catch (...) {
+  }
+}
+
+// After the real call (or outermost group end) returned: completes the recorded calls, with NCCL's
+// algorithm, protocol and channels where the plugin reported them.
+void settle() noexcept {
+  try {
+    ReorderBuffer* buffer = Session::get().buffer();
+    db::TraceWriter* w = Session::get().writer();
+    size_t next_coll = 0, next_p2p = 0;
+    auto nextChoice = [&](bool p2p) -> const NcclChoice* {
+      size_t& i = p2p ? next_p2p : next_coll;
+      while (i < t_choices.size() && t_choices[i].p2p != p2p) ++i;
+      return i < t_choices.size() ? &t_choices[i++] : nullptr;
+    };
+    for (const Pending& p : t_pending) {
+      const NcclChoice* choice = nextChoice(p.p2p);
+      if (buffer == nullptr) continue;
+      int64_t algo = db::kUnset, proto = db::kUnset;
+      if (choice && w) {
+        if (*choice->algo) algo = w->intern(choice->algo);
+        if (*choice->proto) proto = w->intern(choice->proto);
+      }
+      buffer->completeLibraryOp(p.token, [&](LibraryOp& op) {
+        if (choice == nullptr) return;
+        auto* coll = std::get_if<db::Collective>(&op.detail);
+        if (coll == nullptr) return;
+        coll->algo = algo;
+        coll->proto = proto;
+        coll->channels = choice->channels;
+      });
+    }
+  } catch (...) {
+  }
+  t_pending.clear();
+  t_choices.clear();
+}
+
+// Installs the sink when the tracer library is loaded.
+const bool g_sink_installed = [] {
+  setNcclChoiceSink(onChoice);
+  return true;
+}();
 
 ncclResult_t missing(const char* name) {
   static std::atomic<bool> said{false};
@@ -98,8 +160,13 @@ template <typename Fn, typename... Args>
 ncclResult_t forward(RealFn<Fn>& real, const Call& c, Args... args) {
   Fn fn = real.get();
   if (fn == nullptr) return missing(c.name);
-  ParentScope scope(record(c));
-  return fn(args...);
+  ncclResult_t result;
+  {
+    ParentScope scope(record(c));
+    result = fn(args...);
+  }
+  if (t_group_depth == 0) settle();  // inside a group, NCCL decides at the outermost group end
+  return result;
 }
 
 // The device a communicator uses (-1 if NCCL cannot say).
@@ -214,8 +281,13 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   if (fn == nullptr) return missing("ncclGroupEnd");
   uint64_t parent = 0;
   if (t_group_depth > 0 && --t_group_depth == 0) parent = t_group_first_op;
-  ParentScope scope(parent);
-  return fn();
+  ncclResult_t result;
+  {
+    ParentScope scope(parent);
+    result = fn();
+  }
+  if (t_group_depth == 0) settle();
+  return result;
 }
 
 DETRACE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,

@@ -61,17 +61,28 @@ void ReorderBuffer::launchFailed(uint64_t token) {
   drainLocked();
 }
 
-uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent) {
+uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool complete) {
   std::lock_guard lk(mu_);
   ++stats_.library_ops;
   Slot slot;
   slot.is_library = true;
   slot.parent = parent;
-  slot.state = State::kComplete;
+  slot.state = complete ? State::kComplete : State::kPending;
+  slot.launch.cpu_ns = op.event.cpu_ns;  // for the timeout of an incomplete op
   slot.op = op;
   uint64_t token = pushLocked(std::move(slot));
   drainLocked();
   return token;
+}
+
+bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update) {
+  std::lock_guard lk(mu_);
+  Slot* slot = findLocked(token);
+  if (slot == nullptr || !slot->is_library || !slot->op) return false;
+  if (update) update(*slot->op);
+  slot->state = State::kComplete;
+  drainLocked();
+  return true;
 }
 
 void ReorderBuffer::addActivity(const Activity& activity) {

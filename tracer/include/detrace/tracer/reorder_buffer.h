@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -118,8 +119,13 @@ class ReorderBuffer {
   void addAlias(uint64_t token, uint64_t correlation_id);
   // The launch's API call failed: no GPU record will come; the slot is written as it is.
   void launchFailed(uint64_t token);
-  // Appends a library op in API order; returns its token (usable as a parent).
-  uint64_t addLibraryOp(const LibraryOp& op, uint64_t parent = 0);
+  // Appends a library op in API order; returns its token (usable as a parent). With
+  // complete = false the op waits for completeLibraryOp() (or the timeout, or flush) before it is
+  // written: NCCL reports its algorithm and protocol during the call, after the op was added.
+  uint64_t addLibraryOp(const LibraryOp& op, uint64_t parent = 0, bool complete = true);
+  // Completes a library op added with complete = false; `update` may amend it (it runs with the
+  // buffer's mutex held: it must not call back into the buffer). False if it was already written.
+  bool completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update = {});
   // Completes a slot (or a part of a graph launch), or writes an unmatched record.
   void addActivity(const Activity& activity);
   // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
