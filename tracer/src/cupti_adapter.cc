@@ -204,6 +204,8 @@ int32_t expectedGraphRecords(uint64_t exec) {
   return it == g_graph_records.end() ? -1 : it->second;
 }
 
+int64_t kernelName(db::TraceWriter& w, const char* mangled);
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
@@ -233,6 +235,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       launch.graph_key = exec;
       launch.expected_activities = expectedGraphRecords(exec);
       launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
+    } else if (cb->symbolName != nullptr) {
+      // Known at API time: names the event even if its activity record never comes.
+      launch.name = kernelName(*w, cb->symbolName);
     }
     uint64_t token = buffer->addLaunch(launch, currentParent());
     if (runtime) {
@@ -444,7 +449,10 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
       CUpti_Activity* rec = nullptr;
       while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
         Activity a;
-        if (decode(*w, rec, a)) rb->addActivity(a);
+        if (decode(*w, rec, a)) {
+          Session::get().noteDevice(a.device);
+          rb->addActivity(a);
+        }
       }
       size_t dropped = 0;
       if (g_cupti.dropped_records(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped > 0) {
@@ -482,6 +490,10 @@ void finalFlush() {
     }
     g_flush_cv.notify_all();
     if (g_flusher.joinable()) g_flusher.join();
+    // Kernels still running at exit have no activity record yet: wait for the current context's
+    // work first (context teardown, which runs after us, would wait for it anyway).
+    using SyncFn = int (*)();
+    if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda"))) (void)sync();
     if (g_active.load()) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     g_active = false;
     int64_t refused = g_buffers_refused.load();

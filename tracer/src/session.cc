@@ -1,6 +1,8 @@
 // Session: lazy start, metadata, rank, and the orderly end of a recording. See session.h.
 #include "session.h"
 
+#include <dlfcn.h>
+
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,17 +71,34 @@ std::string commandLine() {
 }
 
 // The kernel driver's version ("580.95.05") from /proc; "" without the NVIDIA driver.
+// The NVIDIA driver version: /proc/driver/nvidia/version where the kernel module exposes it, else
+// NVML (some VMs and containers hide /proc/driver). NVML is opened and closed here only.
 std::string kernelDriverVersion() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
-  if (!std::getline(in, line)) return "";
-  std::istringstream words(line);
-  std::string w, prev;
-  while (words >> w) {
-    if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
-    if (w != "") prev = w;
+  if (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string w, prev;
+    while (words >> w) {
+      if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
+      prev = w;
+    }
   }
-  return "";
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return "";
+  using InitFn = int (*)();
+  using VersionFn = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto version = reinterpret_cast<VersionFn>(dlsym(nvml, "nvmlSystemGetDriverVersion"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
+  std::string out;
+  if (init && version && shutdown && init() == 0) {
+    char text[96] = {};
+    if (version(text, sizeof text - 1) == 0) out = text;
+    shutdown();
+  }
+  dlclose(nvml);
+  return out;
 }
 
 std::string cudaVersionText(int v) {
@@ -200,36 +219,52 @@ void Session::writeMetadataLocked() {
     w.setMeta("cublas_version", std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) +
                                     "." + std::to_string(v % 100));
   }
-  // The current device, through the driver API if the program has loaded it.
+  // The current device, through the driver API, if the program already made a context current;
+  // otherwise noteDevice() fills it in from the first activity record.
   using CtxDevFn = int (*)(int*);
-  using NameFn = int (*)(char*, int, int);
-  using UuidFn = int (*)(unsigned char*, int);
   auto ctxDev = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda"));
   int dev = -1;
-  if (ctxDev && ctxDev(&dev) == 0 && dev >= 0) {
-    rank_.device = dev;
-    char name[256] = {};
-    if (auto f = reinterpret_cast<NameFn>(loadedSymbol("cuDeviceGetName", "libcuda"));
-        f && f(name, sizeof name - 1, dev) == 0) {
-      rank_.gpu_name = name;
-      w.setMeta("gpu_model", name);
-    }
-    unsigned char u[16] = {};
-    auto uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid_v2", "libcuda"));
-    if (uuid == nullptr) uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid", "libcuda"));
-    if (uuid && uuid(u, dev) == 0) {
-      char text[64];
-      std::snprintf(text, sizeof text,
-                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                    u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                    u[14], u[15]);
-      rank_.gpu_uuid = text;
-    }
-  }
+  if (ctxDev && ctxDev(&dev) == 0 && dev >= 0) describeDeviceLocked(dev);
   for (const char* key : {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
     if (const char* v = std::getenv(key)) w.setMeta(std::string("env.") + key, v);
   }
   w.setRank(rank_);
+}
+
+void Session::describeDeviceLocked(int32_t dev) {
+  using NameFn = int (*)(char*, int, int);
+  using UuidFn = int (*)(unsigned char*, int);
+  rank_.device = dev;
+  char name[256] = {};
+  if (auto f = reinterpret_cast<NameFn>(loadedSymbol("cuDeviceGetName", "libcuda"));
+      f && f(name, sizeof name - 1, dev) == 0) {
+    rank_.gpu_name = name;
+    if (writer_) writer_->setMeta("gpu_model", name);
+  }
+  unsigned char u[16] = {};
+  auto uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid_v2", "libcuda"));
+  if (uuid == nullptr) uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid", "libcuda"));
+  if (uuid && uuid(u, dev) == 0) {
+    char text[64];
+    std::snprintf(text, sizeof text,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                  u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                  u[14], u[15]);
+    rank_.gpu_uuid = text;
+  }
+}
+
+void Session::noteDevice(int32_t device) {
+  if (device < 0 || device_known_.load(std::memory_order_acquire)) return;
+  try {
+    std::lock_guard lk(mu_);
+    if (!writer_ || finished_ || device_known_.exchange(true)) return;
+    if (rank_.gpu_name.empty() || rank_.device < 0) {
+      describeDeviceLocked(device);
+      writer_->setRank(rank_);
+    }
+  } catch (...) {
+  }
 }
 
 void Session::updateRank() {

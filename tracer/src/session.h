@@ -49,6 +49,9 @@ class Session {
 
   // Re-reads the widest communicator and updates the trace's rank row.
   void updateRank();
+  // The device the process's GPU work runs on, learned from its first activity record (there may
+  // be no current context when recording starts): fills the rank's device, GPU name and UUID once.
+  void noteDevice(int32_t device);
   // Logs `what` once and stops recording; the program continues.
   void fail(const std::string& what);
   // Flushes everything pending, writes the counters and closes the file. Idempotent.
@@ -63,12 +66,14 @@ class Session {
   Session();
   bool startLocked();
   void writeMetadataLocked();
+  void describeDeviceLocked(int32_t device);
 
   std::atomic<bool> enabled_{false};
   std::atomic<bool> started_{false};
   std::atomic<int64_t (*)()> clock_{nullptr};
   std::atomic<void (*)()> flush_hook_{nullptr};
   std::mutex mu_;
+  std::atomic<bool> device_known_{false};
   bool finished_ = false;
   std::string out_dir_;
   std::unique_ptr<db::TraceWriter> writer_;
