@@ -221,7 +221,37 @@ void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOp
   }
 }
 
-std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d) {
+// For a divergence that is already in an op's inputs when it is first seen: the stretch of
+// unfingerprinted kernels it entered through (since the last op whose outputs were fingerprinted).
+std::string enteredThrough(const RankOps& a, int64_t seq) {
+  int64_t from = -1;
+  for (int64_t s = seq - 1; s >= 0; --s) {
+    const OpRecord& op = a.ops[static_cast<size_t>(s)];
+    if (op.anchor && op.has_outputs) {
+      from = s;
+      break;
+    }
+  }
+  std::vector<std::string> names;
+  int64_t kernels = 0;
+  for (int64_t s = from + 1; s < seq; ++s) {
+    const OpRecord& op = a.ops[static_cast<size_t>(s)];
+    // Kernels a fingerprinted op launched are covered by its output fingerprints.
+    if (op.kind != db::EventKind::kKernel || (from >= 0 && op.parent >= from)) continue;
+    ++kernels;
+    const std::string& n = a.name(op.name);
+    if (names.size() < 3 && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  std::string list;
+  for (const std::string& n : names) list += fmt::format("{}{:.80}", list.empty() ? "" : "; ", n);
+  return fmt::format(
+      "; it entered between {} and this op, through {} kernel(s) without fingerprints{}{}: record "
+      "that stretch in deep mode to name the kernel",
+      from >= 0 ? fmt::format("event {} (whose outputs still matched)", from) : "the start",
+      kernels, names.empty() ? "" : ", e.g. ", list);
+}
+
+std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d, bool first) {
   const OpRecord* oa = opAt(a, d.a);
   const OpRecord* ob = opAt(b, d.b);
   switch (d.status) {
@@ -235,6 +265,11 @@ std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d) {
                  : "outputs differ and nothing diverged before it on this rank (inputs not "
                    "fingerprinted)";
     case PairStatus::kPropagated:
+      // The first divergence of a rank, in an op that is not a collective (which may carry another
+      // rank's divergence): it came through the unfingerprinted kernels before it.
+      if (first && oa && oa->kind != db::EventKind::kCollective) {
+        return "its inputs already differed" + enteredThrough(a, d.a);
+      }
       return "propagated: its inputs already differed";
     case PairStatus::kSchedule:
       return oa && ob ? "schedule difference: the runs' op sequences could not be aligned here"
@@ -383,7 +418,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     if (rd.first) {
       rd.first_a = rd.first->a >= 0 ? describeOp(ops_a[r], rd.first->a) : "(absent)";
       rd.first_b = rd.first->b >= 0 ? describeOp(ops_b[r], rd.first->b) : "(absent)";
-      rd.why = explain(ops_a[r], ops_b[r], *rd.first);
+      rd.why = explain(ops_a[r], ops_b[r], *rd.first, /*first=*/true);
     }
     addSelectionChanges(ops_a[r], ops_b[r], rd, table);
   }
@@ -393,13 +428,21 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   }
   // Origin: the earliest divergence in causal order (fewest collectives before it); on a tie, one
   // that is not merely propagated, then the lowest rank.
+  // Among ties, a divergence that arrived through a collective came from another rank.
   const RankDiff* best = nullptr;
-  auto rankKey = [](const RankDiff& d) {
-    return std::make_tuple(d.first->collectives_before, d.first->status == PairStatus::kPropagated,
-                           d.rank);
-  };
-  for (const RankDiff& rd : out.ranks) {
-    if (rd.first && (best == nullptr || rankKey(rd) < rankKey(*best))) best = &rd;
+  std::tuple<int64_t, int, int32_t> best_key;
+  for (size_t r = 0; r < out.ranks.size(); ++r) {
+    const RankDiff& rd = out.ranks[r];
+    if (!rd.first) continue;
+    const OpRecord* op = opAt(ops_a[r], rd.first->a);
+    bool via_collective = rd.first->status == PairStatus::kPropagated && op != nullptr &&
+                          op->kind == db::EventKind::kCollective;
+    int rank_class = via_collective ? 2 : rd.first->status == PairStatus::kPropagated ? 1 : 0;
+    auto key = std::make_tuple(rd.first->collectives_before, rank_class, rd.rank);
+    if (best == nullptr || key < best_key) {
+      best = &rd;
+      best_key = key;
+    }
   }
   if (best) out.origin_rank = best->rank;
   return out;

@@ -129,6 +129,7 @@ Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOpti
     op.seq = e.seq;
     op.kind = e.kind;
     op.name = e.name;
+    op.parent = e.parent_seq;
     if (auto g = gemm_at.find(e.seq); g != gemm_at.end()) {
       op.anchor = true;
       op.detail = g->second;

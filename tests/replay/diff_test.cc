@@ -23,7 +23,8 @@ uint64_t mix(uint64_t a, uint64_t b) {
 
 struct Plant {
   int32_t rank = -1, layer = -1;
-  enum What { kNone, kGemmAlgo, kGemmNondet, kAllReduceNondet, kExtraKernel, kKernelVariant } what = kNone;
+  enum What { kNone, kGemmAlgo, kGemmNondet, kAllReduceNondet, kExtraKernel, kKernelVariant,
+              kRawKernel } what = kNone;
 };
 
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
@@ -67,6 +68,7 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
       uint64_t& hr = h[static_cast<size_t>(r)];
       kernel(r, at(r, layer, Plant::kKernelVariant) ? "rmsnorm_kernel<bf16, 8>" : "rmsnorm_kernel<bf16, 4>", -1);
       if (at(r, layer, Plant::kExtraKernel)) kernel(r, "splitk_reduce_kernel", -1);
+      if (at(r, layer, Plant::kRawKernel)) hr ^= 8;  // the rmsnorm kernel (no fingerprints) differs
       db::Event ge;
       ge.kind = db::EventKind::kGemm;
       ge.name = wr.intern("cublasLtMatmul");
@@ -394,6 +396,23 @@ TEST(DiffBadInput, DifferentProgramsMissingRanksAndNoFingerprintsAreSaid) {
   std::string w3;
   for (const auto& x : d3->warnings) w3 += x + "\n";
   EXPECT_NE(w3.find("look like runs of different programs"), std::string::npos) << w3;
+}
+
+}  // namespace
+}  // namespace detrace::replay
+
+namespace detrace::replay {
+namespace {
+
+TEST(Diff, DivergenceEnteringThroughRawKernelsPointsAtTheStretch) {
+  RunDiff d = diffOf({1, 3, Plant::kRawKernel});
+  ASSERT_EQ(d.origin_rank, 1);
+  const RankDiff& r1 = rankOf(d, 1);
+  EXPECT_EQ(r1.first->status, PairStatus::kPropagated);
+  EXPECT_NE(r1.why.find("through 1 kernel(s) without fingerprints, e.g. rmsnorm_kernel<bf16, 4>"),
+            std::string::npos)
+      << "why: " << r1.why;
+  EXPECT_NE(r1.why.find("deep mode"), std::string::npos);
 }
 
 }  // namespace

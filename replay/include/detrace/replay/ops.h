@@ -22,6 +22,7 @@ struct OpRecord {
   int64_t seq = -1;
   db::EventKind kind = db::EventKind::kOther;
   int64_t name = -1;    // strings id (kernel name, API name)
+  int64_t parent = -1;  // seq of the library op that launched it
   uint64_t key = 0;     // alignment key: kind + kernel name family, or op + shape class
   uint64_t choice = 0;  // the kernel / cuBLASLt algorithm / NCCL algo+proto+channels that ran
   bool anchor = false;  // a library op (GEMM, collective): the alignment's fixed points
