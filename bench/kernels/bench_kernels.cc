@@ -5,6 +5,11 @@
 // included, as a tracer would pay it), 3 warm-up batches, the median over R batches. Each call in
 // a batch reads a different buffer from a rotation whose footprint is at least 4x the 60 MB L2, so
 // small sizes are not served from L2. Prints one table at the end.
+//
+//   bench_kernels            everything
+//   bench_kernels --digest   the copy ceiling and the digests only (whole buffers, rows of several
+//                            sizes, unaligned bases)
+//   bench_kernels --profile  one launch of each kernel shape, for a profiler
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -27,6 +32,8 @@ namespace {
 constexpr uint64_t kKiB = 1024, kMiB = kKiB * kKiB, kGiB = kMiB * kKiB;
 constexpr uint64_t kRotationFootprint = 256 * kMiB;  // >= 4 x 60 MB of L2
 constexpr uint64_t kPoolBytes = kGiB + 64 * kMiB;
+constexpr uint64_t kRowOutBytes = 16 * kMiB;  // 2 Mi row digests: 1 GiB in rows of 512 bytes
+constexpr uint64_t kRowSlots = 4096;          // workspace of split rows (>= 1 GiB / 256 KiB)
 
 #define CHECK_CUDA(call)                                                                  \
   do {                                                                                    \
@@ -79,7 +86,10 @@ class Bench {
     CHECK_CUDA(cudaMalloc(&copy_dst_, 512 * kMiB));
     CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&slots_), 4096 * sizeof(dk::DigestSlot)));
     CHECK_CUDA(cudaMemset(slots_, 0, 4096 * sizeof(dk::DigestSlot)));
-    CHECK_CUDA(cudaMalloc(&row_out_, 1 * kMiB));
+    CHECK_CUDA(cudaMalloc(&row_out_, kRowOutBytes));
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&row_slots_),
+                          kRowSlots * sizeof(dk::DigestSlot)));
+    CHECK_CUDA(cudaMemset(row_slots_, 0, kRowSlots * sizeof(dk::DigestSlot)));
     auto d = dk::Digester::create();
     if (!d.isOk()) {
       std::fprintf(stderr, "bench_kernels: %s\n", d.status().message().c_str());
@@ -144,15 +154,37 @@ class Bench {
       }, stride, size >= 256 * kMiB ? 9 : 15);
       add("digest", human(size), us, size);
     }
-    for (uint64_t size : {4 * kKiB, 64 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB, 1 * kGiB}) {
-      const uint64_t row_bytes = std::min<uint64_t>(8 * kKiB, size);
-      const auto rows = static_cast<uint32_t>(size / row_bytes);
-      const double us = time([&](uint64_t i) {
-        CHECK_STATUS(digester_[0].digestRows(reinterpret_cast<CUdeviceptr>(pool_ + i * size), rows,
-                                             row_bytes, row_bytes,
-                                             static_cast<uint64_t*>(row_out_), nullptr, stream_));
-      }, size, size >= 256 * kMiB ? 9 : 15);
-      add("digest rows of " + human(row_bytes), human(size), us, size);
+    // Per-row digests at the same total sizes: rows of 8 KiB (the row size the tables compare),
+    // and in --digest runs rows of 1 KiB (8 rows per warp), 64 KiB (a block per row) and 1 MiB
+    // (split rows: several blocks per row, atomics in a workspace).
+    std::vector<uint64_t> row_sizes = {8 * kKiB};
+    if (digest_only_) row_sizes = {1 * kKiB, 8 * kKiB, 64 * kKiB, 1 * kMiB};
+    for (uint64_t row_bytes : row_sizes) {
+      for (uint64_t size : {4 * kKiB, 64 * kKiB, 1 * kMiB, 16 * kMiB, 256 * kMiB, 1 * kGiB}) {
+        if (size < row_bytes) continue;
+        const auto rows = static_cast<uint32_t>(size / row_bytes);
+        const bool split = row_bytes > dk::kDigestRowBytesWithoutWorkspace;
+        if (rows * 8ull > kRowOutBytes || (split && rows > kRowSlots)) continue;
+        dk::DigestSlot* ws = split ? row_slots_ : nullptr;
+        const double us = time([&](uint64_t i) {
+          CHECK_STATUS(digester_[0].digestRows(reinterpret_cast<CUdeviceptr>(pool_ + i * size),
+                                               rows, row_bytes, row_bytes,
+                                               static_cast<uint64_t*>(row_out_), ws, stream_));
+        }, size, size >= 256 * kMiB ? 9 : 15);
+        add("digest rows of " + human(row_bytes), human(size), us, size);
+      }
+    }
+    if (!digest_only_) return;
+    // Unaligned bases take the 4-byte and the byte-aligned kernels.
+    for (uint64_t offset : {4, 1}) {
+      for (uint64_t size : {64 * kKiB, 16 * kMiB, 256 * kMiB}) {
+        const uint64_t stride = (size + 255) / 256 * 256 + 256;
+        const double us = time([&](uint64_t i) {
+          CHECK_STATUS(digester_[0].digest(
+              reinterpret_cast<CUdeviceptr>(pool_ + i * stride + offset), size, slots_, stream_));
+        }, stride, size >= 256 * kMiB ? 9 : 15);
+        add("digest, base + " + std::to_string(offset), human(size), us, size);
+      }
     }
   }
 
@@ -212,7 +244,8 @@ class Bench {
   // Where the time of a small digest goes: the host's enqueue cost per call, and the GPU's time per
   // kernel when calls are queued behind a long copy (so the GPU never waits for the host).
   void diagnostics() {
-    std::printf("digest kernel grid cap (resident one-warp blocks): %d\n", digester_[0].gridCap());
+    std::printf("digest kernel grid cap (resident 256-thread blocks): %d\n",
+                digester_[0].gridCap());
     for (uint64_t size : {4 * kKiB, 64 * kKiB, 16 * kMiB}) {
       const int calls = 20;
       auto enqueue = [&](int i) {
@@ -264,6 +297,8 @@ class Bench {
     CHECK_CUDA(cudaStreamSynchronize(stream_));
   }
 
+  void setDigestOnly(bool v) { digest_only_ = v; }
+
   void print() const {
     std::printf("\n%-34s | %-12s | %10s | %9s | %s\n", "kernel", "size", "time_us", "GB/s",
                 "% of ceiling");
@@ -285,6 +320,8 @@ class Bench {
   void* copy_dst_ = nullptr;
   dk::DigestSlot* slots_ = nullptr;
   void* row_out_ = nullptr;
+  dk::DigestSlot* row_slots_ = nullptr;
+  bool digest_only_ = false;
   std::vector<dk::Digester> digester_;
   std::vector<Row> rows_;
   double ceiling_gbps_ = 0;
@@ -298,11 +335,15 @@ int main(int argc, char** argv) {
     bench.profileOnce();
     return 0;
   }
+  const bool digest_only = argc > 1 && std::strcmp(argv[1], "--digest") == 0;
+  bench.setDigestOnly(digest_only);
   bench.copyCeiling();
   bench.diagnostics();
   bench.digests();
-  bench.reductions();
-  bench.rmsnorms();
+  if (!digest_only) {
+    bench.reductions();
+    bench.rmsnorms();
+  }
   bench.print();
   return 0;
 }

@@ -1,28 +1,24 @@
 // Device code of the digest (definition in detrace/kernels/digest.h and docs/digest.md). This file
 // is NOT part of the detrace_kernels sources: it is compiled to a fatbin (sm_90 + compute_90 PTX)
 // that is embedded in the library and loaded with the driver API, so the host process's CUDA
-// runtime never registers it (see kernels/cmake/digest_fatbin.cmake).
+// runtime never registers it (see kernels/cmake/kernels_extras.cmake).
 //
-// Design. One warp (one block of 32 threads) hashes a tile of 16 chunks side by side: lanes 2q and
-// 2q+1 own chunk q and run XXH64's four lanes two each (lane 2q: v1, v2; lane 2q+1: v3, v4), which
-// halves the serial depth compared to one thread per chunk. A chunk's 4096 bytes are streamed
-// through shared memory in 512-byte slices with a double-buffered cp.async pipeline, so the loads of the
-// next slices are in flight while the current one is hashed and no register holds staged data.
-// The pipeline runs across tiles: a warp's tiles form one stream of slices.
-//   - Alignment: each lane pair stages the 16-byte aligned words that overlap its slice. Words
-//     entirely inside the chunk go through cp.async; the at most two words that stick out of it
-//     (unaligned start or a length not a multiple of 16) are copied byte by byte, so no byte
-//     outside the chunk is ever read. Hashing then reads shared memory at the chunk's misalignment
-//     with 16-, 8-, 4-byte or funnel-shifted loads.
-//   - Packed rows (at most 16 chunks per row): a tile holds whole rows; the warp sums each row's
-//     chunk hashes with shuffles and finalises it. No atomics, no workspace.
-//   - Split rows (more than 16 chunks, and the whole-buffer digest): every tile belongs to one row;
-//     a warp sums its tiles of the same row locally and adds them to the row's DigestSlot with one
-//     atomicAdd. The contributor whose chunk count completes the row (threadfence + atomic counter)
-//     finalises and resets the slot, which is therefore reusable without a memset.
-// Integer sums mod 2^64 make the result independent of which warp finishes first.
-#include <cuda_pipeline.h>
-
+// Design. Four threads (a "quad") hash one 1024-byte chunk, one XXH64 accumulator lane each:
+// thread L of the quad reads the 8-byte words at chunk offsets 32 s + 8 L (s = 0..31) straight
+// from global memory into registers, so the serial chain per thread is 32 rounds. The quad's lanes
+// then meet with shuffles and thread 0 of the quad finishes XXH64 (convergence, length, tail
+// bytes, avalanche). No shared memory holds data: the only latency to hide is memory's.
+//   - A block is 256 threads = 64 chunks per pass (digest_params.h lists the four modes). Blocks
+//     loop over passes (a persistent grid: never more blocks than are resident).
+//   - Integer sums mod 2^64 make the result independent of which thread, block or atomic finishes
+//     first: per-thread partial sums, block sums, one atomicAdd per block and row.
+//   - Memory-level parallelism: ptxas keeps about ten of a thread's loads in flight and interleaves
+//     the rest with the rounds. At full occupancy that is ~80 KB in flight per SM, more than
+//     bandwidth x latency needs. Small launches, bound by one chunk's latency, first prefetch the
+//     whole chunk into L2, so a chunk costs about one DRAM round trip instead of three or four.
+//   - Alignment: chunk starts that are multiples of 8 (or 4) load 8-byte (two 4-byte) words; any
+//     other alignment funnel-shifts three aligned 4-byte words, and falls back to byte loads for
+//     the words at the edges of a row, so no byte outside [row start, row end) is ever read.
 #include <cstdint>
 
 #include "detrace/kernels/xxh64.h"
@@ -30,18 +26,11 @@
 
 namespace {
 
-using detrace::kernels::detail::DigestParams;
-using detrace::kernels::detail::kSliceBytes;
-using detrace::kernels::detail::kTileChunks;
+namespace dd = detrace::kernels::detail;
 namespace xxh = detrace::kernels::xxh;
 
-// Two stages (double buffering) keep a warp's shared memory at 17 KB, so 12 warps fit on an SM:
-// ncu showed the hashing is issue-latency bound with 6 warps per SM (4 stages), not memory bound.
-constexpr int kStages = 2;
-constexpr int kSlotBytes = 544;  // 33 staged words (528 B) rounded so 4 slots span all 32 banks
-constexpr int kStageBytes = kTileChunks * kSlotBytes;
-constexpr int kWordsPerSlice = 33;  // 16-byte words that can overlap one 512-byte slice
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarps = dd::kBlockThreads / 32;
 
 struct SlotView {
   unsigned long long sum;
@@ -50,161 +39,174 @@ struct SlotView {
   unsigned long long digest;
 };
 
-// The chunk that one lane pair owns in a tile.
+// The chunk that one quad hashes in a pass.
 struct Chunk {
-  uint64_t start;  // device address of its first byte
-  uint32_t len;    // 0: the pair has no chunk in this tile
+  const unsigned char* start;  // its first byte
+  const unsigned char* row_lo;  // its row's bytes: [row_lo, row_hi)
+  const unsigned char* row_hi;
+  uint32_t len;    // 0: the quad has no chunk in this pass
   uint32_t index;  // chunk index within its row: the XXH64 seed
-  uint32_t row;
 };
 
-__device__ Chunk chunkOf(const DigestParams& p, uint64_t tile, int q) {
-  Chunk c{0, 0, 0, 0};
-  uint64_t row;
-  uint32_t index;
-  if (p.rows_per_tile != 0) {  // packed rows
-    const uint32_t g = p.chunks_per_row;
-    if (static_cast<uint32_t>(q) >= p.rows_per_tile * g) return c;
-    row = tile * p.rows_per_tile + static_cast<uint32_t>(q) / g;
-    index = static_cast<uint32_t>(q) % g;
-    if (row >= p.rows) return c;
-  } else {  // split rows
-    row = tile / p.tiles_per_row;
-    index = static_cast<uint32_t>(tile % p.tiles_per_row) * kTileChunks + q;
-    if (index >= p.chunks_per_row) return c;
-  }
-  const uint64_t offset = static_cast<uint64_t>(index) * 4096;
-  c.start = p.base + row * p.row_stride + offset;
+__device__ __forceinline__ Chunk chunkAt(const dd::DigestParams& p, uint64_t row, uint32_t index,
+                                         bool valid) {
+  Chunk c;
+  c.row_lo = reinterpret_cast<const unsigned char*>(p.base + row * p.row_stride);
+  c.row_hi = c.row_lo + p.row_bytes;
+  const uint64_t offset = static_cast<uint64_t>(index) * dd::kChunkBytes;
+  c.start = c.row_lo + offset;
   const uint64_t left = p.row_bytes - offset;
-  c.len = static_cast<uint32_t>(left < 4096 ? left : 4096);
+  c.len = valid ? static_cast<uint32_t>(left < dd::kChunkBytes ? left : dd::kChunkBytes) : 0u;
   c.index = index;
-  c.row = static_cast<uint32_t>(row);
   return c;
 }
 
-// Stages slice k of chunk c into `slot`: byte (c.start + 512k + i) lands at slot[mis + i], where
-// mis = c.start & 15. Lane j of the pair takes words j, j+2, ...
-__device__ void stageSlice(const Chunk& c, uint32_t k, unsigned char* slot, int j) {
-  if (c.len == 0 || k * kSliceBytes >= c.len) return;
-  const uint64_t chunk_end = c.start + c.len;
-  const uint64_t lo = c.start + static_cast<uint64_t>(k) * kSliceBytes;
-  const uint64_t hi = min(lo + kSliceBytes, chunk_end);
-  const uint64_t a0 = lo & ~uint64_t{15};
-  for (int w = j; w < kWordsPerSlice; w += 2) {
-    const uint64_t a = a0 + 16u * w;
-    if (a >= hi) break;
-    unsigned char* dst = slot + 16 * w;
-    if (a >= c.start && a + 16 <= chunk_end) {
-      __pipeline_memcpy_async(dst, reinterpret_cast<const void*>(a), 16);
-    } else {  // a word that sticks out of the chunk: copy only the slice's bytes in it
-      const uint64_t b0 = max(a, lo);
-      const uint64_t b1 = min(a + 16, hi);
-      for (uint64_t b = b0; b < b1; ++b) dst[b - a] = *reinterpret_cast<const unsigned char*>(b);
-    }
-  }
+__device__ __forceinline__ void prefetchL2(const unsigned char* a) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
 }
 
 __device__ __forceinline__ uint64_t pack(uint32_t lo, uint32_t hi) {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
-// Loads 16 bytes from shared memory at p, whose alignment class is kAlign (16, 8, 4, or 1: any).
+__device__ __forceinline__ uint64_t loadBytes(const unsigned char* a, uint32_t n) {
+  uint64_t v = 0;
+  for (uint32_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(__ldg(a + i)) << (8 * i);
+  return v;
+}
+
+// The little-endian 8-byte word at a, every chunk start being a multiple of kAlign.
 template <int kAlign>
-__device__ __forceinline__ void load16(const unsigned char* p, uint64_t& w0, uint64_t& w1) {
-  if constexpr (kAlign == 16) {
-    const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(p);
-    w0 = v.x;
-    w1 = v.y;
-  } else if constexpr (kAlign == 8) {
-    w0 = reinterpret_cast<const uint64_t*>(p)[0];
-    w1 = reinterpret_cast<const uint64_t*>(p)[1];
+__device__ __forceinline__ uint64_t loadWord(const unsigned char* a, const unsigned char* row_lo,
+                                             const unsigned char* row_hi) {
+  if constexpr (kAlign == 8) {
+    return __ldg(reinterpret_cast<const unsigned long long*>(a));
   } else if constexpr (kAlign == 4) {
-    const uint32_t* u = reinterpret_cast<const uint32_t*>(p);
-    w0 = pack(u[0], u[1]);
-    w1 = pack(u[2], u[3]);
+    const auto* u = reinterpret_cast<const unsigned int*>(a);
+    return pack(__ldg(u), __ldg(u + 1));
   } else {
-    const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
-    const uint32_t* u = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t{3});
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(a);
+    const auto* u = reinterpret_cast<const unsigned int*>(addr & ~uintptr_t{3});
+    const auto* u_bytes = reinterpret_cast<const unsigned char*>(u);
+    if (u_bytes < row_lo || u_bytes + 12 > row_hi) return loadBytes(a, 8);  // row edges
     const unsigned sh = static_cast<unsigned>(addr & 3) * 8;
-    const uint32_t u0 = u[0], u1 = u[1], u2 = u[2], u3 = u[3], u4 = u[4];
-    w0 = pack(__funnelshift_r(u0, u1, sh), __funnelshift_r(u1, u2, sh));
-    w1 = pack(__funnelshift_r(u2, u3, sh), __funnelshift_r(u3, u4, sh));
+    const uint32_t u0 = __ldg(u), u1 = __ldg(u + 1), u2 = __ldg(u + 2);
+    return pack(__funnelshift_r(u0, u1, sh), __funnelshift_r(u1, u2, sh));
   }
 }
 
-// Runs `count` stripes of this lane's two XXH64 lanes over staged data at p (stripe stride 32).
-template <int kAlign>
-__device__ __forceinline__ void hashStripes(const unsigned char* p, uint32_t count, uint64_t& a,
-                                            uint64_t& b) {
-  if (count == 16) {
+// This thread's XXH64 lane over a full chunk (32 stripes); w = chunk start + 8 L.
+template <int kAlign, int kBatch>
+__device__ __forceinline__ uint64_t laneFull(const unsigned char* w, const Chunk& c, uint64_t acc) {
+  const unsigned char* lo = c.row_lo;
+  const unsigned char* hi = c.row_hi;
 #pragma unroll
-    for (int s = 0; s < 16; ++s) {
-      uint64_t w0, w1;
-      load16<kAlign>(p + 32 * s, w0, w1);
-      a = xxh::round64(a, w0);
-      b = xxh::round64(b, w1);
+  for (int b = 0; b < dd::kStripesPerChunk; b += kBatch) {
+    uint64_t x[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) x[s] = loadWord<kAlign>(w + 32 * (b + s), lo, hi);
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) acc = xxh::round64(acc, x[s]);
+  }
+  return acc;
+}
+
+// The same over the first `stripes` (< 32) stripes of a partial chunk, the last of a row.
+template <int kAlign>
+__device__ __noinline__ uint64_t lanePartial(const unsigned char* w, const unsigned char* lo,
+                                             const unsigned char* hi, uint64_t acc,
+                                             uint32_t stripes) {
+  constexpr uint32_t kBatch = 8;
+  for (uint32_t b = 0; b < stripes; b += kBatch) {
+    uint64_t x[kBatch];
+#pragma unroll
+    for (uint32_t s = 0; s < kBatch; ++s) {
+      x[s] = b + s < stripes ? loadWord<kAlign>(w + 32 * (b + s), lo, hi) : 0;
     }
+#pragma unroll
+    for (uint32_t s = 0; s < kBatch; ++s) {
+      if (b + s < stripes) acc = xxh::round64(acc, x[s]);
+    }
+  }
+  return acc;
+}
+
+// XXH64's tail and avalanche for the n < 32 bytes at p (any alignment, read byte by byte, all
+// loads issued before the first use); h already includes the length. Same steps as
+// xxh::finalizeTail, on registers.
+__device__ __noinline__ uint64_t finishTail(uint64_t h, const unsigned char* p, uint32_t n) {
+  uint64_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (uint32_t i = 0; i < 32; ++i) {
+    if (i < n) w[i / 8] |= static_cast<uint64_t>(__ldg(p + i)) << (8 * (i % 8));
+  }
+#pragma unroll
+  for (uint32_t k = 0; k < 3; ++k) {
+    if (8 * k + 8 <= n) {
+      h ^= xxh::round64(0, w[k]);
+      h = xxh::rotl64(h, 27) * xxh::kPrime1 + xxh::kPrime4;
+    }
+  }
+  const uint32_t whole = n / 8;
+  uint64_t rest = whole == 0 ? w[0] : whole == 1 ? w[1] : whole == 2 ? w[2] : w[3];
+  uint32_t r = n % 8;
+  if (r >= 4) {
+    h ^= (rest & 0xffffffffull) * xxh::kPrime1;
+    h = xxh::rotl64(h, 23) * xxh::kPrime2 + xxh::kPrime3;
+    rest >>= 32;
+    r -= 4;
+  }
+  for (; r > 0; --r, rest >>= 8) {
+    h ^= (rest & 0xff) * xxh::kPrime5;
+    h = xxh::rotl64(h, 11) * xxh::kPrime1;
+  }
+  return xxh::avalanche(h);
+}
+
+// XXH64 of the quad's chunk, seed = chunk index. Returns it in quad thread 0 (0 in the other
+// threads and when the quad has no chunk). Must be called by all 32 lanes of the warp.
+template <int kAlign, int kBatch>
+__device__ __forceinline__ uint64_t hashChunk(const Chunk& c, uint32_t quad_lane, bool prefetch) {
+  const uint64_t seed = c.index;
+  uint64_t acc = quad_lane == 0 ? seed + xxh::kPrime1 + xxh::kPrime2
+               : quad_lane == 1 ? seed + xxh::kPrime2
+               : quad_lane == 2 ? seed
+                                : seed - xxh::kPrime1;
+  const uint32_t stripes = c.len / 32;
+  const unsigned char* w = c.start + 8 * quad_lane;
+  if (stripes == dd::kStripesPerChunk) {
+    // ptxas keeps only about ten of the lane's loads in flight (it interleaves the rest with the
+    // rounds), so in small launches the whole chunk is first asked of L2: the later loads then
+    // wait for L2, not for DRAM. Two 128-byte lines per thread, 8 per quad, all inside the chunk.
+    if (prefetch) {
+      prefetchL2(c.start + 128 * quad_lane);
+      prefetchL2(c.start + 128 * (quad_lane + 4));
+    }
+    acc = laneFull<kAlign, kBatch>(w, c, acc);
+  } else if (stripes != 0) {
+    acc = lanePartial<kAlign>(w, c.row_lo, c.row_hi, acc, stripes);
+  }
+  const uint64_t v2 = __shfl_down_sync(kFullMask, acc, 1);
+  const uint64_t v3 = __shfl_down_sync(kFullMask, acc, 2);
+  const uint64_t v4 = __shfl_down_sync(kFullMask, acc, 3);
+  if (quad_lane != 0 || c.len == 0) return 0;
+  uint64_t h;
+  if (stripes != 0) {
+    const uint64_t v[4] = {acc, v2, v3, v4};
+    h = xxh::convergeLanes(v);
   } else {
-    for (uint32_t s = 0; s < count; ++s) {
-      uint64_t w0, w1;
-      load16<kAlign>(p + 32 * s, w0, w1);
-      a = xxh::round64(a, w0);
-      b = xxh::round64(b, w1);
-    }
+    h = seed + xxh::kPrime5;
   }
+  h += c.len;
+  const uint32_t tail = c.len % 32;
+  return tail == 0 ? xxh::avalanche(h) : finishTail(h, c.start + (c.len - tail), tail);
 }
 
-// Hashes slice k of the pair's chunk from `slot`; after the chunk's last slice, lane 2q holds
-// the chunk's XXH64 in h. Must be called by the whole warp (it shuffles).
-__device__ void hashSlice(const Chunk& c, uint32_t k, const unsigned char* slot, int j,
-                          uint64_t& a, uint64_t& b, uint64_t& h) {
-  const bool has = c.len != 0 && k * kSliceBytes < c.len;
-  const uint32_t mis = static_cast<uint32_t>(c.start & 15);
-  if (has) {
-    const uint32_t stripes = c.len / 32;
-    const uint32_t first = k * (kSliceBytes / 32);
-    const uint32_t count = stripes > first ? min(stripes - first, 16u) : 0u;
-    const unsigned char* p = slot + mis + 16 * j;
-    if (mis == 0) {
-      hashStripes<16>(p, count, a, b);
-    } else if (mis == 8) {
-      hashStripes<8>(p, count, a, b);
-    } else if ((mis & 3) == 0) {
-      hashStripes<4>(p, count, a, b);
-    } else {
-      hashStripes<1>(p, count, a, b);
-    }
-  }
-  const bool last = has && k == (c.len - 1) / kSliceBytes;
-  if (!__any_sync(kFullMask, last)) return;
-  const uint64_t c3 = __shfl_xor_sync(kFullMask, a, 1);
-  const uint64_t c4 = __shfl_xor_sync(kFullMask, b, 1);
-  if (!last || j != 0) return;
-  uint64_t acc;
-  if (c.len >= 32) {
-    const uint64_t v[4] = {a, b, c3, c4};
-    acc = xxh::convergeLanes(v);
-  } else {
-    acc = static_cast<uint64_t>(c.index) + xxh::kPrime5;
-  }
-  acc += c.len;
-  const uint32_t full = c.len & ~31u;
-  h = xxh::finalizeTail(acc, slot + mis + (full - k * kSliceBytes), c.len & 31u);
-}
-
-__device__ void startChunk(const Chunk& c, int j, uint64_t& a, uint64_t& b, uint64_t& h) {
-  uint64_t v[4];
-  xxh::initLanes(c.index, v);
-  a = j == 0 ? v[0] : v[2];  // selects, not a runtime index (keeps v in registers)
-  b = j == 0 ? v[1] : v[3];
-  h = 0;
-}
-
-// Adds a warp's partial sum of `n` chunks to row `row`; whoever completes the row finalises it.
-__device__ void addToRow(const DigestParams& p, uint32_t row, uint64_t sum, uint32_t n) {
-  if (n == 0) return;
+// Adds a block's partial sum of n chunks to row `row`; whoever completes the row finalises it
+// and re-zeroes the slot. Called by one thread.
+__device__ void addToRow(const dd::DigestParams& p, uint64_t row, uint64_t sum, uint32_t n) {
   auto* out = reinterpret_cast<unsigned long long*>(p.out);
-  if (n == p.chunks_per_row) {  // this warp saw the whole row
+  if (n == p.chunks_per_row) {  // this block saw the whole row
     out[row] = xxh::digestFinal(sum, p.row_bytes);
     return;
   }
@@ -219,108 +221,153 @@ __device__ void addToRow(const DigestParams& p, uint32_t row, uint64_t sum, uint
   out[row] = xxh::digestFinal(total, p.row_bytes);
 }
 
-// Packed rows: the leader pair of each row sums its row's chunk hashes and finalises.
-__device__ void finishPackedTile(const DigestParams& p, const Chunk& c, int q, int j, uint64_t h) {
-  const bool leader = j == 0 && c.len != 0 && c.index == 0;
-  const int g = static_cast<int>(p.chunks_per_row);
-  uint64_t sum = 0;
+__device__ __forceinline__ uint64_t warpSum(uint64_t v) {
 #pragma unroll
-  for (int i = 0; i < kTileChunks; ++i) {
-    const uint64_t v = __shfl_sync(kFullMask, h, 2 * i);
-    if (leader && i >= q && i < q + g) sum += v;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+// Sum over the block, valid in thread 0. Called by all threads.
+__device__ uint64_t blockSum(uint64_t v, uint64_t* red) {
+  v = warpSum(v);
+  __syncthreads();  // the previous call's reader is done with red
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  uint64_t s = 0;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) s += red[i];
   }
-  if (leader) {
-    reinterpret_cast<unsigned long long*>(p.out)[c.row] = xxh::digestFinal(sum, p.row_bytes);
+  return s;
+}
+
+// kSplit: every pass is a tile of 64 chunks of one row.
+template <int kAlign, int kBatch>
+__device__ void splitRows(const dd::DigestParams& p) {
+  __shared__ uint64_t red[kWarps];
+  const uint32_t q = threadIdx.x / 4, quad_lane = threadIdx.x % 4;
+  const uint32_t g = p.chunks_per_row, tpr = p.tiles_per_row;
+  // The pass's (row, tile) advance by a fixed step: no division in the loop.
+  uint64_t row = blockIdx.x / tpr;
+  uint32_t tile = blockIdx.x % tpr;
+  const uint64_t step_rows = gridDim.x / tpr;
+  const uint32_t step_tiles = gridDim.x % tpr;
+  uint64_t run_row = row, run_sum = 0;
+  uint32_t run_chunks = 0;  // block-uniform
+  for (uint64_t pass = blockIdx.x; pass < p.passes; pass += gridDim.x) {
+    if (row != run_row) {
+      const uint64_t s = blockSum(run_sum, red);
+      if (threadIdx.x == 0) addToRow(p, run_row, s, run_chunks);
+      run_row = row;
+      run_sum = 0;
+      run_chunks = 0;
+    }
+    const uint32_t first = tile * dd::kPassChunks;
+    const Chunk c = chunkAt(p, row, first + q, first + q < g);
+    run_sum += hashChunk<kAlign, kBatch>(c, quad_lane, p.prefetch != 0);
+    run_chunks += min(static_cast<uint32_t>(dd::kPassChunks), g - first);
+    tile += step_tiles;
+    row += step_rows;
+    if (tile >= tpr) {
+      tile -= tpr;
+      ++row;
+    }
+  }
+  if (run_chunks == 0) return;  // block-uniform: a block without passes (never launched so)
+  const uint64_t s = blockSum(run_sum, red);
+  if (threadIdx.x == 0) addToRow(p, run_row, s, run_chunks);
+}
+
+// kPackedWarp: rows of g <= 8 chunks, rows_per_group of them in each warp's 8 quads.
+template <int kAlign, int kBatch>
+__device__ void packedWarpRows(const dd::DigestParams& p) {
+  const uint32_t lane = threadIdx.x % 32, slot = lane / 4, quad_lane = lane % 4;
+  const uint32_t g = p.chunks_per_row, rpg = p.rows_per_group;
+  const uint32_t rows_per_pass = kWarps * rpg;
+  const bool has_slot = slot < rpg * g;
+  const uint32_t row_in_pass = (threadIdx.x / 32) * rpg + slot / g;
+  const uint32_t index = slot % g;
+  auto* out = reinterpret_cast<unsigned long long*>(p.out);
+  for (uint64_t pass = blockIdx.x; pass < p.passes; pass += gridDim.x) {
+    const uint64_t row = pass * rows_per_pass + row_in_pass;
+    const bool valid = has_slot && row < p.rows;
+    const uint64_t h = hashChunk<kAlign, kBatch>(chunkAt(p, row, index, valid), quad_lane,
+                                                 p.prefetch != 0);
+    uint64_t sum = 0;  // the row leader (index 0) sums slots slot .. slot + g - 1
+#pragma unroll
+    for (uint32_t i = 0; i < dd::kWarpChunks; ++i) {
+      const uint64_t v = __shfl_sync(kFullMask, h, 4 * i);
+      if (i >= slot && i < slot + g) sum += v;
+    }
+    if (valid && index == 0 && quad_lane == 0) out[row] = xxh::digestFinal(sum, p.row_bytes);
   }
 }
 
-// Split rows: warp-sum of the tile's chunk hashes (lane 0 ends up with it).
-__device__ void sumSplitTile(const Chunk& c, int j, uint64_t h, uint64_t& sum, uint32_t& n) {
-  uint64_t s = j == 0 ? h : 0;
-  uint32_t k = (j == 0 && c.len != 0) ? 1u : 0u;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
-  k = __reduce_add_sync(kFullMask, k);
-  sum = s;
-  n = k;
+// kPackedBlock: rows of 9..64 chunks, rows_per_group of them in the block's 64 quads.
+template <int kAlign, int kBatch>
+__device__ void packedBlockRows(const dd::DigestParams& p) {
+  __shared__ uint64_t hashes[2][dd::kPassChunks];  // double-buffered: one barrier per pass
+  const uint32_t q = threadIdx.x / 4, quad_lane = threadIdx.x % 4;
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t g = p.chunks_per_row, rpg = p.rows_per_group;
+  const bool has_slot = q < rpg * g;
+  const uint32_t row_in_pass = q / g, index = q % g;
+  auto* out = reinterpret_cast<unsigned long long*>(p.out);
+  int parity = 0;
+  for (uint64_t pass = blockIdx.x; pass < p.passes; pass += gridDim.x) {
+    const uint64_t row = pass * rpg + row_in_pass;
+    const bool valid = has_slot && row < p.rows;
+    const uint64_t h = hashChunk<kAlign, kBatch>(chunkAt(p, row, index, valid), quad_lane,
+                                                 p.prefetch != 0);
+    if (quad_lane == 0) hashes[parity][q] = h;
+    __syncthreads();
+    const uint64_t my_row = pass * rpg + warp;  // warp w sums the pass's row w (rpg <= 7)
+    if (warp < rpg && my_row < p.rows) {
+      uint64_t v = 0;
+      if (lane < g) v += hashes[parity][warp * g + lane];
+      if (lane + 32 < g) v += hashes[parity][warp * g + lane + 32];
+      v = warpSum(v);
+      if (lane == 0) out[my_row] = xxh::digestFinal(v, p.row_bytes);
+    }
+    parity ^= 1;
+  }
+}
+
+__device__ void emptyRows(const dd::DigestParams& p) {
+  auto* out = reinterpret_cast<unsigned long long*>(p.out);
+  const uint64_t d = xxh::digestFinal(0, 0);
+  for (uint64_t r = blockIdx.x * uint64_t{dd::kBlockThreads} + threadIdx.x; r < p.rows;
+       r += uint64_t{gridDim.x} * dd::kBlockThreads) {
+    out[r] = d;
+  }
+}
+
+template <int kAlign, int kBatch>
+__device__ __forceinline__ void digestAligned(const dd::DigestParams& p) {
+  switch (p.mode) {
+    case dd::kPackedWarp: packedWarpRows<kAlign, kBatch>(p); break;
+    case dd::kPackedBlock: packedBlockRows<kAlign, kBatch>(p); break;
+    default: splitRows<kAlign, kBatch>(p); break;
+  }
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(32) detrace_digest(DigestParams p) {
-  __shared__ __align__(16) unsigned char smem[kStages * kStageBytes];
-  const int lane = static_cast<int>(threadIdx.x);
-  const int q = lane >> 1;
-  const int j = lane & 1;
-  if (p.chunks_per_row == 0) {  // empty rows: S = 0, len = 0
-    auto* out = reinterpret_cast<unsigned long long*>(p.out);
-    for (uint64_t r = blockIdx.x * 32ull + lane; r < p.rows; r += gridDim.x * 32ull) {
-      out[r] = xxh::digestFinal(0, 0);
-    }
-    return;
+// Three entry points, one per chunk alignment (8, 4, 1): separate kernels rather than a switch
+// inside one, so that each gets its own register allocation (one kernel holding all three
+// loaders spilled under the 64-register bound). The host picks one per launch (digest.cc).
+// 256 threads and <= 64 registers: 4 blocks (32 warps) per SM. The byte-aligned loader holds
+// three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
+#define DETRACE_DIGEST_KERNEL(name, batch, min_blocks, align)                               \
+  extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
+      name(const dd::DigestParams p) {                                                    \
+    if (p.mode == dd::kEmpty) {                                                           \
+      emptyRows(p);                                                                       \
+    } else {                                                                              \
+      digestAligned<align, batch>(p);                                                     \
+    }                                                                                     \
   }
-  const uint64_t warps = gridDim.x;
-  const uint32_t slices = p.slices_per_tile;
-  unsigned char* my_slot = smem + q * kSlotBytes;
 
-  // Issue side of the pipeline: runs kStages - 1 slices ahead of the hashing side.
-  uint64_t issue_tile = blockIdx.x;
-  uint32_t issue_slice = 0;
-  Chunk issue_chunk = chunkOf(p, issue_tile, q);
-  auto issueNext = [&](int stage) {
-    if (issue_tile < p.tiles) {
-      stageSlice(issue_chunk, issue_slice, my_slot + stage * kStageBytes, j);
-      if (++issue_slice == slices) {
-        issue_slice = 0;
-        issue_tile += warps;
-        if (issue_tile < p.tiles) issue_chunk = chunkOf(p, issue_tile, q);
-      }
-    }
-    __pipeline_commit();
-  };
-  for (int s = 0; s < kStages - 1; ++s) issueNext(s);
-
-  uint64_t tile = blockIdx.x;
-  uint32_t slice = 0;
-  int stage = 0;
-  Chunk chunk = chunkOf(p, tile, q);
-  uint64_t a, b, h;
-  startChunk(chunk, j, a, b, h);
-  uint32_t run_row = 0;  // split rows: this warp's running (row, sum, chunk count)
-  uint64_t run_sum = 0;
-  uint32_t run_n = 0;
-  while (tile < p.tiles) {
-    issueNext((stage + kStages - 1) % kStages);
-    __pipeline_wait_prior(kStages - 1);
-    __syncwarp();
-    hashSlice(chunk, slice, my_slot + stage * kStageBytes, j, a, b, h);
-    __syncwarp();
-    stage = (stage + 1) % kStages;
-    if (++slice < slices) continue;
-    if (p.rows_per_tile != 0) {
-      finishPackedTile(p, chunk, q, j, h);
-    } else {
-      uint64_t s;
-      uint32_t n;
-      sumSplitTile(chunk, j, h, s, n);
-      const uint32_t row = static_cast<uint32_t>(tile / p.tiles_per_row);
-      if (lane == 0) {
-        if (row != run_row) {
-          addToRow(p, run_row, run_sum, run_n);
-          run_sum = 0;
-          run_n = 0;
-        }
-        run_row = row;
-        run_sum += s;
-        run_n += n;
-      }
-    }
-    slice = 0;
-    tile += warps;
-    if (tile < p.tiles) {
-      chunk = chunkOf(p, tile, q);
-      startChunk(chunk, j, a, b, h);
-    }
-  }
-  if (p.rows_per_tile == 0 && lane == 0) addToRow(p, run_row, run_sum, run_n);
-}
+DETRACE_DIGEST_KERNEL(detrace_digest_a8, 16, 4, 8)
+DETRACE_DIGEST_KERNEL(detrace_digest_a4, 16, 4, 4)
+DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)

@@ -19,7 +19,13 @@ extern const std::size_t kDigestFatbinSize;
 
 namespace {
 
-constexpr int kWarpThreads = 32;
+static_assert(detail::kChunkBytes == kDigestChunkBytes, "digest_params.h and digest.h disagree");
+static_assert(kDigestRowBytesWithoutWorkspace == detail::kPassChunks * kDigestChunkBytes,
+              "rows up to one block pass are finished without a workspace");
+
+// Entry points of the fatbin, one per chunk alignment (digest_kernels.cu), in Digester::Align order.
+constexpr const char* kKernelNames[] = {"detrace_digest_a8", "detrace_digest_a4",
+                                        "detrace_digest_a1"};
 
 Status checkContext(const detail::DriverApi& cu, CUcontext expected) {
   CUcontext current = nullptr;
@@ -34,25 +40,43 @@ Status checkContext(const detail::DriverApi& cu, CUcontext expected) {
 
 uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// Fills the tiling fields of `p` from rows and row_bytes (see digest_params.h).
-void planTiles(detail::DigestParams& p) {
-  const uint64_t chunks = ceilDiv(p.row_bytes, kDigestChunkBytes);
-  p.chunks_per_row = static_cast<uint32_t>(chunks);
-  p.rows_per_tile = 0;
+// Fills the mode and pass fields of `p` from rows, row_bytes, base and row_stride (see
+// digest_params.h). Pure arithmetic: this runs on every call.
+void planPasses(detail::DigestParams& p) {
+  const uint64_t g = ceilDiv(p.row_bytes, kDigestChunkBytes);
+  p.chunks_per_row = static_cast<uint32_t>(g);
+  p.rows_per_group = 0;
   p.tiles_per_row = 0;
-  p.slices_per_tile = detail::kSlicesPerChunk;
-  if (chunks == 0) {
-    p.tiles = 0;
-  } else if (chunks <= detail::kTileChunks) {
-    p.rows_per_tile = static_cast<uint32_t>(detail::kTileChunks / chunks);
-    p.tiles = ceilDiv(p.rows, p.rows_per_tile);
-    if (chunks == 1) {
-      p.slices_per_tile = static_cast<uint32_t>(ceilDiv(p.row_bytes, detail::kSliceBytes));
-    }
+  if (g == 0) {
+    p.mode = detail::kEmpty;
+    p.passes = ceilDiv(p.rows, detail::kBlockThreads);
+  } else if (g <= detail::kWarpChunks) {
+    p.mode = detail::kPackedWarp;
+    p.rows_per_group = static_cast<uint32_t>(detail::kWarpChunks / g);
+    const uint64_t warps_per_block = detail::kBlockThreads / 32;
+    p.passes = ceilDiv(p.rows, warps_per_block * p.rows_per_group);
+  } else if (g <= detail::kPassChunks) {
+    p.mode = detail::kPackedBlock;
+    p.rows_per_group = static_cast<uint32_t>(detail::kPassChunks / g);
+    p.passes = ceilDiv(p.rows, p.rows_per_group);
   } else {
-    p.tiles_per_row = static_cast<uint32_t>(ceilDiv(chunks, detail::kTileChunks));
-    p.tiles = static_cast<uint64_t>(p.rows) * p.tiles_per_row;
+    p.mode = detail::kSplit;
+    p.tiles_per_row = static_cast<uint32_t>(ceilDiv(g, detail::kPassChunks));
+    p.passes = static_cast<uint64_t>(p.rows) * p.tiles_per_row;
   }
+  // Chunk starts are base + r * row_stride + i * 1024: their common alignment is base's and,
+  // with more than one row, row_stride's.
+  const uint64_t bits = p.base | (p.rows > 1 ? p.row_stride : 0);
+  p.align = bits % 8 == 0 ? 8u : bits % 4 == 0 ? 4u : 1u;
+  p.prefetch = p.passes <= detail::kPrefetchMaxPasses ? 1u : 0u;
+}
+
+// Blocks for `passes` passes with at most `cap` resident: as few rounds as the cap allows, and the
+// passes spread evenly over the blocks (4096 passes on a cap of 528: 512 blocks x 8, not 528
+// blocks of which 400 run an eighth pass while the others idle).
+uint64_t gridFor(uint64_t passes, uint64_t cap) {
+  if (passes <= cap) return std::max<uint64_t>(passes, 1);
+  return ceilDiv(passes, ceilDiv(passes, cap));
 }
 
 }  // namespace
@@ -79,32 +103,30 @@ Result<Digester> Digester::create() {
   CUmodule module = nullptr;
   DETRACE_CU_RETURN_IF_ERROR(cu, ModuleLoadData(&module, detail::kDigestFatbin));
   d.module_.reset(module);
-  DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.kernel_, module, "detrace_digest"));
-  // Each one-warp block stages 34 KB in shared memory: ask for the largest shared-memory carveout
-  // so that several blocks fit on an SM (a hint; it only concerns this module's kernel).
-  DETRACE_CU_RETURN_IF_ERROR(
-      cu, FuncSetAttribute(d.kernel_, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                           CU_SHAREDMEM_CARVEOUT_MAX_SHARED));
   CUdevice device = 0;
   DETRACE_CU_RETURN_IF_ERROR(cu, CtxGetDevice(&device));
   int sms = 0;
   DETRACE_CU_RETURN_IF_ERROR(
       cu, DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  int per_sm = 0;
-  DETRACE_CU_RETURN_IF_ERROR(
-      cu, OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, d.kernel_, kWarpThreads, 0));
-  d.grid_cap_ = std::max(1, sms * per_sm);
+  for (int a = 0; a < kAlignments; ++a) {
+    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.kernels_[a], module, kKernelNames[a]));
+    int per_sm = 0;
+    DETRACE_CU_RETURN_IF_ERROR(cu, OccupancyMaxActiveBlocksPerMultiprocessor(
+                                       &per_sm, d.kernels_[a], detail::kBlockThreads, 0));
+    d.grid_caps_[a] = std::max(1, sms * per_sm);
+  }
   return d;
 }
 
-Status Digester::launch(const void* params, uint64_t tiles, CUstream stream) const {
+Status Digester::launch(const void* params, CUstream stream) const {
   const auto& p = *static_cast<const detail::DigestParams*>(params);
-  uint64_t blocks = tiles;
-  if (p.chunks_per_row == 0) blocks = ceilDiv(p.rows, kWarpThreads);
-  blocks = std::clamp<uint64_t>(blocks, 1, static_cast<uint64_t>(grid_cap_));
+  const int a = p.align == 8 ? 0 : p.align == 4 ? 1 : 2;
+  // A persistent grid: blocks loop over passes, so more blocks than are resident buy nothing.
+  const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(grid_caps_[a]));
   void* args[] = {const_cast<void*>(params)};
-  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(kernel_, static_cast<unsigned>(blocks), 1, 1,
-                                                kWarpThreads, 1, 1, 0, stream, args, nullptr));
+  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(kernels_[a], static_cast<unsigned>(blocks), 1, 1,
+                                                detail::kBlockThreads, 1, 1, 0, stream, args,
+                                                nullptr));
   return Status::ok();
 }
 
@@ -124,8 +146,8 @@ Status Digester::digest(CUdeviceptr src, uint64_t len, DigestSlot* slot, CUstrea
   p.rows = 1;
   p.out = reinterpret_cast<uint64_t>(out != nullptr ? out : &slot->digest);
   p.slots = reinterpret_cast<uint64_t>(slot);
-  planTiles(p);
-  return launch(&p, p.tiles, stream);
+  planPasses(p);
+  return launch(&p, stream);
 }
 
 Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
@@ -138,7 +160,7 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   if (row_bytes > kDigestRowBytesWithoutWorkspace && workspace == nullptr) {
     return makeError(ErrorCode::kInvalidArgument,
                      "rows of {} bytes need a workspace of {} zeroed DigestSlots (rows longer "
-                     "than {} bytes are hashed by several warps)",
+                     "than {} bytes are hashed by several blocks)",
                      row_bytes, rows, kDigestRowBytesWithoutWorkspace);
   }
   if (row_bytes != 0 && base == 0) {
@@ -155,8 +177,8 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   p.rows = rows;
   p.out = reinterpret_cast<uint64_t>(out);
   p.slots = reinterpret_cast<uint64_t>(workspace);
-  planTiles(p);
-  return launch(&p, p.tiles, stream);
+  planPasses(p);
+  return launch(&p, stream);
 }
 
 }  // namespace detrace::kernels

@@ -1,33 +1,51 @@
-// Launch parameters of the digest kernel, shared by the host launcher (digest.cc) and the device
+// Launch parameters of the digest kernels, shared by the host launcher (digest.cc) and the device
 // code compiled into the embedded fatbin (kernels/fatbin/digest_kernels.cu). Plain data only.
 //
-// Work is cut into tiles of kTileChunks chunks; one warp hashes one tile at a time, two lanes per
-// chunk. Rows of at most kTileChunks chunks are packed whole into tiles ("packed rows": a warp
-// finishes them itself); longer rows span several tiles that meet in a DigestSlot ("split rows").
-// The whole-buffer digest is the one-row case.
+// Work is cut into passes of one block: 256 threads = 64 quads, one quad (4 threads, one XXH64
+// lane each) per 1024-byte chunk. A block runs passes blockIdx.x, blockIdx.x + gridDim.x, ...
+//   - kPackedWarp (rows of 1..8 chunks): a warp's 8 quads hold whole rows; the warp sums each
+//     row with shuffles and finalises it. No atomics, no shared memory, no workspace.
+//   - kPackedBlock (rows of 9..64 chunks): the block's 64 quads hold whole rows; the block sums
+//     them through shared memory and finalises them. No atomics, no workspace.
+//   - kSplit (rows of more than 64 chunks): a pass is a tile of 64 chunks of one row; a block
+//     sums its tiles of a row in registers and adds them to the row's DigestSlot with one atomic
+//     when it leaves the row. The last contributor finalises and re-zeroes the slot.
+//   - kEmpty (rows of 0 bytes): every row's digest is the final step of {0, 0}.
+// The whole-buffer digest is the one-row case (so up to 64 KiB it is one block, no atomics).
 #pragma once
 
 #include <cstdint>
 
 namespace detrace::kernels::detail {
 
-inline constexpr int kTileChunks = 16;
-inline constexpr int kSliceBytes = 512;    // bytes of each chunk per pipeline stage
-inline constexpr int kSlicesPerChunk = 8;  // 4096 / 512
+inline constexpr int kChunkBytes = 1024;        // must equal kDigestChunkBytes (digest.h)
+inline constexpr int kStripesPerChunk = 32;     // XXH64 stripes of 32 bytes per full chunk
+inline constexpr int kBlockThreads = 256;
+inline constexpr int kPassChunks = kBlockThreads / 4;  // 64 quads per block
+inline constexpr int kWarpChunks = 8;                   // quads per warp
+
+enum DigestMode : uint32_t { kEmpty = 0, kPackedWarp = 1, kPackedBlock = 2, kSplit = 3 };
 
 struct DigestParams {
   uint64_t base;            // device address of row 0
   uint64_t row_bytes;       // bytes per row (the whole length for a single buffer)
   uint64_t row_stride;      // bytes between row starts
   uint64_t out;             // device address of uint64_t[rows]: the digests
-  uint64_t slots;           // device address of DigestSlot[rows] (split rows only)
-  uint64_t tiles;           // number of tiles
+  uint64_t slots;           // device address of DigestSlot[rows] (kSplit only)
+  uint64_t passes;          // block passes in all
   uint32_t rows;
-  uint32_t chunks_per_row;  // G = ceil(row_bytes / 4096); 0 for empty rows
-  uint32_t rows_per_tile;   // packed rows: floor(kTileChunks / G); 0 for split rows
-  uint32_t tiles_per_row;   // split rows: ceil(G / kTileChunks); 0 for packed rows
-  uint32_t slices_per_tile; // pipeline stages a tile needs (8, or fewer for rows < 4096 bytes)
+  uint32_t chunks_per_row;  // G = ceil(row_bytes / 1024)
+  uint32_t mode;            // DigestMode
+  uint32_t align;           // 8, 4 or 1: every chunk start is a multiple of it
+  uint32_t rows_per_group;  // packed modes: rows in a warp (kPackedWarp) or block (kPackedBlock)
+  uint32_t tiles_per_row;   // kSplit: ceil(G / 64)
+  uint32_t prefetch;        // 1: ask L2 for each full chunk before loading it (small launches)
   uint32_t pad;
 };
+
+// Launches of at most this many passes (16 MiB) prefetch their chunks into L2: they are bound by
+// latency and their data fits in L2 many times over. Larger ones have enough loads in flight
+// without it and would only churn L2 (33 MiB of chunks are in progress at once at full occupancy).
+inline constexpr uint64_t kPrefetchMaxPasses = 256;
 
 }  // namespace detrace::kernels::detail

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "detrace/kernels/digest.h"
@@ -21,6 +23,8 @@ std::vector<unsigned char> randomBytes(size_t n, std::mt19937_64& rng) {
   return v;
 }
 
+constexpr size_t kC = kDigestChunkBytes;  // the chunk size C of the definition
+
 class DigestCpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -34,7 +38,8 @@ class DigestCpuTest : public ::testing::Test {
 
 TEST_F(DigestCpuTest, Xxh64MatchesLibxxhash) {
   const auto data = randomBytes(20000, rng_);
-  for (size_t len : {0, 1, 3, 4, 7, 8, 15, 31, 32, 33, 63, 64, 65, 100, 4095, 4096, 4097, 19999}) {
+  for (size_t len :
+       {0, 1, 3, 4, 7, 8, 15, 31, 32, 33, 63, 64, 65, 100, 1023, 1024, 1025, 4095, 4096, 19999}) {
     for (size_t offset : {0, 1, 5}) {
       const uint64_t seed = rng_();
       EXPECT_EQ(xxh::xxh64(data.data() + offset, len, seed), XXH64(data.data() + offset, len, seed))
@@ -55,12 +60,31 @@ TEST_F(DigestCpuTest, FinalStepMatchesDefinition) {
   }
 }
 
+TEST_F(DigestCpuTest, ChunkSizeIsThe1024OfTheDefinition) {
+  EXPECT_EQ(kDigestChunkBytes, 1024u);  // changing it changes every recorded digest
+}
+
+// Pins the definition: recorded traces hold digests, so any change to it (chunk size, seeds, the
+// final step) must be deliberate and come with a trace-format version bump. Bytes (i*131+7) mod 256.
+TEST_F(DigestCpuTest, KnownAnswers) {
+  const std::pair<size_t, uint64_t> known[] = {{0, 0xaf09f71516247c32ull},
+                                               {1, 0xe0b5259a37a582b0ull},
+                                               {1024, 0xd5de558b81f12923ull},
+                                               {5000, 0x1d88ab96edc38720ull},
+                                               {70000, 0x8e0d533f35fed730ull}};
+  for (const auto& [len, want] : known) {
+    std::vector<unsigned char> data(len);
+    for (size_t i = 0; i < len; ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+    EXPECT_EQ(digestCpu(data.data(), len), want) << "len " << len;
+  }
+}
+
 TEST_F(DigestCpuTest, MatchesDefinitionWrittenOut) {
-  for (size_t len : {0, 1, 4095, 4096, 4097, 3 * 4096 + 17}) {
+  for (size_t len : {size_t{0}, size_t{1}, kC - 1, kC, kC + 1, 3 * kC + 17, 70 * kC + 5}) {
     const auto data = randomBytes(len, rng_);
     uint64_t sum = 0;
-    for (size_t off = 0, i = 0; off < len; off += 4096, ++i) {
-      sum += xxh::xxh64(data.data() + off, std::min<size_t>(4096, len - off), i);
+    for (size_t off = 0, i = 0; off < len; off += kC, ++i) {
+      sum += xxh::xxh64(data.data() + off, std::min<size_t>(kC, len - off), i);
     }
     unsigned char tail[16];
     std::memcpy(tail, &sum, 8);
@@ -75,9 +99,9 @@ TEST_F(DigestCpuTest, EmptyBufferIsFinalOfZero) {
 }
 
 TEST_F(DigestCpuTest, EverySingleBitFlipChangesIt) {
-  auto data = randomBytes(2 * 4096 + 100, rng_);
+  auto data = randomBytes(2 * kC + 100, rng_);
   const uint64_t base = digestCpu(data.data(), data.size());
-  for (size_t byte : {size_t{0}, size_t{4095}, size_t{4096}, data.size() - 1}) {
+  for (size_t byte : {size_t{0}, kC - 1, kC, data.size() - 1}) {
     for (int bit = 0; bit < 8; ++bit) {
       data[byte] ^= static_cast<unsigned char>(1u << bit);
       EXPECT_NE(digestCpu(data.data(), data.size()), base) << "byte " << byte << " bit " << bit;
@@ -94,10 +118,10 @@ TEST_F(DigestCpuTest, EverySingleBitFlipChangesIt) {
 }
 
 TEST_F(DigestCpuTest, SwappingChunksOrBytesChangesIt) {
-  auto data = randomBytes(4 * 4096, rng_);
+  auto data = randomBytes(4 * kC, rng_);
   const uint64_t base = digestCpu(data.data(), data.size());
   auto swapped = data;
-  std::swap_ranges(swapped.begin(), swapped.begin() + 4096, swapped.begin() + 2 * 4096);
+  std::swap_ranges(swapped.begin(), swapped.begin() + kC, swapped.begin() + 2 * kC);
   EXPECT_NE(digestCpu(swapped.data(), swapped.size()), base) << "chunks 0 and 2 swapped";
   auto bytes = data;
   bytes[10] = data[11];
@@ -106,13 +130,13 @@ TEST_F(DigestCpuTest, SwappingChunksOrBytesChangesIt) {
     EXPECT_NE(digestCpu(bytes.data(), bytes.size()), base);
   }
   // Equal chunks at different positions still hash differently (the seed is the chunk index).
-  std::vector<unsigned char> same(2 * 4096, 0x5a);
-  EXPECT_NE(xxh::xxh64(same.data(), 4096, 0), xxh::xxh64(same.data(), 4096, 1));
+  std::vector<unsigned char> same(2 * kC, 0x5a);
+  EXPECT_NE(xxh::xxh64(same.data(), kC, 0), xxh::xxh64(same.data(), kC, 1));
 }
 
 TEST_F(DigestCpuTest, LengthIsPartOfIt) {
-  std::vector<unsigned char> zeros(4097, 0);
-  EXPECT_NE(digestCpu(zeros.data(), 4096), digestCpu(zeros.data(), 4097));
+  std::vector<unsigned char> zeros(kC + 1, 0);
+  EXPECT_NE(digestCpu(zeros.data(), kC), digestCpu(zeros.data(), kC + 1));
   EXPECT_NE(digestCpu(zeros.data(), 0), digestCpu(zeros.data(), 1));
 }
 

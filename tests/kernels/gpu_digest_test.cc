@@ -1,5 +1,6 @@
-// GPU digests against the CPU twin, bit for bit: every size class, unaligned bases, rows with odd
-// strides, slot reuse, CUDA graph capture and mapped host output.
+// GPU digests against the CPU twin, bit for bit: every size class and kernel mode (packed in a
+// warp, packed in a block, split across blocks), unaligned bases, rows with odd strides, slot
+// reuse, CUDA graph capture and mapped host output.
 #include <cuda.h>
 
 #include <algorithm>
@@ -48,10 +49,13 @@ class DigestGpuTest : public testing::GpuTest {
 
 TEST_F(DigestGpuTest, MatchesCpuForAllSizeClasses) {
   DETRACE_REQUIRE_GPU();
-  std::vector<uint64_t> sizes = {0,     1,     7,     31,    32,    33,     63,        64,
-                                 511,   512,   513,   4095,  4096,  4097,   8191,      8192,
-                                 12345, 65535, 65536, 65537, 65536 * 2 + 3, (1u << 20) + 13,
-                                 (16u << 20) + 5};
+  // Chunk edges (1024), the warp/block/split mode edges (8 KiB, 64 KiB), tails of every length
+  // class (len % 32), and large sizes whose blocks loop over many passes.
+  std::vector<uint64_t> sizes = {0,     1,     7,     31,    32,    33,    63,     64,
+                                 511,   512,   513,   1023,  1024,  1025,  2047,   4095,
+                                 4096,  4097,  8191,  8192,  8193,  9216,  12345,  65535,
+                                 65536, 65537, 66560, 65536 * 2 + 3,    (1u << 20) + 13,
+                                 (16u << 20) + 5,     (64u << 20) + 29};
   for (int i = 0; i < 12; ++i) sizes.push_back(rng_() % (3u << 20));
   const uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   const auto host = randomBytes(max_size + 16);
@@ -109,12 +113,20 @@ struct RowCase {
 TEST_F(DigestGpuTest, RowsMatchCpu) {
   DETRACE_REQUIRE_GPU();
   const std::vector<RowCase> cases = {
+      // packed in a warp (rows of 1..8 chunks)
       {1, 0, 0, 0},          {5, 0, 16, 0},          {1, 1, 1, 0},
       {7, 100, 101, 3},      {1000, 64, 66, 2},      {33, 8192, 8192, 0},
-      {33, 8192, 8194, 2},   {9, 4096, 4096, 0},     {5, 3 * 4096 + 7, 3 * 4096 + 9, 1},
-      {17, 65536, 65538, 6}, {4, 65537, 65537, 0},   {3, 70000, 70003, 5},
-      {2, 1u << 20, (1u << 20) + 2, 2},              {300, 5000, 5001, 7},
-      {2048, 8192, 8192, 0}, {1, 16u << 20, 0, 0},   {64, 4095, 4097, 1}};
+      {33, 8192, 8194, 2},   {9, 4096, 4096, 0},     {5, 3 * 1024 + 7, 3 * 1024 + 9, 1},
+      {300, 5000, 5001, 7},  {2048, 8192, 8192, 0},  {64, 4095, 4097, 1},
+      {1000, 3000, 3004, 0}, {100, 1024, 1028, 4},   {3000, 2048, 2048, 0},
+      {40000, 1024, 1028, 4},  // more passes than resident blocks: blocks loop
+      // packed in a block (9..64 chunks)
+      {5, 3 * 4096 + 7, 3 * 4096 + 9, 1},            {17, 65536, 65538, 6},
+      {40, 9216, 9216, 0},   {300, 20000, 20004, 4}, {7, 33 * 1024 + 1, 33 * 1024 + 8, 0},
+      {4000, 9216, 9216, 0},  // more passes than resident blocks: blocks loop
+      // split across blocks (more than 64 chunks)
+      {4, 65537, 65537, 0},  {3, 70000, 70003, 5},   {2, 1u << 20, (1u << 20) + 2, 2},
+      {1, 16u << 20, 0, 0},  {600, 66560, 66560, 0}, {9, 300000, 300008, 8}};
   for (const RowCase& c : cases) {
     const uint64_t span = c.rows == 0 ? 0 : (c.rows - 1) * c.stride + c.row_bytes;
     const auto host = randomBytes(span + c.offset + 1);
@@ -196,7 +208,7 @@ TEST_F(DigestGpuTest, GraphCaptureGivesTheSameDigest) {
 
 TEST_F(DigestGpuTest, WritesToMappedHostMemory) {
   DETRACE_REQUIRE_GPU();
-  const uint64_t len = 3 * 4096 + 5;  // one warp, no atomics on the output
+  const uint64_t len = 3 * 1024 + 5;  // one warp, no atomics on the output
   const auto host = randomBytes(len);
   DeviceBuffer buf(len);
   ASSERT_TRUE(buf.ok());

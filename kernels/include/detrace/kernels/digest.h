@@ -2,7 +2,7 @@
 // process, and their CPU twins.
 //
 // Definition (also in docs/digest.md; the CPU twin below is the reference):
-//   - The buffer of `len` bytes is cut into C = 4096-byte chunks; the last one may be partial.
+//   - The buffer of `len` bytes is cut into C = 1024-byte chunks; the last one may be partial.
 //   - h_i = XXH64(bytes of chunk i, seed = i), standard XXH64, i the chunk index as uint64.
 //   - S = sum of all h_i modulo 2^64. Integer addition is associative and commutative, so the GPU
 //     may accumulate it with atomics in any order and still be bit-deterministic; the per-chunk seed
@@ -28,11 +28,11 @@
 
 namespace detrace::kernels {
 
-inline constexpr uint64_t kDigestChunkBytes = 4096;
+inline constexpr uint64_t kDigestChunkBytes = 1024;
 
-// Rows longer than this are hashed by several warps that meet through a DigestSlot (atomics);
-// shorter rows are hashed by one warp each and need no workspace.
-inline constexpr uint64_t kDigestRowBytesWithoutWorkspace = 16 * kDigestChunkBytes;
+// Rows longer than this (64 chunks) are hashed by several blocks that meet through a DigestSlot
+// (atomics); shorter rows are finished inside one block and need no workspace.
+inline constexpr uint64_t kDigestRowBytesWithoutWorkspace = 64 * kDigestChunkBytes;
 
 // Accumulator of one digest in device memory. The caller zero-initialises it ONCE; every launch
 // leaves sum and done_chunks at zero again when it finishes (the last contributor resets them), so
@@ -85,18 +85,21 @@ class Digester {
   Status digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                     uint64_t* out, DigestSlot* workspace, CUstream stream) const;
 
-  // Largest number of resident warps the kernel is launched with (for tests and benchmarks).
-  int gridCap() const { return grid_cap_; }
+  // Largest grid (resident 256-thread blocks) the 8-byte-aligned kernel is launched with (for
+  // tests and benchmarks).
+  int gridCap() const { return grid_caps_[0]; }
 
  private:
+  static constexpr int kAlignments = 3;  // kernels for chunk starts aligned to 8, 4 and 1 bytes
+
   Digester() = default;
-  Status launch(const void* params, uint64_t tiles, CUstream stream) const;
+  Status launch(const void* params, CUstream stream) const;
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
   ScopedResource<CUmodule, detail::unloadModule> module_;
-  CUfunction kernel_ = nullptr;
+  CUfunction kernels_[kAlignments] = {};
+  int grid_caps_[kAlignments] = {};
   CUcontext context_ = nullptr;
-  int grid_cap_ = 0;
 };
 
 }  // namespace detrace::kernels

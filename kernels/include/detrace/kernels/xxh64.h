@@ -3,8 +3,8 @@
 // tail, avalanche); the CPU tests check it against libxxhash's XXH64 on random data, and the CPU
 // twin of the digest (digest_cpu.cc) uses libxxhash itself, so a slip here cannot hide.
 //
-// Building blocks are exposed separately (xxh64Round, xxh64Merge, ...) because the GPU kernel runs
-// the four lanes of one 4096-byte chunk on two threads and merges them afterwards.
+// Building blocks are exposed separately (round64, mergeRound, ...) because the GPU kernel runs
+// the four lanes of one 1024-byte chunk on four threads and merges them afterwards.
 #pragma once
 
 #include <cstddef>
