@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 
+#include "fingerprinter.h"
 #include "library_ops.h"
 #include "next_symbol.h"
 
@@ -178,7 +179,8 @@ int64_t intern(db::TraceWriter& w, const char* s) { return w.intern(s); }
 uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* A,
                   cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* C,
                   cublasLtMatrixLayout_t Cd, void* D, cublasLtMatrixLayout_t Dd,
-                  const cublasLtMatmulAlgo_t* algo, size_t workspace, cudaStream_t stream) {
+                  const cublasLtMatmulAlgo_t* algo, size_t workspace, cudaStream_t stream,
+                  db::Gemm* recorded) {
   return recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
     db::Gemm g;
     g.api = intern(w, "cublasLtMatmul");
@@ -232,6 +234,7 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
     op.event.name = g.api;
     op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
     op.detail = g;
+    *recorded = g;
     return true;
   });
 }
@@ -250,11 +253,12 @@ struct BlasGemm {
   int gemm_algo;
 };
 
-uint64_t recordBlas(const BlasGemm& c) {
+uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_out) {
   return recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
     static RealFn<decltype(&cublasGetStream_v2)> get_stream("cublasGetStream_v2", kBlas);
     cudaStream_t stream = nullptr;
     if (auto fn = get_stream.get()) (void)fn(c.handle, &stream);
+    *stream_out = stream;
     db::Gemm g;
     g.api = w.intern(c.api);
     g.trans_a = c.ta != CUBLAS_OP_N;
@@ -276,9 +280,32 @@ uint64_t recordBlas(const BlasGemm& c) {
     op.event.name = g.api;
     op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
     op.detail = g;
+    *recorded = g;
     return true;
   });
 }
+
+// Fingerprints around a GEMM call: inputs before it, the output after it (stream-ordered).
+class GemmFingerprints {
+ public:
+  GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
+      : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
+    if (token_ == 0) return;
+    specs_ = gemmOperandSpecs(g);
+    fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    for (const OperandSpec& s : specs_) {
+      if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
+    }
+  }
+  void after(bool ok) {
+    if (token_ != 0 && ok) fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
+  }
+
+ private:
+  uint64_t token_;
+  CUstream stream_;
+  std::vector<OperandSpec> specs_;
+};
 
 cublasStatus_t missing(const char* name) {
   static std::atomic<bool> said{false};
@@ -301,14 +328,21 @@ DETRACE_EXPORT cublasStatus_t cublasLtMatmul(
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasLtMatmul");
   uint64_t token = 0;
+  detrace::db::Gemm g;
   if (t_gemm_depth == 0) {
     token = recordLt(lightHandle, computeDesc, A, Adesc, B, Bdesc, C, Cdesc, D, Ddesc, algo,
-                     workspaceSizeInBytes, stream);
+                     workspaceSizeInBytes, stream, &g);
   }
-  DepthScope depth;
-  ParentScope scope(token);
-  return fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    st = fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
             workspace, workspaceSizeInBytes, stream);
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -325,14 +359,22 @@ DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperatio
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasGemmEx");
   uint64_t token = 0;
+  detrace::db::Gemm g;
+  cudaStream_t stream = nullptr;
   if (t_gemm_depth == 0) {
     token = recordBlas({"cublasGemmEx", handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype,
-                        Ctype, computeType, 0, 0, 0, 1, A, B, C, algo});
+                        Ctype, computeType, 0, 0, 0, 1, A, B, C, algo}, &g, &stream);
   }
-  DepthScope depth;
-  ParentScope scope(token);
-  return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    st = fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
             ldc, computeType, algo);
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -350,15 +392,23 @@ DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasGemmStridedBatchedEx");
   uint64_t token = 0;
+  detrace::db::Gemm g;
+  cudaStream_t stream = nullptr;
   if (t_gemm_depth == 0) {
     token = recordBlas({"cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, lda, ldb, ldc,
                         Atype, Btype, Ctype, computeType, strideA, strideB, strideC, batchCount, A,
-                        B, C, algo});
+                        B, C, algo}, &g, &stream);
   }
-  DepthScope depth;
-  ParentScope scope(token);
-  return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    st = fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
             beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -370,13 +420,21 @@ DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperat
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasSgemm_v2");
   uint64_t token = 0;
+  detrace::db::Gemm g;
+  cudaStream_t stream = nullptr;
   if (t_gemm_depth == 0) {
     token = recordBlas({"cublasSgemm", handle, transa, transb, m, n, k, lda, ldb, ldc, CUDA_R_32F,
-                        CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1});
+                        CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1}, &g, &stream);
   }
-  DepthScope depth;
-  ParentScope scope(token);
-  return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    st = fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -388,13 +446,21 @@ DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasSgemmStridedBatched");
   uint64_t token = 0;
+  detrace::db::Gemm g;
+  cudaStream_t stream = nullptr;
   if (t_gemm_depth == 0) {
     token = recordBlas({"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, lda, ldb, ldc,
                         CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, strideA, strideB,
-                        strideC, batchCount, A, B, C, -1});
+                        strideC, batchCount, A, B, C, -1}, &g, &stream);
   }
-  DepthScope depth;
-  ParentScope scope(token);
-  return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    st = fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
             strideC, batchCount);
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
 }

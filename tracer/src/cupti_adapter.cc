@@ -30,7 +30,9 @@
 #include "cupti_api.h"
 #include "library_ops.h"
 #include "log.h"
+#include "fingerprinter.h"
 #include "next_symbol.h"
+#include "self_launch.h"
 #include "session.h"
 
 
@@ -207,6 +209,7 @@ int32_t expectedGraphRecords(uint64_t exec) {
 int64_t kernelName(db::TraceWriter& w, const char* mangled);
 
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
@@ -367,6 +370,7 @@ bool decode(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+      if (isSelfKernel(k->name)) return false;
       a.correlation_id = k->correlationId;
       a.kind = db::EventKind::kKernel;
       a.name = kernelName(w, k->name);
@@ -477,6 +481,7 @@ void flusherLoop() {
     lk.unlock();
     g_cupti.flush_all(0);
     if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
+    Fingerprinter::get().poll();
     lk.lock();
   }
 }

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "fingerprinter.h"
 #include "library_ops.h"
 #include "nccl_profiler_plugin.h"
 #include "next_symbol.h"
@@ -47,6 +48,8 @@ thread_local uint64_t t_group_first_op = 0;
 struct Pending {
   uint64_t token;
   bool p2p;
+  CUstream stream;
+  std::vector<OperandSpec> outputs;  // fingerprinted once NCCL has enqueued its kernels
 };
 thread_local std::vector<Pending> t_pending;
 thread_local std::vector<NcclChoice> t_choices;
@@ -66,7 +69,7 @@ struct Call {
   cudaStream_t stream;
 };
 
-uint64_t record(const Call& c) {
+uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   uint64_t token = recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
     auto comm = Session::get().comms().find(c.comm);
     db::Event& e = op.event;
@@ -91,10 +94,18 @@ uint64_t record(const Call& c) {
     coll.recv_addr = reinterpret_cast<int64_t>(c.recv);
     coll.group_id = t_group_depth > 0 ? t_group_id : db::kUnset;
     op.detail = coll;
+    *specs = collectiveOperandSpecs(coll, lastGemmRowBytes());
     return true;
   }, /*complete=*/false);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
-  if (token != 0) t_pending.push_back({token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv});
+  if (token != 0) {
+    Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
+              reinterpret_cast<CUstream>(c.stream), {}};
+    for (const OperandSpec& s : *specs) {
+      if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
+    }
+    t_pending.push_back(std::move(p));
+  }
   return token;
 }
 
@@ -121,6 +132,7 @@ void settle() noexcept {
       return i < t_choices.size() ? &t_choices[i++] : nullptr;
     };
     for (const Pending& p : t_pending) {
+      fingerprintOperands(p.token, p.stream, p.outputs, /*inputs=*/false);
       const NcclChoice* choice = nextChoice(p.p2p);
       if (buffer == nullptr) continue;
       int64_t algo = db::kUnset, proto = db::kUnset;
@@ -160,9 +172,12 @@ template <typename Fn, typename... Args>
 ncclResult_t forward(RealFn<Fn>& real, const Call& c, Args... args) {
   Fn fn = real.get();
   if (fn == nullptr) return missing(c.name);
+  std::vector<OperandSpec> specs;
+  uint64_t token = record(c, &specs);
+  fingerprintOperands(token, reinterpret_cast<CUstream>(c.stream), specs, /*inputs=*/true);
   ncclResult_t result;
   {
-    ParentScope scope(record(c));
+    ParentScope scope(token);
     result = fn(args...);
   }
   if (t_group_depth == 0) settle();  // inside a group, NCCL decides at the outermost group end

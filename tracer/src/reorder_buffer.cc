@@ -234,6 +234,7 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
       seq = count(sink_.appendGemm(e, std::get<db::Gemm>(slot.op->detail)));
     }
     rememberSeqLocked(slot.token, seq);
+    if (seq && options_.on_library_written) options_.on_library_written(slot.token, *seq);
     return;
   }
   db::Event base = baseEventLocked(slot);

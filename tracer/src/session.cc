@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "detrace/base/version.h"
+#include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
 
@@ -177,6 +178,7 @@ bool Session::startLocked() {
   sink_ = std::make_unique<WriterSink>(*writer_);
   ReorderOptions ro;
   ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
+  ro.on_library_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
   writeMetadataLocked();
   started_.store(true, std::memory_order_release);
@@ -297,6 +299,7 @@ void Session::finish() {
   }
   finished_ = true;
   buffer_->flush();
+  Fingerprinter::get().finish(writer_.get());
   enabled_ = false;  // from here on, calls into the wrappers only forward
   ReorderStats s = buffer_->stats();
   const std::pair<const char*, int64_t> counters[] = {

@@ -90,6 +90,8 @@ struct ReorderOptions {
   int64_t timeout_ns = 5'000'000'000;     // a slot older than this is written without GPU times
   size_t max_group_records = 4096;        // records kept per graph launch; more are dropped
   size_t max_remembered_graphs = 4096;    // executable graphs whose record count is remembered
+  // Called (with the buffer's lock held) when a library op is written with its sequence number.
+  void (*on_library_written)(uint64_t token, int64_t seq) = nullptr;
 };
 
 // Counters, written to the trace's stats table at the end.

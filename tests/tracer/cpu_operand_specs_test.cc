@@ -1,0 +1,106 @@
+// Which bytes the tracer fingerprints for a GEMM or collective: layout rules on random shapes.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "detrace/tracer/operand_specs.h"
+
+namespace detrace::tracer {
+namespace {
+
+TEST(OperandSpecs, PyTorchLinearRowsAreTokens) {
+  // PyTorch's y = x W^T for x: [tokens, in], W: [out, in] calls cuBLAS (column-major) with
+  // transa = T, transb = N, m = out, n = tokens, k = in, A = W (lda = in), B = x (ldb = in),
+  // C = D = y (ldc = out).
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 50; ++trial) {
+    int64_t tokens = 1 + rng() % 300, in = 8 * (1 + rng() % 512), out = 8 * (1 + rng() % 512);
+    db::Gemm g;
+    g.trans_a = 1;
+    g.trans_b = 0;
+    g.m = out; g.n = tokens; g.k = in;
+    g.lda = in; g.ldb = in; g.ldc = out; g.ldd = out;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+    g.a_addr = 0x1000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x900000;
+    auto specs = gemmOperandSpecs(g);
+    ASSERT_EQ(specs.size(), 3u);  // A, B, D (C is D)
+    const OperandSpec& w = specs[0];
+    const OperandSpec& x = specs[1];
+    const OperandSpec& y = specs[2];
+    EXPECT_EQ(w.name, "A");
+    EXPECT_EQ(w.rows, out);  // weight rows
+    EXPECT_EQ(w.row_bytes, in * 2);
+    EXPECT_EQ(x.name, "B");
+    EXPECT_EQ(x.role, db::OperandRole::kInput);
+    EXPECT_EQ(x.rows, tokens);  // one row per token
+    EXPECT_EQ(x.row_bytes, in * 2);
+    EXPECT_EQ(x.row_stride, in * 2);
+    EXPECT_EQ(x.bytes, static_cast<uint64_t>(tokens * in * 2));
+    EXPECT_EQ(y.name, "D");
+    EXPECT_EQ(y.role, db::OperandRole::kOutput);
+    EXPECT_EQ(y.rows, tokens);
+    EXPECT_EQ(y.row_bytes, out * 2);
+    EXPECT_EQ(y.bytes, static_cast<uint64_t>(tokens * out * 2));
+  }
+}
+
+TEST(OperandSpecs, PaddedLeadingDimensionAndSeparateC) {
+  db::Gemm g;
+  g.m = 10; g.n = 3; g.k = 4;
+  g.lda = 16; g.ldb = 4; g.ldc = 12; g.ldd = 12;  // A and C/D padded
+  g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF32;
+  g.a_addr = 0x10; g.b_addr = 0x20; g.c_addr = 0x30; g.d_addr = 0x40;
+  auto specs = gemmOperandSpecs(g);
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].rows, 4);                  // A stored m x k: k columns of m
+  EXPECT_EQ(specs[0].row_bytes, 10 * 4);
+  EXPECT_EQ(specs[0].row_stride, 16 * 4);
+  EXPECT_EQ(specs[0].bytes, static_cast<uint64_t>((3 * 16 + 10) * 4));  // first to last byte
+  EXPECT_EQ(specs[2].name, "C");
+  EXPECT_EQ(specs[2].role, db::OperandRole::kInput);
+  EXPECT_EQ(specs[3].row_stride, 12 * 4);
+}
+
+TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
+  db::Gemm g;
+  g.m = 8; g.n = 4; g.k = 8;
+  g.lda = 8; g.ldb = 8; g.ldc = 8; g.ldd = 8;
+  g.batch_count = 3;
+  g.stride_a = 64; g.stride_b = 100; g.stride_c = g.stride_d = 32;
+  g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
+  g.a_addr = 1; g.b_addr = 2; g.c_addr = g.d_addr = 3;
+  auto specs = gemmOperandSpecs(g);
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].rows, 8 * 3);  // packed: stride = ld * cols
+  EXPECT_EQ(specs[1].rows, 0);      // B batches are 100 apart, not 32: whole extent only
+  EXPECT_EQ(specs[1].bytes, static_cast<uint64_t>((2 * 100 + 3 * 8 + 8) * 2));
+  EXPECT_EQ(specs[2].rows, 4 * 3);
+}
+
+TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
+  db::Collective c;
+  c.op = db::CollOp::kAllReduce;
+  c.dtype = db::DType::kBF16;
+  c.count = 7 * 4096;
+  c.comm_nranks = 4;
+  c.send_addr = 0x100;
+  c.recv_addr = 0x200;
+  auto specs = collectiveOperandSpecs(c, 4096 * 2);
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "send");
+  EXPECT_EQ(specs[0].rows, 7);
+  EXPECT_EQ(specs[1].role, db::OperandRole::kOutput);
+  EXPECT_EQ(specs[1].bytes, 7u * 4096 * 2);
+  // A width that does not divide the buffer: whole digests only.
+  auto odd = collectiveOperandSpecs(c, 3000);
+  EXPECT_EQ(odd[0].rows, 0);
+  // AllGather receives nranks times what it sends; Send has no receive buffer.
+  c.op = db::CollOp::kAllGather;
+  auto ag = collectiveOperandSpecs(c, 0);
+  EXPECT_EQ(ag[1].bytes, 4 * ag[0].bytes);
+  c.op = db::CollOp::kSend;
+  EXPECT_EQ(collectiveOperandSpecs(c, 0).size(), 1u);
+}
+
+}  // namespace
+}  // namespace detrace::tracer

@@ -1,0 +1,37 @@
+// Which bytes of a library op's operands to fingerprint: the whole extent of each operand and its
+// rows (one row = one token's vector), derived from the op's recorded layout. Plain C++ (no CUDA),
+// so CPU tests check the layout rules.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "detrace/db/records.h"
+
+namespace detrace::tracer {
+
+struct OperandSpec {
+  int32_t slot = 0;
+  std::string name;  // "A", "B", "C", "D", "send", "recv"
+  db::OperandRole role = db::OperandRole::kInput;
+  db::DType dtype = db::DType::kUnknown;
+  std::vector<int64_t> shape;  // as stored: {columns, rows-per-column} for column-major GEMM operands
+  uint64_t address = 0;
+  uint64_t bytes = 0;          // whole extent, first to last byte
+  int64_t rows = 0;            // per-row digests: count (0 = none), bytes and stride of each
+  int64_t row_bytes = 0;
+  int64_t row_stride = 0;
+};
+
+// cuBLAS/cuBLASLt operands (column-major): A and B (and C when it is not D) as inputs, D as the
+// output. A "row" is one stored column: contiguous, ld elements apart. In PyTorch's
+// y = x W^T, cuBLAS computes y^T = W x^T, so the columns of B and D are tokens and those of A are
+// weight rows. Batched GEMMs get whole-extent digests, and rows only when batches are packed.
+std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm);
+
+// NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
+// last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
+std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t row_bytes);
+
+}  // namespace detrace::tracer

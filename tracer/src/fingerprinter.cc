@@ -1,0 +1,420 @@
+// See fingerprinter.h. Runs inside the traced program: bounded memory (allocated once per
+// context), no host synchronisation on the program's threads, every failure counted, never thrown.
+#include "fingerprinter.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <time.h>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "detrace/kernels/digest.h"
+#include "log.h"
+#include "next_symbol.h"
+#include "self_launch.h"
+#include "session.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr uint32_t kEntries = 8192;             // operand results in flight, per context
+constexpr uint64_t kArenaDigests = 1u << 21;    // row digests in flight (16 MiB pinned)
+constexpr int64_t kMaxRows = 1 << 16;           // rows per operand; more: whole digest only
+constexpr int kPollSpinsAtExit = 200;           // finish(): 200 x 10 ms at most
+
+// Driver entry points, found in the program's libcuda (never linked).
+struct Driver {
+  using CtxGet = CUresult (*)(CUcontext*);
+  using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using HostAlloc = CUresult (*)(void**, size_t, unsigned int);
+  using HostDevPtr = CUresult (*)(CUdeviceptr*, void*, unsigned int);
+  using EventCreate = CUresult (*)(CUevent*, unsigned int);
+  using EventRecord = CUresult (*)(CUevent, CUstream);
+  using EventQuery = CUresult (*)(CUevent);
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  CtxGet ctx_get = nullptr;
+  CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
+  MemAlloc mem_alloc = nullptr;
+  MemsetD8 memset_d8 = nullptr;
+  HostAlloc host_alloc = nullptr;
+  HostDevPtr host_dev_ptr = nullptr;
+  EventCreate event_create = nullptr;
+  EventRecord event_record = nullptr;
+  EventQuery event_query = nullptr;
+  IsCapturing is_capturing = nullptr;
+  bool ok = false;
+
+  static const Driver& get() {
+    static const Driver d = [] {
+      Driver x;
+      auto sym = [](const char* n) { return loadedSymbol(n, "libcuda"); };
+      x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
+      x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
+      x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
+      x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
+      x.host_alloc = reinterpret_cast<HostAlloc>(sym("cuMemHostAlloc"));
+      x.host_dev_ptr = reinterpret_cast<HostDevPtr>(sym("cuMemHostGetDevicePointer_v2"));
+      x.event_create = reinterpret_cast<EventCreate>(sym("cuEventCreate"));
+      x.event_record = reinterpret_cast<EventRecord>(sym("cuEventRecord"));
+      x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
+      x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
+      x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
+             x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
+      return x;
+    }();
+    return d;
+  }
+  CUresult setCurrent(CUcontext c) const {
+    return reinterpret_cast<CUresult (*)(CUcontext)>(ctx_set)(c);
+  }
+};
+
+// Per-context digest machinery and result memory, created on first use in that context.
+struct Context {
+  CUcontext ctx = nullptr;
+  std::unique_ptr<kernels::Digester> digester;
+  kernels::DigestSlot* slots = nullptr;  // device, kEntries, zeroed once (reused by the kernel)
+  volatile uint64_t* whole = nullptr;    // mapped host, kEntries
+  CUdeviceptr whole_dev = 0;
+  volatile uint64_t* arena = nullptr;    // mapped host, kArenaDigests
+  CUdeviceptr arena_dev = 0;
+  std::vector<CUevent> free_events;
+  uint32_t next_entry = 0, used_entries = 0;
+  uint64_t arena_head = 0, arena_used = 0;
+};
+
+struct Pending {
+  uint64_t token = 0;
+  Context* ctx = nullptr;
+  OperandSpec spec;
+  uint32_t entry = 0;
+  uint64_t arena_off = 0, arena_len = 0;  // row digests (arena_len = rows) or 0
+  uint64_t arena_skip = 0;                // arena slots skipped to keep this range contiguous
+  CUevent event = nullptr;                // shared by the operands of one enqueue(); last one owns it
+  bool owns_event = false;
+  bool done = false;
+  bool failed = false;  // no result will come (launch or event failed)
+  int64_t seq = db::kUnset;
+};
+
+// Sequence numbers of written library ops by token (a ring: library ops are few, and a result is
+// collected within a poll period of its op). Its own leaf mutex: noteSeq() runs under the reorder
+// buffer's lock, so it must not take State::mu.
+class SeqRing {
+ public:
+  void put(uint64_t token, int64_t seq) {
+    std::lock_guard lk(mu_);
+    ring_[token % kSize] = {token, seq};
+  }
+  int64_t get(uint64_t token) {
+    std::lock_guard lk(mu_);
+    const auto& e = ring_[token % kSize];
+    return e.first == token ? e.second : db::kUnset;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 16;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, int64_t>> ring_ = std::vector<std::pair<uint64_t, int64_t>>(kSize);
+};
+
+class State {
+ public:
+  std::mutex mu;
+  std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
+  std::deque<Pending> pending;
+  SeqRing seqs;
+  bool disabled = false;
+  int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
+
+  Context* contextLocked(CUcontext c);
+  bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
+  void releaseHeadLocked();
+  void drainLocked(bool final, db::TraceWriter* w);
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: used from exit handlers
+  return *s;
+}
+
+Context* State::contextLocked(CUcontext c) {
+  if (auto it = contexts.find(c); it != contexts.end()) return it->second.get();
+  const Driver& d = Driver::get();
+  auto cx = std::make_unique<Context>();
+  cx->ctx = c;
+  auto digester = kernels::Digester::create();
+  if (!digester.isOk()) {
+    logLine("fingerprints are off: %s", digester.status().message().c_str());
+    disabled = true;
+    return nullptr;
+  }
+  cx->digester = std::make_unique<kernels::Digester>(std::move(*digester));
+  CUdeviceptr slots = 0;
+  void* whole = nullptr;
+  void* arena = nullptr;
+  bool ok = d.mem_alloc(&slots, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
+            d.memset_d8(slots, 0, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
+            d.host_alloc(&whole, sizeof(uint64_t) * kEntries, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
+            d.host_alloc(&arena, sizeof(uint64_t) * kArenaDigests, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
+            d.host_dev_ptr(&cx->whole_dev, whole, 0) == CUDA_SUCCESS &&
+            d.host_dev_ptr(&cx->arena_dev, arena, 0) == CUDA_SUCCESS;
+  if (!ok) {
+    logLine("fingerprints are off: could not allocate their %zu MiB of result memory",
+            static_cast<size_t>((sizeof(uint64_t) * (kEntries + kArenaDigests)) >> 20));
+    disabled = true;
+    return nullptr;
+  }
+  cx->slots = reinterpret_cast<kernels::DigestSlot*>(slots);
+  cx->whole = static_cast<volatile uint64_t*>(whole);
+  cx->arena = static_cast<volatile uint64_t*>(arena);
+  Context* raw = cx.get();
+  contexts.emplace(c, std::move(cx));
+  return raw;
+}
+
+// Takes the next result entry and, for rows, a contiguous arena range (FIFO ring buffers).
+bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip) {
+  if (cx.used_entries >= kEntries) return false;
+  off = skip = 0;
+  uint64_t n = static_cast<uint64_t>(rows);
+  if (n > 0) {
+    uint64_t head = cx.arena_head;
+    if (head + n > kArenaDigests) skip = kArenaDigests - head;  // wrap: skip the tail
+    if (cx.arena_used + skip + n > kArenaDigests) return false;
+    off = (head + skip) % kArenaDigests;
+    cx.arena_head = (off + n) % kArenaDigests;
+    cx.arena_used += skip + n;
+  }
+  entry = cx.next_entry;
+  cx.next_entry = (cx.next_entry + 1) % kEntries;
+  ++cx.used_entries;
+  return true;
+}
+
+void State::releaseHeadLocked() {
+  Pending& p = pending.front();
+  Context& cx = *p.ctx;
+  --cx.used_entries;
+  cx.arena_used -= p.arena_skip + p.arena_len;
+  if (p.owns_event && p.event) cx.free_events.push_back(p.event);
+  pending.pop_front();
+}
+
+db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
+  db::Operand o;
+  o.seq = p.seq;
+  o.slot = p.spec.slot;
+  o.name = w.intern(p.spec.name);
+  o.role = p.spec.role;
+  o.dtype = p.spec.dtype;
+  o.shape = p.spec.shape;
+  o.address = static_cast<int64_t>(p.spec.address);
+  o.bytes = static_cast<int64_t>(p.spec.bytes);
+  o.has_digest = true;
+  if (p.arena_len > 0) {
+    o.rows = p.spec.rows;
+    o.row_bytes = p.spec.row_bytes;
+    o.row_stride = p.spec.row_stride;
+    o.row_digests.resize(p.arena_len);
+    for (uint64_t i = 0; i < p.arena_len; ++i) o.row_digests[i] = p.ctx->arena[p.arena_off + i];
+    // Whole digest of an operand with rows: XXH64 of its row digests (little-endian), seed = rows.
+    o.digest = XXH64(o.row_digests.data(), o.row_digests.size() * sizeof(uint64_t), p.arena_len);
+  } else {
+    o.digest = p.ctx->whole[p.entry];
+  }
+  return o;
+}
+
+// Writes finished operands in FIFO order; at `final`, gives up on what cannot finish.
+void State::drainLocked(bool final, db::TraceWriter* w) {
+  const Driver& d = Driver::get();
+  CUcontext current = nullptr;
+  while (!pending.empty()) {
+    Pending& p = pending.front();
+    if (p.failed) {
+      ++lost;
+      releaseHeadLocked();
+      continue;
+    }
+    if (!p.done) {
+      if (current != p.ctx->ctx) {
+        d.setCurrent(p.ctx->ctx);
+        current = p.ctx->ctx;
+      }
+      CUresult r = d.event_query(p.event);
+      if (r == CUDA_ERROR_NOT_READY && !final) return;
+      p.done = r == CUDA_SUCCESS;
+      if (!p.done) {  // an error or exit: the results will never come
+        ++lost;
+        releaseHeadLocked();
+        continue;
+      }
+    }
+    // Results may complete before the op's slot is written; wait for its sequence number.
+    if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
+    if (p.seq == db::kUnset && !final) return;
+    if (p.seq != db::kUnset && w != nullptr) {
+      (void)w->appendOperand(toOperand(p, *w));
+      ++written;
+    } else {
+      ++lost;
+    }
+    releaseHeadLocked();
+  }
+}
+
+}  // namespace
+
+Fingerprinter& Fingerprinter::get() {
+  static Fingerprinter f;
+  return f;
+}
+
+bool Fingerprinter::enabled() const {
+  static const bool wanted = [] {
+    const char* v = std::getenv("DETRACE_DIGEST");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return wanted && Driver::get().ok && !state().disabled;
+}
+
+void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+  if (token == 0 || specs.empty() || !enabled()) return;
+  try {
+    const Driver& d = Driver::get();
+    State& s = state();
+    CUcontext ctx = nullptr;
+    if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.is_capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+      std::lock_guard lk(s.mu);
+      ++s.skipped_capture;
+      return;
+    }
+    std::lock_guard lk(s.mu);
+    Context* cx = s.contextLocked(ctx);
+    if (cx == nullptr) return;
+    SelfLaunchScope self;  // our kernels stay out of the trace
+    size_t first = s.pending.size();
+    for (const OperandSpec& spec : specs) {
+      int64_t rows = spec.rows > 0 && spec.rows <= kMaxRows &&
+                             static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
+                         ? spec.rows
+                         : 0;
+      Pending p;
+      p.token = token;
+      p.ctx = cx;
+      p.spec = spec;
+      if (!s.reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip)) {
+        ++s.skipped_full;
+        continue;
+      }
+      p.arena_len = static_cast<uint64_t>(rows);
+      Status st = rows > 0
+          ? cx->digester->digestRows(spec.address, static_cast<uint32_t>(rows),
+                                     static_cast<uint64_t>(spec.row_bytes),
+                                     static_cast<uint64_t>(spec.row_stride),
+                                     reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8),
+                                     nullptr, stream)
+          : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
+                                 reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
+      s.pending.push_back(std::move(p));
+      if (!st.isOk()) {
+        ++s.skipped_error;
+        s.pending.back().failed = true;
+      }
+    }
+    if (s.pending.size() == first) return;
+    CUevent ev = nullptr;
+    if (!cx->free_events.empty()) {
+      ev = cx->free_events.back();
+      cx->free_events.pop_back();
+    } else if (d.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      ev = nullptr;
+    }
+    if (ev == nullptr || d.event_record(ev, stream) != CUDA_SUCCESS) {
+      // No way to know when the results land: drop this op's operands from the trace.
+      for (size_t i = first; i < s.pending.size(); ++i) s.pending[i].failed = true;
+      s.skipped_error += static_cast<int64_t>(s.pending.size() - first);
+      return;
+    }
+    for (size_t i = first; i < s.pending.size(); ++i) s.pending[i].event = ev;
+    s.pending.back().owns_event = true;
+  } catch (...) {
+    Session::get().fail("taking fingerprints");
+  }
+}
+
+void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+                         bool inputs) noexcept {
+  try {
+    if (token == 0 || !Fingerprinter::get().enabled()) return;
+    std::vector<OperandSpec> chosen;
+    for (const OperandSpec& spec : specs) {
+      bool is_in = spec.role != db::OperandRole::kOutput;
+      bool is_out = spec.role != db::OperandRole::kInput;
+      if (inputs ? is_in : is_out) chosen.push_back(spec);
+    }
+    Fingerprinter::get().enqueue(token, stream, chosen);
+  } catch (...) {
+  }
+}
+
+namespace {
+thread_local int64_t t_last_row_bytes = 0;
+}  // namespace
+
+int64_t lastGemmRowBytes() { return t_last_row_bytes; }
+void setLastGemmRowBytes(int64_t bytes) { t_last_row_bytes = bytes; }
+
+void Fingerprinter::noteSeq(uint64_t token, int64_t seq) noexcept {
+  try {
+    state().seqs.put(token, seq);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::poll() noexcept {
+  try {
+    State& s = state();
+    db::TraceWriter* w = Session::get().writer();
+    std::lock_guard lk(s.mu);
+    s.drainLocked(false, w);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::finish(db::TraceWriter* w) noexcept {
+  try {
+    State& s = state();
+    for (int i = 0; i < kPollSpinsAtExit; ++i) {
+      {
+        std::lock_guard lk(s.mu);
+        s.drainLocked(false, w);
+        if (s.pending.empty()) break;
+      }
+      struct timespec ts{0, 10'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    std::lock_guard lk(s.mu);
+    s.drainLocked(true, w);
+    if (w == nullptr) return;
+    w->addStat("fingerprints_written", s.written);
+    w->addStat("fingerprints_lost", s.lost);
+    w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
+    w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
+    w->addStat("fingerprints_skipped_error", s.skipped_error);
+  } catch (...) {
+  }
+}
+
+}  // namespace detrace::tracer

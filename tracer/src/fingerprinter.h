@@ -1,0 +1,54 @@
+// Fingerprinter: takes GPU digests of library-op operands inside the traced program, stream-ordered
+// and without ever making the program's streams wait on the host.
+//
+// For an op, enqueue() launches digest kernels on the op's own stream (inputs before the op's
+// kernels, outputs after them), writing into mapped host memory, and records a CUDA event behind
+// them. The tracer's flusher thread calls poll(), which turns finished results into operand rows
+// once the op's sequence number is known (noteSeq(), from the reorder buffer). Memory is allocated
+// once per CUDA context: a ring of kEntries results and an arena of row digests. When the ring is
+// full, or the stream is being captured into a CUDA graph (results would be written at every
+// replay), the op simply gets no fingerprints, and the skip is counted.
+//
+// Operands with rows get per-row digests on the GPU; their whole digest is then the digest of the
+// row digests (docs/digest.md), so each operand's bytes are read once.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "detrace/db/writer.h"
+#include "detrace/tracer/operand_specs.h"
+
+namespace detrace::tracer {
+
+class Fingerprinter {
+ public:
+  static Fingerprinter& get();
+  // False when DETRACE_DIGEST=0 or the digest kernels cannot run (no driver, old GPU).
+  bool enabled() const;
+  // Enqueues digests of `specs` on `stream` for op `token`. Never blocks; never throws.
+  void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // The op `token` was written with sequence number `seq`.
+  void noteSeq(uint64_t token, int64_t seq) noexcept;
+  // Writes the operands whose digests are done and whose op has a sequence number.
+  void poll() noexcept;
+  // At exit, after the reorder buffer's flush: waits (bounded) for outstanding digests, writes
+  // them and the fingerprint counters to `writer`.
+  void finish(db::TraceWriter* writer) noexcept;
+
+ private:
+  Fingerprinter() = default;
+};
+
+// Enqueues the input (inputs = true) or output operands of `specs` for op `token` on `stream`.
+void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+                         bool inputs) noexcept;
+
+// The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
+// the row width of the collectives that follow (0 = unknown).
+int64_t lastGemmRowBytes();
+void setLastGemmRowBytes(int64_t bytes);
+
+}  // namespace detrace::tracer
