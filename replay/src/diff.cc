@@ -148,7 +148,8 @@ class RankDiffer {
     if (status != PairStatus::kIdentical) {
       PairDiff d{oa ? oa->seq : -1, ob ? ob->seq : -1, status, collectives_};
       out_.differing.push_back(d);
-      if (!out_.first) out_.first = d;
+      bool anchor = (oa && oa->anchor) || (ob && ob->anchor);
+      if (!out_.first && (!batch_ || anchor)) out_.first = d;
     }
     if (oa && oa->kind == db::EventKind::kCollective) ++collectives_;
   }
@@ -217,7 +218,11 @@ void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOp
         ++ranks[r].counts[d.status];
       }
     }
-    if (!ranks[r].differing.empty()) ranks[r].first = ranks[r].differing.front();
+    if (auto& first = ranks[r].first) {
+      for (const PairDiff& d : ranks[r].differing) {
+        if (d.a == first->a && d.b == first->b) first->status = d.status;
+      }
+    }
   }
 }
 
@@ -316,16 +321,18 @@ RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch) {
   return RankDiffer(a, b, batch).run();
 }
 
-bool looksLikeBatchPair(const RankOps& a, const RankOps& b) {
+BatchDim batchDimOf(const RankOps& a, const RankOps& b) {
   size_t n = std::min({a.gemms.size(), b.gemms.size(), size_t{256}});
-  bool m_differs = false;
+  bool m_differs = false, n_differs = false;
   for (size_t i = 0; i < n; ++i) {
     const db::Gemm& x = a.gemms[i].second;
     const db::Gemm& y = b.gemms[i].second;
-    if (x.n != y.n || x.k != y.k) return false;
+    if (x.k != y.k) return BatchDim::kNone;
     m_differs |= x.m != y.m;
+    n_differs |= x.n != y.n;
   }
-  return m_differs;
+  if (m_differs == n_differs) return BatchDim::kNone;  // neither, or both: not a batch pair
+  return m_differs ? BatchDim::kM : BatchDim::kN;
 }
 
 std::string describeOp(const RankOps& r, int64_t seq) {
@@ -355,6 +362,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
                                        run_a.worldSize(), run_b.worldSize()));
   }
   std::vector<RankOps> ops_a, ops_b;
+  BatchDim batch_dim = BatchDim::kNone;
   for (const db::RankFile& rf : run_a.ranks()) {
     if (only && rf.rank != *only) continue;
     if (run_b.findRank(rf.rank) == nullptr) {
@@ -365,11 +373,15 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rf.rank));
     DETRACE_ASSIGN_OR_RETURN(RankOps a, loadRankOps(*ra, rf.rank));
     DETRACE_ASSIGN_OR_RETURN(RankOps b, loadRankOps(*rb, rf.rank));
-    if (ops_a.empty()) out.batch_mode = options.batch.value_or(looksLikeBatchPair(a, b));
+    if (ops_a.empty()) {
+      batch_dim = batchDimOf(a, b);
+      out.batch_mode = options.batch.value_or(batch_dim != BatchDim::kNone);
+      if (out.batch_mode && batch_dim == BatchDim::kNone) batch_dim = BatchDim::kM;  // forced on
+    }
     if (out.batch_mode) {
       // Reload with keys that leave out the token dimension.
-      DETRACE_ASSIGN_OR_RETURN(a, loadRankOps(*ra, rf.rank, {.ignore_batch_dim = true}));
-      DETRACE_ASSIGN_OR_RETURN(b, loadRankOps(*rb, rf.rank, {.ignore_batch_dim = true}));
+      DETRACE_ASSIGN_OR_RETURN(a, loadRankOps(*ra, rf.rank, {.batch_dim = batch_dim}));
+      DETRACE_ASSIGN_OR_RETURN(b, loadRankOps(*rb, rf.rank, {.batch_dim = batch_dim}));
     }
     out.ranks.push_back(diffRank(a, b, out.batch_mode));
     ops_a.push_back(std::move(a));

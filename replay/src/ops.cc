@@ -27,7 +27,8 @@ uint64_t gemmKey(const db::Gemm& g, const RankOps& r, const KeyOptions& o) {
   Hasher h;
   h.add(static_cast<uint64_t>(db::EventKind::kGemm)).add(r.name(g.api));
   h.add(static_cast<uint64_t>(g.trans_a)).add(static_cast<uint64_t>(g.trans_b));
-  h.add(static_cast<uint64_t>(o.ignore_batch_dim ? -1 : g.m)).add(static_cast<uint64_t>(g.n));
+  h.add(static_cast<uint64_t>(o.batch_dim == BatchDim::kM ? -1 : g.m));
+  h.add(static_cast<uint64_t>(o.batch_dim == BatchDim::kN ? -1 : g.n));
   h.add(static_cast<uint64_t>(g.k)).add(static_cast<uint64_t>(g.batch_count));
   for (db::DType t : {g.a_dtype, g.b_dtype, g.c_dtype, g.d_dtype}) h.add(static_cast<uint64_t>(t));
   return h.value();
@@ -48,7 +49,7 @@ uint64_t collectiveKey(const db::Collective& c, const KeyOptions& o) {
   h.add(static_cast<uint64_t>(c.dtype)).add(static_cast<uint64_t>(c.redop));
   h.add(static_cast<uint64_t>(c.comm_nranks)).add(static_cast<uint64_t>(c.root));
   h.add(static_cast<uint64_t>(c.peer));
-  h.add(static_cast<uint64_t>(o.ignore_batch_dim ? -1 : c.count));
+  h.add(static_cast<uint64_t>(o.batch_dim != BatchDim::kNone ? -1 : c.count));
   return h.value();
 }
 

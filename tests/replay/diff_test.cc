@@ -239,7 +239,7 @@ namespace {
 // row `slot` among `batch` rows otherwise; `variant_layer` makes the request's output row depend on
 // the batch from that layer on (a batch-variant kernel).
 void writeBatchModel(const std::string& dir, int layers, int batch, int slot, int variant_layer,
-                     uint64_t seed) {
+                     uint64_t seed, bool tokens_in_n = false) {
   auto w = db::TraceWriter::create(dir + "/proc-1.dtrace");
   ASSERT_TRUE(w.isOk());
   (*w)->setRank({0, 1, 0, 0, 1, "h", "GPU", ""});
@@ -251,8 +251,8 @@ void writeBatchModel(const std::string& dir, int layers, int batch, int slot, in
     e.kind = db::EventKind::kGemm;
     e.name = (*w)->intern("cublasLtMatmul");
     db::Gemm g;
-    g.m = batch;
-    g.n = 4096;
+    g.m = tokens_in_n ? 4096 : batch;  // PyTorch's y = x W^T puts the tokens in cuBLAS's n
+    g.n = tokens_in_n ? batch : 4096;
     g.k = 4096;
     g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
     g.algo_id = batch > 1 ? 21 : 6;  // the heuristic picks by m: legitimately different
@@ -413,6 +413,26 @@ TEST(Diff, DivergenceEnteringThroughRawKernelsPointsAtTheStretch) {
             std::string::npos)
       << "why: " << r1.why;
   EXPECT_NE(r1.why.find("deep mode"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace detrace::replay
+
+namespace detrace::replay {
+namespace {
+
+TEST(DiffBatch, TokensInNAsPyTorchCallsCublas) {
+  TempDir a, b;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  writeBatchModel(a.path().string(), 5, 1, 0, -1, seed, /*tokens_in_n=*/true);
+  writeBatchModel(b.path().string(), 5, 16, 9, 2, seed, /*tokens_in_n=*/true);
+  auto d = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(d.isOk());
+  ASSERT_TRUE(d->batch_mode);
+  ASSERT_TRUE(d->ranks[0].first.has_value());
+  EXPECT_EQ(d->ranks[0].first->status, PairStatus::kBatchVariant);
+  EXPECT_EQ(d->ranks[0].first->a, 2);
 }
 
 }  // namespace

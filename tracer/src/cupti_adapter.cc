@@ -208,6 +208,15 @@ int32_t expectedGraphRecords(uint64_t exec) {
 
 int64_t kernelName(db::TraceWriter& w, const char* mangled);
 
+// True if `stream` is being captured into a CUDA graph (launches on it do not run now).
+bool isCapturing(int64_t stream) {
+  using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  static auto fn = reinterpret_cast<IsCapturingFn>(loadedSymbol("cuStreamIsCapturing", "libcuda.so"));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn != nullptr && fn(reinterpret_cast<CUstream>(stream), &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   LaunchKind kind;
@@ -232,6 +241,11 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     int64_t stream = 0;
     uint64_t exec = 0;
     launchTarget(domain, cbid, cb->functionParams, stream, exec);
+    if (!kind.graph && isCapturing(stream)) {
+      // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
+      s.addStat("launches_captured", 1);
+      return;
+    }
     launch.stream = w->stream(stream, launch.device);
     if (kind.graph) {
       launch.is_graph = true;
@@ -275,9 +289,9 @@ int32_t countGraphRecords(CUgraph graph, int depth) {
   using GetNodes = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
   using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
   using ChildGraph = CUresult (*)(CUgraphNode, CUgraph*);
-  static auto get_nodes = reinterpret_cast<GetNodes>(loadedSymbol("cuGraphGetNodes", "libcuda"));
-  static auto get_type = reinterpret_cast<GetType>(loadedSymbol("cuGraphNodeGetType", "libcuda"));
-  static auto child = reinterpret_cast<ChildGraph>(loadedSymbol("cuGraphChildGraphNodeGetGraph", "libcuda"));
+  static auto get_nodes = reinterpret_cast<GetNodes>(loadedSymbol("cuGraphGetNodes", "libcuda.so"));
+  static auto get_type = reinterpret_cast<GetType>(loadedSymbol("cuGraphNodeGetType", "libcuda.so"));
+  static auto child = reinterpret_cast<ChildGraph>(loadedSymbol("cuGraphChildGraphNodeGetGraph", "libcuda.so"));
   if (!get_nodes || !get_type || !child || depth > 8) return -1;
   size_t n = 0;
   if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n > 100000) return -1;
@@ -498,7 +512,7 @@ void finalFlush() {
     // Kernels still running at exit have no activity record yet: wait for the current context's
     // work first (context teardown, which runs after us, would wait for it anyway).
     using SyncFn = int (*)();
-    if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda"))) (void)sync();
+    if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda.so"))) (void)sync();
     if (g_active.load()) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     g_active = false;
     int64_t refused = g_buffers_refused.load();

@@ -55,7 +55,7 @@ struct Driver {
   static const Driver& get() {
     static const Driver d = [] {
       Driver x;
-      auto sym = [](const char* n) { return loadedSymbol(n, "libcuda"); };
+      auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
       x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
       x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
       x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
@@ -282,9 +282,14 @@ Fingerprinter& Fingerprinter::get() {
 bool Fingerprinter::enabled() const {
   static const bool wanted = [] {
     const char* v = std::getenv("DETRACE_DIGEST");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    if (!Driver::get().ok) {
+      logLine("fingerprints are off: the CUDA driver's entry points were not found in this process");
+      return false;
+    }
+    return true;
   }();
-  return wanted && Driver::get().ok && !state().disabled;
+  return wanted && !state().disabled;
 }
 
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept {

@@ -203,7 +203,7 @@ void Session::writeMetadataLocked() {
   if (auto f = reinterpret_cast<IntFn>(loadedSymbol("cudaRuntimeGetVersion", "libcudart"))) {
     int v = 0;
     if (f(&v) == 0) w.setMeta("cuda_version", cudaVersionText(v));
-  } else if (auto d = reinterpret_cast<IntFn>(loadedSymbol("cuDriverGetVersion", "libcuda"))) {
+  } else if (auto d = reinterpret_cast<IntFn>(loadedSymbol("cuDriverGetVersion", "libcuda.so"))) {
     int v = 0;
     if (d(&v) == 0) w.setMeta("cuda_version", cudaVersionText(v));
   }
@@ -224,7 +224,7 @@ void Session::writeMetadataLocked() {
   // The current device, through the driver API, if the program already made a context current;
   // otherwise noteDevice() fills it in from the first activity record.
   using CtxDevFn = int (*)(int*);
-  auto ctxDev = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda"));
+  auto ctxDev = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda.so"));
   int dev = -1;
   if (ctxDev && ctxDev(&dev) == 0 && dev >= 0) describeDeviceLocked(dev);
   for (const char* key : {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
@@ -238,14 +238,14 @@ void Session::describeDeviceLocked(int32_t dev) {
   using UuidFn = int (*)(unsigned char*, int);
   rank_.device = dev;
   char name[256] = {};
-  if (auto f = reinterpret_cast<NameFn>(loadedSymbol("cuDeviceGetName", "libcuda"));
+  if (auto f = reinterpret_cast<NameFn>(loadedSymbol("cuDeviceGetName", "libcuda.so"));
       f && f(name, sizeof name - 1, dev) == 0) {
     rank_.gpu_name = name;
     if (writer_) writer_->setMeta("gpu_model", name);
   }
   unsigned char u[16] = {};
-  auto uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid_v2", "libcuda"));
-  if (uuid == nullptr) uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid", "libcuda"));
+  auto uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid_v2", "libcuda.so"));
+  if (uuid == nullptr) uuid = reinterpret_cast<UuidFn>(loadedSymbol("cuDeviceGetUuid", "libcuda.so"));
   if (uuid && uuid(u, dev) == 0) {
     char text[64];
     std::snprintf(text, sizeof text,

@@ -85,12 +85,14 @@ struct DiffOptions {
   std::optional<bool> batch;     // force batch-size mode on/off; unset = detect from GEMM shapes
 };
 
-// Aligns and classifies one rank of two runs (loaded with KeyOptions::ignore_batch_dim = batch).
+// Aligns and classifies one rank of two runs (loaded with KeyOptions::batch_dim set in batch mode).
+// In batch mode only library ops (whose rows are compared) can be where divergence begins; kernel
+// differences are expected between batch sizes and only feed the kernel-selection table.
 RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch = false);
 
-// True if the runs look like the same program at two batch sizes: their GEMMs have the same n and
-// k in the same order but different m.
-bool looksLikeBatchPair(const RankOps& a, const RankOps& b);
+// The token dimension if the runs look like one program at two batch sizes: their GEMMs have the
+// same k in the same order, and exactly one of m and n differs for some; kNone otherwise.
+BatchDim batchDimOf(const RankOps& a, const RankOps& b);
 
 // Diffs every rank present in both runs (or only options.rank).
 Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, const DiffOptions& options = {});

@@ -12,10 +12,14 @@
 
 namespace detrace::replay {
 
+// Which GEMM dimension holds the tokens (it differs between batch sizes). cuBLAS is column-major,
+// so PyTorch's y = x W^T puts the tokens in n; row-major callers of cuBLASLt put them in m.
+enum class BatchDim { kNone, kM, kN };
+
 struct KeyOptions {
-  // Batch-size mode: GEMM and collective keys leave out the token dimension (GEMM m, collective
-  // count), so bs=1 and bs=64 runs align op for op.
-  bool ignore_batch_dim = false;
+  // Batch-size mode: GEMM keys leave out the token dimension and collective keys their count, so
+  // bs=1 and bs=64 runs align op for op.
+  BatchDim batch_dim = BatchDim::kNone;
 };
 
 struct OpRecord {
