@@ -193,6 +193,26 @@ std::string choiceText(const RankOps& r, const OpRecord& op) {
   return r.name(op.name);
 }
 
+// The kernels an op launched (they follow it and name it as parent), as "k1, k2".
+std::string childKernels(const RankOps& r, int64_t seq) {
+  std::string out;
+  for (int64_t s = seq + 1; s < static_cast<int64_t>(r.ops.size()) && s <= seq + 64; ++s) {
+    const OpRecord& op = r.ops[static_cast<size_t>(s)];
+    if (op.parent != seq || op.kind != db::EventKind::kKernel) continue;
+    out += fmt::format("{}{:.100}", out.empty() ? "" : ", ", r.name(op.name));
+  }
+  return out;
+}
+
+// "X in A, Y in B": the algorithm if the recorder knew it and it differs, else the kernels run.
+std::string ranText(const RankOps& a, const OpRecord& oa, const RankOps& b, const OpRecord& ob) {
+  std::string ca = choiceText(a, oa), cb = choiceText(b, ob);
+  if (ca != cb) return fmt::format("{} in A, {} in B", ca, cb);
+  std::string ka = childKernels(a, oa.seq), kb = childKernels(b, ob.seq);
+  if (ka != kb) return fmt::format("{} ran {} in A and {} in B", ca, ka, kb);
+  return "";
+}
+
 // Collective identity across ranks: (communicator, sequence number).
 std::optional<std::pair<int64_t, int64_t>> collectiveId(const RankOps& r, const OpRecord* op) {
   if (op == nullptr || op->kind != db::EventKind::kCollective || op->detail < 0) return std::nullopt;
@@ -280,13 +300,13 @@ std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d, bool 
       return oa && ob ? "schedule difference: the runs' op sequences could not be aligned here"
                       : fmt::format("schedule or shape difference: this op exists only in run {}",
                                     oa ? "A" : "B");
-    case PairStatus::kBatchVariant:
+    case PairStatus::kBatchVariant: {
+      std::string ran = ranText(a, *oa, b, *ob);
       return fmt::format("batch-variant: the request's input rows are the same in both runs but its "
-                         "output rows differ{}",
-                         oa->choice != ob->choice
-                             ? fmt::format("; the kernel choice changed with the batch ({} in A, {} "
-                                           "in B)", choiceText(a, *oa), choiceText(b, *ob))
-                             : " although the same kernel ran");
+                         "output rows differ; {}",
+                         ran.empty() ? "the same kernels ran in both"
+                                     : "the kernel choice changed with the batch: " + ran);
+    }
     case PairStatus::kIdentical:
       return "identical";
   }
