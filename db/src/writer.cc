@@ -450,8 +450,10 @@ Status TraceWriter::Impl::close() {
   }
   for (auto& s : stmts_) s.reset();
   if (db_ && error_.isOk()) {
-    // Fold the WAL into the main file so a finished trace is one self-contained file.
+    // Fold the WAL into the main file and leave WAL mode, so a finished trace is one
+    // self-contained file and readers (read-only) never create -wal/-shm files beside it.
     Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
+    if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
     if (!st.isOk()) error_ = st;
   }
   db_.reset();

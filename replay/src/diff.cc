@@ -248,15 +248,16 @@ void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOp
 
 // For a divergence that is already in an op's inputs when it is first seen: the stretch of
 // unfingerprinted kernels it entered through (since the last op whose outputs were fingerprinted).
-std::string enteredThrough(const RankOps& a, int64_t seq) {
-  int64_t from = -1;
+int64_t lastFingerprintedBefore(const RankOps& a, int64_t seq) {
   for (int64_t s = seq - 1; s >= 0; --s) {
     const OpRecord& op = a.ops[static_cast<size_t>(s)];
-    if (op.anchor && op.has_outputs) {
-      from = s;
-      break;
-    }
+    if (op.anchor && op.has_outputs) return s;
   }
+  return -1;
+}
+
+std::string enteredThrough(const RankOps& a, int64_t seq) {
+  int64_t from = lastFingerprintedBefore(a, seq);
   std::vector<std::string> names;
   int64_t kernels = 0;
   for (int64_t s = from + 1; s < seq; ++s) {
@@ -265,15 +266,15 @@ std::string enteredThrough(const RankOps& a, int64_t seq) {
     if (op.kind != db::EventKind::kKernel || (from >= 0 && op.parent >= from)) continue;
     ++kernels;
     const std::string& n = a.name(op.name);
-    if (names.size() < 3 && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    if (names.size() < 4 && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   }
   std::string list;
   for (const std::string& n : names) list += fmt::format("{}{:.80}", list.empty() ? "" : "; ", n);
   return fmt::format(
-      "; it entered between {} and this op, through {} kernel(s) without fingerprints{}{}: record "
-      "that stretch in deep mode to name the kernel",
+      "; it entered between {} and this op, through {} kernel(s) without fingerprints{}{}{}: one of "
+      "them produced different bytes",
       from >= 0 ? fmt::format("event {} (whose outputs still matched)", from) : "the start",
-      kernels, names.empty() ? "" : ", e.g. ", list);
+      kernels, names.empty() ? "" : " (", list, names.empty() ? "" : ")");
 }
 
 std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d, bool first) {
@@ -451,6 +452,10 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
       rd.first_a = rd.first->a >= 0 ? describeOp(ops_a[r], rd.first->a) : "(absent)";
       rd.first_b = rd.first->b >= 0 ? describeOp(ops_b[r], rd.first->b) : "(absent)";
       rd.why = explain(ops_a[r], ops_b[r], *rd.first, /*first=*/true);
+      const OpRecord* op = opAt(ops_a[r], rd.first->a);
+      if (rd.first->status == PairStatus::kPropagated && op && op->kind != db::EventKind::kCollective) {
+        rd.entered_after = lastFingerprintedBefore(ops_a[r], rd.first->a);
+      }
     }
     addSelectionChanges(ops_a[r], ops_b[r], rd, table);
   }

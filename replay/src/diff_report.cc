@@ -30,6 +30,13 @@ std::string nextStep(const RankDiff& r, const DiffLabels& l) {
       return fmt::format("check which implementation keeps the rows invariant: detrace replay {} "
                          "--rank {} --event {} --pair {} --event-b {}",
                          l.a, r.rank, r.first->a, l.b, r.first->b);
+    case PairStatus::kPropagated:
+      if (r.entered_after) {
+        return fmt::format("the kernels between events {} and {} on rank {} are the suspects: see "
+                           "them with detrace export {} -o a.json (Perfetto UI)",
+                           *r.entered_after, r.first->a, r.rank, l.a);
+      }
+      return "follow it back to the rank where it began (per rank, below)";
     default:
       return "look at the events just before it: a schedule difference usually follows a "
              "different code path or batch composition";
@@ -99,6 +106,7 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
                     {"op_a", r.first_a},
                     {"op_b", r.first_b},
                     {"why", r.why}};
+      if (r.entered_after) j["first"]["entered_after"] = *r.entered_after;
     }
     ranks.push_back(j);
   }

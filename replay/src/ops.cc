@@ -94,10 +94,10 @@ std::string kernelFamily(const std::string& name) {
   int angle = 0, paren = 0;
   for (char c : name) {
     if (c == '<') ++angle;
-    if (c == '(') ++paren;
-    if (angle == 0 && paren == 0 && !std::isdigit(static_cast<unsigned char>(c))) out += c;
+    if (c == '(' && angle == 0) ++paren;  // the parameter list (not a functor's call operator)
+    if (paren == 0 && !std::isdigit(static_cast<unsigned char>(c))) out += c;
     if (c == '>' && angle > 0) --angle;
-    if (c == ')' && paren > 0) --paren;
+    if (c == ')' && angle == 0 && paren > 0) --paren;
   }
   return out;
 }

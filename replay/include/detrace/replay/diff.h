@@ -62,6 +62,9 @@ struct RankDiff {
   int64_t anchors_a = 0, anchors_b = 0, anchors_matched = 0;  // library ops, and how many aligned
   // Filled by diffRuns: what `first` is on each side, and why it was classified so.
   std::string first_a, first_b, why;
+  // When divergence was already in `first`'s inputs: the last event before it whose outputs still
+  // matched (-1 = the start); the kernels in between are the suspects.
+  std::optional<int64_t> entered_after;
 };
 
 // One row of the kernel-selection table: what ran in A and in B for the same op, and how often.

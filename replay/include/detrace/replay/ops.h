@@ -47,9 +47,10 @@ struct RankOps {
   const std::string& name(int64_t id) const;
 };
 
-// The kernel-name family used to align kernels: the name without template arguments, parameter
-// lists and digits, so "gemm_128x256_kernel<bf16>" and "gemm_64x128_kernel<bf16>" are one family
-// (aligned together, then told apart by their choice signature).
+// The kernel-name family used to align kernels: the name without its parameter list and digits,
+// so "gemm_128x256_kernel<bf16, 4>" and "gemm_64x128_kernel<bf16, 8>" are one family (aligned
+// together, then told apart by their choice signature), while template arguments that name a
+// functor keep PyTorch's elementwise kernels (silu vs add) apart.
 std::string kernelFamily(const std::string& name);
 
 Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOptions& options = {});

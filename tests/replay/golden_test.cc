@@ -1,0 +1,87 @@
+// Golden tests: `detrace` on real runs recorded on an H200 (tests/data/runs, made by
+// scripts/record-examples from examples/torch/tiny_decoder.py) against reviewed expected output
+// (tests/data/golden). After a deliberate change of output, regenerate with
+//   DETRACE_UPDATE_GOLDEN=1 build/dev/tests/detrace_replay_tests --gtest_filter='Golden*'
+// and review the diff of tests/data/golden before committing.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace detrace {
+namespace {
+
+struct Case {
+  const char* golden;
+  const char* args;
+  int status;
+};
+
+// What the runs hold (see scripts/record-examples):
+//   bs1-a, bs1-b        the same request twice: identical
+//   nondet-a, nondet-b  a float sum with atomics (index_add_) in layer 1: run-to-run divergence
+//                       entering through unfingerprinted kernels
+//   h4k-bs1, h4k-bs64   the request alone and in a batch of 64: cuBLAS picks a split-K kernel at
+//                       n=1 and a plain one at n=64, and the request's rows change
+constexpr Case kCases[] = {
+    {"info_bs1-a", "info bs1-a", 0},
+    {"diff_bs1-a_bs1-b", "diff bs1-a bs1-b", 0},
+    {"diff_nondet", "diff nondet-a nondet-b", 1},
+    {"diff_batch", "diff h4k-bs1 h4k-bs64", 1},
+    {"diff_batch_json", "diff h4k-bs1 h4k-bs64 --json", 1},
+    {"diff_batch_off", "diff h4k-bs1 h4k-bs64 --batch off", 1},
+    {"diff_many", "diff bs1-a nondet-a bs1-b nondet-b", 1},
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << "detrace " << c.args; }
+
+std::string run(const std::string& args, int& status) {
+  std::string cmd = fmt::format("cd {}/runs && {}/replay/detrace {} 2>&1", DETRACE_TEST_DATA_DIR,
+                                DETRACE_BINARY_DIR, args);
+  std::FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int raw = pclose(p);
+  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return out;
+}
+
+class Golden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Golden, OutputMatchesTheReviewedGolden) {
+  const Case& c = GetParam();
+  int status = -1;
+  std::string out = run(c.args, status);
+  EXPECT_EQ(status, c.status) << out;
+  std::string path = fmt::format("{}/golden/{}.txt", DETRACE_TEST_DATA_DIR, c.golden);
+  if (const char* update = std::getenv("DETRACE_UPDATE_GOLDEN"); update && *update == '1') {
+    std::ofstream(path) << out;
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path << " missing: run with DETRACE_UPDATE_GOLDEN=1 and review it";
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(out, expected.str()) << "detrace " << c.args << " changed its output";
+}
+
+INSTANTIATE_TEST_SUITE_P(RealRuns, Golden, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string name = info.param.golden;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace detrace
