@@ -4,6 +4,7 @@
 //   DETRACE_UPDATE_GOLDEN=1 build/dev/tests/detrace_replay_tests --gtest_filter='Golden*'
 // and review the diff of tests/data/golden before committing.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -82,6 +83,36 @@ INSTANTIATE_TEST_SUITE_P(RealRuns, Golden, ::testing::ValuesIn(kCases),
                            }
                            return name;
                          });
+
+}  // namespace
+}  // namespace detrace
+
+#include <nlohmann/json.hpp>
+
+namespace detrace {
+namespace {
+
+TEST(RealRunExport, PerfettoJsonOfARecordedRunHasItsKernelsAndGemms) {
+  std::string out = fmt::format("{}/detrace-export-{}.json", ::testing::TempDir(), getpid());
+  int status = -1;
+  std::string log = run(fmt::format("export bs1-a -o {}", out), status);
+  ASSERT_EQ(status, 0) << log;
+  std::ifstream in(out);
+  auto j = nlohmann::json::parse(in);
+  std::remove(out.c_str());
+  int64_t slices = 0, kernels_with_grid = 0, gemm_instants = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++slices;
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    if (e["cat"] == "kernel" && e["args"].contains("grid")) ++kernels_with_grid;
+  }
+  for (const auto& e : j["traceEvents"]) gemm_instants += e["cat"] == "gemm" && e["args"].contains("k");
+  // bs1-a: 300 kernels with GPU times (detrace info); GEMMs are API events (instants).
+  EXPECT_EQ(kernels_with_grid, 300);
+  EXPECT_GE(slices, 300);
+  EXPECT_EQ(gemm_instants, 40);
+}
 
 }  // namespace
 }  // namespace detrace
