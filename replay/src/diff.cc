@@ -371,7 +371,28 @@ std::string describeOp(const RankOps& r, int64_t seq) {
                        db::dtypeName(c.dtype), c.count, db::redOpName(c.redop), c.comm_rank,
                        c.comm_nranks, c.comm_seq, collectiveChoiceText(r, c));
   }
-  return fmt::format("{} {}", db::eventKindName(op->kind), r.name(op->name));
+  return fmt::format("{} {}", db::eventKindName(op->kind), shortKernelName(r.name(op->name)));
+}
+
+std::string shortKernelName(const std::string& name, size_t max) {
+  // Drop the parameter list (often longer than the rest), then cap the length.
+  static constexpr std::string_view kAnon = "(anonymous namespace)";
+  std::string out;
+  int angle = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c == '(' && std::string_view(name).substr(i, kAnon.size()) == kAnon) {
+      out += kAnon;
+      i += kAnon.size() - 1;
+      continue;
+    }
+    if (c == '<') ++angle;
+    if (c == '>' && angle > 0) --angle;
+    if (c == '(' && angle == 0) break;
+    out += c;
+  }
+  if (out.size() > max) out = out.substr(0, max - 3) + "...";
+  return out;
 }
 
 Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {

@@ -82,7 +82,7 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
     out += "\nkernel selection changes (same op and shape, A -> B)\n";
     for (const SelectionChange& c : d.selection_changes) {
       out += fmt::format("  {:>6}x  {:<10} {}\n          {:<10} -> {}\n", c.count,
-                         db::eventKindName(c.kind), c.a, "", c.b);
+                         db::eventKindName(c.kind), shortKernelName(c.a), "", shortKernelName(c.b));
     }
   }
   for (const std::string& w : d.warnings) out += fmt::format("\nwarning: {}", w);

@@ -108,6 +108,9 @@ struct RunGroups {
 };
 Result<RunGroups> groupRuns(const std::vector<db::Run>& runs, const DiffOptions& options = {});
 
+// A kernel name without its parameter list, at most `max` characters (reports).
+std::string shortKernelName(const std::string& name, size_t max = 120);
+
 // A human-readable description of one op (kind, name, shapes, choice) of a side.
 std::string describeOp(const RankOps& ops, int64_t seq);
 
