@@ -1,5 +1,6 @@
 #include "detrace/db/reader.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -313,6 +314,41 @@ Result<std::vector<Operand>> TraceReader::allOperands() {
         out.push_back(std::move(o));
         return Status::ok();
       });
+  if (!st.isOk()) return st;
+  return out;
+}
+
+Result<std::vector<Operand>> TraceReader::allOperandFingerprints() {
+  std::vector<Operand> out;
+  Status st = forEachRow(
+      db_.get(), "SELECT seq, slot, role, rows, digest, row_digests FROM operands ORDER BY seq, slot, id",
+      [&](sqlite3_stmt* s) -> Status {
+        Operand& o = out.emplace_back();
+        o.seq = sqlite3_column_int64(s, 0);
+        o.slot = sqlite3_column_int(s, 1);
+        o.role = static_cast<OperandRole>(sqlite3_column_int(s, 2));
+        o.rows = sqlite3_column_int64(s, 3);
+        o.has_digest = sqlite3_column_type(s, 4) != SQLITE_NULL;
+        o.digest = static_cast<uint64_t>(sqlite3_column_int64(s, 4));
+        o.row_digests = decodeDigests(sqlite3_column_blob(s, 5),
+                                      static_cast<size_t>(sqlite3_column_bytes(s, 5)));
+        return Status::ok();
+      });
+  if (!st.isOk()) return st;
+  return out;
+}
+
+Result<std::vector<TraceReader::EventSkeleton>> TraceReader::eventSkeletons() {
+  std::vector<EventSkeleton> out;
+  DETRACE_ASSIGN_OR_RETURN(int64_t n, eventCount());
+  out.reserve(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(n, int64_t{1} << 28))));
+  Status st = forEachRow(db_.get(), "SELECT seq, kind, name, parent_seq FROM events ORDER BY seq",
+                         [&](sqlite3_stmt* s) -> Status {
+                           out.push_back({sqlite3_column_int64(s, 0),
+                                          static_cast<EventKind>(sqlite3_column_int(s, 1)),
+                                          colOpt(s, 2), colOpt(s, 3)});
+                           return Status::ok();
+                         });
   if (!st.isOk()) return st;
   return out;
 }

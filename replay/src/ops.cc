@@ -110,22 +110,18 @@ Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOpti
   for (int64_t id = 1; id <= reader.stringCount(); ++id) r.names.push_back(reader.str(id));
   DETRACE_ASSIGN_OR_RETURN(r.gemms, reader.gemms());
   DETRACE_ASSIGN_OR_RETURN(r.collectives, reader.collectives());
-  DETRACE_ASSIGN_OR_RETURN(r.operands, reader.allOperands());
+  DETRACE_ASSIGN_OR_RETURN(r.operands, reader.allOperandFingerprints());
   const std::vector<db::Operand>& operands = r.operands;
   std::unordered_map<int64_t, int32_t> gemm_at, coll_at;
   for (size_t i = 0; i < r.gemms.size(); ++i) gemm_at[r.gemms[i].first] = static_cast<int32_t>(i);
   for (size_t i = 0; i < r.collectives.size(); ++i) {
     coll_at[r.collectives[i].first] = static_cast<int32_t>(i);
   }
-  std::unordered_map<int64_t, uint64_t> family_of_name;
-  DETRACE_ASSIGN_OR_RETURN(int64_t count, reader.eventCount());
-  r.ops.reserve(static_cast<size_t>(count));
-  DETRACE_ASSIGN_OR_RETURN(db::EventCursor cursor, reader.events());
+  std::unordered_map<int64_t, uint64_t> family_of_name, choice_of_name;
+  DETRACE_ASSIGN_OR_RETURN(std::vector<db::TraceReader::EventSkeleton> events, reader.eventSkeletons());
+  r.ops.reserve(events.size());
   size_t next_operand = 0;
-  for (;;) {
-    DETRACE_ASSIGN_OR_RETURN(bool more, cursor.next());
-    if (!more) break;
-    const db::Event& e = cursor.event();
+  for (const db::TraceReader::EventSkeleton& e : events) {
     OpRecord op;
     op.seq = e.seq;
     op.kind = e.kind;
@@ -145,7 +141,9 @@ Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOpti
       auto [it, inserted] = family_of_name.try_emplace(e.name, 0);
       if (inserted) it->second = Hasher().add(kernelFamily(r.name(e.name))).value();
       op.key = Hasher().add(static_cast<uint64_t>(e.kind)).add(it->second).value();
-      op.choice = Hasher().add(r.name(e.name)).value();
+      auto [ch, fresh] = choice_of_name.try_emplace(e.name, 0);
+      if (fresh) ch->second = Hasher().add(r.name(e.name)).value();
+      op.choice = ch->second;
     }
     while (next_operand < operands.size() && operands[next_operand].seq < e.seq) ++next_operand;
     size_t end = next_operand;
