@@ -129,8 +129,8 @@ TEST(Cli, ExportIsValidChromeTraceWithArgs) {
     EXPECT_EQ(e["name"], "my_kernel\"with\\quotes");
     EXPECT_EQ(e["tid"], 1);  // stream 0 -> tid 1
     if (e["pid"] == 0) ++slices0;
-    if (e["cat"] == "gemm" && e["args"].contains("k")) ++gemm_args;
-    if (e["cat"] == "collective" && e["args"]["proto"] == "LL128") ++ll128;
+    if (e.value("cat", "") == "gemm" && e["args"].contains("k")) ++gemm_args;
+    if (e.value("cat", "") == "collective" && e["args"].value("proto", "") == "LL128") ++ll128;
   }
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
   EXPECT_EQ(slices0, made.kernels + made.gemms + made.collectives);
