@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 
 #include "digest_params.h"
 #include "driver_api.h"
@@ -40,6 +42,34 @@ Status checkContext(const detail::DriverApi& cu, CUcontext expected) {
 
 uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// Tuning switches read once from the environment (for measuring variants side by side with
+// bench_kernels; the defaults are the measured best, see docs/digest.md):
+//   DETRACE_DIGEST_PREFETCH=small|all|next  L2 prefetch: launches of at most kPrefetchMaxPasses
+//       passes only (small), every launch (all), or small launches as before and in larger split
+//       launches the next pass's chunk while hashing this one (next)
+//   DETRACE_DIGEST_L2HINT=0|1               8-byte loads with the L2::256B hint
+enum class PrefetchPolicy { kSmall, kAll, kNext };
+
+PrefetchPolicy prefetchPolicyFromEnv() {
+  const char* e = std::getenv("DETRACE_DIGEST_PREFETCH");
+  if (e == nullptr || *e == '\0') return detail::kDigestPrefetchAllDefault ? PrefetchPolicy::kAll
+                                                                          : PrefetchPolicy::kSmall;
+  if (std::strcmp(e, "all") == 0) return PrefetchPolicy::kAll;
+  if (std::strcmp(e, "next") == 0) return PrefetchPolicy::kNext;
+  return PrefetchPolicy::kSmall;
+}
+
+PrefetchPolicy prefetchPolicy() {
+  static const PrefetchPolicy policy = prefetchPolicyFromEnv();
+  return policy;
+}
+
+bool l2HintLoads() {
+  const char* e = std::getenv("DETRACE_DIGEST_L2HINT");
+  if (e == nullptr || *e == '\0') return detail::kDigestL2HintDefault;
+  return std::strcmp(e, "0") != 0;
+}
+
 // Fills the mode and pass fields of `p` from rows, row_bytes, base and row_stride (see
 // digest_params.h). Pure arithmetic: this runs on every call.
 void planPasses(detail::DigestParams& p) {
@@ -68,7 +98,14 @@ void planPasses(detail::DigestParams& p) {
   // with more than one row, row_stride's.
   const uint64_t bits = p.base | (p.rows > 1 ? p.row_stride : 0);
   p.align = bits % 8 == 0 ? 8u : bits % 4 == 0 ? 4u : 1u;
-  p.prefetch = p.passes <= detail::kPrefetchMaxPasses ? 1u : 0u;
+  const PrefetchPolicy policy = prefetchPolicy();
+  if (p.passes <= detail::kPrefetchMaxPasses || policy == PrefetchPolicy::kAll) {
+    p.prefetch = detail::kPrefetchThisPass;
+  } else if (policy == PrefetchPolicy::kNext) {
+    p.prefetch = p.mode == detail::kSplit ? detail::kPrefetchNextPass : detail::kPrefetchThisPass;
+  } else {
+    p.prefetch = detail::kPrefetchNone;
+  }
 }
 
 // Blocks for `passes` passes with at most `cap` resident: as few rounds as the cap allows, and the
@@ -108,8 +145,10 @@ Result<Digester> Digester::create() {
   int sms = 0;
   DETRACE_CU_RETURN_IF_ERROR(
       cu, DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  const bool l2_hint = l2HintLoads();
   for (int a = 0; a < kAlignments; ++a) {
-    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.kernels_[a], module, kKernelNames[a]));
+    const char* name = a == 0 && l2_hint ? "detrace_digest_a8_l2hint" : kKernelNames[a];
+    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.kernels_[a], module, name));
     int per_sm = 0;
     DETRACE_CU_RETURN_IF_ERROR(cu, OccupancyMaxActiveBlocksPerMultiprocessor(
                                        &per_sm, d.kernels_[a], detail::kBlockThreads, 0));

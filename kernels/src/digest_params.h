@@ -26,6 +26,10 @@ inline constexpr int kWarpChunks = 8;                   // quads per warp
 
 enum DigestMode : uint32_t { kEmpty = 0, kPackedWarp = 1, kPackedBlock = 2, kSplit = 3 };
 
+// L2 prefetch: none; each full chunk just before it is loaded; or (kSplit only) the next pass's
+// chunk while this pass's is hashed.
+enum PrefetchMode : uint32_t { kPrefetchNone = 0, kPrefetchThisPass = 1, kPrefetchNextPass = 2 };
+
 struct DigestParams {
   uint64_t base;            // device address of row 0
   uint64_t row_bytes;       // bytes per row (the whole length for a single buffer)
@@ -39,7 +43,7 @@ struct DigestParams {
   uint32_t align;           // 8, 4 or 1: every chunk start is a multiple of it
   uint32_t rows_per_group;  // packed modes: rows in a warp (kPackedWarp) or block (kPackedBlock)
   uint32_t tiles_per_row;   // kSplit: ceil(G / 64)
-  uint32_t prefetch;        // 1: ask L2 for each full chunk before loading it (small launches)
+  uint32_t prefetch;        // PrefetchMode
   uint32_t pad;
 };
 
@@ -47,5 +51,16 @@ struct DigestParams {
 // latency and their data fits in L2 many times over. Larger ones have enough loads in flight
 // without it and would only churn L2 (33 MiB of chunks are in progress at once at full occupancy).
 inline constexpr uint64_t kPrefetchMaxPasses = 256;
+
+// Whether larger launches prefetch too (each chunk just before it is loaded). Measured on the H200
+// (bench_kernels, one run): slower, 3.23 against 3.60 TB/s at 256 MiB and 3.18 against 3.82 at
+// 1 GiB; prefetching the next pass's chunk instead (DETRACE_DIGEST_PREFETCH=next) was slower
+// still (2.41 and 2.46 TB/s). So off.
+inline constexpr bool kDigestPrefetchAllDefault = false;
+
+// Whether the 8-byte-aligned kernel is the variant with L2::256B load hints. Measured in the same
+// run: 3.68 TB/s at 256 MiB and 4.03 TB/s at 1 GiB against 3.60 and 3.82 without, small calls
+// unchanged within noise. So on.
+inline constexpr bool kDigestL2HintDefault = true;
 
 }  // namespace detrace::kernels::detail

@@ -5,10 +5,15 @@
 // issued in batches before any add so that each thread keeps 8 x 16 bytes in flight: 8 ranks of
 // one vector, or (few ranks) 2 or 4 vectors at once. Adds are __fadd_rn (never contracted or reordered); the
 // order is fixed by the leaf order the host wrote into the parameters and by TreeSum for kTree.
+// Aligned reductions of 2, 3, 4, 5 or 8 ranks take fixedOrderReduceKernelN instead: the rank count
+// is a template parameter, so the loads are unrolled and the tree's pairing is resolved at compile
+// time (the run-time TreeSum levels cost registers and selects: 2 resident blocks per SM for
+// tree N=4/8), on a grid of exactly the resident blocks. Same operations in the same order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -152,6 +157,45 @@ __device__ __forceinline__ void reduceGroup(const ReduceParams& p, const uint64_
   }
 }
 
+// The same reduction for a rank count known at compile time (kN): every load of the kN ranks x
+// kVecs vectors is issued up front, and the tree's shape is resolved by the compiler (no
+// run-time level selects), so the thread holds only raw words and the running sums.
+template <typename T, int V, int kN, bool kTree, int kVecs>
+__device__ __forceinline__ void reduceGroupN(const ReduceParams& p, const uint64_t (&elem)[kVecs],
+                                             const bool (&valid)[kVecs], FVec<V> (&acc)[kVecs]) {
+  RawOf<T, V> raw[kN][kVecs];
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      raw[k][u] = RawOf<T, V>{};
+      if (valid[u]) raw[k][u] = loadRaw<T, V>(p.src[k], elem[u]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kVecs; ++u) {
+    if constexpr (kTree) {
+      detail::TreeSum<FVec<V>, detail::treeLevelsFor(kN)> tree;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        FVec<V> x;
+        rawToFloats<T, V>(raw[k][u], x.v);
+        tree.push(k, x);
+      }
+      acc[u] = tree.finish(kN);
+    } else {
+      rawToFloats<T, V>(raw[0][u], acc[u].v);
+#pragma unroll
+      for (int k = 1; k < kN; ++k) {
+        FVec<V> x;
+        rawToFloats<T, V>(raw[k][u], x.v);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[u].v[e] = __fadd_rn(acc[u].v[e], x.v[e]);
+      }
+    }
+  }
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void storePack(void* base, uint64_t elem, const FVec<V>& acc) {
   Pack<T, V> out;
@@ -188,6 +232,40 @@ __global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __gr
     const bool valid[1] = {true};
     FVec<1> acc[1];
     reduceGroup<T, 1, kTreeLevels, 1>(p, elem, valid, acc);
+    storePack<T, 1>(p.out, e, acc[0]);
+  }
+}
+
+// Compile-time rank count (vector path only: launched when every pointer is 16-byte aligned); the
+// scalar tail is the generic code. Same vector-to-thread mapping as fixedOrderReduceKernel.
+template <typename T, int kN, bool kTree, int kVecs>
+__global__ void __launch_bounds__(kThreads)
+    fixedOrderReduceKernelN(const __grid_constant__ ReduceParams p) {
+  constexpr int V = 16 / sizeof(T);
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (uint64_t v0 = tid; v0 < p.vectors; v0 += stride * kVecs) {
+    uint64_t elem[kVecs];
+    bool valid[kVecs];
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const uint64_t v = v0 + u * stride;
+      valid[u] = v < p.vectors;
+      elem[u] = valid[u] ? v * V : 0;
+    }
+    FVec<V> acc[kVecs];
+    reduceGroupN<T, V, kN, kTree, kVecs>(p, elem, valid, acc);
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      if (valid[u]) storePack<T, V>(p.out, elem[u], acc[u]);
+    }
+  }
+  constexpr int kLevels = kTree ? detail::treeLevelsFor(kN) : 0;
+  for (uint64_t e = p.vectors * V + tid; e < p.count; e += stride) {
+    const uint64_t elem[1] = {e};
+    const bool valid[1] = {true};
+    FVec<1> acc[1];
+    reduceGroup<T, 1, kLevels, 1>(p, elem, valid, acc);
     storePack<T, 1>(p.out, e, acc[0]);
   }
 }
@@ -251,11 +329,74 @@ Status smCount(int* sms) {
   return Status::ok();
 }
 
+// Which kernel takes aligned reductions of 2, 3, 4, 5 or 8 ranks: 0 the generic one (run-time rank
+// loop), 1 the compile-time-rank one with kN x kVecs = 8 loads in flight per thread (kVecs =
+// max(1, 8 / kN)) on a resident grid. DETRACE_REDUCE_VARIANT=0|1 overrides the default (read once;
+// for measuring). Measured on the H200 (bench_kernels, bf16, 64 MiB per rank, % of the copy
+// ceiling, one run): generic rank N=2 87.9, tree N=4 85.6, tree N=8 81.8; variant 1 94.2, 99.1,
+// 102.7 (and 93.4, 98.7, 102.8 in a second pass). 16 loads in flight (kVecs = 16 / kN) measured
+// 92.1-92.9 at N=2 and the same as 8 elsewhere, so it was dropped.
+constexpr int kReduceVariantDefault = 1;
+
+int reduceVariant() {
+  static const int v = [] {
+    const char* e = std::getenv("DETRACE_REDUCE_VARIANT");
+    if (e == nullptr || *e == '\0') return kReduceVariantDefault;
+    return std::atoi(e) == 0 ? 0 : 1;
+  }();
+  return v;
+}
+
+// Launches the compile-time-rank kernel on as many blocks as are resident (a persistent grid: every
+// thread gets the same number of vectors, no second wave), at most one vector per thread.
+template <typename T, int kN, bool kTree, int kVecs>
+Status launchN(const ReduceParams& p, int sms, cudaStream_t stream) {
+  static const int per_sm = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, fixedOrderReduceKernelN<T, kN, kTree, kVecs>,
+                                                      kThreads, 0) != cudaSuccess) {
+      b = 1;
+    }
+    return std::max(b, 1);
+  }();
+  const uint64_t needed = (p.vectors + kThreads - 1) / kThreads;
+  const uint64_t blocks =
+      std::clamp<uint64_t>(needed, 1, static_cast<uint64_t>(sms) * static_cast<uint64_t>(per_sm));
+  fixedOrderReduceKernelN<T, kN, kTree, kVecs>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  DETRACE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+template <typename T, int kN, int kLoads>
+Status launchNOrder(const ReduceParams& p, bool tree, int sms, cudaStream_t stream) {
+  constexpr int kVecs = kLoads / kN > 1 ? kLoads / kN : 1;
+  return tree ? launchN<T, kN, true, kVecs>(p, sms, stream)
+              : launchN<T, kN, false, kVecs>(p, sms, stream);
+}
+
+template <typename T, int kLoads>
+Status launchNRanks(const ReduceParams& p, bool tree, int sms, cudaStream_t stream) {
+  switch (p.nranks) {
+    case 2: return launchNOrder<T, 2, kLoads>(p, tree, sms, stream);
+    case 3: return launchNOrder<T, 3, kLoads>(p, tree, sms, stream);
+    case 4: return launchNOrder<T, 4, kLoads>(p, tree, sms, stream);
+    case 5: return launchNOrder<T, 5, kLoads>(p, tree, sms, stream);
+    default: return launchNOrder<T, 8, kLoads>(p, tree, sms, stream);
+  }
+}
+
+bool hasRankInstance(int n) { return n == 2 || n == 3 || n == 4 || n == 5 || n == 8; }
+
 template <typename T>
 Status launchFixed(const ReduceParams& p, bool tree, cudaStream_t stream) {
   constexpr uint64_t V = 16 / sizeof(T);
   int sms = 0;
   DETRACE_RETURN_IF_ERROR(smCount(&sms));
+  const int variant = reduceVariant();
+  if (variant != 0 && p.vectors > 0 && hasRankInstance(p.nranks)) {
+    return launchNRanks<T, 8>(p, tree, sms, stream);
+  }
   const uint64_t items = std::max<uint64_t>(p.vectors, p.count - p.vectors * V);
   const uint64_t blocks = std::clamp<uint64_t>((items + kThreads - 1) / kThreads, 1,
                                                static_cast<uint64_t>(sms) * 8);
