@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -395,6 +396,20 @@ std::string shortKernelName(const std::string& name, size_t max) {
   return out;
 }
 
+namespace {
+// Loads one rank of both runs at once (each reader is its own connection, so two threads can).
+Result<std::pair<RankOps, RankOps>> loadBoth(db::TraceReader& ra, db::TraceReader& rb, int32_t rank,
+                                             const KeyOptions& keys) {
+  std::optional<Result<RankOps>> b;
+  std::thread other([&] { b.emplace(loadRankOps(rb, rank, keys)); });
+  Result<RankOps> a = loadRankOps(ra, rank, keys);
+  other.join();
+  if (!a.isOk()) return a.status();
+  if (!b->isOk()) return b->status();
+  return std::make_pair(std::move(a).value(), std::move(*b).value());
+}
+}  // namespace
+
 Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {
   RunDiff out;
   const std::optional<int32_t> only = options.rank;
@@ -413,8 +428,8 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     }
     DETRACE_ASSIGN_OR_RETURN(auto ra, run_a.openRank(rf.rank));
     DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rf.rank));
-    DETRACE_ASSIGN_OR_RETURN(RankOps a, loadRankOps(*ra, rf.rank));
-    DETRACE_ASSIGN_OR_RETURN(RankOps b, loadRankOps(*rb, rf.rank));
+    DETRACE_ASSIGN_OR_RETURN(auto pair, loadBoth(*ra, *rb, rf.rank, {}));
+    RankOps a = std::move(pair.first), b = std::move(pair.second);
     if (ops_a.empty()) {
       batch_dim = batchDimOf(a, b);
       out.batch_mode = options.batch.value_or(batch_dim != BatchDim::kNone);
@@ -422,8 +437,9 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     }
     if (out.batch_mode) {
       // Reload with keys that leave out the token dimension.
-      DETRACE_ASSIGN_OR_RETURN(a, loadRankOps(*ra, rf.rank, {.batch_dim = batch_dim}));
-      DETRACE_ASSIGN_OR_RETURN(b, loadRankOps(*rb, rf.rank, {.batch_dim = batch_dim}));
+      DETRACE_ASSIGN_OR_RETURN(pair, loadBoth(*ra, *rb, rf.rank, {.batch_dim = batch_dim}));
+      a = std::move(pair.first);
+      b = std::move(pair.second);
     }
     out.ranks.push_back(diffRank(a, b, out.batch_mode));
     ops_a.push_back(std::move(a));
