@@ -20,6 +20,7 @@
 #include "cuda_status.h"
 #include "detrace/kernels/reduce.h"
 #include "reduce_tree.h"
+#include "convert.cuh"
 
 namespace detrace::kernels {
 namespace detail {
@@ -51,20 +52,8 @@ struct ReduceParams {
   int nranks;
 };
 
-__device__ __forceinline__ float toFloat(float x) { return x; }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float x);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half_rn(x); }
+using detail::fromFloat;
+using detail::toFloat;
 
 // V elements of T loaded or stored as one access (16 bytes in the vector path).
 template <typename T, int V>

@@ -18,6 +18,7 @@
 
 #include "cuda_status.h"
 #include "detrace/kernels/rmsnorm.h"
+#include "convert.cuh"
 
 namespace detrace::kernels {
 namespace {
@@ -26,20 +27,8 @@ constexpr int kUnit = 8;
 constexpr int kMaxCachedUnits = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ float toFloat(float x) { return x; }
-__device__ __forceinline__ float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float toFloat(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float x);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half_rn(x); }
+using detail::fromFloat;
+using detail::toFloat;
 
 // Eight elements of a row in their storage type: kept in registers between the two passes in
 // this form (half the registers of floats for bf16/fp16; converting again is exact).
