@@ -1,4 +1,4 @@
-// detrace record -o RUN_DIR [--force] [--queue N] -- COMMAND...
+// detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest] -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -16,8 +16,10 @@ constexpr const char* kRecordHelp =
     "Record an unmodified GPU program into RUN_DIR: every kernel launch (name, grid, block, shared\n"
     "memory, registers, stream, CPU and GPU times, CUDA graph ids), memcpy and memset, every\n"
     "cuBLASLt/cuBLAS GEMM (shape, layouts, dtypes, compute type, cuBLASLt algorithm) and every\n"
-    "NCCL collective or send/recv (op, dtype, count, reduction, root/peer, communicator id, rank\n"
-    "and sequence number), in launch order. Each process of the command (every rank) writes\n"
+    "NCCL collective or send/recv (op, dtype, count, reduction, root/peer, communicator id, rank,\n"
+    "sequence number, and NCCL's algorithm/protocol/channels), in launch order; with --capture\n"
+    "digest (the default) also GPU fingerprints of every GEMM's and collective's operands, whole\n"
+    "and per row (token), taken on the op's own stream. Each process of the command (every rank) writes\n"
     "RUN_DIR/proc-<pid>.dtrace; detrace writes RUN_DIR/manifest.json (command, host, times, exit\n"
     "status, options, CUDA_*/NCCL_*/CUBLAS*/NVIDIA_*/TORCH_*/PYTORCH_* environment).";
 
@@ -27,8 +29,13 @@ constexpr const char* kRecordFooter =
     "  detrace record -o runA --force -- torchrun --nproc-per-node 2 infer.py\n"
     "  detrace record -o runA -- ./my_cuda_app && detrace info runA\n"
     "\n"
-    "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH and LD_PRELOAD set\n"
-    "to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child processes inherit them.\n"
+    "  detrace record -o runA --capture meta -- ./my_cuda_app    (no fingerprints: lowest cost)\n"
+    "\n"
+    "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH, LD_PRELOAD and\n"
+    "NCCL_PROFILER_PLUGIN set to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child\n"
+    "processes inherit them (a NCCL_PROFILER_PLUGIN of your own is kept, with a warning, and\n"
+    "NCCL's choices are then not recorded). Ops issued during CUDA graph capture get no\n"
+    "fingerprints.\n"
     "Environment: DETRACE_TRACER_LIB (the tracer library to inject), DETRACE_CUPTI_LIB (the\n"
     "libcupti.so to use), DETRACE_REORDER_TIMEOUT_MS (how long a launch waits for its GPU record,\n"
     "default 5000), LOCAL_RANK (recorded as the local rank).\n"
@@ -45,6 +52,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     std::string out_dir;
     bool force = false;
     int64_t queue = 0;
+    std::string capture = "digest";
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -55,6 +63,11 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--queue", opts->queue,
                   "Events each process's writer queue holds before it drops (default 262144)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--capture", opts->capture,
+                  "What to record: meta (kernel launches, GEMMs, collectives and their choices) or "
+                  "digest (meta plus GPU fingerprints of every GEMM's and collective's operands)")
+      ->check(CLI::IsMember({"meta", "digest"}))
+      ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -71,6 +84,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.out_dir = opts->out_dir;
       options.force = opts->force;
       options.queue = opts->queue;
+      options.capture = opts->capture;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

@@ -62,6 +62,22 @@ TEST(Record, ChildSeesTheInjectionEnvironment) {
   EXPECT_NE(o.out.find("libdetrace_tracer.so] ["), std::string::npos) << o.out;
 }
 
+TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
+  TempDir tmp;
+  Output meta = sh(fmt::format("{} record -o {} --capture meta -- /bin/sh -c 'echo \"[$DETRACE_DIGEST]\"'",
+                               detrace(), tmp.file("meta")));
+  EXPECT_EQ(meta.status, 0) << meta.out;
+  EXPECT_NE(meta.out.find("[0]"), std::string::npos) << meta.out;  // fingerprints off
+  EXPECT_EQ(db::readManifest(tmp.file("meta"))->options.at("capture"), "meta");
+  Output digest = sh(fmt::format("DETRACE_DIGEST=0 {} record -o {} -- /bin/sh -c 'echo \"[$DETRACE_DIGEST]\"'",
+                                 detrace(), tmp.file("digest")));
+  EXPECT_EQ(digest.status, 0) << digest.out;
+  EXPECT_NE(digest.out.find("[]"), std::string::npos) << "the default (digest) must not inherit a stale "
+                                                          "DETRACE_DIGEST=0: " << digest.out;
+  Output full = sh(fmt::format("{} record -o {} --capture full -- /bin/true", detrace(), tmp.file("full")));
+  EXPECT_EQ(full.status, 2) << full.out;
+}
+
 TEST(Record, KilledCommandGives128PlusSignal) {
   TempDir tmp;
   Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'kill -TERM $$'", detrace(), tmp.file("run")));
@@ -174,6 +190,39 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   auto m = db::readManifest(run);
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->exit_code, 0);
+}
+
+}  // namespace
+}  // namespace detrace
+
+namespace detrace {
+namespace {
+
+// The interposer exports only what it means to: the CUDA injection entry point, the NCCL and
+// cuBLAS functions it wraps, and NCCL's profiler plugin table. Anything else could clash with
+// the host program's own symbols.
+TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
+  std::string lib = fmt::format("{}/tracer/libdetrace_tracer.so", DETRACE_BINARY_DIR);
+  std::FILE* p = popen(fmt::format("nm -D --defined-only {} 2>&1", lib).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::array<char, 1024> line;
+  int symbols = 0;
+  bool injection = false, plugin = false;
+  while (std::fgets(line.data(), line.size(), p) != nullptr) {
+    std::string l(line.data());
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    std::string name = l.substr(l.rfind(' ') + 1);
+    ++symbols;
+    injection |= name == "InitializeInjection";
+    plugin |= name == "ncclProfiler_v5";
+    bool allowed = name == "InitializeInjection" || name.rfind("nccl", 0) == 0 ||
+                   name.rfind("cublas", 0) == 0;
+    EXPECT_TRUE(allowed) << "unexpected exported symbol: " << l;
+  }
+  EXPECT_EQ(pclose(p), 0) << "nm failed on " << lib;
+  EXPECT_GT(symbols, 10);
+  EXPECT_TRUE(injection);
+  EXPECT_TRUE(plugin);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ Status prepareRunDir(const std::string& dir, bool force) {
 }
 
 std::vector<std::string> childEnvironment(const std::string& lib, const std::string& out_dir,
-                                          int64_t queue) {
+                                          int64_t queue, const std::string& capture) {
   std::vector<std::string> env;
   std::string preload = lib;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -112,7 +112,10 @@ std::vector<std::string> childEnvironment(const std::string& lib, const std::str
       if (!old.empty()) preload += ":" + old;
       continue;
     }
-    if (key == "CUDA_INJECTION64_PATH" || key == "DETRACE_OUT_DIR" || key == "DETRACE_QUEUE") continue;
+    if (key == "CUDA_INJECTION64_PATH" || key == "DETRACE_OUT_DIR" || key == "DETRACE_QUEUE" ||
+        key == "DETRACE_DIGEST") {
+      continue;
+    }
     env.push_back(std::move(kv));
   }
   env.push_back("LD_PRELOAD=" + preload);
@@ -129,6 +132,7 @@ std::vector<std::string> childEnvironment(const std::string& lib, const std::str
   }
   env.push_back("DETRACE_OUT_DIR=" + out_dir);
   if (queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(queue));
+  if (capture == "meta") env.push_back("DETRACE_DIGEST=0");
   return env;
 }
 
@@ -259,6 +263,12 @@ Result<std::string> findTracerLibrary() {
 }
 
 Result<RecordResult> record(const RecordOptions& options) {
+  if (options.capture != "meta" && options.capture != "digest") {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--capture {} is not supported: use meta (launches and library calls) or "
+                     "digest (plus fingerprints); full capture of operands is not available yet",
+                     options.capture);
+  }
   if (options.command.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "nothing to record: put the command after --, e.g. detrace record -o run -- python app.py");
@@ -282,6 +292,7 @@ Result<RecordResult> record(const RecordOptions& options) {
   manifest.start_time_ns = nowNs();
   manifest.options = {{"force", options.force ? "true" : "false"},
                       {"queue", std::to_string(options.queue)},
+                      {"capture", options.capture},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 
@@ -289,7 +300,7 @@ Result<RecordResult> record(const RecordOptions& options) {
   {
     SignalForwarding forwarding;
     DETRACE_ASSIGN_OR_RETURN(pid_t pid,
-                             spawn(program, options.command, childEnvironment(lib, out_dir, options.queue)));
+                             spawn(program, options.command, childEnvironment(lib, out_dir, options.queue, options.capture)));
     g_child = pid;
     result.exit_status = waitForExit(pid);
   }

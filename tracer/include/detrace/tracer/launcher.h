@@ -18,6 +18,7 @@ struct RecordOptions {
   std::string out_dir;               // the run directory (created if missing)
   bool force = false;                // replace the traces of a non-empty run directory
   int64_t queue = 0;                 // events the per-process writer queue holds; 0: default
+  std::string capture = "digest";    // "meta": launches and library calls; "digest": + fingerprints
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
