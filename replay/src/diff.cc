@@ -200,7 +200,7 @@ std::string childKernels(const RankOps& r, int64_t seq) {
   for (int64_t s = seq + 1; s < static_cast<int64_t>(r.ops.size()) && s <= seq + 64; ++s) {
     const OpRecord& op = r.ops[static_cast<size_t>(s)];
     if (op.parent != seq || op.kind != db::EventKind::kKernel) continue;
-    out += fmt::format("{}{:.100}", out.empty() ? "" : ", ", r.name(op.name));
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", shortKernelName(r.name(op.name), 90));
   }
   return out;
 }
