@@ -76,7 +76,7 @@ void addDiffCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--rank", opts->rank, "Compare only this rank");
   cmd->add_option("--batch", opts->batch,
                   "Batch-size mode (bs=1 vs bs=N): compare the request's rows by per-row "
-                  "fingerprints. auto: on when the runs' GEMMs differ only in m")
+                  "fingerprints. auto: on when the runs' GEMMs differ only in their token dimension")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--json", opts->json, "Print the verdict as JSON");
