@@ -1,4 +1,5 @@
-// detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest] -- COMMAND...
+// detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest|full] [--capture-ops LIST]
+//                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B] -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -19,7 +20,10 @@ constexpr const char* kRecordHelp =
     "NCCL collective or send/recv (op, dtype, count, reduction, root/peer, communicator id, rank,\n"
     "sequence number, and NCCL's algorithm/protocol/channels), in launch order; with --capture\n"
     "digest (the default) also GPU fingerprints of every GEMM's and collective's operands, whole\n"
-    "and per row (token), taken on the op's own stream. Each process of the command (every rank) writes\n"
+    "and per row (token), taken on the op's own stream; with --capture full also copies of the\n"
+    "selected operands' bytes, which `detrace replay` re-executes. NVTX ranges (e.g. \"step 3\",\n"
+    "\"layer 5\") are recorded as markers: the diff reports positions with them and --window counts\n"
+    "steps with them. Each process of the command (every rank) writes\n"
     "RUN_DIR/proc-<pid>.dtrace; detrace writes RUN_DIR/manifest.json (command, host, times, exit\n"
     "status, options, CUDA_*/NCCL_*/CUBLAS*/NVIDIA_*/TORCH_*/PYTORCH_* environment).";
 
@@ -30,6 +34,15 @@ constexpr const char* kRecordFooter =
     "  detrace record -o runA -- ./my_cuda_app && detrace info runA\n"
     "\n"
     "  detrace record -o runA --capture meta -- ./my_cuda_app    (no fingerprints: lowest cost)\n"
+    "  detrace record -o runC --capture full --capture-ops AllReduce --capture-range 40:60 -- ...\n"
+    "      (copy the operands of library ops 40..59 that are all-reduces, for detrace replay)\n"
+    "  detrace record -o runW --window steps:3:5 -- python serve.py   (only NVTX steps 3 and 4)\n"
+    "  detrace record --paused -o runP -- python serve.py &   then   detrace attach runP start\n"
+    "      (dormant until attached: see detrace attach --help)\n"
+    "\n"
+    "Library ops (GEMMs and collectives) are numbered per process from 0 in call order, as the\n"
+    "`op` column of `detrace info --ops` and the diff report show them. Steps are NVTX ranges whose\n"
+    "text starts with \"step\" (DETRACE_STEP_PREFIX changes it), numbered from 0 as pushed.\n"
     "\n"
     "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH, LD_PRELOAD and\n"
     "NCCL_PROFILER_PLUGIN set to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child\n"
@@ -53,6 +66,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     bool force = false;
     int64_t queue = 0;
     std::string capture = "digest";
+    std::string capture_ops, capture_range, window;
+    int64_t max_capture_bytes = 0;
+    bool paused = false;
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -64,10 +80,26 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "Events each process's writer queue holds before it drops (default 262144)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--capture", opts->capture,
-                  "What to record: meta (kernel launches, GEMMs, collectives and their choices) or "
-                  "digest (meta plus GPU fingerprints of every GEMM's and collective's operands)")
-      ->check(CLI::IsMember({"meta", "digest"}))
+                  "What to record: meta (kernel launches, GEMMs, collectives and their choices), "
+                  "digest (meta plus GPU fingerprints of every GEMM's and collective's operands) or "
+                  "full (digest plus copies of the selected operands' bytes, for detrace replay)")
+      ->check(CLI::IsMember({"meta", "digest", "full"}))
       ->capture_default_str();
+  cmd->add_option("--capture-ops", opts->capture_ops,
+                  "With --capture full: whose operands to copy: gemm, collective and/or op names "
+                  "(AllReduce, cublasLtMatmul, ...), comma-separated (default: every library op)");
+  cmd->add_option("--capture-range", opts->capture_range,
+                  "With --capture full: copy only library ops A <= op < B (A:B, A:, :B or A)");
+  cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
+                  "With --capture full: bytes copied per process at most (suffixes K, M, G; "
+                  "default 1G); later operands keep their fingerprints only, and are counted")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--window", opts->window,
+                  "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
+                  "or launches:A:B (kernel launches and library calls); default: everything");
+  cmd->add_flag("--paused", opts->paused,
+                "Start dormant: the tracer is loaded but records nothing (callbacks off) until "
+                "`detrace attach RUN_DIR start`; `detrace attach RUN_DIR stop` pauses it again");
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -85,6 +117,11 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.force = opts->force;
       options.queue = opts->queue;
       options.capture = opts->capture;
+      options.capture_ops = opts->capture_ops;
+      options.capture_range = opts->capture_range;
+      options.max_capture_bytes = opts->max_capture_bytes;
+      options.window = opts->window;
+      options.paused = opts->paused;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

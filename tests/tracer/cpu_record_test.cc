@@ -74,8 +74,39 @@ TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
   EXPECT_EQ(digest.status, 0) << digest.out;
   EXPECT_NE(digest.out.find("[]"), std::string::npos) << "the default (digest) must not inherit a stale "
                                                           "DETRACE_DIGEST=0: " << digest.out;
-  Output full = sh(fmt::format("{} record -o {} --capture full -- /bin/true", detrace(), tmp.file("full")));
-  EXPECT_EQ(full.status, 2) << full.out;
+  Output full = sh(fmt::format(
+      "{} record -o {} --capture full --capture-ops AllReduce,gemm --capture-range 4:9 "
+      "--max-capture-bytes 64M --window steps:1:3 -- /bin/sh -c "
+      "'echo \"[$DETRACE_CAPTURE|$DETRACE_CAPTURE_OPS|$DETRACE_CAPTURE_RANGE|$DETRACE_MAX_CAPTURE_BYTES|$DETRACE_WINDOW]\"'",
+      detrace(), tmp.file("full")));
+  EXPECT_EQ(full.status, 0) << full.out;
+  EXPECT_NE(full.out.find("[full|AllReduce,gemm|4:9|67108864|steps:1:3]"), std::string::npos) << full.out;
+  auto manifest = db::readManifest(tmp.file("full"));
+  ASSERT_TRUE(manifest.isOk());
+  EXPECT_EQ(manifest->options.at("capture_range"), "4:9");
+  EXPECT_EQ(manifest->options.at("window"), "steps:1:3");
+}
+
+// Capture options are checked before anything starts, with a message that says what to write.
+TEST(Record, RefusesBadCaptureOptions) {
+  TempDir tmp;
+  struct Case {
+    const char* options;
+    const char* says;
+  } cases[] = {
+      {"--capture-range 1:5", "add --capture full"},
+      {"--capture full --capture-range 9:2", "empty"},
+      {"--capture full --capture-ops ,", "selects nothing"},
+      {"--window minutes:1:2", "steps:A:B"},
+      {"--window steps", "no range"},
+      {"--capture everything", "capture"},
+  };
+  for (const Case& c : cases) {
+    Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));
+    EXPECT_EQ(o.status, 2) << c.options << "\n" << o.out;
+    EXPECT_NE(o.out.find(c.says), std::string::npos) << c.options << "\n" << o.out;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("r") + "/manifest.json")) << c.options;
+  }
 }
 
 TEST(Record, KilledCommandGives128PlusSignal) {
@@ -223,6 +254,47 @@ TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
   EXPECT_GT(symbols, 10);
   EXPECT_TRUE(injection);
   EXPECT_TRUE(plugin);
+}
+
+// Lines of a command's output.
+std::vector<std::string> outputLines(const std::string& cmd) {
+  std::vector<std::string> lines;
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return lines;
+  std::array<char, 1024> line;
+  while (std::fgets(line.data(), line.size(), p) != nullptr) {
+    std::string l(line.data());
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    lines.push_back(l);
+  }
+  pclose(p);
+  return lines;
+}
+
+// SQLite, zstd and fmt are inside the library, hidden: it needs only the C runtime, so it never
+// meets (or lends itself to) the host's own copies, and none of their symbols is exported or
+// left for the host to provide (zstd's weak tracing hooks included).
+TEST(TracerLibrary, NeedsOnlyTheCRuntime) {
+  std::string lib = fmt::format("{}/tracer/libdetrace_tracer.so", DETRACE_BINARY_DIR);
+  std::vector<std::string> needed;
+  for (const std::string& l : outputLines("readelf -d " + lib)) {
+    if (l.find("(NEEDED)") == std::string::npos) continue;
+    std::string name = l.substr(l.find('[') + 1);
+    name = name.substr(0, name.find(']'));
+    needed.push_back(name);
+    bool allowed = name.rfind("libc.so", 0) == 0 || name.rfind("libm.so", 0) == 0 ||
+                   name.rfind("ld-linux", 0) == 0 || name.rfind("libdl.so", 0) == 0 ||
+                   name.rfind("libpthread.so", 0) == 0;
+    EXPECT_TRUE(allowed) << "unexpected NEEDED library: " << name;
+  }
+  EXPECT_FALSE(needed.empty()) << "readelf found no NEEDED entries in " << lib;
+  for (const std::string& l : outputLines("nm -D --undefined-only " + lib)) {
+    std::string name = l.substr(l.rfind(' ') + 1);
+    bool runtime = name.find("@GLIBC") != std::string::npos || name.rfind("_ITM_", 0) == 0 ||
+                   name.rfind("_ZGTt", 0) == 0 || name == "__gmon_start__" ||
+                   name == "__cxa_pure_virtual";
+    EXPECT_TRUE(runtime) << "left for the host to define: " << l;
+  }
 }
 
 }  // namespace

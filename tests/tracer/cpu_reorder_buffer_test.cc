@@ -22,6 +22,7 @@ struct FakeSink : EventSink {
     db::Event e;
     std::optional<db::Collective> coll;
     std::optional<db::Gemm> gemm;
+    std::optional<db::Marker> marker = {};
   };
   std::vector<Row> rows;
   size_t capacity = SIZE_MAX;  // refuse appends beyond this (a full writer queue)
@@ -38,6 +39,9 @@ struct FakeSink : EventSink {
   }
   std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
     return push({e, {}, g});
+  }
+  std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
+    return push({e, {}, {}, m});
   }
 };
 
@@ -336,6 +340,42 @@ TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
   EXPECT_EQ(a.nextSeq(&ca), 0);
   EXPECT_EQ(a.widest()->nranks, 4);
   EXPECT_EQ(b.widest()->rank, 3);
+}
+
+// NVTX markers travel as library ops: they stay between the launches around them.
+TEST(ReorderBuffer, MarkersKeepTheirPlaceBetweenLaunches) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  uint64_t a = rb.addLaunch(launch(1, 10));
+  LibraryOp m;
+  m.event.kind = EventKind::kMarker;
+  m.event.name = 77;
+  m.detail = db::Marker{db::MarkerKind::kRangeStart, db::kUnset, 5};
+  rb.addLibraryOp(m);
+  rb.addLaunch(launch(2, 30));
+  (void)a;
+  rb.addActivity(kernel(2, 300));
+  rb.addActivity(kernel(1, 100));
+  ASSERT_EQ(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 100);
+  ASSERT_TRUE(sink.rows[1].marker.has_value());
+  EXPECT_EQ(sink.rows[1].marker->value, 5);
+  EXPECT_EQ(sink.rows[1].e.name, 77);
+  EXPECT_EQ(sink.rows[2].e.gpu_start_ns, 300);
+}
+
+// With drop_unmatched (a recording window), GPU records of unrecorded launches stay out.
+TEST(ReorderBuffer, DropUnmatchedKeepsSkippedLaunchesOut) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.drop_unmatched = true;
+  ReorderBuffer rb(sink, o);
+  rb.addActivity(kernel(9, 100));  // its launch was outside the window
+  rb.addLaunch(launch(1, 10));
+  rb.addActivity(kernel(1, 200));
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 200);
+  EXPECT_EQ(rb.stats().unmatched, 1);
 }
 
 }  // namespace

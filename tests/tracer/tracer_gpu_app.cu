@@ -1,8 +1,12 @@
 // A small CUDA program for the tracer's GPU test: kernels alternating on two streams, two
 // cuBLASLt matmuls (one with the algorithm left to cuBLASLt, one with an explicit algorithm), and a
-// two-kernel CUDA graph replayed three times. It prints nothing the test depends on.
+// two-kernel CUDA graph replayed three times. The phases are NVTX ranges "step 0", "step 1" (with a
+// nested "layer 0") and "step 2". A and B hold exact patterns (fillA/fillB below, mirrored by the
+// test) so that D = A * B is exact in fp32 whatever the summation order. It prints nothing the
+// test depends on.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <cstdio>
 
@@ -32,6 +36,11 @@ __global__ void graph_second_kernel(float* x, int n) {
   if (i < n) x[i] *= 0.5f;
 }
 
+__global__ void fill_kernel(float* x, int n, int mod, float scale, float offset) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<float>(i % mod) * scale + offset;
+}
+
 int main() {
   const int n = 1 << 16;
   float *a = nullptr, *b = nullptr;
@@ -44,11 +53,13 @@ int main() {
   CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
 
   // 1. Four launches on each of two streams, alternating: scale (s1), add_one (s2), ...
+  nvtxRangePushA("step 0");
   for (int i = 0; i < 4; ++i) {
     scale_kernel<<<n / 256, 256, 0, s1>>>(a, n);
     add_one_kernel<<<n / 128, 128, 0, s2>>>(b, n);
   }
   CK(cudaGetLastError());
+  nvtxRangePop();
 
   // 2. cuBLASLt: D(256x128) = A(256x64) * B(64x128), fp32, column major.
   const int m = 256, nn = 128, k = 64;
@@ -59,6 +70,10 @@ int main() {
   CK(cudaMalloc(&B, k * nn * sizeof(float)));
   CK(cudaMalloc(&D, m * nn * sizeof(float)));
   CK(cudaMalloc(&ws, ws_bytes));
+  fill_kernel<<<(m * k + 255) / 256, 256, 0, s1>>>(A, m * k, 97, 0.25f, 0.0f);   // A[i] = (i % 97) / 4
+  fill_kernel<<<(k * nn + 255) / 256, 256, 0, s1>>>(B, k * nn, 89, 0.5f, -3.0f);  // B[i] = (i % 89) / 2 - 3
+  nvtxRangePushA("step 1");
+  nvtxRangePushA("layer 0");
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
   cublasLtMatmulDesc_t desc;
@@ -78,9 +93,12 @@ int main() {
   CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found));
   if (found < 1) return 1;
   CK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws, ws_bytes, s1));
+  nvtxRangePop();
+  nvtxRangePop();
 
   // 3. A CUDA graph of two kernels, captured on s2 and replayed three times.
   CK(cudaStreamSynchronize(s2));
+  nvtxRangePushA("step 2");
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
@@ -90,6 +108,7 @@ int main() {
   CK(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s2));
   CK(cudaDeviceSynchronize());
+  nvtxRangePop();
 
   CK(cublasLtMatmulPreferenceDestroy(pref));
   CK(cublasLtMatrixLayoutDestroy(la));

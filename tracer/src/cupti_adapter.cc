@@ -27,13 +27,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "control.h"
 #include "cupti_api.h"
 #include "library_ops.h"
 #include "log.h"
 #include "fingerprinter.h"
 #include "next_symbol.h"
+#include "nvtx_markers.h"
 #include "self_launch.h"
 #include "session.h"
+#include "signals.h"
 
 
 namespace detrace::tracer {
@@ -59,7 +62,9 @@ std::atomic<int64_t> g_buffers_refused{0};
 std::mutex g_flush_mu;
 std::condition_variable g_flush_cv;
 bool g_flush_stop = false;
-std::thread g_flusher;
+// On the heap, never destroyed: a process that exits without Session::finish() (paused and never
+// started, or recording failed) must not meet a joinable std::thread's destructor (std::terminate).
+std::thread* g_flusher = nullptr;
 
 // ---- caches (bounded) ----
 std::mutex g_cache_mu;
@@ -70,6 +75,10 @@ std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> reco
 // ---- per-thread launch state ----
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
 thread_local int t_runtime_depth = 0;
+// Bumped at every capture start: a launch whose API exit was never seen (capture stopped in the
+// middle of it) must not leave its thread's nesting state behind for the next capture.
+std::atomic<uint64_t> g_capture_epoch{0};
+thread_local uint64_t t_capture_epoch = 0;
 thread_local uint64_t t_driver_token = 0;
 
 int64_t cuptiNow() {
@@ -219,6 +228,12 @@ bool isCapturing(int64_t stream) {
 
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
+  if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
+    t_capture_epoch = epoch;
+    t_runtime_depth = 0;
+    t_runtime_token = 0;
+    t_driver_token = 0;
+  }
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
@@ -226,13 +241,22 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   if (cb->callbackSite == CUPTI_API_ENTER) {
     if (!runtime && t_runtime_depth > 0) {
       // The driver half of a runtime launch: the same launch, another correlation id.
-      if (ReorderBuffer* b = s.buffer()) b->addAlias(t_runtime_token, cb->correlationId);
+      if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) b->addAlias(t_runtime_token, cb->correlationId);
       t_driver_token = 0;
       return;
     }
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
     if (buffer == nullptr || w == nullptr) return;
+    if (!s.gate().admitLaunch()) {  // outside the recording window
+      if (runtime) {
+        ++t_runtime_depth;
+        t_runtime_token = 0;
+      } else {
+        t_driver_token = 0;
+      }
+      return;
+    }
     ApiLaunch launch;
     launch.correlation_id = cb->correlationId;
     launch.api = kind.api;
@@ -329,8 +353,10 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
       g_graph_records[reinterpret_cast<uint64_t>(g->graphExec)] = records;
     }
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-    // The context's records must be collected while it still exists.
+    // The context's records must be collected while it still exists; then commit them, so a
+    // program that dies after tearing its context down keeps them.
     g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    Session::get().commit();
   }
 }
 
@@ -339,6 +365,8 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
   try {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
+      onNvtxCallback(cbid, data);
     } else {
       onLaunch(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
     }
@@ -460,9 +488,10 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
 
 void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
   try {
+    // Not buffer()/writer(): records of launches made before a capture stop still count.
     Session& s = Session::get();
-    ReorderBuffer* rb = s.buffer();
-    db::TraceWriter* w = s.writer();
+    ReorderBuffer* rb = s.startedBuffer();
+    db::TraceWriter* w = s.startedWriter();
     if (rb != nullptr && w != nullptr) {
       CUpti_Activity* rec = nullptr;
       while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
@@ -508,7 +537,7 @@ void finalFlush() {
       g_flush_stop = true;
     }
     g_flush_cv.notify_all();
-    if (g_flusher.joinable()) g_flusher.join();
+    if (g_flusher != nullptr && g_flusher->joinable()) g_flusher->join();
     // Kernels still running at exit have no activity record yet: wait for the current context's
     // work first (context teardown, which runs after us, would wait for it anyway).
     using SyncFn = int (*)();
@@ -521,7 +550,8 @@ void finalFlush() {
   }
 }
 
-bool enableCallbacks() {
+// Launch callbacks on (1) or off (0): the capture switch (Session::CaptureHooks).
+bool setLaunchCallbacks(uint32_t on) {
   const CUpti_CallbackId runtime_ids[] = {
       CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
       CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
@@ -534,15 +564,51 @@ bool enableCallbacks() {
       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
   for (CUpti_CallbackId id : runtime_ids) {
-    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : driver_ids) {
-    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
   }
+  return true;
+}
+
+// Kernel, memcpy and memset records on or off: the capture switch. Off (and launch callbacks off),
+// what is left of CUPTI is its subscription: +1..5% of the CPU time of a pure launch loop on the
+// H200, inside process-to-process noise (tests/tracer/gpu_attach_test.cc). Unsubscribing while
+// paused would save that but lose the graph callbacks that count a graph's records.
+bool setActivities(bool on) {
+  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                  CUPTI_ACTIVITY_KIND_MEMSET}) {
+    DETRACE_CUPTI_CALL(on ? g_cupti.activity_enable(kind) : g_cupti.activity_disable(kind),
+                       on ? "activity records on" : "activity records off");
+  }
+  return true;
+}
+
+void captureOn() {
+  g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
+  if (!setActivities(true) || !setLaunchCallbacks(1)) {
+    logLine("kernels are not recorded (CUPTI refused to turn tracing on); NCCL and cuBLAS calls still are");
+  }
+}
+void launchesOff() { (void)setLaunchCallbacks(0); }
+void drainActivities() { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+void activitiesOff() {
+  (void)setActivities(false);
+  g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+// The callbacks that stay on whatever the capture switch says (they are rare): graph
+// instantiation (to count a graph's records), context teardown and NVTX.
+bool enableCallbacks() {
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  // NVTX ranges (steps, layers): optional, they only arrive when NVTX_INJECTION64_PATH is CUPTI.
+  if (g_cupti.enable_domain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX) != CUPTI_SUCCESS) {
+    logLine("NVTX ranges are not recorded (CUPTI refused the NVTX domain)");
+  }
   return true;
 }
 
@@ -556,10 +622,7 @@ bool enableActivities() {
     }
   }
   DETRACE_CUPTI_CALL(g_cupti.register_callbacks(bufferRequested, bufferCompleted), "activity buffers");
-  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "kernel records");
-  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_MEMCPY), "memcpy records");
-  DETRACE_CUPTI_CALL(g_cupti.activity_enable(CUPTI_ACTIVITY_KIND_MEMSET), "memset records");
-  return true;
+  return true;  // the kinds themselves are turned on by captureOn()
 }
 
 bool start() {
@@ -588,7 +651,17 @@ bool start() {
   }
   Session::get().setClock(cuptiNow);
   Session::get().setFlushHook(finalFlush);
-  g_flusher = std::thread(flusherLoop);
+  // Launch callbacks and activity records follow the capture switch; on now unless paused.
+  Session::CaptureHooks hooks;
+  hooks.start = captureOn;
+  hooks.stop_launches = launchesOff;
+  hooks.drain = drainActivities;
+  hooks.stop_activities = activitiesOff;
+  Session::get().setCaptureHooks(hooks);
+  {
+    SignalsBlockedScope blocked;  // the flusher never takes the host's signals
+    g_flusher = new std::thread(flusherLoop);
+  }
   return true;
 }
 
@@ -601,7 +674,11 @@ DETRACE_EXPORT int InitializeInjection() {
   try {
     static std::once_flag once;
     std::call_once(once, [] {
-      if (detrace::tracer::Session::get().enabled()) (void)detrace::tracer::start();
+      if (detrace::tracer::Session::get().enabled()) {
+        (void)detrace::tracer::start();
+        // A CUDA process: reachable by `detrace attach` even if paused and CUPTI is unavailable.
+        detrace::tracer::startControl();
+      }
     });
   } catch (...) {
     detrace::tracer::logLine("could not start the CUDA tracer; the program runs unrecorded");

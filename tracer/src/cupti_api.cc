@@ -50,7 +50,9 @@ bool CuptiApi::load(std::string& error) {
   get(subscribe, "cuptiSubscribe");
   get(unsubscribe, "cuptiUnsubscribe");
   get(enable_callback, "cuptiEnableCallback");
+  get(enable_domain, "cuptiEnableDomain");
   get(activity_enable, "cuptiActivityEnable");
+  get(activity_disable, "cuptiActivityDisable");
   get(register_callbacks, "cuptiActivityRegisterCallbacks");
   get(next_record, "cuptiActivityGetNextRecord");
   get(dropped_records, "cuptiActivityGetNumDroppedRecords");

@@ -17,7 +17,9 @@ struct CuptiApi {
   decltype(&cuptiSubscribe) subscribe = nullptr;
   decltype(&cuptiUnsubscribe) unsubscribe = nullptr;
   decltype(&cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&cuptiEnableDomain) enable_domain = nullptr;
   decltype(&cuptiActivityEnable) activity_enable = nullptr;
+  decltype(&cuptiActivityDisable) activity_disable = nullptr;
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;

@@ -2,6 +2,7 @@
 // context), no host synchronisation on the program's threads, every failure counted, never thrown.
 #include "fingerprinter.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <time.h>
@@ -40,6 +41,8 @@ struct Driver {
   using EventRecord = CUresult (*)(CUevent, CUstream);
   using EventQuery = CUresult (*)(CUevent);
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
+  using CaptureMode = CUresult (*)(CUstreamCaptureMode*);
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
@@ -50,6 +53,8 @@ struct Driver {
   EventRecord event_record = nullptr;
   EventQuery event_query = nullptr;
   IsCapturing is_capturing = nullptr;
+  CopyDtoH copy_dtoh = nullptr;  // optional: only full capture needs it
+  CaptureMode exchange_capture_mode = nullptr;
   bool ok = false;
 
   static const Driver& get() {
@@ -66,6 +71,8 @@ struct Driver {
       x.event_record = reinterpret_cast<EventRecord>(sym("cuEventRecord"));
       x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
       x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
+      x.copy_dtoh = reinterpret_cast<CopyDtoH>(sym("cuMemcpyDtoHAsync_v2"));
+      x.exchange_capture_mode = reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
       x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
              x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
       return x;
@@ -89,7 +96,21 @@ struct Context {
   std::vector<CUevent> free_events;
   uint32_t next_entry = 0, used_entries = 0;
   uint64_t arena_head = 0, arena_used = 0;
+  uint8_t* staging = nullptr;  // pinned host memory for full capture (nullptr: none)
+  uint64_t staging_size = 0, staging_head = 0, staging_used = 0;
 };
+
+// Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
+bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off, uint64_t& skip) {
+  skip = 0;
+  if (n > size) return false;
+  if (head + n > size) skip = size - head;  // wrap: skip the tail
+  if (used + skip + n > size) return false;
+  off = (head + skip) % size;
+  head = (off + n) % size;
+  used += skip + n;
+  return true;
+}
 
 struct Pending {
   uint64_t token = 0;
@@ -98,6 +119,8 @@ struct Pending {
   uint32_t entry = 0;
   uint64_t arena_off = 0, arena_len = 0;  // row digests (arena_len = rows) or 0
   uint64_t arena_skip = 0;                // arena slots skipped to keep this range contiguous
+  uint64_t copy_off = 0, copy_reserved = 0;  // full capture: staging offset, bytes held (+ skip)
+  bool copied = false;                        // the copy was queued: write its bytes
   CUevent event = nullptr;                // shared by the operands of one enqueue(); last one owns it
   bool owns_event = false;
   bool done = false;
@@ -126,18 +149,41 @@ class SeqRing {
   std::vector<std::pair<uint64_t, int64_t>> ring_ = std::vector<std::pair<uint64_t, int64_t>>(kSize);
 };
 
+// Tokens of the ops whose operands are copied (full capture), a ring like SeqRing.
+class CopyMarks {
+ public:
+  void put(uint64_t token) {
+    std::lock_guard lk(mu_);
+    ring_[token % kSize] = token;
+  }
+  bool has(uint64_t token) {
+    std::lock_guard lk(mu_);
+    return ring_[token % kSize] == token;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 12;
+  std::mutex mu_;
+  std::vector<uint64_t> ring_ = std::vector<uint64_t>(kSize, 0);
+};
+
 class State {
  public:
   std::mutex mu;
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
   std::deque<Pending> pending;
   SeqRing seqs;
+  CopyMarks marked;
   bool disabled = false;
   int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
+  int64_t copied_bytes = 0, copies = 0;  // full capture: bytes copied so far (the budget)
+  int64_t copy_skipped_budget = 0, copy_skipped_staging = 0, copy_failed = 0;
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
   void releaseHeadLocked();
+  void allocateStagingLocked(Context& cx);
+  void copyLocked(Context& cx, Pending& p, CUstream stream);
   void drainLocked(bool final, db::TraceWriter* w);
 };
 
@@ -176,9 +222,52 @@ Context* State::contextLocked(CUcontext c) {
   cx->slots = reinterpret_cast<kernels::DigestSlot*>(slots);
   cx->whole = static_cast<volatile uint64_t*>(whole);
   cx->arena = static_cast<volatile uint64_t*>(arena);
+  if (Session::get().policy().level == CaptureLevel::kFull) allocateStagingLocked(*cx);
   Context* raw = cx.get();
   contexts.emplace(c, std::move(cx));
   return raw;
+}
+
+// The staging ring for full capture: pinned, not mapped; min(budget, 256 MiB) unless
+// DETRACE_CAPTURE_STAGING_MB says otherwise.
+void State::allocateStagingLocked(Context& cx) {
+  const Driver& d = Driver::get();
+  int64_t mb = 256;
+  if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0) mb = std::atoll(v);
+  uint64_t size = std::min<uint64_t>(static_cast<uint64_t>(mb) << 20,
+                                     static_cast<uint64_t>(Session::get().policy().max_capture_bytes));
+  void* host = nullptr;
+  if (size == 0 || d.copy_dtoh == nullptr || d.host_alloc(&host, size, 0) != CUDA_SUCCESS) {
+    logLine("operand copies are off: could not allocate %llu MiB of pinned staging memory",
+            static_cast<unsigned long long>(size >> 20));
+    return;
+  }
+  cx.staging = static_cast<uint8_t*>(host);
+  cx.staging_size = size;
+}
+
+// Queues a copy of p's whole extent into the staging ring, within the byte budget.
+void State::copyLocked(Context& cx, Pending& p, CUstream stream) {
+  if (cx.staging == nullptr) return;
+  uint64_t n = p.spec.bytes;
+  if (copied_bytes + static_cast<int64_t>(n) > Session::get().policy().max_capture_bytes) {
+    ++copy_skipped_budget;
+    return;
+  }
+  uint64_t off = 0, skip = 0;
+  if (!reserveRing(cx.staging_size, cx.staging_head, cx.staging_used, n, off, skip)) {
+    ++copy_skipped_staging;
+    return;
+  }
+  p.copy_off = off;
+  p.copy_reserved = skip + n;  // released in FIFO order with the entry, copied or not
+  if (Driver::get().copy_dtoh(cx.staging + off, p.spec.address, n, stream) != CUDA_SUCCESS) {
+    ++copy_failed;
+    return;
+  }
+  p.copied = true;
+  copied_bytes += static_cast<int64_t>(n);
+  ++copies;
 }
 
 // Takes the next result entry and, for rows, a contiguous arena range (FIFO ring buffers).
@@ -186,14 +275,7 @@ bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& 
   if (cx.used_entries >= kEntries) return false;
   off = skip = 0;
   uint64_t n = static_cast<uint64_t>(rows);
-  if (n > 0) {
-    uint64_t head = cx.arena_head;
-    if (head + n > kArenaDigests) skip = kArenaDigests - head;  // wrap: skip the tail
-    if (cx.arena_used + skip + n > kArenaDigests) return false;
-    off = (head + skip) % kArenaDigests;
-    cx.arena_head = (off + n) % kArenaDigests;
-    cx.arena_used += skip + n;
-  }
+  if (n > 0 && !reserveRing(kArenaDigests, cx.arena_head, cx.arena_used, n, off, skip)) return false;
   entry = cx.next_entry;
   cx.next_entry = (cx.next_entry + 1) % kEntries;
   ++cx.used_entries;
@@ -205,6 +287,7 @@ void State::releaseHeadLocked() {
   Context& cx = *p.ctx;
   --cx.used_entries;
   cx.arena_used -= p.arena_skip + p.arena_len;
+  cx.staging_used -= p.copy_reserved;
   if (p.owns_event && p.event) cx.free_events.push_back(p.event);
   pending.pop_front();
 }
@@ -231,12 +314,32 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
   } else {
     o.digest = p.ctx->whole[p.entry];
   }
+  if (p.copied) {
+    const uint8_t* bytes = p.ctx->staging + p.copy_off;
+    o.capture.assign(bytes, bytes + p.spec.bytes);
+    o.capture_bytes = static_cast<int64_t>(p.spec.bytes);
+  }
   return o;
+}
+
+// The thread that polls results (the tracer's flusher, or the one finishing at exit) must not
+// disturb a CUDA graph that another thread of the program is capturing: in the default (global)
+// capture mode an "unsafe" call such as cuEventQuery from any thread invalidates the capture. The
+// relaxed mode on this thread exempts its calls, which never touch the capturing stream.
+void relaxCaptureModeOnThisThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  if (auto exchange = Driver::get().exchange_capture_mode) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
 }
 
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish.
 void State::drainLocked(bool final, db::TraceWriter* w) {
   const Driver& d = Driver::get();
+  relaxCaptureModeOnThisThread();
   CUcontext current = nullptr;
   while (!pending.empty()) {
     Pending& p = pending.front();
@@ -281,8 +384,7 @@ Fingerprinter& Fingerprinter::get() {
 
 bool Fingerprinter::enabled() const {
   static const bool wanted = [] {
-    const char* v = std::getenv("DETRACE_DIGEST");
-    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    if (Session::get().policy().level == CaptureLevel::kMeta) return false;
     if (!Driver::get().ok) {
       logLine("fingerprints are off: the CUDA driver's entry points were not found in this process");
       return false;
@@ -309,6 +411,7 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
     Context* cx = s.contextLocked(ctx);
     if (cx == nullptr) return;
     SelfLaunchScope self;  // our kernels stay out of the trace
+    bool copy = s.marked.has(token);
     size_t first = s.pending.size();
     for (const OperandSpec& spec : specs) {
       int64_t rows = spec.rows > 0 && spec.rows <= kMaxRows &&
@@ -324,6 +427,7 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
         continue;
       }
       p.arena_len = static_cast<uint64_t>(rows);
+      if (copy) s.copyLocked(*cx, p, stream);
       Status st = rows > 0
           ? cx->digester->digestRows(spec.address, static_cast<uint32_t>(rows),
                                      static_cast<uint64_t>(spec.row_bytes),
@@ -381,6 +485,13 @@ thread_local int64_t t_last_row_bytes = 0;
 int64_t lastGemmRowBytes() { return t_last_row_bytes; }
 void setLastGemmRowBytes(int64_t bytes) { t_last_row_bytes = bytes; }
 
+void Fingerprinter::markCopy(uint64_t token) noexcept {
+  try {
+    if (token != 0) state().marked.put(token);
+  } catch (...) {
+  }
+}
+
 void Fingerprinter::noteSeq(uint64_t token, int64_t seq) noexcept {
   try {
     state().seqs.put(token, seq);
@@ -418,6 +529,13 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);
+    if (Session::get().policy().level == CaptureLevel::kFull) {
+      w->addStat("captures_written", s.copies);
+      w->addStat("captured_bytes", s.copied_bytes);
+      w->addStat("captures_skipped_budget", s.copy_skipped_budget);
+      w->addStat("captures_skipped_staging_full", s.copy_skipped_staging);
+      w->addStat("captures_failed", s.copy_failed);
+    }
   } catch (...) {
   }
 }

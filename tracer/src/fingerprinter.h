@@ -9,6 +9,11 @@
 // full, or the stream is being captured into a CUDA graph (results would be written at every
 // replay), the op simply gets no fingerprints, and the skip is counted.
 //
+// In full capture mode the operands of ops marked with markCopy() are also copied with
+// cuMemcpyDtoHAsync into a pinned staging ring (allocated once per context, at most
+// --max-capture-bytes and 256 MiB unless DETRACE_CAPTURE_STAGING_MB says otherwise); an operand that
+// does not fit now, or past the byte budget, keeps its fingerprints only, and is counted.
+//
 // Operands with rows get per-row digests on the GPU; their whole digest is then the digest of the
 // row digests (docs/digest.md), so each operand's bytes are read once.
 #pragma once
@@ -30,6 +35,9 @@ class Fingerprinter {
   bool enabled() const;
   // Enqueues digests of `specs` on `stream` for op `token`. Never blocks; never throws.
   void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // Full capture: the operands of op `token` are also copied (to pinned host memory, on the op's
+  // stream, within --max-capture-bytes) and written with their fingerprints.
+  void markCopy(uint64_t token) noexcept;
   // The op `token` was written with sequence number `seq`.
   void noteSeq(uint64_t token, int64_t seq) noexcept;
   // Writes the operands whose digests are done and whose op has a sequence number.

@@ -20,6 +20,7 @@
 #include "detrace/base/version.h"
 #include "detrace/db/run.h"
 #include "detrace/db/schema.h"
+#include "detrace/tracer/capture_policy.h"
 
 extern char** environ;
 
@@ -100,8 +101,10 @@ Status prepareRunDir(const std::string& dir, bool force) {
   return Status::ok();
 }
 
-std::vector<std::string> childEnvironment(const std::string& lib, const std::string& out_dir,
-                                          int64_t queue, const std::string& capture) {
+// The program's environment without detrace's own variables (they are set again from the options),
+// with the tracer put in front of any LD_PRELOAD the program already has.
+std::vector<std::string> childEnvironment(const RecordOptions& options, const std::string& lib,
+                                          const std::string& out_dir) {
   std::vector<std::string> env;
   std::string preload = lib;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -112,27 +115,17 @@ std::vector<std::string> childEnvironment(const std::string& lib, const std::str
       if (!old.empty()) preload += ":" + old;
       continue;
     }
-    if (key == "CUDA_INJECTION64_PATH" || key == "DETRACE_OUT_DIR" || key == "DETRACE_QUEUE" ||
-        key == "DETRACE_DIGEST") {
+    if (key == "CUDA_INJECTION64_PATH" || key.rfind("DETRACE_", 0) == 0 || key == "NVTX_INJECTION64_PATH") {
+      if (key == "DETRACE_TRACER_LIB" || key == "DETRACE_CUPTI_LIB" || key == "DETRACE_STEP_PREFIX" ||
+          key == "DETRACE_REORDER_TIMEOUT_MS" || key == "NVTX_INJECTION64_PATH") {
+        env.push_back(std::move(kv));  // the user's own settings for the tracer
+      }
       continue;
     }
     env.push_back(std::move(kv));
   }
   env.push_back("LD_PRELOAD=" + preload);
-  env.push_back("CUDA_INJECTION64_PATH=" + lib);
-  // The same library is NCCL's profiler plugin: it is how NCCL's algorithm, protocol and channel
-  // choices are recorded. NCCL loads one plugin only; a user's own plugin wins, with a warning.
-  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own && *own) {
-    std::fprintf(stderr,
-                 "detrace: NCCL_PROFILER_PLUGIN=%s is set, so NCCL will not report its algorithm "
-                 "and protocol to detrace; unset it to record them\n",
-                 own);
-  } else {
-    env.push_back("NCCL_PROFILER_PLUGIN=" + lib);
-  }
-  env.push_back("DETRACE_OUT_DIR=" + out_dir);
-  if (queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(queue));
-  if (capture == "meta") env.push_back("DETRACE_DIGEST=0");
+  for (std::string& kv : tracerEnvironment(options, lib, out_dir)) env.push_back(std::move(kv));
   return env;
 }
 
@@ -262,13 +255,67 @@ Result<std::string> findTracerLibrary() {
                    kTracerLibraryName, dir.string(), dir.string(), dir.string());
 }
 
-Result<RecordResult> record(const RecordOptions& options) {
-  if (options.capture != "meta" && options.capture != "digest") {
+Status checkCaptureOptions(const RecordOptions& options) {
+  DETRACE_ASSIGN_OR_RETURN(CaptureLevel level, parseCaptureLevel(options.capture));
+  bool full = level == CaptureLevel::kFull;
+  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes > 0)) {
     return makeError(ErrorCode::kInvalidArgument,
-                     "--capture {} is not supported: use meta (launches and library calls) or "
-                     "digest (plus fingerprints); full capture of operands is not available yet",
-                     options.capture);
+                     "--capture-ops, --capture-range and --max-capture-bytes choose what --capture "
+                     "full copies; add --capture full");
   }
+  if (!options.capture_ops.empty()) DETRACE_RETURN_IF_ERROR(parseOpFilter(options.capture_ops).status());
+  if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
+  if (!options.window.empty()) DETRACE_RETURN_IF_ERROR(parseWindow(options.window).status());
+  if (options.paused && !options.window.empty()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--paused records nothing until `detrace attach RUN_DIR start`: give the window "
+                     "there (detrace attach RUN_DIR start --window {}), counted from that start",
+                     options.window);
+  }
+  return Status::ok();
+}
+
+std::vector<std::string> tracerEnvironment(const RecordOptions& options, const std::string& lib,
+                                           const std::string& out_dir) {
+  std::vector<std::string> env;
+  env.push_back("CUDA_INJECTION64_PATH=" + lib);
+  // The same library is NCCL's profiler plugin: it is how NCCL's algorithm, protocol and channel
+  // choices are recorded. NCCL loads one plugin only; a user's own plugin wins, with a warning.
+  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own && *own) {
+    std::fprintf(stderr,
+                 "detrace: NCCL_PROFILER_PLUGIN=%s is set, so NCCL will not report its algorithm "
+                 "and protocol to detrace; unset it to record them\n",
+                 own);
+  } else {
+    env.push_back("NCCL_PROFILER_PLUGIN=" + lib);
+  }
+  // NVTX ranges (steps, layers) reach the tracer through CUPTI: NVTX loads the injection library
+  // named here at its first call. The tracer is told to use the same CUPTI file.
+  const char* own_nvtx = std::getenv("NVTX_INJECTION64_PATH");
+  if (own_nvtx == nullptr || *own_nvtx == '\0') {
+    const char* cupti = std::getenv("DETRACE_CUPTI_LIB");
+    std::string path = cupti && *cupti ? cupti : DETRACE_CUPTI_DEFAULT_PATH;
+    if (!path.empty() && fs::exists(path)) {
+      env.push_back("NVTX_INJECTION64_PATH=" + path);
+      if (!(cupti && *cupti)) env.push_back("DETRACE_CUPTI_LIB=" + path);
+    }
+  }
+  env.push_back("DETRACE_OUT_DIR=" + out_dir);
+  if (options.queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(options.queue));
+  env.push_back("DETRACE_CAPTURE=" + options.capture);
+  if (options.capture == "meta") env.push_back("DETRACE_DIGEST=0");
+  if (!options.capture_ops.empty()) env.push_back("DETRACE_CAPTURE_OPS=" + options.capture_ops);
+  if (!options.capture_range.empty()) env.push_back("DETRACE_CAPTURE_RANGE=" + options.capture_range);
+  if (options.max_capture_bytes > 0) {
+    env.push_back("DETRACE_MAX_CAPTURE_BYTES=" + std::to_string(options.max_capture_bytes));
+  }
+  if (!options.window.empty()) env.push_back("DETRACE_WINDOW=" + options.window);
+  if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
+  return env;
+}
+
+Result<RecordResult> record(const RecordOptions& options) {
+  DETRACE_RETURN_IF_ERROR(checkCaptureOptions(options));
   if (options.command.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "nothing to record: put the command after --, e.g. detrace record -o run -- python app.py");
@@ -293,6 +340,11 @@ Result<RecordResult> record(const RecordOptions& options) {
   manifest.options = {{"force", options.force ? "true" : "false"},
                       {"queue", std::to_string(options.queue)},
                       {"capture", options.capture},
+                      {"capture_ops", options.capture_ops},
+                      {"capture_range", options.capture_range},
+                      {"max_capture_bytes", std::to_string(options.max_capture_bytes)},
+                      {"window", options.window},
+                      {"paused", options.paused ? "true" : "false"},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 
@@ -300,7 +352,7 @@ Result<RecordResult> record(const RecordOptions& options) {
   {
     SignalForwarding forwarding;
     DETRACE_ASSIGN_OR_RETURN(pid_t pid,
-                             spawn(program, options.command, childEnvironment(lib, out_dir, options.queue, options.capture)));
+                             spawn(program, options.command, childEnvironment(options, lib, out_dir)));
     g_child = pid;
     result.exit_status = waitForExit(pid);
   }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <variant>
 
 #include "detrace/db/records.h"
 #include "detrace/tracer/reorder_buffer.h"
@@ -27,7 +29,9 @@ class ParentScope {
   uint64_t saved_;
 };
 
-// Appends a library op to the process's trace; returns its token, 0 when not recording.
+// Appends a library op to the process's trace; returns its token, 0 when not recording (or the
+// recording window leaves it out). In full capture mode, marks the op for copies of its operands
+// when the capture filters select it.
 // `fill` completes the event and detail given the writer (to intern names and streams); it runs
 // only when recording. With complete = false the op is held until ReorderBuffer::
 // completeLibraryOp (NCCL's choices arrive during the call). Never throws.
@@ -36,6 +40,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete = true) noexcept;
 
 }  // namespace detrace::tracer
 
+#include "fingerprinter.h"
 #include "session.h"
 #include "log.h"
 
@@ -48,10 +53,18 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete) noexcept {
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
     if (buffer == nullptr || w == nullptr) return 0;
+    WindowGate::OpTicket ticket = s.gate().admitOp();
+    if (!ticket.record) return 0;
     LibraryOp op;
     op.event.cpu_ns = s.now();
     if (!fill(*w, op)) return 0;
-    return buffer->addLibraryOp(op, currentParent(), complete);
+    uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
+    if (s.policy().level == CaptureLevel::kFull) {
+      const auto* c = std::get_if<db::Collective>(&op.detail);
+      std::string name = c != nullptr ? db::collOpName(c->op) : "gemm";
+      if (s.policy().capturesOp(ticket.index, c == nullptr, name)) Fingerprinter::get().markCopy(token);
+    }
+    return token;
   } catch (const std::exception& e) {
     Session::get().fail(std::string("recording a library call failed: ") + e.what());
   } catch (...) {

@@ -70,6 +70,13 @@ struct Call {
 };
 
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
+  // Counted for every call, recorded or not (paused, outside a --window): the same collective must
+  // carry the same number on every rank, whenever each rank's recording started.
+  int64_t seq = db::kUnset;
+  try {
+    if (Session::get().enabled()) seq = Session::get().comms().nextSeq(c.comm);
+  } catch (...) {
+  }
   uint64_t token = recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
     auto comm = Session::get().comms().find(c.comm);
     db::Event& e = op.event;
@@ -89,7 +96,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
       coll.comm_rank = comm->rank;
       coll.comm_nranks = comm->nranks;
     }
-    coll.comm_seq = Session::get().comms().nextSeq(c.comm);
+    coll.comm_seq = seq;
     coll.send_addr = reinterpret_cast<int64_t>(c.send);
     coll.recv_addr = reinterpret_cast<int64_t>(c.recv);
     coll.group_id = t_group_depth > 0 ? t_group_id : db::kUnset;

@@ -98,8 +98,9 @@ void ReorderBuffer::addActivity(const Activity& activity) {
       ++stats_.late;
       return;
     }
-    // No API slot: write it now, in arrival order.
+    // No API slot: write it now, in arrival order (unless a window skipped its launch).
     ++stats_.unmatched;
+    if (options_.drop_unmatched) return;
     Slot orphan;
     orphan.launch.correlation_id = activity.correlation_id;
     orphan.launch.kind = activity.kind;
@@ -230,8 +231,10 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
     std::optional<int64_t> seq;
     if (auto* c = std::get_if<db::Collective>(&slot.op->detail)) {
       seq = count(sink_.appendCollective(e, *c));
+    } else if (auto* g = std::get_if<db::Gemm>(&slot.op->detail)) {
+      seq = count(sink_.appendGemm(e, *g));
     } else {
-      seq = count(sink_.appendGemm(e, std::get<db::Gemm>(slot.op->detail)));
+      seq = count(sink_.appendMarker(e, std::get<db::Marker>(slot.op->detail)));
     }
     rememberSeqLocked(slot.token, seq);
     if (seq && options_.on_library_written) options_.on_library_written(slot.token, *seq);

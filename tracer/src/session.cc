@@ -12,10 +12,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "control.h"
 #include "detrace/base/version.h"
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
+#include "signals.h"
 
 namespace detrace::tracer {
 
@@ -29,6 +31,9 @@ class WriterSink final : public EventSink {
   }
   std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
     return w_.appendGemm(e, g);
+  }
+  std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
+    return w_.appendMarker(e, m);
   }
 
  private:
@@ -134,14 +139,21 @@ Session& Session::get() {
 void Session::resetAfterFork() {
   // The parent's writer thread does not exist here and its mutexes may be held: leak the old
   // session and begin again (the child records into its own proc-<pid>.dtrace).
+  resetControlAfterFork();
+  resetSignalsAfterFork();
   g_session.store(new Session(), std::memory_order_release);
 }
 
-Session::Session() {
+Session::Session()
+    : policy_(CapturePolicy::fromEnvironment(policy_problems_)), gate_(policy_.window) {
   const char* dir = std::getenv("DETRACE_OUT_DIR");
   if (dir != nullptr && *dir != '\0') {
     out_dir_ = dir;
     enabled_ = true;
+  }
+  // `detrace record --paused`: dormant until `detrace attach ... start`.
+  if (const char* p = std::getenv("DETRACE_PAUSED"); p != nullptr && std::strcmp(p, "1") == 0) {
+    capturing_.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -152,6 +164,10 @@ int64_t Session::now() const {
 
 ReorderBuffer* Session::buffer() {
   if (!enabled()) return nullptr;
+  if (!capturing_.load(std::memory_order_acquire)) {
+    startControl();  // a GPU process, dormant: `detrace attach` must be able to reach it
+    return nullptr;
+  }
   if (started_.load(std::memory_order_acquire)) return buffer_.get();
   std::lock_guard lk(mu_);
   if (!started_.load(std::memory_order_relaxed) && !startLocked()) return nullptr;
@@ -168,7 +184,10 @@ bool Session::startLocked() {
   options.policy = db::OverflowPolicy::kDrop;
   options.queue_capacity = static_cast<size_t>(envInt("DETRACE_QUEUE", int64_t{1} << 18));
   std::string path = out_dir_ + "/proc-" + std::to_string(getpid()) + ".dtrace";
-  auto w = db::TraceWriter::create(path, options);
+  auto w = [&] {
+    SignalsBlockedScope blocked;  // the writer thread never takes the host's signals
+    return db::TraceWriter::create(path, options);
+  }();
   if (!w.isOk()) {
     enabled_ = false;
     logLine("cannot record this process (%s); it runs on unrecorded", w.status().message().c_str());
@@ -179,11 +198,15 @@ bool Session::startLocked() {
   ReorderOptions ro;
   ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
   ro.on_library_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
+  ro.drop_unmatched = gate_.windowed();
+  for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
   writeMetadataLocked();
   started_.store(true, std::memory_order_release);
   // Registered now, after the CUDA runtime's own exit handlers, so it runs before them.
   std::atexit(atExit);
+  installSignalHandlers();
+  startControl();
   return true;
 }
 
@@ -197,6 +220,8 @@ void Session::writeMetadataLocked() {
   w.setMeta("pid", std::to_string(rank_.pid));
   w.setMeta("command", commandLine());
   w.setMeta("start_time_ns", std::to_string(realtimeNs()));
+  w.setMeta("capture", captureLevelName(policy_.level));
+  if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
   if (std::string v = kernelDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
 
   using IntFn = int (*)(int*);
@@ -290,7 +315,136 @@ void Session::fail(const std::string& what) {
   if (was) logLine("recording stopped: %s; the program continues unrecorded", what.c_str());
 }
 
+// ---- the capture switch: `detrace record --paused` and `detrace attach` ----
+
+ReorderBuffer* Session::startedBuffer() {
+  return enabled() && started_.load(std::memory_order_acquire) ? buffer_.get() : nullptr;
+}
+
+db::TraceWriter* Session::startedWriter() {
+  return enabled() && started_.load(std::memory_order_acquire) ? writer_.get() : nullptr;
+}
+
+void Session::setCaptureHooks(const CaptureHooks& hooks) {
+  std::lock_guard lk(capture_mu_);
+  hooks_ = hooks;
+  if (capturing_.load(std::memory_order_acquire) && hooks_.start) hooks_.start();
+}
+
+Status Session::setCaptureLevel(CaptureLevel level) {
+  if (capturing()) {
+    return makeError(ErrorCode::kInvalidArgument, "stop capturing before changing the capture level");
+  }
+  policy_.level = level;
+  return Status::ok();
+}
+
+Status Session::setWindow(const std::string& spec) {
+  if (capturing()) return makeError(ErrorCode::kInvalidArgument, "stop capturing before changing the window");
+  if (spec.empty() && !gate().windowed()) {  // no window wanted, none in force
+    window_spec_.clear();
+    return Status::ok();
+  }
+  DETRACE_ASSIGN_OR_RETURN(RecordWindow window, parseWindow(spec));
+  constexpr size_t kMaxGates = 4096;  // each start with a window keeps a small gate alive
+  if (attach_gates_.size() >= kMaxGates) {
+    return makeError(ErrorCode::kUnavailable, "too many windowed starts in this process; start without --window");
+  }
+  attach_gates_.push_back(std::make_unique<WindowGate>(window));  // counts from 0: from now on
+  gate_ptr_.store(attach_gates_.back().get(), std::memory_order_release);
+  policy_.window = window;
+  window_spec_ = spec;
+  return Status::ok();
+}
+
+Status Session::startCapture(const std::string& level, const std::string& window) {
+  std::lock_guard lk(capture_mu_);
+  if (!enabled()) {
+    return makeError(ErrorCode::kUnavailable, "this process no longer records (it finished, or "
+                     "recording failed: its stderr says why)");
+  }
+  if (capturing()) {
+    if (level.empty() && window.empty()) return Status::ok();
+    return makeError(ErrorCode::kInvalidArgument,
+                     "already capturing; stop first (detrace attach PID stop) to change --capture or --window");
+  }
+  if (!level.empty()) {
+    DETRACE_ASSIGN_OR_RETURN(CaptureLevel l, parseCaptureLevel(level));
+    DETRACE_RETURN_IF_ERROR(setCaptureLevel(l));
+  }
+  DETRACE_RETURN_IF_ERROR(setWindow(window));
+  {
+    std::lock_guard m(mu_);
+    if (!started_.load(std::memory_order_relaxed) && !startLocked()) {
+      return makeError(ErrorCode::kIo, "cannot create the trace in {} (the process's stderr says why)", out_dir_);
+    }
+    writer_->setMeta("capture", captureLevelName(policy_.level));
+    writer_->addStat("capture_starts", 1);
+  }
+  if (hooks_.start) hooks_.start();
+  capturing_.store(true, std::memory_order_release);
+  logLine("capture started (%s%s%s)", captureLevelName(policy_.level), window.empty() ? "" : ", window ",
+          window.c_str());
+  return Status::ok();
+}
+
+Status Session::stopCapture() {
+  std::lock_guard lk(capture_mu_);
+  if (!capturing_.exchange(false, std::memory_order_acq_rel)) return Status::ok();
+  if (hooks_.stop_launches) hooks_.stop_launches();
+  if (ReorderBuffer* b = startedBuffer()) {
+    // Launches already made still wait for their GPU records: collect them, for at most ~2 s.
+    for (int i = 0; i < 200 && b->pending() > 0; ++i) {
+      if (hooks_.drain) hooks_.drain();
+      b->poll(now());
+      if (b->pending() == 0) break;
+      timespec ts{0, 10'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    b->flush();
+  }
+  if (hooks_.stop_activities) hooks_.stop_activities();
+  logLine("capture stopped; the program runs on unrecorded until the next start");
+  if (db::TraceWriter* w = startedWriter()) return w->flush();
+  return Status::ok();
+}
+
+Session::CaptureState Session::captureState() {
+  CaptureState st;
+  {
+    std::lock_guard lk(capture_mu_);
+    st.capturing = capturing();
+    st.level = captureLevelName(policy_.level);
+    st.window = window_spec_;
+  }
+  std::lock_guard lk(mu_);
+  st.started = started_.load();
+  st.finished = finished_;
+  st.failed = !enabled() && !finished_;
+  if (writer_) {
+    st.trace = writer_->path();
+    db::WriterCounters c = writer_->counters();
+    st.events = c.events_written;
+    st.dropped = c.events_dropped;
+  }
+  st.rank = rank_.rank;
+  st.world_size = rank_.world_size;
+  return st;
+}
+
+void Session::commit() noexcept {
+  try {
+    ReorderBuffer* b = startedBuffer();
+    db::TraceWriter* w = startedWriter();
+    if (b == nullptr || w == nullptr) return;
+    b->poll(now());
+    (void)w->flush();
+  } catch (...) {
+  }
+}
+
 void Session::finish() {
+  stopControl();  // first: `detrace attach` must not start a capture into a closing file
   if (auto hook = flush_hook_.exchange(nullptr)) hook();
   std::lock_guard lk(mu_);
   if (finished_ || !writer_) {

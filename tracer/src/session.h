@@ -9,7 +9,9 @@
 //
 // The session starts lazily at the first CUDA or library activity (so a process that never uses
 // the GPU leaves no file), creates RUN_DIR/proc-<pid>.dtrace and closes it at exit. After fork()
-// the child starts over with its own file.
+// the child starts over with its own file. With DETRACE_PAUSED=1 (`detrace record --paused`) it
+// stays dormant, with no file, until `detrace attach` starts it (control.h); SIGTERM/SIGINT/SIGHUP
+// and CUDA context teardown commit what was recorded (signals.h).
 #pragma once
 
 #include <atomic>
@@ -18,11 +20,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "detrace/base/status.h"
 #include "detrace/db/records.h"
 #include "detrace/db/writer.h"
+#include "detrace/tracer/capture_policy.h"
 #include "detrace/tracer/comm_registry.h"
 #include "detrace/tracer/reorder_buffer.h"
+#include "detrace/tracer/window_gate.h"
 
 namespace detrace::tracer {
 
@@ -40,6 +46,46 @@ class Session {
   // The writer (nullptr unless started): for interning strings and streams.
   db::TraceWriter* writer();
   CommRegistry& comms() { return comms_; }
+  // What to capture (level, full-capture filters, window), from DETRACE_* at process start.
+  const CapturePolicy& policy() const { return policy_; }
+  // The recording window: every launch and library op asks it whether to record.
+  WindowGate& gate() { return *gate_ptr_.load(std::memory_order_acquire); }
+
+  // ---- the capture switch: `detrace record --paused` and `detrace attach` (control.h) ----
+  // Whether launches and library calls are recorded now; false while paused (DETRACE_PAUSED=1
+  // until `attach start`). buffer() checks it first, so every callback returns at once.
+  bool capturing() const { return capturing_.load(std::memory_order_acquire); }
+  // CUPTI's side of the switch (set by the CUPTI adapter once CUPTI is up; applied at once).
+  struct CaptureHooks {
+    void (*start)() = nullptr;            // activity collection and launch callbacks on
+    void (*stop_launches)() = nullptr;    // launch callbacks off
+    void (*drain)() = nullptr;            // deliver the activity records collected so far
+    void (*stop_activities)() = nullptr;  // activity collection off
+  };
+  void setCaptureHooks(const CaptureHooks& hooks);
+  // Starts capturing (creating the trace file at the first start). `level` ("" keeps it) and
+  // `window` (UNIT:A:B counted from now; "" = until stop) apply from now. Control thread only.
+  Status startCapture(const std::string& level, const std::string& window);
+  // Stops capturing: waits (at most ~2 s) for the GPU records of launches already made, writes
+  // what is pending and commits it; the file stays open for the next start.
+  Status stopCapture();
+  // Sets the level or window while paused (the callbacks never see them change mid-flight).
+  Status setCaptureLevel(CaptureLevel level);
+  Status setWindow(const std::string& spec);
+  struct CaptureState {
+    bool capturing = false, started = false, finished = false, failed = false;
+    std::string level, window, trace;
+    int64_t events = 0, dropped = 0;
+    int32_t rank = -1, world_size = -1;
+  };
+  CaptureState captureState();
+  // Commits what has been recorded so far without ending the recording (context teardown, a
+  // signal the program handles itself). Never throws.
+  void commit() noexcept;
+  // The buffer and writer if recording has started, starting nothing and ignoring the capture
+  // switch: for delivering the GPU records of launches made while capturing.
+  ReorderBuffer* startedBuffer();
+  db::TraceWriter* startedWriter();
 
   // Host timestamp in ns on the trace's clock (CUPTI's when CUPTI is loaded).
   int64_t now() const;
@@ -81,6 +127,17 @@ class Session {
   std::unique_ptr<ReorderBuffer> buffer_;
   CommRegistry comms_;
   db::RankInfo rank_;
+  std::vector<std::string> policy_problems_;  // logged when recording starts (declared first:
+  CapturePolicy policy_;                      // policy_ is built from the environment into it)
+  WindowGate gate_;
+  // The gate in use: gate_, or one made by `attach start --window` (kept in attach_gates_ for
+  // the life of the process, so a callback holding the old one never sees it freed).
+  std::atomic<WindowGate*> gate_ptr_{&gate_};
+  std::vector<std::unique_ptr<WindowGate>> attach_gates_;
+  std::atomic<bool> capturing_{true};
+  std::mutex capture_mu_;  // serialises start/stop/hooks (control thread vs. CUPTI setup)
+  CaptureHooks hooks_;
+  std::string window_spec_;
 };
 
 }  // namespace detrace::tracer

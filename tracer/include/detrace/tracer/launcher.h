@@ -18,7 +18,13 @@ struct RecordOptions {
   std::string out_dir;               // the run directory (created if missing)
   bool force = false;                // replace the traces of a non-empty run directory
   int64_t queue = 0;                 // events the per-process writer queue holds; 0: default
-  std::string capture = "digest";    // "meta": launches and library calls; "digest": + fingerprints
+  std::string capture = "digest";    // "meta": launches and library calls; "digest": + fingerprints;
+                                     // "full": + copies of the selected operands' bytes
+  int64_t max_capture_bytes = 0;     // full: cap on captured bytes per process; 0: default (1 GiB)
+  std::string capture_ops;           // full: which ops' operands to copy ("" = all library ops)
+  std::string capture_range;         // full: library-op index range "A:B" ("" = every op)
+  std::string window;                // record only this window ("" = everything); see tracer docs
+  bool paused = false;               // start dormant: nothing is recorded until `detrace attach`
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
@@ -35,6 +41,15 @@ Result<std::string> findTracerLibrary();
 // The environment variables the manifest keeps: CUDA_*, NCCL_*, CUBLAS*, NVIDIA_*, TORCH_*,
 // PYTORCH_*, OMP_NUM_THREADS (without detrace's own injection variables).
 bool isRecordedEnvVar(const std::string& name);
+
+// Checks the capture options (level, --capture-ops, --capture-range, --window) without starting
+// anything: the error says what is accepted.
+Status checkCaptureOptions(const RecordOptions& options);
+
+// The variables that configure the tracer in the recorded processes (DETRACE_*, and the
+// injection paths), given the tracer library and the absolute run directory.
+std::vector<std::string> tracerEnvironment(const RecordOptions& options, const std::string& lib,
+                                           const std::string& out_dir);
 
 // Runs the whole recording. Errors (no command, command not found, a non-empty or unwritable
 // run directory, no tracer library) come back before anything is started. While the command

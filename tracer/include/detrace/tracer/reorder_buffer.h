@@ -48,6 +48,7 @@ class EventSink {
   virtual std::optional<int64_t> appendCollective(const db::Event& event,
                                                   const db::Collective& collective) = 0;
   virtual std::optional<int64_t> appendGemm(const db::Event& event, const db::Gemm& gemm) = 0;
+  virtual std::optional<int64_t> appendMarker(const db::Event& event, const db::Marker& marker) = 0;
 };
 
 // A launch seen at API time (CUPTI callback): its place in the order and what the API knows.
@@ -79,10 +80,11 @@ struct Activity {
   db::LaunchInfo launch;
 };
 
-// A library op (GEMM or collective) recorded at API time: complete when added.
+// A library op (GEMM or collective) recorded at API time: complete when added. NVTX markers take
+// the same path, so that they sit between the launches they separate.
 struct LibraryOp {
   db::Event event;
-  std::variant<db::Collective, db::Gemm> detail;
+  std::variant<db::Collective, db::Gemm, db::Marker> detail;
 };
 
 struct ReorderOptions {
@@ -90,6 +92,9 @@ struct ReorderOptions {
   int64_t timeout_ns = 5'000'000'000;     // a slot older than this is written without GPU times
   size_t max_group_records = 4096;        // records kept per graph launch; more are dropped
   size_t max_remembered_graphs = 4096;    // executable graphs whose record count is remembered
+  // Drop activity records with no slot instead of writing them (counted as unmatched): a
+  // recording window skips launches on purpose, and their GPU records must not leak in.
+  bool drop_unmatched = false;
   // Called (with the buffer's lock held) when a library op is written with its sequence number.
   void (*on_library_written)(uint64_t token, int64_t seq) = nullptr;
 };

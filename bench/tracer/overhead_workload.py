@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Workloads for the tracer's overhead benchmark (bench/tracer/bench_overhead). Prints one line
+`RESULT {"workload": ..., "seconds": ...}` with the median time of --reps timed loops, each after
+a warm-up and bracketed by torch.cuda.synchronize().
+
+  launch  a launch-bound loop of tiny kernels (x.add_(1) on 1024 floats, --iters times)
+  decode  a small Qwen2 model (transformers, random weights) decoding --iters tokens greedily
+          with a KV cache, batch 1, bf16
+
+--kineto runs the timed loops under torch.profiler (CPU + CUDA activities), for comparison.
+"""
+import argparse
+import contextlib
+import json
+import statistics
+import time
+
+import torch
+
+
+def launch_loop(iters: int):
+    x = torch.zeros(1024, device="cuda")
+
+    def run():
+        for _ in range(iters):
+            x.add_(1.0)
+    return run
+
+
+def decode_loop(iters: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=2, vocab_size=4096,
+                      max_position_embeddings=1024, tie_word_embeddings=False)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    prompt = torch.randint(0, 4096, (1, 16), device="cuda")
+
+    def run():
+        with torch.no_grad():
+            out = model(input_ids=prompt, use_cache=True)
+            past, logits = out.past_key_values, out.logits
+            for _ in range(iters):
+                nxt = logits[:, -1:].argmax(-1)
+                out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+                past, logits = out.past_key_values, out.logits
+    return run
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", choices=["launch", "decode"], required=True)
+    p.add_argument("--iters", type=int, default=0, help="default: 20000 launches / 64 tokens")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--kineto", action="store_true")
+    args = p.parse_args()
+    iters = args.iters or (20000 if args.workload == "launch" else 64)
+    run = launch_loop(iters) if args.workload == "launch" else decode_loop(iters)
+    run()  # warm-up: allocator, cuBLAS handles, kernels loaded
+    torch.cuda.synchronize()
+    prof = contextlib.nullcontext()
+    if args.kineto:
+        from torch.profiler import ProfilerActivity, profile
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    times = []
+    with prof:
+        for _ in range(args.reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            run()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
+                                  "seconds": statistics.median(times), "all": times}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+// detrace attach PID|RUN_DIR start|stop|status [--capture meta|digest|full] [--window UNIT:A:B]
+// [--json]
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+
+#ifdef DETRACE_HAVE_TRACER
+#include "detrace/tracer/attach.h"
+#endif
+
+namespace detrace::cli {
+
+namespace {
+
+constexpr const char* kAttachHelp =
+    "Switch recording on or off in running processes recorded by `detrace record`, typically\n"
+    "started dormant with `detrace record --paused`. TARGET is a process id or a run directory\n"
+    "(every live process of the run). ACTION is one of:\n"
+    "  start   start capturing now; the trace file (RUN_DIR/proc-<pid>.dtrace) is created at the\n"
+    "          first start and later starts append to it\n"
+    "  stop    stop capturing: launches already made get their GPU records (up to ~2 s), then\n"
+    "          everything is committed and the file stays valid and readable while the program\n"
+    "          runs on unrecorded\n"
+    "  status  print each process's state (capturing, paused, finished, failed), capture level,\n"
+    "          window, trace file and events written";
+
+constexpr const char* kAttachFooter =
+    "Examples:\n"
+    "  detrace record --paused -o runA -- python serve.py &   (dormant: nothing is recorded)\n"
+    "  detrace attach runA start                              (every process of runA records)\n"
+    "  detrace attach runA stop && detrace info runA\n"
+    "  detrace attach 4242 start --capture meta               (one process, lowest cost)\n"
+    "  detrace attach runA start --window steps:0:3           (the next 3 NVTX steps only)\n"
+    "  detrace attach runA status --json\n"
+    "\n"
+    "--capture and --window go with start and apply from that start; a window's range counts from\n"
+    "the start (steps:0:3 is the next three steps to begin), and without --window the process\n"
+    "records until stop. To change them while capturing, stop first.\n"
+    "How it works: each recorded process that uses CUDA, NCCL or cuBLAS listens on a Unix socket,\n"
+    "$XDG_RUNTIME_DIR/detrace/<pid>.sock (else /tmp/detrace-<uid>/<pid>.sock), in a directory of\n"
+    "mode 0700; the socket is mode 0600 and the process accepts only its own user (checked with\n"
+    "SO_PEERCRED), logging every refusal on its stderr. RUN_DIR/proc-<pid>.dtrace-control names\n"
+    "the socket. While paused the tracer's CUDA callbacks and activity records are off.\n"
+    "\n"
+    "Exit status: 0 when every targeted process answered ok; 2 otherwise (each failure says why:\n"
+    "no such process, not recorded or no socket yet, another user's process, a refused request).\n";
+
+#ifdef DETRACE_HAVE_TRACER
+using tracer::control::Reply;
+
+std::string describe(const Reply& r) {
+  std::string out = "pid " + r.get("pid");
+  if (!r.get("rank").empty()) out += " (rank " + r.get("rank") + "/" + r.get("world_size") + ")";
+  out += ": " + r.get("state") + " (" + r.get("capture");
+  if (!r.get("window").empty()) out += ", window " + r.get("window");
+  out += ")";
+  if (r.get("trace").empty()) {
+    out += "; no trace yet (created at the first start)";
+  } else {
+    out += "; " + r.get("events") + " events in " + r.get("trace");
+    if (r.get("dropped") != "0" && !r.get("dropped").empty())
+      out += " (" + r.get("dropped") + " dropped)";
+  }
+  return out;
+}
+
+nlohmann::json toJson(const Reply& r) {
+  nlohmann::json j;
+  for (const auto& [k, v] : r.fields) {
+    bool number = k == "pid" || k == "events" || k == "dropped" || k == "rank" ||
+                  k == "world_size" || k == "protocol";
+    j[k] = number ? nlohmann::json(std::stoll(v.empty() ? "0" : v)) : nlohmann::json(v);
+  }
+  return j;
+}
+
+int runAttach(const std::string& target, const std::string& action, const std::string& capture,
+              const std::string& window, bool json) {
+  auto verb = tracer::control::parseVerb(action);
+  if (!verb.isOk()) return reportError(verb.status());
+  tracer::control::Request request;
+  request.verb = *verb;
+  request.capture = capture;
+  request.window = window;
+  if (request.verb != tracer::control::Verb::kStart && (!capture.empty() || !window.empty())) {
+    return reportError(Status(
+        ErrorCode::kInvalidArgument,
+        "--capture and --window go with start, e.g. detrace attach RUN start --capture meta"));
+  }
+  auto targets = tracer::findAttachTargets(target);
+  if (!targets.isOk()) return reportError(targets.status());
+  nlohmann::json out = {{"processes", nlohmann::json::array()},
+                        {"errors", nlohmann::json::array()},
+                        {"exited", targets->exited}};
+  bool all_ok = true;
+  for (const tracer::AttachTarget& t : targets->live) {
+    auto reply = tracer::sendControlRequest(t, request);
+    std::string error;
+    if (!reply.isOk()) {
+      error = reply.status().message();
+    } else if (!reply->ok) {
+      error = "process " + std::to_string(t.pid) + ": " + reply->error;
+    }
+    if (!error.empty()) {
+      all_ok = false;
+      out["errors"].push_back({{"pid", t.pid}, {"error", error}});
+      if (!json) std::fprintf(stderr, "detrace: error: %s\n", error.c_str());
+      continue;
+    }
+    out["processes"].push_back(toJson(*reply));
+    if (!json) {
+      const char* what = request.verb == tracer::control::Verb::kStart  ? "started: "
+                         : request.verb == tracer::control::Verb::kStop ? "stopped: "
+                                                                        : "";
+      std::printf("%s%s\n", what, describe(*reply).c_str());
+    }
+  }
+  if (json) {
+    std::printf("%s\n", out.dump(2).c_str());
+  } else if (!targets->exited.empty()) {
+    std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
+  }
+  return all_ok ? kExitOk : kExitError;
+}
+#endif
+
+}  // namespace
+
+void addAttachCommand(CLI::App& app, Runner& run) {
+  struct Options {
+    std::string target, action, capture, window;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("attach", kAttachHelp);
+  cmd->add_option("TARGET", opts->target,
+                  "A process id, or a run directory (all its live processes)")
+      ->required();
+  cmd->add_option("ACTION", opts->action, "start, stop or status")
+      ->required()
+      ->check(CLI::IsMember({"start", "stop", "status"}));
+  cmd->add_option("--capture", opts->capture,
+                  "With start: meta (launches, GEMMs, collectives), digest (plus operand "
+                  "fingerprints) or full (plus operand copies); default: the level it was "
+                  "recorded with")
+      ->check(CLI::IsMember({"meta", "digest", "full"}));
+  cmd->add_option("--window", opts->window,
+                  "With start: record only steps:A:B, ops:A:B or launches:A:B, counted from this "
+                  "start; default: until stop");
+  cmd->add_flag("--json", opts->json, "Print JSON (processes, errors, exited) instead of lines");
+  cmd->footer(kAttachFooter);
+  cmd->callback([opts, &run] {
+    run = [opts] {
+#ifdef DETRACE_HAVE_TRACER
+      return runAttach(opts->target, opts->action, opts->capture, opts->window, opts->json);
+#else
+      return reportError(Status(ErrorCode::kUnavailable,
+                                "this detrace was built without the tracer (CUDA 13 with CUPTI was "
+                                "not found at build time); rebuild with CUDA in /usr/local/cuda"));
+#endif
+    };
+  });
+}
+
+}  // namespace detrace::cli

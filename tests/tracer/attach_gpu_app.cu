@@ -1,0 +1,84 @@
+// A CUDA program the GPU attach test drives line by line on stdin (the GPU twin of control_app.cc).
+// Each phase launches its own kernel, so the trace shows which phases were recorded. Commands,
+// each answered with one line:
+//   launch P N     N launches of kernel P (a..e), then a device synchronize   -> "ok"
+//   time N         N launches of tiny_kernel in batches of 256 (fewer than the launch queue holds,
+//                  so the GPU never throttles the loop); prints "ns <T>", T the time spent in the
+//                  launch calls only (the CPU cost a tracer adds), synchronising between batches
+//   reset-exit     cudaDeviceReset() then _exit(0): no atexit, only context teardown commits
+//   exit           normal exit
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include <unistd.h>
+
+__global__ void phase_a_kernel(int* x) { x[0] += 1; }
+__global__ void phase_b_kernel(int* x) { x[0] += 2; }
+__global__ void phase_c_kernel(int* x) { x[0] += 3; }
+__global__ void phase_d_kernel(int* x) { x[0] += 4; }
+__global__ void phase_e_kernel(int* x) { x[0] += 5; }
+__global__ void tiny_kernel(int* x) { x[1] += 1; }
+
+int main() {
+  int* x = nullptr;
+  if (cudaMalloc(&x, 2 * sizeof(int)) != cudaSuccess) {
+    std::printf("cuda init failed\n");
+    return 1;
+  }
+  std::printf("ready %d\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+  std::string cmd;
+  while (std::cin >> cmd) {
+    if (cmd == "launch") {
+      char phase = 'a';
+      int n = 0;
+      std::cin >> phase >> n;
+      for (int i = 0; i < n; ++i) {
+        switch (phase) {
+          case 'a':
+            phase_a_kernel<<<1, 1>>>(x);
+            break;
+          case 'b':
+            phase_b_kernel<<<1, 1>>>(x);
+            break;
+          case 'c':
+            phase_c_kernel<<<1, 1>>>(x);
+            break;
+          case 'd':
+            phase_d_kernel<<<1, 1>>>(x);
+            break;
+          default:
+            phase_e_kernel<<<1, 1>>>(x);
+            break;
+        }
+      }
+      std::printf(cudaDeviceSynchronize() == cudaSuccess ? "ok\n" : "failed\n");
+    } else if (cmd == "time") {
+      int n = 0;
+      std::cin >> n;
+      std::chrono::nanoseconds total{0};
+      for (int done = 0; done < n; done += 256) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 256 && done + i < n; ++i) tiny_kernel<<<1, 1>>>(x);
+        total += std::chrono::steady_clock::now() - t0;
+        cudaDeviceSynchronize();
+      }
+      std::printf("ns %lld\n", static_cast<long long>(total.count()));
+    } else if (cmd == "reset-exit") {
+      cudaDeviceReset();
+      _exit(0);
+    } else if (cmd == "exit") {
+      break;
+    } else {
+      std::printf("unknown command\n");
+    }
+    std::fflush(stdout);
+  }
+  cudaFree(x);
+  return 0;
+}

@@ -1,0 +1,95 @@
+// A fake-NCCL program that a test drives line by line on stdin, for the control (attach) and
+// signal tests. Linked against fake_nccl, it runs anywhere; the tests run it with the real
+// tracer preloaded. It opens a 4-rank communicator as rank 0, prints "ready <pid>", then answers
+// each command with one line:
+//   call N        one ncclAllReduce of N elements (N identifies the call in the trace)  -> "ok"
+//   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
+//   exit          returns from main (normal exit: atexit handlers run)
+// With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
+// "sigint" and the program goes on. With its SIGTERM handler, a SIGTERM prints "term" and exits 0.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <nccl.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+namespace {
+
+volatile sig_atomic_t g_sigint = 0;
+volatile sig_atomic_t g_sigterm = 0;
+
+void onSigint(int) { g_sigint = 1; }
+void onSigterm(int) { g_sigterm = 1; }
+
+void install(int sig, void (*handler)(int)) {
+  struct sigaction sa {};
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: the blocking read below returns EINTR
+  sigaction(sig, &sa, nullptr);
+}
+
+void say(const char* line) {
+  std::printf("%s\n", line);
+  std::fflush(stdout);
+}
+
+// One line from stdin (without the newline); false at EOF. Reports signals as they arrive.
+bool readLine(std::string& line) {
+  line.clear();
+  for (;;) {
+    if (g_sigint) {
+      g_sigint = 0;
+      say("sigint");
+    }
+    if (g_sigterm) {
+      say("term");
+      std::exit(0);
+    }
+    char c;
+    ssize_t n = read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return !line.empty();
+    if (c == '\n') return true;
+    line += c;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--own-sigint") == 0) install(SIGINT, onSigint);
+  ncclUniqueId id;
+  ncclComm_t comm = nullptr;
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 4, id, 0) != ncclSuccess) {
+    say("nccl init failed");
+    return 1;
+  }
+  std::printf("ready %d\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+  auto* stream = reinterpret_cast<cudaStream_t>(0x1234);
+  static char buf[64];
+  std::string line;
+  while (readLine(line)) {
+    if (line.rfind("call ", 0) == 0) {
+      size_t count = std::strtoull(line.c_str() + 5, nullptr, 10);
+      say(ncclAllReduce(buf, buf + 8, count, ncclFloat32, ncclSum, comm, stream) == ncclSuccess
+              ? "ok"
+              : "failed");
+    } else if (line == "handle-term") {
+      install(SIGTERM, onSigterm);
+      say("ok");
+    } else if (line == "exit") {
+      break;
+    } else {
+      say("unknown command");
+    }
+  }
+  ncclCommDestroy(comm);
+  return 0;
+}

@@ -1,0 +1,274 @@
+// The real tracer (libdetrace_tracer.so, LD_PRELOADed into a fake-NCCL program that the test drives
+// on stdin: tests/tracer/control_app.cc) switched by `detrace attach`, and committing its trace
+// when the program is signalled. No GPU: the recorded events are the program's ncclAllReduce
+// calls, each identified by its element count.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "detrace/db/reader.h"
+#include "detrace/tracer/control_protocol.h"
+
+#include "../db/test_util.h"
+#include "line_child.h"
+
+namespace detrace {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+std::string binDir() { return DETRACE_BINARY_DIR; }
+std::string detrace() { return binDir() + "/replay/detrace"; }
+
+struct Output {
+  int status;
+  std::string out;
+};
+
+Output sh(const std::string& cmd) {
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// control_app running under the tracer (with its sockets in a private temporary
+// XDG_RUNTIME_DIR), driven through its stdin and stdout.
+class TracedApp {
+ public:
+  TracedApp(const TempDir& tmp, bool paused, const std::vector<std::string>& args = {})
+      : run_(tmp.file("run")),
+        xdg_(tmp.file("xdg")),
+        child_(binDir() + "/tests/control_app", args, environment(paused)) {
+    std::string ready = child_.line();
+    EXPECT_EQ(ready, "ready " + std::to_string(child_.pid()));
+  }
+
+  std::string send(const std::string& cmd) { return child_.send(cmd); }
+  void call(int count) { EXPECT_EQ(send("call " + std::to_string(count)), "ok"); }
+  std::string line() { return child_.line(); }
+  int wait() { return child_.wait(); }
+
+  pid_t pid() const { return child_.pid(); }
+  const std::string& run() const { return run_; }
+  std::string trace() const { return run_ + "/proc-" + std::to_string(pid()) + ".dtrace"; }
+  std::string socket() const { return xdg_ + "/detrace/" + std::to_string(pid()) + ".sock"; }
+  std::string attach(const std::string& args) const { return detrace() + " attach " + args; }
+
+ private:
+  std::vector<std::string> environment(bool paused) {
+    fs::create_directories(run_);
+    fs::create_directories(xdg_);
+    fs::permissions(xdg_, fs::perms::owner_all);
+    std::string lib = binDir() + "/tracer/libdetrace_tracer.so";
+    std::vector<std::string> env = {"LD_PRELOAD=" + lib, "NCCL_PROFILER_PLUGIN=" + lib,
+                                    "DETRACE_OUT_DIR=" + run_, "XDG_RUNTIME_DIR=" + xdg_,
+                                    "PATH=/usr/bin:/bin"};
+    if (paused) env.push_back("DETRACE_PAUSED=1");
+    return env;
+  }
+
+  std::string run_, xdg_;
+  testing::LineChild child_;
+};
+
+// The element counts of the ncclAllReduce calls in a trace, in recorded order.
+std::vector<int64_t> recordedCounts(const std::string& trace) {
+  auto r = db::TraceReader::open(trace);
+  EXPECT_TRUE(r.isOk()) << r.status().message();
+  if (!r.isOk()) return {};
+  auto colls = (*r)->collectives();
+  EXPECT_TRUE(colls.isOk());
+  std::vector<int64_t> counts;
+  for (const auto& [seq, c] : *colls) counts.push_back(c.count);
+  return counts;
+}
+
+// Their per-communicator sequence numbers (comm_seq), in recorded order.
+std::vector<int64_t> recordedSeqs(const std::string& trace) {
+  auto r = db::TraceReader::open(trace);
+  if (!r.isOk()) return {};
+  auto colls = (*r)->collectives();
+  EXPECT_TRUE(colls.isOk());
+  std::vector<int64_t> seqs;
+  if (colls.isOk()) {
+    for (const auto& [seq, c] : *colls) seqs.push_back(c.comm_seq);
+  }
+  return seqs;
+}
+
+TEST(Attach, PausedProcessRecordsOnlyWhileStarted) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  app.call(1);
+  app.call(2);
+  // Dormant: reachable, but no trace file until the first start.
+  EXPECT_FALSE(fs::exists(app.trace()));
+  EXPECT_TRUE(fs::exists(tracer::control::pointerPath(app.run(), app.pid())));
+  EXPECT_EQ(fs::status(app.socket()).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(fs::path(app.socket()).parent_path()).permissions() & fs::perms::all,
+            fs::perms::owner_all);
+
+  Output status = sh(app.attach(app.run() + " status --json"));
+  ASSERT_EQ(status.status, 0) << status.out;
+  auto j = nlohmann::json::parse(status.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << status.out;
+  ASSERT_EQ(j["processes"].size(), 1u) << status.out;
+  EXPECT_EQ(j["processes"][0].value("state", ""), "paused");
+  EXPECT_EQ(j["processes"][0].value("pid", 0), app.pid());
+
+  Output start = sh(app.attach(std::to_string(app.pid()) + " start"));
+  ASSERT_EQ(start.status, 0) << start.out;
+  EXPECT_NE(start.out.find("started: pid " + std::to_string(app.pid())), std::string::npos)
+      << start.out;
+  EXPECT_TRUE(fs::exists(app.trace())) << "the first start creates the file";
+  app.call(100);
+  app.call(101);
+  Output stop = sh(app.attach(app.run() + " stop"));
+  ASSERT_EQ(stop.status, 0) << stop.out;
+  // Stopped: committed and readable while the program runs on.
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{100, 101}));
+  app.call(200);
+  Output again = sh(app.attach(app.run() + " start --capture meta"));
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("capturing (meta)"), std::string::npos) << again.out;
+  Output twice = sh(app.attach(app.run() + " start --capture digest"));
+  EXPECT_EQ(twice.status, 2) << "changing the level while capturing is refused: " << twice.out;
+  EXPECT_NE(twice.out.find("stop first"), std::string::npos) << twice.out;
+  app.call(300);
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{100, 101, 300}));
+  EXPECT_EQ(recordedSeqs(app.trace()), (std::vector<int64_t>{2, 3, 5}))
+      << "calls made while paused still count: every rank numbers a collective alike";
+  EXPECT_FALSE(fs::exists(app.socket())) << "the socket goes at exit";
+  EXPECT_FALSE(fs::exists(tracer::control::pointerPath(app.run(), app.pid())));
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ((*r)->stats()->at("capture_starts"), 2);
+}
+
+TEST(Attach, WindowCountsFromTheStart) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  app.call(1);
+  Output start = sh(app.attach(std::to_string(app.pid()) + " start --window ops:1:3"));
+  ASSERT_EQ(start.status, 0) << start.out;
+  for (int c : {10, 11, 12, 13}) app.call(c);
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{11, 12}));
+  EXPECT_EQ(recordedSeqs(app.trace()), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(Attach, ErrorsSayWhatToDo) {
+  TempDir tmp;
+  Output bad = sh(detrace() + " attach 999999999 status");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("no process 999999999"), std::string::npos) << bad.out;
+  Output opt = sh(detrace() + " attach 1 stop --capture meta");
+  EXPECT_EQ(opt.status, 2);
+  EXPECT_NE(opt.out.find("go with start"), std::string::npos) << opt.out;
+  Output help = sh(detrace() + " attach --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("Examples:"), std::string::npos) << help.out;
+  Output paused_window =
+      sh(detrace() + " record --paused --window ops:0:1 -o " + tmp.file("r") + " -- /bin/true");
+  EXPECT_EQ(paused_window.status, 2);
+  EXPECT_NE(paused_window.out.find("attach RUN_DIR start --window"), std::string::npos)
+      << paused_window.out;
+
+  TracedApp app(tmp, /*paused=*/true);
+  app.call(1);
+  kill(app.pid(), SIGKILL);
+  app.wait();
+  Output dead = sh(app.attach(app.run() + " status"));
+  EXPECT_EQ(dead.status, 2);
+  EXPECT_NE(dead.out.find("has exited"), std::string::npos) << dead.out;
+}
+
+TEST(Record, PausedFlagReachesTheChildAndTheManifest) {
+  TempDir tmp;
+  Output o = sh(detrace() + " record --paused -o " + tmp.file("run") +
+                " -- /bin/sh -c 'echo \"[$DETRACE_PAUSED]\"'");
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("[1]"), std::string::npos) << o.out;
+  std::ifstream m(tmp.file("run") + "/manifest.json");
+  std::string manifest((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  EXPECT_NE(manifest.find("\"paused\""), std::string::npos) << manifest;
+}
+
+// ---------------------------------------------------------------- signals
+
+TEST(Signals, SigtermCommitsTheTraceAndTheProgramStillDiesOfIt) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false);
+  for (int c : {1, 2, 3, 4, 5}) app.call(c);
+  ASSERT_EQ(kill(app.pid(), SIGTERM), 0);
+  int status = app.wait();
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ(stats->count("tracer_library_ops"), 1u) << "the session was finished, not just cut off";
+  EXPECT_FALSE(fs::exists(app.socket()));
+}
+
+TEST(Signals, SigintChainsToTheProgramsOwnHandler) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {"--own-sigint"});
+  app.call(1);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "sigint") << "the program's handler ran";
+  app.call(2);  // and the program, and the recording, went on
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Signals, AHandlerTheProgramInstallsLaterWins) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false);
+  app.call(1);  // the tracer is recording (its handlers are in place)
+  EXPECT_EQ(app.send("handle-term"), "ok");
+  app.call(2);
+  ASSERT_EQ(kill(app.pid(), SIGTERM), 0);
+  EXPECT_EQ(app.line(), "term");
+  int status = app.wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the program's own exit path, untouched";
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Signals, SigtermWhilePausedLeavesNoTraceAndDies) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  app.call(1);
+  ASSERT_EQ(kill(app.pid(), SIGTERM), 0);
+  int status = app.wait();
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_FALSE(fs::exists(app.trace()));
+  EXPECT_FALSE(fs::exists(app.socket())) << "a paused process cleans up too";
+}
+
+}  // namespace
+}  // namespace detrace

@@ -1,0 +1,145 @@
+// The capture options (levels, --capture-ops, --capture-range, --window) and the recording
+// window's decisions, launch by launch.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "detrace/tracer/capture_policy.h"
+#include "detrace/tracer/window_gate.h"
+
+namespace detrace::tracer {
+namespace {
+
+TEST(CapturePolicy, ParsesRanges) {
+  auto r = parseIndexRange("3:7");
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->contains(2));
+  EXPECT_TRUE(r->contains(3));
+  EXPECT_TRUE(r->contains(6));
+  EXPECT_FALSE(r->contains(7));
+  auto open_end = parseIndexRange("5:");
+  ASSERT_TRUE(open_end.isOk());
+  EXPECT_TRUE(open_end->contains(1'000'000));
+  EXPECT_FALSE(open_end->contains(4));
+  auto single = parseIndexRange("9");
+  ASSERT_TRUE(single.isOk());
+  EXPECT_TRUE(single->contains(9));
+  EXPECT_FALSE(single->contains(10));
+  for (const char* bad : {"", ":", "a:b", "7:3", "3:3", "-1:4", "1:2:3"}) {
+    auto b = parseIndexRange(bad);
+    EXPECT_FALSE(b.isOk()) << bad;
+  }
+}
+
+TEST(CapturePolicy, ParsesOpFilters) {
+  auto all = parseOpFilter("");
+  ASSERT_TRUE(all.isOk());
+  EXPECT_TRUE(all->matches(true, "gemm"));
+  EXPECT_TRUE(all->matches(false, "AllReduce"));
+
+  auto gemms = parseOpFilter("gemm");
+  ASSERT_TRUE(gemms.isOk());
+  EXPECT_TRUE(gemms->matches(true, "gemm"));
+  EXPECT_FALSE(gemms->matches(false, "AllReduce"));
+
+  auto ar = parseOpFilter(" allreduce , ReduceScatter");
+  ASSERT_TRUE(ar.isOk());
+  EXPECT_TRUE(ar->matches(false, "AllReduce"));
+  EXPECT_TRUE(ar->matches(false, "ReduceScatter"));
+  EXPECT_FALSE(ar->matches(false, "AllGather"));
+  EXPECT_FALSE(ar->matches(true, "gemm"));
+
+  EXPECT_FALSE(parseOpFilter(" , ").isOk());
+}
+
+TEST(CapturePolicy, ParsesLevelsAndWindows) {
+  EXPECT_EQ(*parseCaptureLevel("full"), CaptureLevel::kFull);
+  EXPECT_FALSE(parseCaptureLevel("everything").isOk());
+  auto w = parseWindow("steps:2:4");
+  ASSERT_TRUE(w.isOk());
+  EXPECT_EQ(w->unit, RecordWindow::Unit::kSteps);
+  EXPECT_TRUE(w->range.contains(3));
+  EXPECT_EQ(parseWindow("")->unit, RecordWindow::Unit::kAll);
+  for (const char* bad : {"steps", "minutes:1:2", "ops:5:1", "launches:x"}) {
+    EXPECT_FALSE(parseWindow(bad).isOk()) << bad;
+  }
+}
+
+TEST(CapturePolicy, ReadsTheEnvironmentAndReportsBadValues) {
+  setenv("DETRACE_CAPTURE", "full", 1);
+  setenv("DETRACE_CAPTURE_OPS", "collective", 1);
+  setenv("DETRACE_CAPTURE_RANGE", "10:20", 1);
+  setenv("DETRACE_MAX_CAPTURE_BYTES", "not-a-number", 1);
+  setenv("DETRACE_WINDOW", "ops:0:100", 1);
+  std::vector<std::string> problems;
+  CapturePolicy p = CapturePolicy::fromEnvironment(problems);
+  for (const char* v : {"DETRACE_CAPTURE", "DETRACE_CAPTURE_OPS", "DETRACE_CAPTURE_RANGE",
+                        "DETRACE_MAX_CAPTURE_BYTES", "DETRACE_WINDOW"}) {
+    unsetenv(v);
+  }
+  EXPECT_EQ(p.level, CaptureLevel::kFull);
+  EXPECT_TRUE(p.capturesOp(12, false, "AllReduce"));
+  EXPECT_FALSE(p.capturesOp(12, true, "gemm"));
+  EXPECT_FALSE(p.capturesOp(20, false, "AllReduce"));
+  EXPECT_EQ(p.max_capture_bytes, kDefaultMaxCaptureBytes);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("DETRACE_MAX_CAPTURE_BYTES"), std::string::npos);
+  EXPECT_EQ(p.window.unit, RecordWindow::Unit::kOps);
+  EXPECT_TRUE(p.isStep("Step 3"));
+  EXPECT_FALSE(p.isStep("layer 3"));
+}
+
+TEST(WindowGate, RecordsEverythingWithoutAWindow) {
+  WindowGate g;
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(g.admitLaunch());
+  auto t0 = g.admitOp();
+  auto t1 = g.admitOp();
+  EXPECT_EQ(t0.index, 0);
+  EXPECT_EQ(t1.index, 1);
+  EXPECT_TRUE(t1.record);
+}
+
+TEST(WindowGate, LaunchWindowCountsEveryLaunch) {
+  WindowGate g(*parseWindow("launches:2:4"));
+  std::vector<bool> got;
+  for (int i = 0; i < 6; ++i) got.push_back(g.admitLaunch());
+  EXPECT_EQ(got, (std::vector<bool>{false, false, true, true, false, false}));
+}
+
+TEST(WindowGate, OpWindowKeepsTheOpsAndTheKernelsAfterThem) {
+  WindowGate g(*parseWindow("ops:1:2"));
+  EXPECT_FALSE(g.admitLaunch());        // before op 0
+  EXPECT_FALSE(g.admitOp().record);     // op 0
+  EXPECT_FALSE(g.admitLaunch());        // op 0's kernel
+  auto op1 = g.admitOp();               // op 1: in
+  EXPECT_EQ(op1.index, 1);
+  EXPECT_TRUE(op1.record);
+  EXPECT_TRUE(g.admitLaunch());         // op 1's kernel and those up to op 2
+  EXPECT_FALSE(g.admitOp().record);     // op 2
+  EXPECT_FALSE(g.admitLaunch());
+}
+
+TEST(WindowGate, StepWindowFollowsNvtxSteps) {
+  WindowGate g(*parseWindow("steps:1:2"));
+  // step 0, with a nested layer range
+  EXPECT_FALSE(g.notePush(true, 0));
+  EXPECT_FALSE(g.notePush(false, 1));
+  EXPECT_FALSE(g.admitLaunch());
+  EXPECT_FALSE(g.notePop(1));
+  EXPECT_FALSE(g.notePop(0));
+  // step 1: everything inside is recorded, the markers too
+  EXPECT_TRUE(g.notePush(true, 0));
+  EXPECT_TRUE(g.notePush(false, 1));
+  EXPECT_TRUE(g.admitLaunch());
+  EXPECT_TRUE(g.admitOp().record);
+  EXPECT_TRUE(g.notePop(1));
+  EXPECT_TRUE(g.notePop(0));
+  // between steps and in step 2: out
+  EXPECT_FALSE(g.admitLaunch());
+  EXPECT_FALSE(g.notePush(true, 0));
+  EXPECT_FALSE(g.admitLaunch());
+  EXPECT_EQ(g.steps(), 3);
+}
+
+}  // namespace
+}  // namespace detrace::tracer

@@ -1,0 +1,343 @@
+// `detrace attach` and signal commits without a GPU: the control protocol, the private socket
+// directory, the uid check, the socket server for real, the attach client, and the real tracer
+// (libdetrace_tracer.so preloaded into a fake-NCCL program, tests/tracer/control_app.cc) paused,
+// started, stopped and signalled.
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "detrace/db/reader.h"
+#include "detrace/tracer/attach.h"
+#include "detrace/tracer/control_protocol.h"
+#include "detrace/tracer/control_server.h"
+
+#include "../db/test_util.h"
+
+namespace detrace {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using tracer::ControlServer;
+using tracer::ControlServerOptions;
+namespace control = tracer::control;
+
+// ---------------------------------------------------------------- protocol
+
+TEST(ControlProtocol, RequestsRoundTrip) {
+  control::Request r;
+  r.verb = control::Verb::kStart;
+  r.capture = "meta";
+  r.window = "steps:0:3";
+  std::string line = control::formatRequest(r);
+  EXPECT_EQ(line, "start capture=meta window=steps:0:3\n");
+  auto back = control::parseRequest(line);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->verb, control::Verb::kStart);
+  EXPECT_EQ(back->capture, "meta");
+  EXPECT_EQ(back->window, "steps:0:3");
+  EXPECT_EQ(control::parseRequest("  status \r\n")->verb, control::Verb::kStatus);
+  EXPECT_EQ(control::parseRequest("stop")->verb, control::Verb::kStop);
+}
+
+TEST(ControlProtocol, BadRequestsSayWhatIsAccepted) {
+  auto unknown = control::parseRequest("pause");
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_NE(unknown.status().message().find("start, stop or status"), std::string::npos);
+  auto stop_with_option = control::parseRequest("stop capture=meta");
+  ASSERT_FALSE(stop_with_option.isOk());
+  EXPECT_NE(stop_with_option.status().message().find("go with start"), std::string::npos);
+  EXPECT_FALSE(control::parseRequest("start level=meta").isOk());
+  EXPECT_FALSE(control::parseRequest("start capture").isOk());
+  EXPECT_FALSE(control::parseRequest("start window=%4").isOk());
+  EXPECT_FALSE(control::parseRequest("").isOk());
+  EXPECT_FALSE(control::parseRequest(std::string(control::kMaxLineBytes + 1, 's')).isOk());
+}
+
+TEST(ControlProtocol, RepliesRoundTripWithAwkwardValues) {
+  control::Reply r;
+  r.set("pid", "41");
+  r.set("trace", "/tmp/my run/proc-41.dtrace");
+  r.set("window", "a=b%c");
+  r.set("pid", "42");  // replaces
+  std::string line = control::formatReply(r);
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  EXPECT_EQ(line.find(' ', 3), line.find(" trace="));  // the space in the path is encoded
+  auto back = control::parseReply(line);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back->ok);
+  EXPECT_EQ(back->get("pid"), "42");
+  EXPECT_EQ(back->get("trace"), "/tmp/my run/proc-41.dtrace");
+  EXPECT_EQ(back->get("window"), "a=b%c");
+  EXPECT_EQ(back->get("absent"), "");
+
+  auto err = control::parseReply(control::formatReply(control::Reply::failure("no\nway")));
+  ASSERT_TRUE(err.isOk());
+  EXPECT_FALSE(err->ok);
+  EXPECT_EQ(err->error, "no way");
+  EXPECT_FALSE(control::parseReply("HTTP/1.1 200 OK").isOk());
+}
+
+TEST(ControlProtocol, ValueEncoding) {
+  for (std::string v : {"", "plain-1.2:3/4,5+6@7_8", "sp ace", "%25", "\xff\x01=\n"}) {
+    auto back = control::decodeValue(control::encodeValue(v));
+    ASSERT_TRUE(back.isOk());
+    EXPECT_EQ(*back, v);
+  }
+  EXPECT_EQ(control::encodeValue("a b"), "a%20b");
+  EXPECT_FALSE(control::decodeValue("%zz").isOk());
+  EXPECT_FALSE(control::decodeValue("abc%2").isOk());
+}
+
+// ---------------------------------------------------------------- who may connect
+
+TEST(ControlAccess, OnlyTheProcesssOwnUserIsAllowed) {
+  EXPECT_TRUE(control::checkPeer(1000, 77, 1000).allowed);
+  control::PeerDecision other = control::checkPeer(1001, 77, 1000);
+  EXPECT_FALSE(other.allowed);
+  EXPECT_NE(other.reason.find("uid 1001"), std::string::npos) << other.reason;
+  EXPECT_NE(other.reason.find("pid 77"), std::string::npos) << other.reason;
+  EXPECT_NE(other.reason.find("uid 1000"), std::string::npos) << other.reason;
+  EXPECT_FALSE(control::checkPeer(0, 1, 1000).allowed) << "root is another user too";
+}
+
+TEST(ControlAccess, SocketDirectories) {
+  EXPECT_EQ(control::controlDirectory(1000, "/run/user/1000"), "/run/user/1000/detrace");
+  EXPECT_EQ(control::controlDirectory(1000, "/run/user/1000/"), "/run/user/1000/detrace");
+  EXPECT_EQ(control::controlDirectory(1000, nullptr), "/tmp/detrace-1000");
+  EXPECT_EQ(control::controlDirectory(1000, "relative"), "/tmp/detrace-1000");
+  EXPECT_EQ(control::controlDirectories(7, "/x").size(), 2u);
+  EXPECT_EQ(control::controlDirectories(7, nullptr).size(), 1u);
+  EXPECT_EQ(control::socketPath("/d", 41), "/d/41.sock");
+  EXPECT_EQ(control::pointerPath("/run", 41), "/run/proc-41.dtrace-control");
+  EXPECT_EQ(control::pidOfPointerName("proc-41.dtrace-control"), 41);
+  EXPECT_EQ(control::pidOfPointerName("proc-41.dtrace"), -1);
+  EXPECT_EQ(control::pidOfPointerName("proc-.dtrace-control"), -1);
+  EXPECT_EQ(control::pidOfPointerName("proc-4x.dtrace-control"), -1);
+}
+
+mode_t modeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_mode;
+}
+
+TEST(ControlAccess, PrivateDirectoryIsMadeAndChecked) {
+  TempDir tmp;
+  std::string dir = tmp.file("ctl");
+  mode_t old_umask = ::umask(0);  // a careless umask must not widen the directory
+  Status made = control::ensurePrivateDirectory(dir, ::geteuid());
+  ::umask(old_umask);
+  ASSERT_TRUE(made.isOk()) << made.message();
+  EXPECT_EQ(modeOf(dir) & 0777, 0700u);
+  EXPECT_TRUE(control::ensurePrivateDirectory(dir, ::geteuid()).isOk())
+      << "an existing one is fine";
+
+  Status wrong_owner = control::ensurePrivateDirectory(dir, ::geteuid() + 1);
+  EXPECT_FALSE(wrong_owner.isOk());
+  EXPECT_NE(wrong_owner.message().find("belongs to uid"), std::string::npos)
+      << wrong_owner.message();
+
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  Status open_dir = control::ensurePrivateDirectory(dir, ::geteuid());
+  EXPECT_FALSE(open_dir.isOk());
+  EXPECT_NE(open_dir.message().find("chmod 700"), std::string::npos) << open_dir.message();
+
+  std::string link = tmp.file("link");
+  ASSERT_EQ(::symlink(dir.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(control::ensurePrivateDirectory(link, ::geteuid()).isOk()) << "a symlink is refused";
+  std::ofstream(tmp.file("file")) << "x";
+  EXPECT_FALSE(control::ensurePrivateDirectory(tmp.file("file"), ::geteuid()).isOk());
+}
+
+// ---------------------------------------------------------------- the server, for real
+
+// Connects to a Unix socket, sends `line` and returns the reply line ("" if none).
+std::string talk(const std::string& path, const std::string& line) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  (void)::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
+  std::string reply;
+  char buf[256];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return reply;
+}
+
+struct ServerFixture {
+  TempDir tmp;
+  std::vector<control::Request> seen;
+  std::vector<std::string> log;
+  std::mutex mu;
+
+  ControlServerOptions options(uid_t allowed) {
+    ControlServerOptions o;
+    o.dir = tmp.file("ctl");
+    o.pid = 4242;
+    o.allowed_uid = allowed;
+    o.read_timeout_ms = 300;
+    o.handler = [this](const control::Request& r) {
+      std::lock_guard lk(mu);
+      seen.push_back(r);
+      control::Reply reply;
+      reply.set("protocol", "1");
+      reply.set("state", r.verb == control::Verb::kStart ? "capturing" : "paused");
+      return reply;
+    };
+    o.log = [this](const std::string& line) {
+      std::lock_guard lk(mu);
+      log.push_back(line);
+    };
+    return o;
+  }
+};
+
+TEST(ControlServer, ServesItsOwnUserWithA0600SocketInA0700Directory) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  const std::string path = (*server)->path();
+  EXPECT_EQ(path, f.tmp.file("ctl") + "/4242.sock");
+  EXPECT_TRUE(S_ISSOCK(modeOf(path)));
+  EXPECT_EQ(modeOf(path) & 0777, 0600u);
+  EXPECT_EQ(modeOf(f.tmp.file("ctl")) & 0777, 0700u);
+
+  auto reply = control::parseReply(talk(path, "start capture=meta\n"));
+  ASSERT_TRUE(reply.isOk());
+  EXPECT_TRUE(reply->ok);
+  EXPECT_EQ(reply->get("state"), "capturing");
+  auto bad = control::parseReply(talk(path, "frobnicate\n"));
+  ASSERT_TRUE(bad.isOk());
+  EXPECT_FALSE(bad->ok);
+  EXPECT_NE(bad->error.find("unknown action"), std::string::npos);
+
+  // A client that connects and says nothing is dropped after the read timeout; the next is served.
+  int idle = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(control::parseReply(talk(path, "status\n"))->get("state"), "paused");
+  ::close(idle);
+
+  {
+    std::lock_guard lk(f.mu);
+    ASSERT_EQ(f.seen.size(), 2u);
+    EXPECT_EQ(f.seen[0].capture, "meta");
+    EXPECT_TRUE(f.log.empty());
+  }
+  (*server)->stop();
+  EXPECT_FALSE(fs::exists(path)) << "stop removes the socket";
+}
+
+// The refusal path over a real socket: the server is told that only another uid may connect,
+// so this test's own connection is the "other user" (no root needed).
+TEST(ControlServer, RefusesOtherUsersAndLogsIt) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid() + 1));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  auto reply = control::parseReply(talk((*server)->path(), "start\n"));
+  ASSERT_TRUE(reply.isOk());
+  EXPECT_FALSE(reply->ok);
+  EXPECT_NE(reply->error.find("permission denied"), std::string::npos) << reply->error;
+  std::lock_guard lk(f.mu);
+  EXPECT_TRUE(f.seen.empty()) << "the handler never ran";
+  ASSERT_EQ(f.log.size(), 1u);
+  EXPECT_NE(f.log[0].find("refused a control connection"), std::string::npos) << f.log[0];
+  EXPECT_NE(f.log[0].find("pid " + std::to_string(getpid())), std::string::npos) << f.log[0];
+}
+
+TEST(ControlServer, ReplacesAStaleSocketButNotALiveOne) {
+  ServerFixture f;
+  ASSERT_TRUE(control::ensurePrivateDirectory(f.tmp.file("ctl"), ::geteuid()).isOk());
+  std::string path = f.tmp.file("ctl") + "/4242.sock";
+  {  // a socket file whose process is gone
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
+  }
+  auto first = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(first.isOk()) << first.status().message();
+  auto second = ControlServer::start(f.options(::geteuid()));
+  ASSERT_FALSE(second.isOk());
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+  EXPECT_TRUE(fs::exists(path)) << "the live server's socket is untouched";
+}
+
+// ---------------------------------------------------------------- the attach client
+
+TEST(AttachClient, ClearErrors) {
+  TempDir tmp;
+  auto gone = tracer::findAttachTargets("999999999");
+  ASSERT_FALSE(gone.isOk());
+  EXPECT_NE(gone.status().message().find("no process"), std::string::npos)
+      << gone.status().message();
+  auto neither = tracer::findAttachTargets(tmp.file("nope"));
+  ASSERT_FALSE(neither.isOk());
+  EXPECT_NE(neither.status().message().find("neither a process id nor a run directory"),
+            std::string::npos);
+  auto empty = tracer::findAttachTargets(tmp.path().string());
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("--paused"), std::string::npos)
+      << empty.status().message();
+  // This test process is not recorded: it has no DETRACE_OUT_DIR and no socket.
+  auto self = tracer::findAttachTargets(std::to_string(getpid()));
+  ASSERT_FALSE(self.isOk());
+  EXPECT_NE(self.status().message().find("not recorded by detrace"), std::string::npos)
+      << self.status().message();
+}
+
+TEST(AttachClient, TalksToAServerThroughARunDirectory) {
+  ServerFixture f;
+  auto opts = f.options(::geteuid());
+  opts.pid = getpid();  // the client checks that the pid is alive
+  auto server = ControlServer::start(opts);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  std::string run = f.tmp.file("run");
+  fs::create_directories(run);
+  std::ofstream(control::pointerPath(run, getpid())) << "socket=" << (*server)->path() << "\n";
+  std::ofstream(control::pointerPath(run, 999999999)) << "socket=/nonexistent.sock\n";
+  auto targets = tracer::findAttachTargets(run);
+  ASSERT_TRUE(targets.isOk()) << targets.status().message();
+  ASSERT_EQ(targets->live.size(), 1u);
+  EXPECT_EQ(targets->live[0].pid, getpid());
+  EXPECT_EQ(targets->exited, std::vector<pid_t>{999999999});
+  control::Request stop;
+  stop.verb = control::Verb::kStop;
+  auto reply = tracer::sendControlRequest(targets->live[0], stop);
+  ASSERT_TRUE(reply.isOk()) << reply.status().message();
+  EXPECT_TRUE(reply->ok);
+  (*server)->stop();
+  auto after = tracer::sendControlRequest(targets->live[0], stop);
+  ASSERT_FALSE(after.isOk());
+  EXPECT_NE(after.status().message().find("is gone"), std::string::npos)
+      << after.status().message();
+}
+
+}  // namespace
+}  // namespace detrace

@@ -1,0 +1,94 @@
+// A child process driven line by line: the test writes commands to its stdin and reads its answers
+// from its stdout (tests/tracer/control_app.cc, attach_gpu_app.cu). Header-only, for the tracer's
+// attach and signal tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace detrace::testing {
+
+class LineChild {
+ public:
+  // Starts `program` with `args` and exactly the environment `env` ("KEY=value" each).
+  LineChild(const std::string& program, const std::vector<std::string>& args,
+            const std::vector<std::string>& env) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
+    std::vector<std::string> argv = {program};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> envv = env;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      std::vector<char*> a, e;
+      for (auto& s : argv) a.push_back(s.data());
+      a.push_back(nullptr);
+      for (auto& s : envv) e.push_back(s.data());
+      e.push_back(nullptr);
+      execve(program.c_str(), a.data(), e.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~LineChild() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
+  }
+  LineChild(const LineChild&) = delete;
+  LineChild& operator=(const LineChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // Sends one command line and returns the answer line.
+  std::string send(const std::string& cmd) {
+    std::string l = cmd + "\n";
+    if (write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "<write failed>";
+    return line();
+  }
+  // Sends a line and expects no answer (the child exits).
+  void say(const std::string& cmd) {
+    std::string l = cmd + "\n";
+    (void)!write(to_, l.data(), l.size());
+  }
+  // The next line the child prints; "<timeout>" after `timeout_ms`, what was read at EOF.
+  std::string line(int timeout_ms = 20000) {
+    std::string l;
+    char c;
+    for (;;) {
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) return l + "<timeout>";
+      if (read(from_, &c, 1) != 1) return l;
+      if (c == '\n') return l;
+      l += c;
+    }
+  }
+  // Waits for the child to end; its wait status.
+  int wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  bool reaped_ = false;
+};
+
+}  // namespace detrace::testing

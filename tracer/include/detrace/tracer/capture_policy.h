@@ -1,0 +1,85 @@
+// What a recording captures and when: the capture level, which library ops get their operands
+// copied in `full` mode, and the recording window. Plain C++ (no CUDA): the launcher checks the
+// user's options with it and the tracer reads the same settings back from its environment.
+//
+//   --capture meta|digest|full       DETRACE_CAPTURE
+//   --capture-ops LIST               DETRACE_CAPTURE_OPS     gemm, collective, or op names
+//   --capture-range A:B              DETRACE_CAPTURE_RANGE   library-op indices A <= i < B
+//   --max-capture-bytes N            DETRACE_MAX_CAPTURE_BYTES
+//   --window UNIT:A:B                DETRACE_WINDOW          steps, ops or launches A <= i < B
+//
+// Library ops (GEMMs and collectives) are numbered per process from 0 in call order: that index
+// is the `op` column of `detrace info --ops` and the diff report's "library op #i". A step is an
+// NVTX range whose text starts with the step prefix ("step" unless DETRACE_STEP_PREFIX says
+// otherwise), numbered from 0 in the order they are pushed.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "detrace/base/status.h"
+
+namespace detrace::tracer {
+
+enum class CaptureLevel { kMeta, kDigest, kFull };
+
+// A half-open range of indices [begin, end).
+struct IndexRange {
+  int64_t begin = 0;
+  int64_t end = std::numeric_limits<int64_t>::max();
+  bool contains(int64_t i) const { return i >= begin && i < end; }
+  bool all() const { return begin == 0 && end == std::numeric_limits<int64_t>::max(); }
+};
+
+// "A:B", "A:" or ":B" (A <= i < B); also a single "A" (just index A).
+Result<IndexRange> parseIndexRange(const std::string& text);
+
+struct RecordWindow {
+  enum class Unit { kAll, kSteps, kOps, kLaunches };
+  Unit unit = Unit::kAll;
+  IndexRange range;
+};
+
+// "steps:A:B", "ops:A:B" or "launches:A:B" (the range as in parseIndexRange); "" = everything.
+Result<RecordWindow> parseWindow(const std::string& text);
+
+// Which library ops get their operands copied in full mode.
+struct OpFilter {
+  bool gemms = true;
+  bool collectives = true;
+  std::vector<std::string> names;  // lower-case substrings of the op's name; empty = any name
+  // `is_gemm`: the op is a GEMM (else a collective); `name`: "cublasLtMatmul", "AllReduce", ...
+  bool matches(bool is_gemm, const std::string& name) const;
+};
+
+// "gemm", "collective", op names ("AllReduce", "cublasLtMatmul"), comma-separated; "" = all.
+Result<OpFilter> parseOpFilter(const std::string& text);
+
+Result<CaptureLevel> parseCaptureLevel(const std::string& text);
+const char* captureLevelName(CaptureLevel level);
+
+inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
+
+struct CapturePolicy {
+  CaptureLevel level = CaptureLevel::kDigest;
+  OpFilter ops;
+  IndexRange op_range;
+  int64_t max_capture_bytes = kDefaultMaxCaptureBytes;
+  RecordWindow window;
+  std::string step_prefix = "step";
+
+  // Whether library op number `op_index` (a GEMM or a collective named `name`) gets copies.
+  bool capturesOp(int64_t op_index, bool is_gemm, const std::string& name) const {
+    return level == CaptureLevel::kFull && op_range.contains(op_index) && ops.matches(is_gemm, name);
+  }
+  // Whether `text` (an NVTX range's message) starts a step.
+  bool isStep(const char* text) const;
+
+  // Reads the DETRACE_* variables above. An invalid value is reported in `problems` (one line
+  // each) and replaced by its default, so the tracer can log it and go on.
+  static CapturePolicy fromEnvironment(std::vector<std::string>& problems);
+};
+
+}  // namespace detrace::tracer

@@ -1,0 +1,46 @@
+// WindowGate: decides, call by call, whether the tracer records it, for `--window`. It counts
+// every kernel launch (memcpy and memset included) and every library op (GEMM, collective) in call
+// order whether recorded or not, so indices mean the same in every run of a program, and it
+// follows NVTX step ranges. Lock-free; plain C++ so CPU tests drive it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "detrace/tracer/capture_policy.h"
+
+namespace detrace::tracer {
+
+class WindowGate {
+ public:
+  explicit WindowGate(RecordWindow window = {}) : window_(window) {}
+
+  bool windowed() const { return window_.unit != RecordWindow::Unit::kAll; }
+  // A launch is being made: whether to record it.
+  bool admitLaunch();
+  // A library op is being called: its index (counted from 0 in call order) and whether to record.
+  struct OpTicket {
+    int64_t index = 0;
+    bool record = true;
+  };
+  OpTicket admitOp();
+  // An NVTX range was pushed on a thread with `depth` ranges already open there; `is_step`: its
+  // text names a step. Returns whether to record the marker.
+  bool notePush(bool is_step, int depth);
+  // The range at `depth` (the count left open after the pop) was popped. Whether to record it.
+  bool notePop(int depth);
+  // Steps started so far.
+  int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+
+ private:
+  bool openForSteps() const;
+
+  RecordWindow window_;
+  std::atomic<int64_t> launches_{0};
+  std::atomic<int64_t> ops_{0};
+  std::atomic<int64_t> steps_{0};
+  std::atomic<int64_t> current_step_{-1};
+  std::atomic<int> step_depth_{-1};  // depth of the open step range; -1: between steps
+};
+
+}  // namespace detrace::tracer

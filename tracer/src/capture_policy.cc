@@ -1,0 +1,183 @@
+// See capture_policy.h.
+#include "detrace/tracer/capture_policy.h"
+
+#include <strings.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+namespace detrace::tracer {
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t");
+  size_t b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+bool parseIndex(const std::string& text, int64_t& out) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+}  // namespace
+
+Result<IndexRange> parseIndexRange(const std::string& raw) {
+  std::string text = trim(raw);
+  auto bad = [&] {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "'{}' is not a range: write A:B (A <= i < B), A: (from A), :B (before B) or A "
+                     "(just A), with non-negative integers",
+                     raw);
+  };
+  IndexRange r;
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    if (!parseIndex(text, r.begin)) return bad();
+    r.end = r.begin + 1;
+    return r;
+  }
+  std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+  if (a.empty() && b.empty()) return bad();
+  if (!a.empty() && !parseIndex(a, r.begin)) return bad();
+  if (!b.empty() && !parseIndex(b, r.end)) return bad();
+  if (r.end <= r.begin) {
+    return makeError(ErrorCode::kInvalidArgument, "the range '{}' is empty: its end must be after its start", raw);
+  }
+  return r;
+}
+
+Result<RecordWindow> parseWindow(const std::string& raw) {
+  RecordWindow w;
+  std::string text = trim(raw);
+  if (text.empty()) return w;
+  size_t colon = text.find(':');
+  std::string unit = lower(text.substr(0, colon));
+  if (unit == "steps" || unit == "step") {
+    w.unit = RecordWindow::Unit::kSteps;
+  } else if (unit == "ops" || unit == "op") {
+    w.unit = RecordWindow::Unit::kOps;
+  } else if (unit == "launches" || unit == "launch") {
+    w.unit = RecordWindow::Unit::kLaunches;
+  } else {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--window '{}': write steps:A:B (NVTX steps), ops:A:B (GEMMs and collectives) "
+                     "or launches:A:B (kernel launches and library calls), A <= i < B",
+                     raw);
+  }
+  if (colon == std::string::npos) {
+    return makeError(ErrorCode::kInvalidArgument, "--window '{}' has no range: e.g. {}:2:4", raw, unit);
+  }
+  auto range = parseIndexRange(text.substr(colon + 1));
+  if (!range.isOk()) {
+    return makeError(ErrorCode::kInvalidArgument, "--window: {}", range.status().message());
+  }
+  w.range = *range;
+  return w;
+}
+
+bool OpFilter::matches(bool is_gemm, const std::string& name) const {
+  if (is_gemm ? !gemms : !collectives) return false;
+  if (names.empty()) return true;
+  std::string n = lower(name);
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& want) { return n.find(want) != std::string::npos; });
+}
+
+Result<OpFilter> parseOpFilter(const std::string& text) {
+  OpFilter f;
+  if (trim(text).empty()) return f;
+  bool any_kind = false;
+  bool want_gemms = false, want_collectives = false;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = lower(trim(text.substr(start, comma - start)));
+    start = comma + 1;
+    if (item.empty()) continue;
+    if (item == "gemm" || item == "gemms") {
+      want_gemms = any_kind = true;
+    } else if (item == "collective" || item == "collectives" || item == "nccl") {
+      want_collectives = any_kind = true;
+    } else {
+      f.names.push_back(item);
+    }
+  }
+  if (any_kind) {
+    f.gemms = want_gemms;
+    f.collectives = want_collectives;
+  }
+  if (!any_kind && f.names.empty()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--capture-ops '{}' selects nothing: list gemm, collective or op names "
+                     "(AllReduce, cublasLtMatmul, ...), comma-separated",
+                     text);
+  }
+  return f;
+}
+
+Result<CaptureLevel> parseCaptureLevel(const std::string& text) {
+  if (text == "meta") return CaptureLevel::kMeta;
+  if (text == "digest") return CaptureLevel::kDigest;
+  if (text == "full") return CaptureLevel::kFull;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "--capture {}: use meta (launches and library calls), digest (plus GPU "
+                   "fingerprints) or full (plus copies of the selected operands, for replay)",
+                   text);
+}
+
+const char* captureLevelName(CaptureLevel level) {
+  switch (level) {
+    case CaptureLevel::kMeta: return "meta";
+    case CaptureLevel::kDigest: return "digest";
+    case CaptureLevel::kFull: return "full";
+  }
+  return "digest";
+}
+
+bool CapturePolicy::isStep(const char* text) const {
+  return text != nullptr && !step_prefix.empty() &&
+         strncasecmp(text, step_prefix.c_str(), step_prefix.size()) == 0;
+}
+
+CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems) {
+  CapturePolicy p;
+  auto note = [&](const Status& s) { problems.push_back(s.message()); };
+  if (const char* v = env("DETRACE_CAPTURE")) {
+    if (auto l = parseCaptureLevel(v); l.isOk()) p.level = *l; else note(l.status());
+  } else if (const char* d = env("DETRACE_DIGEST"); d && std::string(d) == "0") {
+    p.level = CaptureLevel::kMeta;
+  }
+  if (const char* v = env("DETRACE_CAPTURE_OPS")) {
+    if (auto f = parseOpFilter(v); f.isOk()) p.ops = *f; else note(f.status());
+  }
+  if (const char* v = env("DETRACE_CAPTURE_RANGE")) {
+    if (auto r = parseIndexRange(v); r.isOk()) p.op_range = *r; else note(r.status());
+  }
+  if (const char* v = env("DETRACE_MAX_CAPTURE_BYTES")) {
+    int64_t n = 0;
+    if (parseIndex(v, n)) p.max_capture_bytes = n;
+    else problems.push_back(std::string("DETRACE_MAX_CAPTURE_BYTES=") + v + " is not a byte count");
+  }
+  if (const char* v = env("DETRACE_WINDOW")) {
+    if (auto w = parseWindow(v); w.isOk()) p.window = *w; else note(w.status());
+  }
+  if (const char* v = env("DETRACE_STEP_PREFIX")) p.step_prefix = v;
+  return p;
+}
+
+}  // namespace detrace::tracer

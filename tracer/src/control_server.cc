@@ -1,0 +1,240 @@
+// ControlServer: the socket end of `detrace attach`. See control_server.h.
+#include "detrace/tracer/control_server.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "detrace/base/scoped.h"
+
+#include "log.h"
+
+namespace detrace::tracer {
+namespace {
+
+inline void closeFd(int fd) { ::close(fd); }
+using ScopedFd = ScopedResource<int, closeFd, -1>;
+
+int64_t monotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+Result<sockaddr_un> unixAddress(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "socket path {} is longer than {} bytes; set "
+                     "XDG_RUNTIME_DIR to a shorter directory",
+                     path, sizeof addr.sun_path - 1);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+// True if a live server answers at `path` (a socket file left by a dead process does not).
+bool someoneListens(const sockaddr_un& addr) {
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return false;
+  return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+// Sends all of `data`; never raises SIGPIPE.
+void sendAll(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+class ControlServer::Impl {
+ public:
+  ControlServerOptions opts;
+  std::string path;
+  ScopedFd listen_fd;
+  ScopedFd wake_rd, wake_wr;  // stop() writes a byte to end the thread's poll
+  std::thread thread;
+  std::atomic<bool> stopped{false};
+
+  void log(const std::string& line) const {
+    if (opts.log) {
+      opts.log(line);
+    } else {
+      logLine("%s", line.c_str());
+    }
+  }
+
+  Status bindSocket() {
+    DETRACE_ASSIGN_OR_RETURN(sockaddr_un addr, unixAddress(path));
+    listen_fd = ScopedFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!listen_fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode) || someoneListens(addr)) {
+        return makeError(ErrorCode::kIo, "{} is already in use", path);
+      }
+      ::unlink(path.c_str());  // left by a dead process that had our pid
+    }
+    if (::bind(listen_fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+      return makeError(ErrorCode::kIo, "cannot bind {}: {}", path, std::strerror(errno));
+    }
+    // The directory is already 0700; the socket itself is made 0600 before anyone may connect.
+    if (::chmod(path.c_str(), 0600) != 0 || ::listen(listen_fd.get(), 4) != 0) {
+      Status st2 = makeError(ErrorCode::kIo, "cannot set up {}: {}", path, std::strerror(errno));
+      ::unlink(path.c_str());
+      return st2;
+    }
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ::unlink(path.c_str());
+      return makeError(ErrorCode::kIo, "pipe: {}", std::strerror(errno));
+    }
+    wake_rd = ScopedFd(fds[0]);
+    wake_wr = ScopedFd(fds[1]);
+    return Status::ok();
+  }
+
+  // Reads one line (up to kMaxLineBytes) before the deadline; false on timeout, EOF or error.
+  bool readLine(int fd, std::string& line) const {
+    int64_t deadline = monotonicMs() + opts.read_timeout_ms;
+    char buf[512];
+    while (line.find('\n') == std::string::npos) {
+      if (line.size() > control::kMaxLineBytes) return false;
+      int64_t left = deadline - monotonicMs();
+      if (left <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(left));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return !line.empty();  // a last line without its newline still counts
+      line.append(buf, static_cast<size_t>(n));
+    }
+    line.resize(line.find('\n'));
+    return true;
+  }
+
+  void serve(int fd) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      log(std::string("control socket: cannot identify a client (SO_PEERCRED: ") +
+          std::strerror(errno) + "); refused");
+      return;
+    }
+    control::PeerDecision d = control::checkPeer(cred.uid, cred.pid, opts.allowed_uid);
+    if (!d.allowed) {
+      log("refused a control connection: " + d.reason);
+      sendAll(fd, control::formatReply(control::Reply::failure("permission denied: " + d.reason)));
+      return;
+    }
+    std::string line;
+    if (!readLine(fd, line)) return;
+    control::Reply reply;
+    auto request = control::parseRequest(line);
+    if (!request.isOk()) {
+      reply = control::Reply::failure(request.status().message());
+    } else {
+      try {
+        reply = opts.handler ? opts.handler(*request) : control::Reply::failure("no handler");
+      } catch (const std::exception& e) {
+        reply = control::Reply::failure(std::string("internal error: ") + e.what());
+      } catch (...) {
+        reply = control::Reply::failure("internal error");
+      }
+    }
+    sendAll(fd, control::formatReply(reply));
+  }
+
+  void loop() {
+    // The host's signals must go to the host's own threads, never to this one.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    while (!stopped.load(std::memory_order_acquire)) {
+      pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
+      int r = ::poll(p, 2, -1);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        log(std::string("control socket stopped: poll: ") + std::strerror(errno));
+        return;
+      }
+      if (p[1].revents != 0) return;
+      if ((p[0].revents & POLLIN) == 0) continue;
+      ScopedFd client(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!client) continue;
+      try {
+        serve(client.get());
+      } catch (...) {
+      }
+    }
+  }
+};
+
+ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlServer::~ControlServer() { stop(); }
+
+const std::string& ControlServer::path() const { return impl_->path; }
+
+Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(options);
+  DETRACE_RETURN_IF_ERROR(control::ensurePrivateDirectory(impl->opts.dir, ::geteuid()));
+  impl->path = control::socketPath(impl->opts.dir, impl->opts.pid);
+  DETRACE_RETURN_IF_ERROR(impl->bindSocket());
+  Impl* raw = impl.get();
+  try {
+    impl->thread = std::thread([raw] { raw->loop(); });
+  } catch (const std::exception& e) {
+    ::unlink(impl->path.c_str());
+    return makeError(ErrorCode::kInternal, "cannot start the control thread: {}", e.what());
+  }
+  return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
+}
+
+void ControlServer::stop() {
+  if (!impl_ || impl_->stopped.exchange(true)) return;
+  if (impl_->wake_wr) {
+    char b = 1;
+    ssize_t ignored = ::write(impl_->wake_wr.get(), &b, 1);
+    (void)ignored;
+  }
+  if (impl_->thread.joinable()) {
+    if (impl_->thread.get_id() == std::this_thread::get_id()) {
+      impl_->thread.detach();  // stopped from its own handler: the loop ends by itself
+    } else {
+      impl_->thread.join();
+    }
+  }
+  ::unlink(impl_->path.c_str());
+  impl_->listen_fd.reset();
+}
+
+void ControlServer::abandonAfterFork() {
+  if (!impl_) return;
+  impl_->stopped = true;
+  impl_->listen_fd.reset();
+  impl_->wake_rd.reset();
+  impl_->wake_wr.reset();
+}
+
+}  // namespace detrace::tracer

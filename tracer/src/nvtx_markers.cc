@@ -1,0 +1,90 @@
+// See nvtx_markers.h.
+#include "nvtx_markers.h"
+
+#include <generated_nvtx_meta.h>
+
+#include "log.h"
+#include "session.h"
+
+namespace detrace::tracer {
+namespace {
+
+thread_local int t_depth = 0;  // NVTX push/pop ranges open on this thread
+
+const char* messageOf(const nvtxEventAttributes_t* a) {
+  if (a == nullptr || a->messageType != NVTX_MESSAGE_TYPE_ASCII) return nullptr;
+  return a->message.ascii;
+}
+
+// Appends a marker in API order (between the launches around it).
+void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
+  Session& s = Session::get();
+  ReorderBuffer* buffer = s.buffer();
+  db::TraceWriter* w = s.writer();
+  if (buffer == nullptr || w == nullptr) return;
+  LibraryOp op;
+  op.event.kind = db::EventKind::kMarker;
+  op.event.cpu_ns = s.now();
+  op.event.name = w->intern(text != nullptr ? text : "");
+  op.detail = db::Marker{kind, db::kUnset, value};
+  buffer->addLibraryOp(op, 0, true);
+}
+
+void push(const char* text) {
+  Session& s = Session::get();
+  int depth = t_depth++;
+  if (s.gate().notePush(s.policy().isStep(text), depth)) {
+    recordMarker(db::MarkerKind::kRangeStart, text != nullptr ? text : "<unnamed range>", depth);
+  }
+}
+
+void pop() {
+  Session& s = Session::get();
+  if (t_depth > 0) --t_depth;
+  if (s.gate().notePop(t_depth)) recordMarker(db::MarkerKind::kRangeEnd, "", t_depth);
+}
+
+template <typename Params>
+const Params* paramsOf(const CUpti_NvtxData* d) {
+  return static_cast<const Params*>(d->functionParams);
+}
+
+}  // namespace
+
+void onNvtxCallback(CUpti_CallbackId cbid, const void* data) noexcept {
+  try {
+    const auto* d = static_cast<const CUpti_NvtxData*>(data);
+    if (d == nullptr || d->functionParams == nullptr || !Session::get().enabled()) return;
+    switch (cbid) {
+      case CUPTI_CBID_NVTX_nvtxRangePushA:
+        push(paramsOf<nvtxRangePushA_params>(d)->message);
+        break;
+      case CUPTI_CBID_NVTX_nvtxRangePushEx:
+        push(messageOf(paramsOf<nvtxRangePushEx_params>(d)->eventAttrib));
+        break;
+      case CUPTI_CBID_NVTX_nvtxDomainRangePushEx:
+        push(messageOf(paramsOf<nvtxDomainRangePushEx_params>(d)->core.eventAttrib));
+        break;
+      case CUPTI_CBID_NVTX_nvtxRangePop:
+      case CUPTI_CBID_NVTX_nvtxDomainRangePop:
+        pop();
+        break;
+      case CUPTI_CBID_NVTX_nvtxMarkA:
+        recordMarker(db::MarkerKind::kInstant, paramsOf<nvtxMarkA_params>(d)->message, db::kUnset);
+        break;
+      case CUPTI_CBID_NVTX_nvtxMarkEx:
+        recordMarker(db::MarkerKind::kInstant, messageOf(paramsOf<nvtxMarkEx_params>(d)->eventAttrib), db::kUnset);
+        break;
+      case CUPTI_CBID_NVTX_nvtxDomainMarkEx:
+        recordMarker(db::MarkerKind::kInstant,
+                     messageOf(paramsOf<nvtxDomainMarkEx_params>(d)->core.eventAttrib), db::kUnset);
+        break;
+      default:
+        break;
+    }
+  } catch (...) {
+    Session::get().fail("recording an NVTX range");
+  }
+}
+
+}  // namespace detrace::tracer

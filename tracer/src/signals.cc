@@ -1,0 +1,208 @@
+// Committing the trace on SIGTERM, SIGINT and SIGHUP. See signals.h for the design.
+//
+// Everything the handler touches is async-signal-safe: lock-free atomics, getpid, write,
+// sigaction, raise and the program's own handler.
+#include "signals.h"
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "session.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP};
+constexpr size_t kCount = std::size(kSignals);
+constexpr int kCommitOnly = 0x100;  // or'ed into the signal number sent through the pipe
+constexpr auto kFinishTimeout = std::chrono::seconds(5);
+
+struct sigaction g_old[kCount];  // the program's actions, saved at install
+std::atomic<int> g_pipe_wr{-1};  // the thread's pipe (write end)
+std::atomic<pid_t> g_owner{0};   // the process whose thread reads that pipe
+std::atomic<bool> g_terminating{false};
+std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
+bool g_installed = false;
+
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "the signal handler needs lock-free atomics");
+
+int indexOf(int sig) {
+  for (size_t i = 0; i < kCount; ++i) {
+    if (kSignals[i] == sig) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool isDefault(const struct sigaction& a) {
+  return (a.sa_flags & SA_SIGINFO) == 0 && a.sa_handler == SIG_DFL;
+}
+
+// Async-signal-safe: let the signal take its default action (terminate) once this handler
+// returns (the signal is blocked while its handler runs) or, on the flush thread, at once.
+void dieBySignal(int sig) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  raise(sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+}
+
+bool notifyThread(int value) {
+  int fd = g_pipe_wr.load(std::memory_order_acquire);
+  if (fd < 0 || g_owner.load(std::memory_order_acquire) != getpid()) return false;
+  return write(fd, &value, sizeof value) == static_cast<ssize_t>(sizeof value);
+}
+
+void onSignal(int sig, siginfo_t* info, void* context) {
+  int saved_errno = errno;
+  int i = indexOf(sig);
+  if (i < 0) return;
+  const struct sigaction& old = g_old[i];
+  if (isDefault(old)) {
+    // The program would die now. Let the flush thread finish the trace first; a second signal,
+    // or no thread to do it (a forked child), and it dies at once.
+    if (g_terminating.exchange(true) || !notifyThread(sig)) dieBySignal(sig);
+  } else if (old.sa_handler != SIG_IGN || (old.sa_flags & SA_SIGINFO) != 0) {
+    // The program's own handler decides what happens; commit what we have meanwhile.
+    notifyThread(sig | kCommitOnly);
+    if ((old.sa_flags & SA_SIGINFO) != 0) {
+      old.sa_sigaction(sig, info, context);
+    } else {
+      old.sa_handler(sig);
+    }
+  }
+  errno = saved_errno;
+}
+
+// Finishes the session, waiting at most kFinishTimeout (a wedged writer must not keep a process
+// that was told to die alive).
+void finishBounded() {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread worker([shared] {
+    try {
+      Session::get().finish();
+    } catch (...) {
+    }
+    std::lock_guard lk(shared->mu);
+    shared->done = true;
+    shared->cv.notify_all();
+  });
+  std::unique_lock lk(shared->mu);
+  if (shared->cv.wait_for(lk, kFinishTimeout, [&] { return shared->done; })) {
+    lk.unlock();
+    worker.join();
+  } else {
+    logLine("the trace was not finished within %lld s of the signal; ending the program anyway",
+            static_cast<long long>(kFinishTimeout.count()));
+    worker.detach();
+  }
+}
+
+void flushLoop(int rd) {
+  for (;;) {
+    int value = 0;
+    ssize_t n = read(rd, &value, sizeof value);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof value)) return;
+    if ((value & kCommitOnly) != 0) {
+      Session::get().commit();
+      continue;
+    }
+    int sig = value & 0xff;
+    finishBounded();
+    dieBySignal(sig);
+    return;  // not reached: the default action of sig terminates the process
+  }
+}
+
+// A pipe and the thread that reads it (created with every signal blocked).
+bool armThread() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return false;
+  int flags = fcntl(fds[1], F_GETFL);
+  fcntl(fds[1], F_SETFL, flags | O_NONBLOCK);  // the handler must never block on a full pipe
+  bool ok = true;
+  try {
+    SignalsBlockedScope blocked;
+    std::thread(flushLoop, fds[0]).detach();
+  } catch (...) {
+    ok = false;
+  }
+  if (!ok) {
+    close(fds[0]);
+    close(fds[1]);
+    return false;
+  }
+  g_owner.store(getpid(), std::memory_order_release);
+  g_pipe_wr.store(fds[1], std::memory_order_release);
+  return true;
+}
+
+void installHandlers() {
+  for (size_t i = 0; i < kCount; ++i) {
+    struct sigaction old {};
+    if (sigaction(kSignals[i], nullptr, &old) != 0) continue;
+    bool ignored = (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_IGN;
+    if (ignored) continue;  // the program ignores it: nothing to commit for
+    g_old[i] = old;
+    struct sigaction sa {};
+    sa.sa_sigaction = onSignal;
+    sa.sa_mask = old.sa_mask;
+    // Keep the program's restart semantics (an interpreter may rely on EINTR to see its signal).
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sa.sa_flags |= isDefault(old) ? SA_RESTART : (old.sa_flags & (SA_RESTART | SA_NODEFER));
+    (void)sigaction(kSignals[i], &sa, nullptr);
+  }
+}
+
+}  // namespace
+
+void installSignalHandlers() noexcept {
+  try {
+    std::lock_guard lk(*g_mu);
+    if (g_owner.load() == getpid()) return;
+    if (!armThread()) {
+      logLine(
+          "cannot commit the trace on SIGTERM/SIGINT (no flush thread); a signal may lose the "
+          "last ~100 ms of events");
+      return;
+    }
+    if (!g_installed) {  // once per address space: a forked child keeps the saved actions
+      installHandlers();
+      g_installed = true;
+    }
+  } catch (...) {
+  }
+}
+
+void resetSignalsAfterFork() noexcept {
+  g_mu = new std::mutex;  // the parent's may have been held by a thread that is gone here
+  int fd = g_pipe_wr.exchange(-1);
+  if (fd >= 0) close(fd);  // the parent's pipe: a signal in the child must never reach it
+  g_owner.store(0);
+  g_terminating.store(false);
+}
+
+}  // namespace detrace::tracer

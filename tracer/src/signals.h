@@ -1,0 +1,52 @@
+// Committing the trace when the program is told to stop (SIGTERM, SIGINT, SIGHUP).
+//
+// Why: a program killed by a signal whose disposition is the default never runs atexit, so the
+// last ~100 ms of events (and every launch still waiting for its GPU record) would be lost.
+//
+// How, without breaking the program:
+//  - installSignalHandlers() runs when recording starts. For each signal it saves the program's
+//    current action; a signal the program ignores (SIG_IGN, e.g. SIGHUP under nohup) is left
+//    alone.
+//  - The handler does only async-signal-safe work: it writes the signal number to a pipe. A
+//    dedicated thread (all signals blocked) reads it and does the SQLite work, which may not run
+//    in a signal handler.
+//  - Program's action was the default (terminate): the thread finishes the session (the same as
+//    a normal exit), restores SIG_DFL and re-raises, so the process dies of the same signal with
+//    the same exit status. At most kFinishTimeout is spent; a second signal kills at once.
+//  - Program's action was its own handler (Python's SIGINT -> KeyboardInterrupt, an engine's
+//    graceful shutdown): the handler chains to it at once, in signal context, as the program
+//    expects, and the thread only commits (the recording goes on; the program's own exit path
+//    finishes it).
+//  - A program that installs its own handler later simply replaces ours: nothing of the program
+//    breaks; it then ends through its own exit path (atexit finishes the session).
+//  - After fork(), the child's handlers pass signals straight to the saved actions until its own
+//    recording starts and re-arms them (the parent's pipe is never written from the child).
+#pragma once
+
+#include <signal.h>
+
+namespace detrace::tracer {
+
+// Blocks every signal in the calling thread for its scope: a thread the tracer starts inside it
+// inherits that mask, so the host's signals always go to the host's own threads.
+class SignalsBlockedScope {
+ public:
+  SignalsBlockedScope() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &saved_);
+  }
+  ~SignalsBlockedScope() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  SignalsBlockedScope(const SignalsBlockedScope&) = delete;
+  SignalsBlockedScope& operator=(const SignalsBlockedScope&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
+// Installs the handlers and starts the thread; idempotent; never throws.
+void installSignalHandlers() noexcept;
+// In a forked child: forget the parent's pipe and thread (installSignalHandlers re-arms).
+void resetSignalsAfterFork() noexcept;
+
+}  // namespace detrace::tracer

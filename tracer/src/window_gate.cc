@@ -1,0 +1,55 @@
+// See window_gate.h.
+#include "detrace/tracer/window_gate.h"
+
+namespace detrace::tracer {
+
+bool WindowGate::openForSteps() const {
+  return step_depth_.load(std::memory_order_relaxed) >= 0 &&
+         window_.range.contains(current_step_.load(std::memory_order_relaxed));
+}
+
+bool WindowGate::admitLaunch() {
+  int64_t i = launches_.fetch_add(1, std::memory_order_relaxed);
+  switch (window_.unit) {
+    case RecordWindow::Unit::kAll: return true;
+    case RecordWindow::Unit::kLaunches: return window_.range.contains(i);
+    case RecordWindow::Unit::kOps: {
+      // Kernels between library ops: recorded while the op count is inside the range, so the
+      // kernels after op A-1 and up to op B-1's own kernels are in.
+      int64_t ops = ops_.load(std::memory_order_relaxed);
+      return ops > window_.range.begin && ops <= window_.range.end;
+    }
+    case RecordWindow::Unit::kSteps: return openForSteps();
+  }
+  return true;
+}
+
+WindowGate::OpTicket WindowGate::admitOp() {
+  OpTicket t;
+  t.index = ops_.fetch_add(1, std::memory_order_relaxed);
+  switch (window_.unit) {
+    case RecordWindow::Unit::kAll: t.record = true; break;
+    case RecordWindow::Unit::kOps: t.record = window_.range.contains(t.index); break;
+    case RecordWindow::Unit::kLaunches:
+      t.record = window_.range.contains(launches_.load(std::memory_order_relaxed));
+      break;
+    case RecordWindow::Unit::kSteps: t.record = openForSteps(); break;
+  }
+  return t;
+}
+
+bool WindowGate::notePush(bool is_step, int depth) {
+  if (is_step && step_depth_.load(std::memory_order_relaxed) < 0) {
+    current_step_.store(steps_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+    step_depth_.store(depth, std::memory_order_relaxed);
+  }
+  return window_.unit != RecordWindow::Unit::kSteps || openForSteps();
+}
+
+bool WindowGate::notePop(int depth) {
+  bool record = window_.unit != RecordWindow::Unit::kSteps || openForSteps();
+  if (step_depth_.load(std::memory_order_relaxed) == depth) step_depth_.store(-1, std::memory_order_relaxed);
+  return record;
+}
+
+}  // namespace detrace::tracer
