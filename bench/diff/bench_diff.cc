@@ -2,7 +2,9 @@
 // layer a norm kernel, 4 GEMMs with fingerprinted operands and their kernels, elementwise kernels,
 // an all-reduce with its kernel), identical except for one planted nondeterministic GEMM output
 // near the end. Times diffRuns (load, align, classify) over several trials and reports the median
-// and the process's peak RSS. Usage: bench_diff [events=1000000] [trials=3] [dir=/tmp]
+// and the process's peak RSS. Usage: bench_diff [events=1000000] [trials=3] [dir=/tmp] [keep]
+// With `keep`, the runs are written to DIR/bench_diff_EVENTS and kept, and reused when they exist
+// (for measuring repeatedly without writing them again).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -41,7 +43,6 @@ void writeRun(const std::string& dir, int64_t events, int64_t plant) {
   std::vector<int64_t> names;
   for (int i = 0; i < 40; ++i) names.push_back((*w)->intern(fmt::format("void elementwise_kernel_{}<bf16, 4>(float*, int)", i)));
   int64_t gemm_kernel = (*w)->intern("nvjet_sm90_tst_128x64_64x8_2x1_v_bz_TNT");
-  int64_t nccl_kernel = (*w)->intern("ncclDevKernel_AllReduce_Sum_bf16_RING_LL");
   int64_t api = (*w)->intern("cublasLtMatmul");
   int64_t stream = (*w)->stream(7, 0);
   uint64_t h = 42;
@@ -99,10 +100,14 @@ void writeRun(const std::string& dir, int64_t events, int64_t plant) {
 int main(int argc, char** argv) {
   int64_t events = argc > 1 ? std::stoll(argv[1]) : 1'000'000;
   int trials = argc > 2 ? std::stoi(argv[2]) : 3;
-  std::string base = fmt::format("{}/bench_diff_{}", argc > 3 ? argv[3] : "/tmp", getpid());
+  const bool keep = argc > 4 && std::string(argv[4]) == "keep";
+  std::string base = keep ? fmt::format("{}/bench_diff_{}", argc > 3 ? argv[3] : "/tmp", events)
+                          : fmt::format("{}/bench_diff_{}", argc > 3 ? argv[3] : "/tmp", getpid());
   int64_t gemms = events / 8;
-  writeRun(base + "/a", events, -1);
-  writeRun(base + "/b", events, gemms - gemms / 10);  // diverges 90% of the way in
+  if (!keep || !std::filesystem::exists(base + "/b")) {
+    writeRun(base + "/a", events, -1);
+    writeRun(base + "/b", events, gemms - gemms / 10);  // diverges 90% of the way in
+  }
   auto a = db::Run::open(base + "/a");
   auto b = db::Run::open(base + "/b");
   if (!a.isOk() || !b.isOk()) return 2;
@@ -118,7 +123,7 @@ int main(int argc, char** argv) {
     }
     first = d->ranks[0].first->a;
   }
-  std::filesystem::remove_all(base);
+  if (!keep) std::filesystem::remove_all(base);
   std::sort(seconds.begin(), seconds.end());
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);

@@ -1,8 +1,12 @@
 #include "detrace/replay/diff.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <set>
+#include <span>
 #include <thread>
+#include <tuple>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -12,14 +16,22 @@
 namespace detrace::replay {
 namespace {
 
-const OpRecord* opAt(const RankOps& ops, int64_t seq) {
-  if (seq < 0 || seq >= static_cast<int64_t>(ops.ops.size())) return nullptr;
-  const OpRecord& op = ops.ops[static_cast<size_t>(seq)];
-  return op.seq == seq ? &op : nullptr;
+const OpRecord* opAt(const RankOps& ops, int64_t seq) { return ops.at(seq); }
+
+std::string propagatedText() { return "propagated: its inputs already differed"; }
+
+// An op's fingerprints, or none.
+const OpExtra kNoFingerprints;
+const OpExtra& fingerprintsOf(const RankOps& r, const OpRecord& op) {
+  const OpExtra* x = r.extra(op);
+  return x != nullptr ? *x : kNoFingerprints;
 }
 
-PairStatus classify(const OpRecord& a, const OpRecord& b, bool diverged_before) {
-  if (a.choice != b.choice) return PairStatus::kKernelSelection;
+PairStatus classify(const RankOps& ra, const OpRecord& oa, const RankOps& rb, const OpRecord& ob,
+                    bool diverged_before) {
+  if (ra.choice(oa) != rb.choice(ob)) return PairStatus::kKernelSelection;
+  const OpExtra& a = fingerprintsOf(ra, oa);
+  const OpExtra& b = fingerprintsOf(rb, ob);
   bool inputs_known = a.has_inputs && b.has_inputs;
   bool outputs_known = a.has_outputs && b.has_outputs;
   bool outputs_differ = outputs_known && a.outputs != b.outputs;
@@ -34,26 +46,28 @@ PairStatus classify(const OpRecord& a, const OpRecord& b, bool diverged_before) 
 }
 
 // Every row fingerprint of the operand with fewer rows appears among the other's rows.
-bool rowsContained(const db::Operand& x, const db::Operand& y) {
-  const db::Operand& small = x.row_digests.size() <= y.row_digests.size() ? x : y;
-  const db::Operand& large = &small == &x ? y : x;
-  std::unordered_set<uint64_t> rows(large.row_digests.begin(), large.row_digests.end());
-  for (uint64_t d : small.row_digests) {
+bool rowsContained(std::span<const uint64_t> x, std::span<const uint64_t> y) {
+  std::span<const uint64_t> small = x.size() <= y.size() ? x : y;
+  std::span<const uint64_t> large = x.size() <= y.size() ? y : x;
+  std::unordered_set<uint64_t> rows(large.begin(), large.end());
+  for (uint64_t d : small) {
     if (!rows.count(d)) return false;
   }
   return true;
 }
 
 // Batch mode: compare the request's rows of operands in the same slot on both sides.
-PairStatus classifyBatch(const RankOps& ra, const OpRecord& a, const RankOps& rb, const OpRecord& b) {
+PairStatus classifyBatch(const RankOps& ra, const OpRecord& oa, const RankOps& rb, const OpRecord& ob) {
+  const OpExtra& a = fingerprintsOf(ra, oa);
+  const OpExtra& b = fingerprintsOf(rb, ob);
   bool have_in = false, have_out = false, in_match = true, out_match = true;
-  for (int32_t i = a.operands_begin; i < a.operands_end; ++i) {
-    const db::Operand& x = ra.operands[static_cast<size_t>(i)];
-    if (x.row_digests.empty()) continue;
-    for (int32_t j = b.operands_begin; j < b.operands_end; ++j) {
-      const db::Operand& y = rb.operands[static_cast<size_t>(j)];
-      if (y.slot != x.slot || y.row_digests.empty()) continue;
-      bool match = rowsContained(x, y);
+  for (int32_t i = a.rows_begin; i < a.rows_end; ++i) {
+    const RowOperand& x = ra.row_operands[static_cast<size_t>(i)];
+    if (x.end == x.begin) continue;
+    for (int32_t j = b.rows_begin; j < b.rows_end; ++j) {
+      const RowOperand& y = rb.row_operands[static_cast<size_t>(j)];
+      if (y.slot != x.slot || y.end == y.begin) continue;
+      bool match = rowsContained(ra.rows(x), rb.rows(y));
       if (x.role != db::OperandRole::kOutput) {
         have_in = true;
         in_match &= match;
@@ -65,7 +79,7 @@ PairStatus classifyBatch(const RankOps& ra, const OpRecord& a, const RankOps& rb
     }
   }
   if (!have_in || !have_out) {
-    return a.choice != b.choice ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+    return ra.choice(oa) != rb.choice(ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
   }
   if (!in_match) return PairStatus::kPropagated;
   return out_match ? PairStatus::kIdentical : PairStatus::kBatchVariant;
@@ -132,27 +146,30 @@ class RankDiffer {
     PairStatus status = PairStatus::kSchedule;
     const OpRecord* oa = ia >= 0 ? &a_.ops[static_cast<size_t>(ia)] : nullptr;
     const OpRecord* ob = ib >= 0 ? &b_.ops[static_cast<size_t>(ib)] : nullptr;
+    bool marker = (oa && oa->kind() == db::EventKind::kMarker) || (ob && ob->kind() == db::EventKind::kMarker);
     if (oa && ob) {
       // An inexact alignment paired unrelated ops by position: that is a schedule difference.
       if (oa->key != ob->key) {
         status = PairStatus::kSchedule;
+      } else if (marker) {
+        status = PairStatus::kIdentical;  // "step 3" and "step 4" are one family: positions, not ops
       } else if (batch_ && oa->anchor) {
         status = classifyBatch(a_, *oa, b_, *ob);
       } else if (batch_) {
         // Kernels carry no fingerprints: in batch mode their selection may differ legitimately.
-        status = oa->choice != ob->choice ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+        status = a_.choice(*oa) != b_.choice(*ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
       } else {
-        status = classify(*oa, *ob, out_.first.has_value());
+        status = classify(a_, *oa, b_, *ob, out_.first.has_value());
       }
     }
     ++out_.counts[status];
     if (status != PairStatus::kIdentical) {
-      PairDiff d{oa ? oa->seq : -1, ob ? ob->seq : -1, status, collectives_};
+      PairDiff d{ia, ib, status, collectives_};
       out_.differing.push_back(d);
       bool anchor = (oa && oa->anchor) || (ob && ob->anchor);
-      if (!out_.first && (!batch_ || anchor)) out_.first = d;
+      if (!out_.first && !marker && (!batch_ || anchor)) out_.first = d;
     }
-    if (oa && oa->kind == db::EventKind::kCollective) ++collectives_;
+    if (oa && oa->kind() == db::EventKind::kCollective) ++collectives_;
   }
 
   const RankOps& a_;
@@ -163,7 +180,7 @@ class RankDiffer {
 };
 
 // "algo 66 tile 27 split-K 1 ...", leaving out what the recorder did not know (-1).
-std::string gemmChoiceText(const db::Gemm& g) {
+std::string gemmChoiceText(const GemmInfo& g) {
   std::string out;
   auto add = [&](const char* label, int32_t v) {
     if (v >= 0) out += fmt::format("{}{} {}", out.empty() ? "" : " ", label, v);
@@ -185,21 +202,20 @@ std::string collectiveChoiceText(const RankOps& r, const db::Collective& c) {
 
 // What ran the op: kernel name, GEMM algorithm or NCCL algorithm/protocol/channels.
 std::string choiceText(const RankOps& r, const OpRecord& op) {
-  if (op.kind == db::EventKind::kGemm && op.detail >= 0) {
-    return gemmChoiceText(r.gemms[static_cast<size_t>(op.detail)].second);
-  }
-  if (op.kind == db::EventKind::kCollective && op.detail >= 0) {
-    return collectiveChoiceText(r, r.collectives[static_cast<size_t>(op.detail)].second);
-  }
+  if (const GemmInfo* g = r.gemm(op)) return gemmChoiceText(*g);
+  if (const db::Collective* c = r.collective(op)) return collectiveChoiceText(r, *c);
   return r.name(op.name);
 }
+
+// The seq of `op` in its RankOps (ops are stored at their sequence number).
+int64_t seqOf(const RankOps& r, const OpRecord& op) { return &op - r.ops.data(); }
 
 // The kernels an op launched (they follow it and name it as parent), as "k1, k2".
 std::string childKernels(const RankOps& r, int64_t seq) {
   std::string out;
   for (int64_t s = seq + 1; s < static_cast<int64_t>(r.ops.size()) && s <= seq + 64; ++s) {
     const OpRecord& op = r.ops[static_cast<size_t>(s)];
-    if (op.parent != seq || op.kind != db::EventKind::kKernel) continue;
+    if (op.parent != seq || op.kind() != db::EventKind::kKernel) continue;
     out += fmt::format("{}{}", out.empty() ? "" : ", ", shortKernelName(r.name(op.name), 90));
   }
   return out;
@@ -209,39 +225,61 @@ std::string childKernels(const RankOps& r, int64_t seq) {
 std::string ranText(const RankOps& a, const OpRecord& oa, const RankOps& b, const OpRecord& ob) {
   std::string ca = choiceText(a, oa), cb = choiceText(b, ob);
   if (ca != cb) return fmt::format("{} in A, {} in B", ca, cb);
-  std::string ka = childKernels(a, oa.seq), kb = childKernels(b, ob.seq);
+  std::string ka = childKernels(a, seqOf(a, oa)), kb = childKernels(b, seqOf(b, ob));
   if (ka != kb) return fmt::format("{} ran {} in A and {} in B", ca, ka, kb);
   return "";
 }
 
+
 // Collective identity across ranks: (communicator, sequence number).
-std::optional<std::pair<int64_t, int64_t>> collectiveId(const RankOps& r, const OpRecord* op) {
-  if (op == nullptr || op->kind != db::EventKind::kCollective || op->detail < 0) return std::nullopt;
-  const db::Collective& c = r.collectives[static_cast<size_t>(op->detail)].second;
-  return std::make_pair(c.comm_id, c.comm_seq);
+using CollectiveId = std::pair<int64_t, int64_t>;
+
+// What diffRuns keeps of a rank once its ops are dropped: the collectives among its differing
+// pairs (run A's side), for propagation across ranks.
+struct RankScratch {
+  std::vector<std::pair<size_t, CollectiveId>> differing_collectives;  // index into differing
+  bool first_is_collective = false;
+};
+
+RankScratch scratchOf(const RankOps& a, const RankDiff& rd) {
+  RankScratch s;
+  for (size_t i = 0; i < rd.differing.size(); ++i) {
+    const OpRecord* op = opAt(a, rd.differing[i].a);
+    if (op == nullptr) continue;
+    if (const db::Collective* c = a.collective(*op)) {
+      s.differing_collectives.emplace_back(i, CollectiveId{c->comm_id, c->comm_seq});
+    }
+  }
+  const OpRecord* first = rd.first ? opAt(a, rd.first->a) : nullptr;
+  s.first_is_collective = first != nullptr && first->kind() == db::EventKind::kCollective;
+  return s;
 }
 
 // A collective whose local inputs matched can still differ because another rank's inputs did.
-void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOps>& ops_a) {
-  std::set<std::pair<int64_t, int64_t>> fed_by_divergence;
+void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankScratch>& scratch) {
+  std::set<CollectiveId> fed_by_divergence;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    for (const PairDiff& d : ranks[r].differing) {
-      if (d.status != PairStatus::kPropagated) continue;
-      if (auto id = collectiveId(ops_a[r], opAt(ops_a[r], d.a))) fed_by_divergence.insert(*id);
+    for (const auto& [i, id] : scratch[r].differing_collectives) {
+      if (ranks[r].differing[i].status == PairStatus::kPropagated) fed_by_divergence.insert(id);
     }
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
-    for (PairDiff& d : ranks[r].differing) {
-      auto id = collectiveId(ops_a[r], opAt(ops_a[r], d.a));
-      if (d.status == PairStatus::kNondeterministic && id && fed_by_divergence.count(*id)) {
-        --ranks[r].counts[d.status];
+    RankDiff& rd = ranks[r];
+    for (const auto& [i, id] : scratch[r].differing_collectives) {
+      PairDiff& d = rd.differing[i];
+      if (d.status == PairStatus::kNondeterministic && fed_by_divergence.count(id)) {
+        --rd.counts[d.status];
         d.status = PairStatus::kPropagated;
-        ++ranks[r].counts[d.status];
+        ++rd.counts[d.status];
       }
     }
-    if (auto& first = ranks[r].first) {
-      for (const PairDiff& d : ranks[r].differing) {
-        if (d.a == first->a && d.b == first->b) first->status = d.status;
+    if (auto& first = rd.first) {
+      for (const PairDiff& d : rd.differing) {
+        if (d.a == first->a && d.b == first->b && first->status != d.status) {
+          // Only collectives change here, and a propagated collective needs no ops to explain.
+          first->status = d.status;
+          rd.why = propagatedText();
+        }
       }
     }
   }
@@ -252,7 +290,7 @@ void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankOp
 int64_t lastFingerprintedBefore(const RankOps& a, int64_t seq) {
   for (int64_t s = seq - 1; s >= 0; --s) {
     const OpRecord& op = a.ops[static_cast<size_t>(s)];
-    if (op.anchor && op.has_outputs) return s;
+    if (op.anchor && fingerprintsOf(a, op).has_outputs) return s;
   }
   return -1;
 }
@@ -264,7 +302,7 @@ std::string enteredThrough(const RankOps& a, int64_t seq) {
   for (int64_t s = from + 1; s < seq; ++s) {
     const OpRecord& op = a.ops[static_cast<size_t>(s)];
     // Kernels a fingerprinted op launched are covered by its output fingerprints.
-    if (op.kind != db::EventKind::kKernel || (from >= 0 && op.parent >= from)) continue;
+    if (op.kind() != db::EventKind::kKernel || (from >= 0 && op.parent >= from)) continue;
     ++kernels;
     const std::string& n = a.name(op.name);
     if (names.size() < 4 && std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -287,17 +325,17 @@ std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d, bool 
                          choiceText(a, *oa), choiceText(b, *ob));
     }
     case PairStatus::kNondeterministic:
-      return oa->has_inputs && ob->has_inputs
+      return fingerprintsOf(a, *oa).has_inputs && fingerprintsOf(b, *ob).has_inputs
                  ? "nondeterministic: identical input fingerprints, different output fingerprints"
                  : "outputs differ and nothing diverged before it on this rank (inputs not "
                    "fingerprinted)";
     case PairStatus::kPropagated:
       // The first divergence of a rank, in an op that is not a collective (which may carry another
       // rank's divergence): it came through the unfingerprinted kernels before it.
-      if (first && oa && oa->kind != db::EventKind::kCollective) {
+      if (first && oa && oa->kind() != db::EventKind::kCollective) {
         return "its inputs already differed" + enteredThrough(a, d.a);
       }
-      return "propagated: its inputs already differed";
+      return propagatedText();
     case PairStatus::kSchedule:
       return oa && ob ? "schedule difference: the runs' op sequences could not be aligned here"
                       : fmt::format("schedule or shape difference: this op exists only in run {}",
@@ -321,7 +359,7 @@ void addSelectionChanges(const RankOps& a, const RankOps& b, const RankDiff& rd,
     if (d.status != PairStatus::kKernelSelection) continue;
     const OpRecord* oa = opAt(a, d.a);
     const OpRecord* ob = opAt(b, d.b);
-    ++table[{static_cast<int>(oa->kind), choiceText(a, *oa), choiceText(b, *ob)}];
+    ++table[{static_cast<int>(oa->kind()), choiceText(a, *oa), choiceText(b, *ob)}];
   }
 }
 
@@ -347,8 +385,8 @@ BatchDim batchDimOf(const RankOps& a, const RankOps& b) {
   size_t n = std::min({a.gemms.size(), b.gemms.size(), size_t{256}});
   bool m_differs = false, n_differs = false;
   for (size_t i = 0; i < n; ++i) {
-    const db::Gemm& x = a.gemms[i].second;
-    const db::Gemm& y = b.gemms[i].second;
+    const GemmInfo& x = a.gemms[i];
+    const GemmInfo& y = b.gemms[i];
     if (x.k != y.k) return BatchDim::kNone;
     m_differs |= x.m != y.m;
     n_differs |= x.n != y.n;
@@ -360,19 +398,19 @@ BatchDim batchDimOf(const RankOps& a, const RankOps& b) {
 std::string describeOp(const RankOps& r, int64_t seq) {
   const OpRecord* op = opAt(r, seq);
   if (op == nullptr) return "(none)";
-  if (op->kind == db::EventKind::kGemm && op->detail >= 0) {
-    const db::Gemm& g = r.gemms[static_cast<size_t>(op->detail)].second;
+  if (const GemmInfo* gemm = r.gemm(*op)) {
+    const GemmInfo& g = *gemm;
     return fmt::format("GEMM {} m={} n={} k={} {}{} {} ({})", r.name(g.api), g.m, g.n, g.k,
                        g.trans_a ? "T" : "N", g.trans_b ? "T" : "N", db::dtypeName(g.a_dtype),
                        gemmChoiceText(g));
   }
-  if (op->kind == db::EventKind::kCollective && op->detail >= 0) {
-    const db::Collective& c = r.collectives[static_cast<size_t>(op->detail)].second;
+  if (const db::Collective* coll = r.collective(*op)) {
+    const db::Collective& c = *coll;
     return fmt::format("{} {} count={} {} rank {}/{} comm seq {} ({})", db::collOpName(c.op),
                        db::dtypeName(c.dtype), c.count, db::redOpName(c.redop), c.comm_rank,
                        c.comm_nranks, c.comm_seq, collectiveChoiceText(r, c));
   }
-  return fmt::format("{} {}", db::eventKindName(op->kind), shortKernelName(r.name(op->name)));
+  return fmt::format("{} {}", db::eventKindName(op->kind()), shortKernelName(r.name(op->name)));
 }
 
 std::string shortKernelName(const std::string& name, size_t max) {
@@ -400,14 +438,78 @@ namespace {
 // Loads one rank of both runs at once (each reader is its own connection, so two threads can).
 Result<std::pair<RankOps, RankOps>> loadBoth(db::TraceReader& ra, db::TraceReader& rb, int32_t rank,
                                              const KeyOptions& keys) {
+  std::mutex heavy;
   std::optional<Result<RankOps>> b;
-  std::thread other([&] { b.emplace(loadRankOps(rb, rank, keys)); });
-  Result<RankOps> a = loadRankOps(ra, rank, keys);
+  std::thread other([&] { b.emplace(loadRankOps(rb, rank, keys, {&heavy, /*operands_last=*/true})); });
+  Result<RankOps> a = loadRankOps(ra, rank, keys, {&heavy, /*operands_last=*/false});
   other.join();
   if (!a.isOk()) return a.status();
   if (!b->isOk()) return b->status();
   return std::make_pair(std::move(a).value(), std::move(*b).value());
 }
+}  // namespace
+
+namespace {
+
+// Everything the report says about a rank's first divergence, while its ops are loaded.
+void describeFirst(const RankOps& a, const RankOps& b, RankDiff& rd) {
+  if (!rd.first) return;
+  const PairDiff& f = *rd.first;
+  rd.first_a = f.a >= 0 ? describeOp(a, f.a) : "(absent)";
+  rd.first_b = f.b >= 0 ? describeOp(b, f.b) : "(absent)";
+  rd.why = explain(a, b, f, /*first=*/true);
+  const OpRecord* op = opAt(a, f.a);
+  if (f.status == PairStatus::kPropagated && op && op->kind() != db::EventKind::kCollective) {
+    rd.entered_after = lastFingerprintedBefore(a, f.a);
+  }
+  const RankOps& side = f.a >= 0 ? a : b;
+  int64_t seq = f.a >= 0 ? f.a : f.b;
+  rd.position = positionAt(side, seq);
+  rd.landmark = landmarkAt(side, seq);
+  if (f.a >= 0 && f.b >= 0) {
+    std::vector<std::string> in_b = positionAt(b, f.b);
+    if (in_b != rd.position) rd.position_b = std::move(in_b);
+  }
+}
+
+// The warnings a rank's alignment deserves.
+void alignmentWarnings(const RankDiff& rd, std::vector<std::string>& warnings) {
+  int64_t most = std::max(rd.anchors_a, rd.anchors_b);
+  if (most >= 4 && rd.anchors_matched * 2 < most) {
+    warnings.push_back(fmt::format(
+        "rank {}: only {} of {} library ops (GEMMs, collectives) align: these look like runs of "
+        "different programs or inputs, so the verdict below is weak",
+        rd.rank, rd.anchors_matched, most));
+  }
+  if (!rd.exact_alignment) {
+    warnings.push_back(fmt::format(
+        "rank {}: the runs differ too much to align exactly; parts were paired by position",
+        rd.rank));
+  }
+}
+
+// The rank where divergence began: the earliest divergence in causal order (fewest collectives
+// before it); on a tie, one that is not merely propagated, then the lowest rank. Among ties, a
+// divergence that arrived through a collective came from another rank.
+std::optional<int32_t> originOf(const std::vector<RankDiff>& ranks,
+                                const std::vector<RankScratch>& scratch) {
+  const RankDiff* best = nullptr;
+  std::tuple<int64_t, int, int32_t> best_key;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankDiff& rd = ranks[r];
+    if (!rd.first) continue;
+    bool propagated = rd.first->status == PairStatus::kPropagated;
+    bool via_collective = propagated && scratch[r].first_is_collective;
+    int rank_class = via_collective ? 2 : propagated ? 1 : 0;
+    auto key = std::make_tuple(rd.first->collectives_before, rank_class, rd.rank);
+    if (best == nullptr || key < best_key) {
+      best = &rd;
+      best_key = key;
+    }
+  }
+  return best ? std::optional<int32_t>(best->rank) : std::nullopt;
+}
+
 }  // namespace
 
 Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {
@@ -418,8 +520,10 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
                                        "ranks present in both are compared",
                                        run_a.worldSize(), run_b.worldSize()));
   }
-  std::vector<RankOps> ops_a, ops_b;
-  BatchDim batch_dim = BatchDim::kNone;
+  std::vector<RankScratch> scratch;
+  std::optional<KeyOptions> keys;  // decided on the first rank
+  bool fingerprinted_a = false, fingerprinted_b = false;
+  std::map<std::tuple<int, std::string, std::string>, int64_t> table;
   for (const db::RankFile& rf : run_a.ranks()) {
     if (only && rf.rank != *only) continue;
     if (run_b.findRank(rf.rank) == nullptr) {
@@ -428,22 +532,28 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     }
     DETRACE_ASSIGN_OR_RETURN(auto ra, run_a.openRank(rf.rank));
     DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rf.rank));
-    DETRACE_ASSIGN_OR_RETURN(auto pair, loadBoth(*ra, *rb, rf.rank, {}));
-    RankOps a = std::move(pair.first), b = std::move(pair.second);
-    if (ops_a.empty()) {
-      batch_dim = batchDimOf(a, b);
+    DETRACE_ASSIGN_OR_RETURN(auto pair, loadBoth(*ra, *rb, rf.rank, keys.value_or(KeyOptions{})));
+    if (!keys) {
+      BatchDim batch_dim = batchDimOf(pair.first, pair.second);
       out.batch_mode = options.batch.value_or(batch_dim != BatchDim::kNone);
       if (out.batch_mode && batch_dim == BatchDim::kNone) batch_dim = BatchDim::kM;  // forced on
+      keys = KeyOptions{};
+      if (out.batch_mode) {
+        // Reload with keys that leave out the token dimension, and with the rows.
+        keys = KeyOptions{.batch_dim = batch_dim, .rows = true};
+        pair = {};
+        DETRACE_ASSIGN_OR_RETURN(pair, loadBoth(*ra, *rb, rf.rank, *keys));
+      }
     }
-    if (out.batch_mode) {
-      // Reload with keys that leave out the token dimension.
-      DETRACE_ASSIGN_OR_RETURN(pair, loadBoth(*ra, *rb, rf.rank, {.batch_dim = batch_dim}));
-      a = std::move(pair.first);
-      b = std::move(pair.second);
-    }
-    out.ranks.push_back(diffRank(a, b, out.batch_mode));
-    ops_a.push_back(std::move(a));
-    ops_b.push_back(std::move(b));
+    const RankOps& a = pair.first;
+    const RankOps& b = pair.second;
+    RankDiff rd = diffRank(a, b, out.batch_mode);
+    fingerprinted_a |= a.fingerprinted;
+    fingerprinted_b |= b.fingerprinted;
+    describeFirst(a, b, rd);
+    addSelectionChanges(a, b, rd, table);
+    scratch.push_back(scratchOf(a, rd));
+    out.ranks.push_back(std::move(rd));
   }
   for (const db::RankFile& rf : run_b.ranks()) {
     if ((!only || rf.rank == *only) && run_a.findRank(rf.rank) == nullptr) {
@@ -453,72 +563,21 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   if (only && out.ranks.empty()) {
     return makeError(ErrorCode::kNotFound, "rank {} is not in both runs", *only);
   }
-  propagateAcrossRanks(out.ranks, ops_a);
-  auto fingerprinted = [](const std::vector<RankOps>& all) {
-    for (const RankOps& r : all) {
-      for (const db::Operand& o : r.operands) {
-        if (o.has_digest || !o.row_digests.empty()) return true;
-      }
-    }
-    return false;
-  };
-  for (auto [ops, label] : {std::pair{&ops_a, "A"}, std::pair{&ops_b, "B"}}) {
-    if (!ops->empty() && !fingerprinted(*ops)) {
+  propagateAcrossRanks(out.ranks, scratch);
+  for (auto [fingerprinted, label] : {std::pair{fingerprinted_a, "A"}, std::pair{fingerprinted_b, "B"}}) {
+    if (!out.ranks.empty() && !fingerprinted) {
       out.warnings.push_back(fmt::format(
           "run {} has no fingerprints: only kernel-selection and schedule differences can be "
           "found; record with fingerprints to find nondeterministic and batch-variant ops",
           label));
     }
   }
-  std::map<std::tuple<int, std::string, std::string>, int64_t> table;
-  for (size_t r = 0; r < out.ranks.size(); ++r) {
-    RankDiff& rd = out.ranks[r];
-    int64_t most = std::max(rd.anchors_a, rd.anchors_b);
-    if (most >= 4 && rd.anchors_matched * 2 < most) {
-      out.warnings.push_back(fmt::format(
-          "rank {}: only {} of {} library ops (GEMMs, collectives) align: these look like runs of "
-          "different programs or inputs, so the verdict below is weak",
-          rd.rank, rd.anchors_matched, most));
-    }
-    if (!rd.exact_alignment) {
-      out.warnings.push_back(fmt::format(
-          "rank {}: the runs differ too much to align exactly; parts were paired by position",
-          rd.rank));
-    }
-    if (rd.first) {
-      rd.first_a = rd.first->a >= 0 ? describeOp(ops_a[r], rd.first->a) : "(absent)";
-      rd.first_b = rd.first->b >= 0 ? describeOp(ops_b[r], rd.first->b) : "(absent)";
-      rd.why = explain(ops_a[r], ops_b[r], *rd.first, /*first=*/true);
-      const OpRecord* op = opAt(ops_a[r], rd.first->a);
-      if (rd.first->status == PairStatus::kPropagated && op && op->kind != db::EventKind::kCollective) {
-        rd.entered_after = lastFingerprintedBefore(ops_a[r], rd.first->a);
-      }
-    }
-    addSelectionChanges(ops_a[r], ops_b[r], rd, table);
-  }
+  for (const RankDiff& rd : out.ranks) alignmentWarnings(rd, out.warnings);
   for (const auto& [key, count] : table) {
     out.selection_changes.push_back(
         {static_cast<db::EventKind>(std::get<0>(key)), std::get<1>(key), std::get<2>(key), count});
   }
-  // Origin: the earliest divergence in causal order (fewest collectives before it); on a tie, one
-  // that is not merely propagated, then the lowest rank.
-  // Among ties, a divergence that arrived through a collective came from another rank.
-  const RankDiff* best = nullptr;
-  std::tuple<int64_t, int, int32_t> best_key;
-  for (size_t r = 0; r < out.ranks.size(); ++r) {
-    const RankDiff& rd = out.ranks[r];
-    if (!rd.first) continue;
-    const OpRecord* op = opAt(ops_a[r], rd.first->a);
-    bool via_collective = rd.first->status == PairStatus::kPropagated && op != nullptr &&
-                          op->kind == db::EventKind::kCollective;
-    int rank_class = via_collective ? 2 : rd.first->status == PairStatus::kPropagated ? 1 : 0;
-    auto key = std::make_tuple(rd.first->collectives_before, rank_class, rd.rank);
-    if (best == nullptr || key < best_key) {
-      best = &rd;
-      best_key = key;
-    }
-  }
-  if (best) out.origin_rank = best->rank;
+  out.origin_rank = originOf(out.ranks, scratch);
   return out;
 }
 

@@ -318,7 +318,7 @@ TEST(DiffBatch, FirstBatchVariantOpIsNamedWithTheKernelChoices) {
   for (size_t i = 1; i < r.differing.size(); ++i) EXPECT_EQ(r.differing[i].status, PairStatus::kPropagated);
   // Forcing batch mode off compares whole tensors: every GEMM differs in shape, so none align.
   auto whole = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()),
-                        {.batch = false});
+                        {.rank = std::nullopt, .batch = false});
   ASSERT_TRUE(whole.isOk());
   EXPECT_EQ(whole->ranks[0].first->status, PairStatus::kSchedule);
 }
@@ -393,7 +393,7 @@ TEST(DiffBadInput, DifferentProgramsMissingRanksAndNoFingerprintsAreSaid) {
   writeModel(e1.path().string(), 1, 8, rng.u64(), {});
   writeBatchModel(e2.path().string(), 8, 4, 0, -1, rng.u64());
   auto d3 = diffRuns(*db::Run::open(e1.path().string()), *db::Run::open(e2.path().string()),
-                     {.batch = false});
+                     {.rank = std::nullopt, .batch = false});
   ASSERT_TRUE(d3.isOk());
   std::string w3;
   for (const auto& x : d3->warnings) w3 += x + "\n";

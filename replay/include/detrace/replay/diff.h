@@ -65,6 +65,13 @@ struct RankDiff {
   // When divergence was already in `first`'s inputs: the last event before it whose outputs still
   // matched (-1 = the start); the kernels in between are the suspects.
   std::optional<int64_t> entered_after;
+  // Where `first` sits in the program: the NVTX ranges open around it in run A (in B if it is
+  // absent from A), outermost first, e.g. {"step 3", "layer 5"}; empty when the trace has no
+  // markers. position_b: the same in run B, only when it differs.
+  std::vector<std::string> position, position_b;
+  // A landmark that needs no markers, from the same side: "GEMM 6 of 40", "kernel after GEMM 6 of
+  // 40", "collective 2 of 8".
+  std::string landmark;
 };
 
 // One row of the kernel-selection table: what ran in A and in B for the same op, and how often.
@@ -90,14 +97,17 @@ struct DiffOptions {
 
 // Aligns and classifies one rank of two runs (loaded with KeyOptions::batch_dim set in batch mode).
 // In batch mode only library ops (whose rows are compared) can be where divergence begins; kernel
-// differences are expected between batch sizes and only feed the kernel-selection table.
+// differences are expected between batch sizes and only feed the kernel-selection table. Markers
+// (NVTX ranges) are aligned like kernels but never differ: a pair of markers is identical, and a
+// marker present in one run only counts as a schedule difference that cannot be `first`.
 RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch = false);
 
 // The token dimension if the runs look like one program at two batch sizes: their GEMMs have the
 // same k in the same order, and exactly one of m and n differs for some; kNone otherwise.
 BatchDim batchDimOf(const RankOps& a, const RankOps& b);
 
-// Diffs every rank present in both runs (or only options.rank).
+// Diffs every rank present in both runs (or only options.rank). Ranks are loaded, compared and
+// dropped one at a time, so memory follows the largest rank, not the world size.
 Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, const DiffOptions& options = {});
 
 // Many runs: groups them into classes of runs that diff as identical ("3 distinct behaviours over
