@@ -274,6 +274,77 @@ Status CublasLtGemm::gemmHeuristic(const GemmArgs& args, cudaStream_t stream) {
   return run(args, choice, ws > 0 ? workspace_.get() : nullptr, ws, stream);
 }
 
+Result<CublasLtGemm::Choice> CublasLtGemm::chooseGiven(const GemmArgs& args,
+                                                       const CublasLtAlgoInfo& config) {
+  Problem p;
+  DETRACE_RETURN_IF_ERROR(makeProblem(args.m, args.n, args.k, args.in_type, args.out_type, p));
+  const size_t ws = options_.heuristic_workspace_bytes;
+  auto fits = [&](const cublasLtMatmulAlgo_t& algo) {
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoCheck(handle_.get(), p.op.get(), p.a.get(), p.b.get(), p.d.get(),
+                                   p.d.get(), &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= ws;
+  };
+  // 1. The configuration as given (inner and cluster shape only when known, i.e. non-zero).
+  Choice choice;
+  DETRACE_CUBLASLT_CHECK(cublasLtMatmulAlgoInit(
+      handle_.get(), CUBLAS_COMPUTE_32F, CUDA_R_32F, cudaType(args.in_type), cudaType(args.in_type),
+      cudaType(args.out_type), cudaType(args.out_type), config.algo_id, &choice.algo));
+  auto set = [&](cublasLtMatmulAlgoConfigAttributes_t attr, const auto& value) {
+    return cublasLtMatmulAlgoConfigSetAttribute(&choice.algo, attr, &value, sizeof(value));
+  };
+  bool ok = set(CUBLASLT_ALGO_CONFIG_TILE_ID, config.tile_id) == CUBLAS_STATUS_SUCCESS &&
+            set(CUBLASLT_ALGO_CONFIG_STAGES_ID, config.stages_id) == CUBLAS_STATUS_SUCCESS &&
+            set(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, config.splitk_num) == CUBLAS_STATUS_SUCCESS &&
+            set(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, config.reduction_scheme) ==
+                CUBLAS_STATUS_SUCCESS &&
+            set(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, config.cta_swizzling) == CUBLAS_STATUS_SUCCESS &&
+            set(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, config.custom_option) == CUBLAS_STATUS_SUCCESS;
+  if (ok && config.inner_shape_id != 0) {
+    ok = set(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, config.inner_shape_id) == CUBLAS_STATUS_SUCCESS;
+  }
+  if (ok && config.cluster_shape_id != 0) {
+    ok = set(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, config.cluster_shape_id) == CUBLAS_STATUS_SUCCESS;
+  }
+  if (ok && fits(choice.algo)) {
+    DETRACE_ASSIGN_OR_RETURN(choice.info, describe(choice.algo, 0));
+    return choice;
+  }
+  // 2. Traces may lack the inner and cluster shape, without which Hopper kernels are rejected:
+  //    take the heuristic's candidate for this problem whose recorded fields all match.
+  Preference pref;
+  DETRACE_RETURN_IF_ERROR(makePreference(ws, static_cast<uint32_t>(alignmentOf(args)), pref));
+  std::array<cublasLtMatmulHeuristicResult_t, 64> results{};
+  int returned = 0;
+  DETRACE_CUBLASLT_CHECK(cublasLtMatmulAlgoGetHeuristic(
+      handle_.get(), p.op.get(), p.a.get(), p.b.get(), p.d.get(), p.d.get(), pref.get(),
+      static_cast<int>(results.size()), results.data(), &returned));
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    DETRACE_ASSIGN_OR_RETURN(CublasLtAlgoInfo info, describe(results[i].algo, results[i].workspaceSize));
+    if (info.algo_id == config.algo_id && info.tile_id == config.tile_id &&
+        info.stages_id == config.stages_id && info.splitk_num == config.splitk_num &&
+        info.reduction_scheme == config.reduction_scheme &&
+        info.cta_swizzling == config.cta_swizzling && info.custom_option == config.custom_option &&
+        fits(results[i].algo)) {
+      return Choice{results[i].algo, info};
+    }
+  }
+  return makeError(ErrorCode::kUnavailable,
+                   "cuBLASLt accepts no algorithm with the configuration {} for M = {}, N = {}, "
+                   "K = {} (as given, or among its {} heuristic candidates)",
+                   config.toString(), args.m, args.n, args.k, returned);
+}
+
+Status CublasLtGemm::gemmWithAlgo(const GemmArgs& args, const CublasLtAlgoInfo& config,
+                                  cudaStream_t stream) {
+  DETRACE_RETURN_IF_ERROR(validateGemm(args));
+  if (args.m == 0) return Status::ok();
+  DETRACE_ASSIGN_OR_RETURN(Choice choice, chooseGiven(args, config));
+  const size_t ws = options_.heuristic_workspace_bytes;
+  return run(args, choice, ws > 0 ? workspace_.get() : nullptr, ws, stream);
+}
+
 Result<CublasLtAlgoInfo> CublasLtGemm::pinnedAlgo(int64_t n, int64_t k, DType in,
                                                   DType out) {
   DETRACE_ASSIGN_OR_RETURN(Choice choice, choosePinned(n, k, in, out));

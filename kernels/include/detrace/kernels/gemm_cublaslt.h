@@ -73,6 +73,15 @@ class CublasLtGemm {
   // fixed shape, but NOT batch-invariant. Baseline only.
   Status gemmHeuristic(const GemmArgs& args, cudaStream_t stream);
 
+  // cuBLASLt with a caller-given algorithm (e.g. one recorded in a trace, for replay):
+  // `config.algo_id` initialised for this problem's types with its tile, stages, split-K,
+  // reduction scheme, CTA swizzling and custom option (inner and cluster shape when non-zero),
+  // checked with cublasLtMatmulAlgoCheck; when cuBLASLt rejects that (Hopper kernels need their
+  // cluster shape, which traces may lack), the first of cuBLASLt's heuristic candidates for this
+  // problem whose fields all match `config`. kUnavailable when neither exists or it needs more
+  // workspace than the heuristic's.
+  Status gemmWithAlgo(const GemmArgs& args, const CublasLtAlgoInfo& config, cudaStream_t stream);
+
   // The pinned algorithm for (N, K, types), choosing it now if needed.
   Result<CublasLtAlgoInfo> pinnedAlgo(int64_t n, int64_t k, DType in, DType out);
   // The algorithm gemmHeuristic uses for this shape and these pointers' alignment.
@@ -91,6 +100,7 @@ class CublasLtGemm {
   CublasLtGemm() = default;
   Result<Choice> choosePinned(int64_t n, int64_t k, DType in, DType out);
   Result<Choice> chooseHeuristic(const GemmArgs& args, int alignment);
+  Result<Choice> chooseGiven(const GemmArgs& args, const CublasLtAlgoInfo& config);
   Status run(const GemmArgs& args, const Choice& choice, void* workspace, size_t workspace_bytes,
              cudaStream_t stream);
 
