@@ -23,6 +23,9 @@ void addExportCommand(CLI::App& app, Runner& run);
 void addSchemaCommand(CLI::App& app, Runner& run);
 void addDiffCommand(CLI::App& app, Runner& run);
 void addRecordCommand(CLI::App& app, Runner& run);
+void addBisectCommand(CLI::App& app, Runner& run);
+void addReplayCommand(CLI::App& app, Runner& run);
+void addAttachCommand(CLI::App& app, Runner& run);
 
 // The command line as given (main sets it), for checks CLI11 cannot make (e.g. `--` present).
 const std::vector<std::string>& rawArgs();

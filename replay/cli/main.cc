@@ -29,7 +29,10 @@ int main(int argc, char** argv) {
       "manifest.json); every command that reads runs accepts such a directory or one .dtrace file.\n\n"
       "Examples:\n"
       "  detrace record -o runA -- ./app         record a program (no code change)\n"
+      "  detrace attach runA start|stop|status   switch recording in a running (--paused) program\n"
       "  detrace diff runA runB                  where and why two runs part\n"
+      "  detrace replay runA --event 41          re-execute an op with deterministic alternatives\n"
+      "  detrace bisect -- python app.py         record, diff, capture, replay: a verdict\n"
       "  detrace info runA                       summarise a run\n"
       "  detrace info runA --json                the same, for scripts\n"
       "  detrace export runA -o runA.json        open runA.json in ui.perfetto.dev\n"
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
   addExportCommand(app, run);
   addSchemaCommand(app, run);
   addRecordCommand(app, run);
+  addReplayCommand(app, run);
+  addBisectCommand(app, run);
+  addAttachCommand(app, run);
   g_raw_args.assign(argv, argv + argc);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,355 @@
+// See bisect.h.
+#include "detrace/replay/bisect.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace detrace::replay {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Quotes an argument for a shell command line shown to the user.
+std::string shellQuote(const std::string& a) {
+  if (!a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+                        std::string::npos) {
+    return a;
+  }
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string joinCommand(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args) s += (s.empty() ? "" : " ") + shellQuote(a);
+  return s;
+}
+
+// Runs argv with stdout and stderr to `log`; returns its exit status (128 + N for signal N).
+Result<int> runLogged(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return makeError(ErrorCode::kIo, "cannot run {}: {}", argv[0], std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return makeError(ErrorCode::kIo, "waiting for {}: {}", argv[0], std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+class Bisector {
+ public:
+  explicit Bisector(const BisectOptions& o) : o_(o) {}
+  Result<BisectResult> run();
+
+ private:
+  void say(const std::string& line) const {
+    if (o_.progress) o_.progress(line);
+  }
+  Result<std::string> record(const std::string& name, const std::vector<std::string>& command,
+                             const std::vector<std::string>& capture);
+  Status diffDigestRuns(const std::string& a, const std::string& b);
+  Status replaySuspect(const std::vector<std::string>& cmd_a, const std::vector<std::string>& cmd_b);
+  std::string verdict() const;
+
+  BisectOptions o_;
+  BisectResult r_;
+  std::string exe_;
+};
+
+Result<std::string> Bisector::record(const std::string& name, const std::vector<std::string>& command,
+                                     const std::vector<std::string>& capture) {
+  std::string dir = (fs::path(o_.workdir) / name).string();
+  std::vector<std::string> argv = {exe_, "record", "-o", dir, "--force"};
+  argv.insert(argv.end(), capture.begin(), capture.end());
+  argv.push_back("--");
+  argv.insert(argv.end(), command.begin(), command.end());
+  std::string shown = "detrace " + joinCommand(std::vector<std::string>(argv.begin() + 1, argv.end()));
+  say(fmt::format("recording {} ...", name));
+  auto t0 = Clock::now();
+  DETRACE_ASSIGN_OR_RETURN(int status, runLogged(argv, dir + ".log"));
+  BisectStep step{"record " + name, shown, since(t0), ""};
+  if (status != 0) {
+    step.outcome = fmt::format("failed with status {} (log: {}.log)", status, dir);
+    r_.steps.push_back(step);
+    return makeError(ErrorCode::kUnavailable, "recording {} failed with status {}; see {}.log", name, status, dir);
+  }
+  step.outcome = "recorded into " + dir;
+  r_.steps.push_back(step);
+  return dir;
+}
+
+Status Bisector::diffDigestRuns(const std::string& a, const std::string& b) {
+  say("diffing the two runs ...");
+  auto t0 = Clock::now();
+  DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(a));
+  DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(b));
+  DiffOptions d;
+  d.batch = o_.batch;
+  DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
+  BisectStep step{"diff", "detrace diff " + shellQuote(a) + " " + shellQuote(b), since(t0), ""};
+  r_.diverged = !diff.identical();
+  if (r_.diverged) {
+    r_.rank = *diff.origin_rank;
+    const RankDiff* rd = nullptr;
+    for (const RankDiff& x : diff.ranks) {
+      if (x.rank == r_.rank) rd = &x;
+    }
+    if (rd != nullptr && rd->first) {
+      r_.seq_a = rd->first->a;
+      r_.seq_b = rd->first->b;
+      r_.classification = pairStatusName(rd->first->status);
+      r_.suspect = rd->first_a.empty() ? rd->first_b : rd->first_a;
+      step.outcome = fmt::format("divergence begins on rank {} at {} ({})", r_.rank, r_.suspect, r_.classification);
+    }
+  } else {
+    step.outcome = "the runs are identical";
+  }
+  r_.diff = std::move(diff);
+  r_.steps.push_back(step);
+  return Status::ok();
+}
+
+// Re-records the suspect op with its operands captured (both programs for a batch pair) and
+// replays it.
+Status Bisector::replaySuspect(const std::vector<std::string>& cmd_a, const std::vector<std::string>& cmd_b) {
+  DETRACE_ASSIGN_OR_RETURN(db::Run digest_a, db::Run::open((fs::path(o_.workdir) / "digest-a").string()));
+  DETRACE_ASSIGN_OR_RETURN(db::Run digest_b, db::Run::open((fs::path(o_.workdir) / "digest-b").string()));
+  if (r_.seq_a < 0) return makeError(ErrorCode::kUnavailable, "the first divergence is absent from run A");
+  auto ia = libraryOpIndex(digest_a, r_.rank, r_.seq_a);
+  if (!ia.isOk()) return ia.status();
+  r_.op_index_a = *ia;
+  bool pair = !o_.command_b.empty() && r_.seq_b >= 0;
+  if (pair) {
+    DETRACE_ASSIGN_OR_RETURN(r_.op_index_b, libraryOpIndex(digest_b, r_.rank, r_.seq_b));
+  }
+  auto capture = [](int64_t index) {
+    return std::vector<std::string>{"--capture", "full", "--capture-range", std::to_string(index)};
+  };
+  DETRACE_ASSIGN_OR_RETURN(std::string full_a, record("full-a", cmd_a, capture(r_.op_index_a)));
+  std::string full_b;
+  if (pair) {
+    DETRACE_ASSIGN_OR_RETURN(full_b, record("full-b", cmd_b, capture(r_.op_index_b)));
+  }
+  DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(full_a));
+  DETRACE_ASSIGN_OR_RETURN(int64_t seq_a, libraryOpSeq(run_a, r_.rank, r_.op_index_a));
+  ReplayOptions ro;
+  ro.repeat = o_.repeat;
+  ro.allow_gpu = o_.allow_gpu;
+  say("replaying the suspect ...");
+  auto t0 = Clock::now();
+  if (pair) {
+    DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(full_b));
+    DETRACE_ASSIGN_OR_RETURN(int64_t seq_b, libraryOpSeq(run_b, r_.rank, r_.op_index_b));
+    DETRACE_ASSIGN_OR_RETURN(PairResult p, replayPair(run_a, {r_.rank, seq_a}, run_b, {r_.rank, seq_b}, ro));
+    std::vector<std::string> invariant;
+    for (const auto& i : p.impls) {
+      if (i.invariant()) invariant.push_back(i.name);
+    }
+    r_.steps.push_back({"replay (pair)",
+                        fmt::format("detrace replay {} --rank {} --event {} --pair {} --event-b {} --repeat {}",
+                                    shellQuote(full_a), r_.rank, seq_a, shellQuote(full_b), seq_b, o_.repeat),
+                        since(t0), fmt::format("batch-invariant with: {}", fmt::join(invariant, ", "))});
+    r_.pair = std::move(p);
+  } else {
+    DETRACE_ASSIGN_OR_RETURN(ReplayResult rr, replayEvent(run_a, {r_.rank, seq_a}, ro));
+    std::vector<std::string> nondet;
+    for (const auto& i : rr.impls) {
+      if (i.ran() && i.distinct > 1) nondet.push_back(fmt::format("{} ({} outputs)", i.name, i.distinct));
+    }
+    r_.steps.push_back({"replay",
+                        fmt::format("detrace replay {} --rank {} --event {} --repeat {}", shellQuote(full_a),
+                                    r_.rank, seq_a, o_.repeat),
+                        since(t0),
+                        nondet.empty() ? "every implementation was deterministic over the repeats"
+                                       : fmt::format("nondeterministic: {}", fmt::join(nondet, ", "))});
+    r_.replay = std::move(rr);
+  }
+  return Status::ok();
+}
+
+std::string Bisector::verdict() const {
+  if (!r_.diverged) {
+    return o_.command_b.empty()
+               ? "The two recordings are bit-identical at every fingerprinted op: no run-to-run "
+                 "divergence showed up. Record more runs (detrace diff RUN1 ... RUN8 groups them) or "
+                 "compare two configurations with the two-command form (CMD_A :: CMD_B)."
+               : "The two programs agree at every fingerprinted op for the request's rows.";
+  }
+  std::string v = fmt::format("Divergence begins on rank {} at {} ({}).", r_.rank, r_.suspect, r_.classification);
+  if (r_.replay) {
+    const ReplayResult& rr = *r_.replay;
+    const ImplResult* recorded = nullptr;
+    std::vector<std::string> deterministic, reproducing = rr.reproducing();
+    for (const auto& i : rr.impls) {
+      if (i.name == "recorded" || (i.control && rr.kind == "collective" && i.name == "planted-racy")) {
+        if (!recorded || i.name == "recorded") recorded = &i;
+      }
+      if (i.ran() && i.distinct == 1 && !i.control) deterministic.push_back(i.name);
+    }
+    v += fmt::format(" Replaying its captured operands {} times per implementation:", o_.repeat);
+    for (const auto& i : rr.impls) {
+      if (!i.ran()) continue;
+      if (i.distinct > 1) {
+        v += fmt::format(" {} gave {} distinct outputs;", i.name, i.distinct);
+      }
+    }
+    if (!deterministic.empty()) {
+      v += fmt::format(" deterministic alternatives: {}.", fmt::join(deterministic, ", "));
+    }
+    if (!reproducing.empty()) {
+      v += fmt::format(" The recorded output is reproduced bit for bit by: {}.", fmt::join(reproducing, ", "));
+    }
+  } else if (r_.pair) {
+    std::vector<std::string> inv, var;
+    for (const auto& i : r_.pair->impls) {
+      if (!i.skipped.empty()) continue;
+      (i.invariant() ? inv : var).push_back(i.name);
+    }
+    v += fmt::format(" Replaying the op at both batch sizes: the request's rows are identical with {}; "
+                     "they differ with {}.",
+                     inv.empty() ? std::string("no implementation") : fmt::format("{}", fmt::join(inv, ", ")),
+                     var.empty() ? std::string("none") : fmt::format("{}", fmt::join(var, ", ")));
+    if (!inv.empty()) v += fmt::format(" Use a batch-invariant kernel for this op (e.g. {}).", inv.front());
+  } else if (r_.op_index_a < 0) {
+    v += " It is not a GEMM or collective, so it cannot be replayed; the kernels just before it are "
+         "the suspects (see the diff).";
+  }
+  return v;
+}
+
+Result<BisectResult> Bisector::run() {
+  auto t0 = Clock::now();
+  if (o_.command_a.empty()) {
+    return makeError(ErrorCode::kInvalidArgument, "nothing to bisect: put the command after --");
+  }
+  exe_ = o_.detrace_exe;
+  if (exe_.empty()) {
+    std::error_code ec;
+    exe_ = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return makeError(ErrorCode::kNotFound, "cannot find the detrace executable: {}", ec.message());
+  }
+  std::error_code ec;
+  fs::create_directories(o_.workdir, ec);
+  if (ec) return makeError(ErrorCode::kIo, "cannot create the work directory {}: {}", o_.workdir, ec.message());
+  const auto& cmd_b = o_.command_b.empty() ? o_.command_a : o_.command_b;
+  std::vector<std::string> digest = {"--capture", "digest"};
+  DETRACE_ASSIGN_OR_RETURN(std::string a, record("digest-a", o_.command_a, digest));
+  DETRACE_ASSIGN_OR_RETURN(std::string b, record("digest-b", cmd_b, digest));
+  DETRACE_RETURN_IF_ERROR(diffDigestRuns(a, b));
+  if (r_.diverged) {
+    Status st = replaySuspect(o_.command_a, cmd_b);
+    if (!st.isOk()) {
+      r_.steps.push_back({"replay", "", 0, "not replayed: " + st.message()});
+    }
+  }
+  r_.verdict = verdict();
+  r_.seconds = since(t0);
+  return std::move(r_);
+}
+
+}  // namespace
+
+Result<int64_t> libraryOpIndex(const db::Run& run, int32_t rank, int64_t seq) {
+  DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
+  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader->gemms());
+  DETRACE_ASSIGN_OR_RETURN(auto colls, reader->collectives());
+  bool found = false;
+  int64_t index = 0;
+  for (const auto& [s, g] : gemms) {
+    index += s < seq;
+    found |= s == seq;
+  }
+  for (const auto& [s, c] : colls) {
+    index += s < seq;
+    found |= s == seq;
+  }
+  if (!found) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "event {} of rank {} is not a GEMM or collective: only library ops can be captured "
+                     "and replayed",
+                     seq, rank);
+  }
+  return index;
+}
+
+Result<int64_t> libraryOpSeq(const db::Run& run, int32_t rank, int64_t index) {
+  DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
+  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader->gemms());
+  DETRACE_ASSIGN_OR_RETURN(auto colls, reader->collectives());
+  std::vector<int64_t> seqs;
+  for (const auto& [s, g] : gemms) seqs.push_back(s);
+  for (const auto& [s, c] : colls) seqs.push_back(s);
+  std::sort(seqs.begin(), seqs.end());
+  if (index < 0 || index >= static_cast<int64_t>(seqs.size())) {
+    return makeError(ErrorCode::kNotFound, "rank {} of {} has {} library ops, not {}", rank, run.path(),
+                     seqs.size(), index + 1);
+  }
+  return seqs[static_cast<size_t>(index)];
+}
+
+Result<BisectResult> bisect(const BisectOptions& options) { return Bisector(options).run(); }
+
+std::string formatBisect(const BisectResult& r) {
+  std::string out = "detrace bisect\n\n";
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const BisectStep& s = r.steps[i];
+    out += fmt::format("{}. {:<22} {:7.1f} s  {}\n", i + 1, s.what, s.seconds, s.outcome);
+    if (!s.command.empty()) out += fmt::format("   $ {}\n", s.command);
+  }
+  if (r.replay) out += "\n" + formatReplay(*r.replay);
+  if (r.pair) out += "\n" + formatPair(*r.pair);
+  out += fmt::format("\nVerdict ({:.1f} s in all):\n{}\n", r.seconds, r.verdict);
+  return out;
+}
+
+nlohmann::json bisectJson(const BisectResult& r) {
+  nlohmann::json j;
+  j["diverged"] = r.diverged;
+  j["seconds"] = r.seconds;
+  j["verdict"] = r.verdict;
+  if (r.diverged) {
+    j["rank"] = r.rank;
+    j["seq_a"] = r.seq_a;
+    j["seq_b"] = r.seq_b;
+    j["op_index_a"] = r.op_index_a;
+    j["op_index_b"] = r.op_index_b;
+    j["suspect"] = r.suspect;
+    j["classification"] = r.classification;
+  }
+  for (const auto& s : r.steps) {
+    j["steps"].push_back({{"what", s.what}, {"command", s.command}, {"seconds", s.seconds}, {"outcome", s.outcome}});
+  }
+  if (r.replay) j["replay"] = replayJson(*r.replay);
+  if (r.pair) j["pair"] = pairJson(*r.pair);
+  return j;
+}
+
+}  // namespace detrace::replay
