@@ -1,6 +1,7 @@
 #include "run_loader.h"
 
 #include <QPointer>
+
 #include <QtConcurrent/QtConcurrent>
 
 #include "detrace/db/run.h"
@@ -15,7 +16,8 @@ int RunLoader::load(const QStringList& paths) {
     QStringList errors;
     for (const QString& p : paths) {
       auto run = db::Run::open(p.toStdString());
-      auto summary = run.isOk() ? replay::summarize(*run) : Result<replay::RunSummary>(run.status());
+      auto summary =
+          run.isOk() ? replay::summarize(*run) : Result<replay::RunSummary>(run.status());
       if (summary.isOk()) {
         runs.push_back(std::move(*summary));
       } else {

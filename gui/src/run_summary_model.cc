@@ -31,13 +31,20 @@ QVariant RunSummaryModel::data(const QModelIndex& index, int role) const {
     return it == r.by_kind.end() ? 0 : it->second;
   };
   switch (index.column()) {
-    case kRun: return QString::fromStdString(run.path);
-    case kRank: return r.info.rank;
-    case kGpu: return QString::fromStdString(r.info.gpu_name);
-    case kEvents: return static_cast<qlonglong>(r.events);
-    case kKernels: return kind(db::EventKind::kKernel);
-    case kGemms: return kind(db::EventKind::kGemm);
-    case kCollectives: return kind(db::EventKind::kCollective);
+    case kRun:
+      return QString::fromStdString(run.path);
+    case kRank:
+      return r.info.rank;
+    case kGpu:
+      return QString::fromStdString(r.info.gpu_name);
+    case kEvents:
+      return static_cast<qlonglong>(r.events);
+    case kKernels:
+      return kind(db::EventKind::kKernel);
+    case kGemms:
+      return kind(db::EventKind::kGemm);
+    case kCollectives:
+      return kind(db::EventKind::kCollective);
     case kSpan:
       return r.first_ns >= 0 && r.last_ns >= r.first_ns
                  ? QVariant(static_cast<double>(r.last_ns - r.first_ns) / 1e6)
@@ -46,14 +53,15 @@ QVariant RunSummaryModel::data(const QModelIndex& index, int role) const {
       auto it = r.stats.find("events_dropped");
       return static_cast<qlonglong>(it == r.stats.end() ? 0 : it->second);
     }
-    default: return {};
+    default:
+      return {};
   }
 }
 
 QVariant RunSummaryModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* const kNames[kColumnCount] = {"Run", "Rank", "GPU", "Events", "Kernels",
-                                                   "GEMMs", "Collectives", "Span (ms)", "Dropped"};
+  static const char* const kNames[kColumnCount] = {
+      "Run", "Rank", "GPU", "Events", "Kernels", "GEMMs", "Collectives", "Span (ms)", "Dropped"};
   return section >= 0 && section < kColumnCount ? QString(kNames[section]) : QVariant();
 }
 

@@ -13,7 +13,18 @@ class RunSummaryModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { kRun, kRank, kGpu, kEvents, kKernels, kGemms, kCollectives, kSpan, kDropped, kColumnCount };
+  enum Column {
+    kRun,
+    kRank,
+    kGpu,
+    kEvents,
+    kKernels,
+    kGemms,
+    kCollectives,
+    kSpan,
+    kDropped,
+    kColumnCount
+  };
 
   using QAbstractTableModel::QAbstractTableModel;
   void setRuns(std::vector<replay::RunSummary> runs);

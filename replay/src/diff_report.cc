@@ -15,6 +15,21 @@ const RankDiff* originRank(const RunDiff& d) {
 
 std::string seqText(int64_t seq) { return seq >= 0 ? std::to_string(seq) : "-"; }
 
+// "step 3 › layer 5"
+std::string joinPosition(const std::vector<std::string>& position) {
+  std::string out;
+  for (const std::string& p : position) out += (out.empty() ? "" : " \xe2\x80\xba ") + p;
+  return out;
+}
+
+// The position line: the enclosing NVTX ranges with the landmark, or the landmark alone.
+std::string positionText(const RankDiff& r) {
+  if (r.position.empty()) {
+    return fmt::format("{} (the trace has no NVTX ranges)", r.landmark);
+  }
+  return fmt::format("{} ({})", joinPosition(r.position), r.landmark);
+}
+
 // The command that would confirm the verdict.
 std::string nextStep(const RankDiff& r, const DiffLabels& l) {
   switch (r.first->status) {
@@ -45,6 +60,10 @@ std::string nextStep(const RankDiff& r, const DiffLabels& l) {
 
 }  // namespace
 
+std::string nextStepText(const RankDiff& r, const DiffLabels& l) {
+  return r.first ? nextStep(r, l) : "";
+}
+
 std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
   std::string out;
   const RankDiff* origin = originRank(d);
@@ -60,6 +79,10 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
     out += "\n";
     out += fmt::format("first divergence   rank {}, event {} in A / {} in B, after {} collective(s)\n",
                        origin->rank, seqText(f.a), seqText(f.b), f.collectives_before);
+    out += fmt::format("  position         {}\n", positionText(*origin));
+    if (!origin->position_b.empty()) {
+      out += fmt::format("  position in B    {}\n", joinPosition(origin->position_b));
+    }
     out += fmt::format("  op in A          {}\n", origin->first_a);
     out += fmt::format("  op in B          {}\n", origin->first_b);
     out += fmt::format("  why              {}\n", origin->why);
@@ -107,6 +130,9 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
                     {"op_b", r.first_b},
                     {"why", r.why}};
       if (r.entered_after) j["first"]["entered_after"] = *r.entered_after;
+      j["first"]["position"] = r.position;
+      j["first"]["landmark"] = r.landmark;
+      if (!r.position_b.empty()) j["first"]["position_b"] = r.position_b;
     }
     ranks.push_back(j);
   }

@@ -16,5 +16,8 @@ struct DiffLabels {
 
 std::string formatDiff(const RunDiff& diff, const DiffLabels& labels);
 nlohmann::json diffJson(const RunDiff& diff, const DiffLabels& labels);
+// The "next" line of formatDiff for a rank with a first divergence: the command that would
+// confirm the verdict ("" if the rank has none).
+std::string nextStepText(const RankDiff& rank, const DiffLabels& labels);
 
 }  // namespace detrace::replay

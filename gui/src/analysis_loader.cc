@@ -1,0 +1,34 @@
+#include "analysis_loader.h"
+
+#include <QPointer>
+
+#include <QtConcurrent/QtConcurrent>
+
+namespace detrace::gui {
+
+int AnalysisLoader::start(const QStringList& paths) {
+  const int job = ++latest_;
+  QPointer<AnalysisLoader> self(this);
+  auto report = [self, job](const QString& what) {
+    QMetaObject::invokeMethod(
+        self.data(),
+        [self, job, what] {
+          if (self && job == self->latest_) emit self->progress(job, what);
+        },
+        Qt::QueuedConnection);
+  };
+  (void)QtConcurrent::run([self, job, paths, report] {
+    auto result = analyse(paths, report);
+    std::shared_ptr<const Analysis> analysis = result.isOk() ? *result : nullptr;
+    QString error = result.isOk() ? QString() : QString::fromStdString(result.status().message());
+    QMetaObject::invokeMethod(
+        self.data(),
+        [self, job, analysis, error] {
+          if (self && job == self->latest_) emit self->finished(job, analysis, error);
+        },
+        Qt::QueuedConnection);
+  });
+  return job;
+}
+
+}  // namespace detrace::gui

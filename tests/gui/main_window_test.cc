@@ -1,0 +1,101 @@
+// The window on synthetic runs: background loading, the first screen, drag and drop, recent runs.
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QDropEvent>
+#include <QMimeData>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTest>
+#include <QUrl>
+
+#include "gui_test_util.h"
+#include "suites.h"
+
+namespace detrace::gui::testing {
+namespace {
+
+class MainWindowSuite : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void loadsARunInTheBackgroundAndShowsItsRanks() {
+    detrace::testing::TempDir dir;
+    detrace::testing::Rng rng;
+    int64_t n[2] = {rng.range(10, 300), rng.range(10, 300)};
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      auto w = db::TraceWriter::create(dir.file(fmt::format("r{}.dtrace", rank)));
+      QVERIFY(w.isOk());
+      (*w)->setRank({rank, 2, rank, rank, 1, "h", "NVIDIA H200", ""});
+      int64_t k = (*w)->intern("k");
+      for (int64_t i = 0; i < n[rank]; ++i)
+        (void)(*w)->append(detrace::testing::randomKernel(rng, k, -1));
+      QVERIFY((*w)->close().isOk());
+    }
+    MainWindow window;
+    QAbstractItemModelTester tester(window.summaryModel(),
+                                    QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QSignalSpy shown(&window, &MainWindow::runsShown);
+    QSignalSpy first(&window, &MainWindow::firstScreenShown);
+    window.openRuns({QString::fromStdString(dir.path().string())});
+    QVERIFY(shown.wait(10000));
+    auto* model = window.summaryModel();
+    QCOMPARE(model->rowCount(), 2);
+    for (int row = 0; row < 2; ++row) {
+      QCOMPARE(model->index(row, RunSummaryModel::kRank).data().toInt(), row);
+      QCOMPARE(model->index(row, RunSummaryModel::kEvents).data().toLongLong(), n[row]);
+      QCOMPARE(model->index(row, RunSummaryModel::kGpu).data().toString(), QString("NVIDIA H200"));
+    }
+    // One run: its events are listed by position, with the first rows' names fetched.
+    QVERIFY(first.count() > 0 || first.wait(10000));
+    auto* events = window.events()->model();
+    QCOMPARE(events->rowCount(), static_cast<int>(n[0]));
+    QCOMPARE(events->index(0, AlignedEventsModel::kNameA).data().toString(), QString("k"));
+    QCOMPARE(events->index(0, AlignedEventsModel::kStatus).data().toString(),
+             QString("analysing…"));
+    QVERIFY(window.verdict()->headline().contains("Open a second run"));
+  }
+
+  void aDroppedRunIsComparedWithTheOpenOne() {
+    MainWindow window;
+    window.show();
+    QSignalSpy shown(&window, &MainWindow::runsShown);
+    window.openRuns({runPath("bs1-a")});
+    QVERIFY(shown.wait(10000));
+    QSignalSpy analysed(&window, &MainWindow::analysisShown);
+    QMimeData mime;
+    mime.setUrls({QUrl::fromLocalFile(runPath("bs1-b"))});
+    QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&window, &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(&window, &drop);
+    QCOMPARE(window.openPaths(), QStringList({runPath("bs1-a"), runPath("bs1-b")}));
+    QVERIFY(analysed.wait(30000));
+    QVERIFY2(window.verdict()->headline().startsWith("IDENTICAL: bs1-a and bs1-b"),
+             qPrintable(window.verdict()->headline()));
+    // Both sets were remembered, most recent first.
+    QStringList recent = window.recentRuns();
+    QVERIFY(recent.size() >= 2);
+    QVERIFY(recent[0].endsWith("bs1-b"));
+    QCOMPARE(recent[0].split('\n').size(), 2);
+  }
+
+  void staleAnalysesAreDropped() {
+    MainWindow window;
+    QSignalSpy analysed(&window, &MainWindow::analysisShown);
+    window.openRuns({runPath("nondet-a"), runPath("nondet-b")});
+    window.openRuns({runPath("bs1-a"), runPath("bs1-b")});  // before the first finishes
+    QVERIFY(analysed.wait(30000));
+    QTest::qWait(500);  // the first job's result, if any, must not arrive after the second's
+    QCOMPARE(analysed.count(), 1);
+    QVERIFY(window.verdict()->headline().startsWith("IDENTICAL: bs1-a and bs1-b"));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<QObject> makeMainWindowSuite() { return std::make_unique<MainWindowSuite>(); }
+
+}  // namespace detrace::gui::testing
+
+#include "main_window_test.moc"
