@@ -39,6 +39,10 @@ constexpr Case kCases[] = {
     {"diff_batch_json", "diff h4k-bs1 h4k-bs64 --json", 1},
     {"diff_batch_off", "diff h4k-bs1 h4k-bs64 --batch off", 1},
     {"diff_many", "diff bs1-a nondet-a bs1-b nondet-b", 1},
+    {"diff_qwen2_batch", "diff qwen2-bs1-a qwen2-bs64", 1},
+    {"diff_qwen2_batch_json", "diff qwen2-bs1-a qwen2-bs64 --json", 1},
+    {"diff_tp_racy", "diff tp-racy-a tp-racy-b", 1},
+    {"diff_tp_racy_graph", "diff tp-racy-graph-a tp-racy-graph-b", 1},
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << "detrace " << c.args; }
