@@ -563,7 +563,15 @@ bool setLaunchCallbacks(uint32_t on) {
       CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
+  // Overhead diagnostics (bench/tracer/bench_overhead --diag): DETRACE_DIAG_LAUNCH_CALLBACKS=driver
+  // leaves the runtime-API launch callbacks off (every runtime launch is then seen through its
+  // driver half, recorded as a driver launch).
+  static const bool driver_only = [] {
+    const char* v = std::getenv("DETRACE_DIAG_LAUNCH_CALLBACKS");
+    return v != nullptr && std::string(v) == "driver";
+  }();
   for (CUpti_CallbackId id : runtime_ids) {
+    if (driver_only && on) break;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : driver_ids) {
@@ -577,6 +585,13 @@ bool setLaunchCallbacks(uint32_t on) {
 // H200, inside process-to-process noise (tests/tracer/gpu_attach_test.cc). Unsubscribing while
 // paused would save that but lose the graph callbacks that count a graph's records.
 bool setActivities(bool on) {
+  // Overhead diagnostics: DETRACE_DIAG_ACTIVITIES=0 never turns the records on (launches are then
+  // written without GPU times after the reorder timeout).
+  static const bool no_records = [] {
+    const char* v = std::getenv("DETRACE_DIAG_ACTIVITIES");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  if (on && no_records) return true;
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                   CUPTI_ACTIVITY_KIND_MEMSET}) {
     DETRACE_CUPTI_CALL(on ? g_cupti.activity_enable(kind) : g_cupti.activity_disable(kind),

@@ -117,6 +117,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
     }
     if (key == "CUDA_INJECTION64_PATH" || key.rfind("DETRACE_", 0) == 0 || key == "NVTX_INJECTION64_PATH") {
       if (key == "DETRACE_TRACER_LIB" || key == "DETRACE_CUPTI_LIB" || key == "DETRACE_STEP_PREFIX" ||
+          key.rfind("DETRACE_DIAG_", 0) == 0 ||
           key == "DETRACE_REORDER_TIMEOUT_MS" || key == "NVTX_INJECTION64_PATH") {
         env.push_back(std::move(kv));  // the user's own settings for the tracer
       }
