@@ -34,6 +34,7 @@
 #include "fingerprinter.h"
 #include "next_symbol.h"
 #include "nvtx_markers.h"
+#include "detrace/tracer/name_cache.h"
 #include "self_launch.h"
 #include "session.h"
 #include "signals.h"
@@ -68,7 +69,6 @@ std::thread* g_flusher = nullptr;
 
 // ---- caches (bounded) ----
 std::mutex g_cache_mu;
-std::unordered_map<std::string, int64_t> g_names;          // mangled name -> strings.id
 std::unordered_map<uint32_t, int32_t> g_context_device;    // context uid -> device
 std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> records per launch
 
@@ -197,7 +197,22 @@ void launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void
   }
 }
 
+int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid);
+
 int32_t deviceOf(CUcontext ctx, uint32_t context_uid) {
+  // A thread launches into one context almost always: remember its last answer without a lock.
+  thread_local uint32_t t_uid = 0;
+  thread_local int32_t t_device = -1;
+  if (context_uid != 0 && context_uid == t_uid) return t_device;
+  int32_t device = deviceOfLocked(ctx, context_uid);
+  if (device >= 0) {
+    t_uid = context_uid;
+    t_device = device;
+  }
+  return device;
+}
+
+int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid) {
   {
     std::lock_guard lk(g_cache_mu);
     if (auto it = g_context_device.find(context_uid); it != g_context_device.end()) return it->second;
@@ -379,16 +394,30 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
 
 // ---- activity records ----
 
+// The name cache of the current writer (a new writer, after fork, has its own string ids). Old
+// caches are leaked: there is one per writer the process ever had.
+NameCache& nameCacheFor(db::TraceWriter* w) {
+  static std::atomic<db::TraceWriter*> owner{nullptr};
+  static std::atomic<NameCache*> cache{nullptr};
+  if (owner.load(std::memory_order_acquire) != w) {
+    std::lock_guard lk(g_cache_mu);
+    if (owner.load(std::memory_order_relaxed) != w) {
+      cache.store(new NameCache(kMaxNameCache), std::memory_order_relaxed);
+      owner.store(w, std::memory_order_release);
+    }
+  }
+  return *cache.load(std::memory_order_acquire);
+}
+
 int64_t kernelName(db::TraceWriter& w, const char* mangled) {
   if (mangled == nullptr) return w.intern("<unnamed kernel>");
-  std::lock_guard lk(g_cache_mu);
-  if (auto it = g_names.find(mangled); it != g_names.end()) return it->second;
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  int64_t id = w.intern(status == 0 && demangled ? demangled : mangled);
-  std::free(demangled);
-  if (g_names.size() < kMaxNameCache) g_names.emplace(mangled, id);
-  return id;
+  return nameCacheFor(&w).lookup(mangled, [&w](const char* m) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(m, nullptr, nullptr, &status);
+    int64_t id = w.intern(status == 0 && demangled ? demangled : m);
+    std::free(demangled);
+    return id;
+  });
 }
 
 const char* memcpyName(uint8_t kind) {

@@ -1,0 +1,122 @@
+// The tracer's own CPU work per kernel launch, without CUDA: what a launch costs the launching
+// thread besides CUPTI itself.
+//   KernelName/*      the name lookup done at every launch and every kernel record: the former
+//                     lock + std::string map, against NameCache (thread-local, pointer-keyed);
+//                     with 2 threads, the second plays CUPTI's flusher thread looking up names too
+//   LaunchBookkeeping a launch's slot, its driver alias and its GPU record through the
+//                     ReorderBuffer into a real TraceWriter (a trace file in /tmp)
+#include <benchmark/benchmark.h>
+
+#include <unistd.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "detrace/db/writer.h"
+#include "detrace/tracer/name_cache.h"
+#include "detrace/tracer/reorder_buffer.h"
+
+namespace {
+
+using namespace detrace;
+
+// Realistic kernel names: PyTorch's elementwise kernels are long templates.
+const std::vector<std::string>& names() {
+  static const std::vector<std::string> n = [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < 64; ++i) {
+      v.push_back("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BinaryFunctorIfffNS0_"
+                  "15binary_internal10MulFunctorIfEEEESt5arrayIPcLm3EEEEviT0_T1_" + std::to_string(i));
+    }
+    return v;
+  }();
+  return n;
+}
+
+void KernelNameLockedMap(benchmark::State& state) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, int64_t> map;
+  const auto& n = names();
+  size_t i = 0;
+  for (auto _ : state) {
+    const char* name = n[i++ % n.size()].c_str();
+    std::lock_guard lk(mu);
+    auto it = map.find(name);
+    if (it == map.end()) it = map.emplace(name, static_cast<int64_t>(map.size())).first;
+    benchmark::DoNotOptimize(it->second);
+  }
+}
+BENCHMARK(KernelNameLockedMap)->Threads(1)->Threads(2)->UseRealTime();
+
+void KernelNameCache(benchmark::State& state) {
+  static tracer::NameCache cache;
+  const auto& n = names();
+  size_t i = 0;
+  int64_t next = 0;
+  for (auto _ : state) {
+    const char* name = n[i++ % n.size()].c_str();
+    benchmark::DoNotOptimize(cache.lookup(name, [&](const char*) { return next++; }));
+  }
+}
+BENCHMARK(KernelNameCache)->Threads(1)->Threads(2)->UseRealTime();
+
+struct WriterSink final : tracer::EventSink {
+  explicit WriterSink(db::TraceWriter& writer) : w(writer) {}
+  std::optional<int64_t> append(const db::Event& e) override { return w.append(e); }
+  std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
+    return w.appendCollective(e, c);
+  }
+  std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override { return w.appendGemm(e, g); }
+  std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
+    return w.appendMarker(e, m);
+  }
+  db::TraceWriter& w;
+};
+
+void LaunchBookkeeping(benchmark::State& state) {
+  std::string path = "/tmp/bench_tracer_bookkeeping-" + std::to_string(getpid()) + ".dtrace";
+  auto w = db::TraceWriter::create(path, {});
+  if (!w.isOk()) {
+    state.SkipWithError(w.status().message().c_str());
+    return;
+  }
+  WriterSink sink(**w);
+  tracer::ReorderBuffer rb(sink);
+  int64_t name = (*w)->intern(names()[0]);
+  int64_t stream = (*w)->stream(0, 0);
+  uint64_t corr = 0;
+  constexpr uint64_t kInFlight = 64;  // GPU records arrive this many launches late
+  for (auto _ : state) {
+    ++corr;
+    tracer::ApiLaunch l;
+    l.correlation_id = corr;
+    l.api = db::LaunchApi::kRuntime;
+    l.cpu_ns = static_cast<int64_t>(corr);
+    l.stream = stream;
+    l.device = 0;
+    l.name = name;
+    uint64_t token = rb.addLaunch(l);
+    rb.addAlias(token, corr + (uint64_t{1} << 40));
+    if (corr > kInFlight) {
+      tracer::Activity a;
+      a.correlation_id = corr - kInFlight;
+      a.name = name;
+      a.device = 0;
+      a.gpu_start_ns = static_cast<int64_t>(corr);
+      a.gpu_end_ns = a.gpu_start_ns + 1;
+      a.has_launch = true;
+      rb.addActivity(a);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  rb.flush();
+  (void)(*w)->close();
+  ::unlink(path.c_str());
+}
+BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
+
+}  // namespace
+
+BENCHMARK_MAIN();
