@@ -64,6 +64,37 @@ Result<int> runLogged(const std::vector<std::string>& argv, const std::string& l
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+// What must match between the suspect in the digest run and in the re-recorded run: kind and
+// shape ("gemm 1024x8x2816", "collective AllReduce 4096").
+Result<std::string> opSignature(const db::Run& run, int32_t rank, int64_t seq) {
+  DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
+  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader->gemms());
+  for (const auto& [s, g] : gemms) {
+    if (s == seq) return fmt::format("gemm {}x{}x{} batch {}", g.m, g.n, g.k, g.batch_count);
+  }
+  DETRACE_ASSIGN_OR_RETURN(auto colls, reader->collectives());
+  for (const auto& [s, c] : colls) {
+    if (s == seq) return fmt::format("collective {} {}", db::collOpName(c.op), c.count);
+  }
+  return makeError(ErrorCode::kNotFound, "event {} of rank {} is not a library op", seq, rank);
+}
+
+// The re-recorded run must hold the same op at the same library-op index, or the program's
+// sequence of GEMMs and collectives changed between runs and the replay would convict another op.
+Status checkSameOp(const db::Run& digest, int64_t digest_seq, const db::Run& full, int64_t full_seq,
+                   int32_t rank, int64_t index) {
+  DETRACE_ASSIGN_OR_RETURN(std::string was, opSignature(digest, rank, digest_seq));
+  DETRACE_ASSIGN_OR_RETURN(std::string now, opSignature(full, rank, full_seq));
+  if (was != now) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "library op {} of rank {} was {} in the first recording but {} when recorded "
+                     "again: the program does not repeat its sequence of GEMMs and collectives, so "
+                     "bisect cannot capture the same op",
+                     index, rank, was, now);
+  }
+  return Status::ok();
+}
+
 class Bisector {
  public:
   explicit Bisector(const BisectOptions& o) : o_(o) {}
@@ -116,6 +147,7 @@ Status Bisector::diffDigestRuns(const std::string& a, const std::string& b) {
   DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
   BisectStep step{"diff", "detrace diff " + shellQuote(a) + " " + shellQuote(b), since(t0), ""};
   r_.diverged = !diff.identical();
+  r_.warnings = diff.warnings;
   if (r_.diverged) {
     r_.rank = *diff.origin_rank;
     const RankDiff* rd = nullptr;
@@ -126,7 +158,9 @@ Status Bisector::diffDigestRuns(const std::string& a, const std::string& b) {
       r_.seq_a = rd->first->a;
       r_.seq_b = rd->first->b;
       r_.classification = pairStatusName(rd->first->status);
-      r_.suspect = rd->first_a.empty() ? rd->first_b : rd->first_a;
+      r_.suspect = rd->first_a.empty() || r_.seq_a < 0 ? rd->first_b : rd->first_a;
+      r_.why = rd->why;
+      r_.entered_after = rd->entered_after;
       step.outcome = fmt::format("divergence begins on rank {} at {} ({})", r_.rank, r_.suspect, r_.classification);
     }
   } else {
@@ -160,6 +194,7 @@ Status Bisector::replaySuspect(const std::vector<std::string>& cmd_a, const std:
   }
   DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(full_a));
   DETRACE_ASSIGN_OR_RETURN(int64_t seq_a, libraryOpSeq(run_a, r_.rank, r_.op_index_a));
+  DETRACE_RETURN_IF_ERROR(checkSameOp(digest_a, r_.seq_a, run_a, seq_a, r_.rank, r_.op_index_a));
   ReplayOptions ro;
   ro.repeat = o_.repeat;
   ro.allow_gpu = o_.allow_gpu;
@@ -168,6 +203,7 @@ Status Bisector::replaySuspect(const std::vector<std::string>& cmd_a, const std:
   if (pair) {
     DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(full_b));
     DETRACE_ASSIGN_OR_RETURN(int64_t seq_b, libraryOpSeq(run_b, r_.rank, r_.op_index_b));
+    DETRACE_RETURN_IF_ERROR(checkSameOp(digest_b, r_.seq_b, run_b, seq_b, r_.rank, r_.op_index_b));
     DETRACE_ASSIGN_OR_RETURN(PairResult p, replayPair(run_a, {r_.rank, seq_a}, run_b, {r_.rank, seq_b}, ro));
     std::vector<std::string> invariant;
     for (const auto& i : p.impls) {
@@ -195,37 +231,81 @@ Status Bisector::replaySuspect(const std::vector<std::string>& cmd_a, const std:
   return Status::ok();
 }
 
+// The implementation to recommend: a GPU one that ran, is not a control and is not the recorded
+// kernel; else such a CPU one; "" if none.
+template <typename Impls, typename Good>
+std::string recommend(const Impls& impls, Good good) {
+  for (bool gpu : {true, false}) {
+    for (const auto& i : impls) {
+      if (i.gpu == gpu && !i.control && i.name != "recorded" && i.name != "fp64" && good(i)) return i.name;
+    }
+  }
+  return "";
+}
+
 std::string Bisector::verdict() const {
   if (!r_.diverged) {
-    return o_.command_b.empty()
-               ? "The two recordings are bit-identical at every fingerprinted op: no run-to-run "
-                 "divergence showed up. Record more runs (detrace diff RUN1 ... RUN8 groups them) or "
-                 "compare two configurations with the two-command form (CMD_A :: CMD_B)."
-               : "The two programs agree at every fingerprinted op for the request's rows.";
+    std::string v = o_.command_b.empty()
+                        ? "The two recordings are bit-identical at every fingerprinted op: no run-to-run "
+                          "divergence showed up. Record more runs (detrace diff RUN1 ... RUN8 groups them) or "
+                          "compare two configurations with the two-command form (CMD_A :: CMD_B)."
+                        : "The two programs agree at every fingerprinted op for the request's rows.";
+    for (const auto& w : r_.warnings) v += " Note: " + w + ".";
+    return v;
   }
   std::string v = fmt::format("Divergence begins on rank {} at {} ({}).", r_.rank, r_.suspect, r_.classification);
+  if (r_.classification == pairStatusName(PairStatus::kPropagated)) {
+    v += fmt::format(" {}. Its inputs already differed, so the op itself is not the origin: the kernels "
+                     "after event {} are, and they have no fingerprints, so replay cannot convict one. "
+                     "Look at them with detrace export, or narrow with --window and more NVTX ranges.",
+                     r_.why, r_.entered_after.value_or(-1));
+    return v;
+  }
+  if (r_.seq_a < 0) {
+    return v + " The op exists in run B only (a schedule or shape difference), so there is nothing to "
+               "replay: compare what each program launches around it.";
+  }
+  if (r_.op_index_a < 0 && r_.replay_error.find("not a GEMM or collective") != std::string::npos) {
+    if (r_.classification == pairStatusName(PairStatus::kKernelSelection)) {
+      return v + fmt::format(" {}. The kernel itself is the suspect; replay convicts GEMMs and "
+                             "collectives only.",
+                             r_.why);
+    }
+    return v + " It is not a GEMM or collective, so it cannot be replayed.";
+  }
+  if (!r_.replay_error.empty()) {
+    return v + " The suspect could not be replayed: " + r_.replay_error + ".";
+  }
   if (r_.replay) {
     const ReplayResult& rr = *r_.replay;
-    const ImplResult* recorded = nullptr;
-    std::vector<std::string> deterministic, reproducing = rr.reproducing();
+    v += fmt::format(" Replaying its captured operands ({} runs per implementation):", o_.repeat);
+    bool any_nondet = false;
     for (const auto& i : rr.impls) {
-      if (i.name == "recorded" || (i.control && rr.kind == "collective" && i.name == "planted-racy")) {
-        if (!recorded || i.name == "recorded") recorded = &i;
-      }
-      if (i.ran() && i.distinct == 1 && !i.control) deterministic.push_back(i.name);
-    }
-    v += fmt::format(" Replaying its captured operands {} times per implementation:", o_.repeat);
-    for (const auto& i : rr.impls) {
-      if (!i.ran()) continue;
-      if (i.distinct > 1) {
+      if (i.name == "recorded") {
+        if (!i.skipped.empty()) v += fmt::format(" the recorded kernel could not be rerun ({});", i.skipped);
+        else if (!i.error.empty()) v += fmt::format(" the recorded kernel failed ({});", i.error);
+        else v += fmt::format(" the recorded kernel gave {} distinct output(s);", i.distinct);
+      } else if (i.ran() && i.distinct > 1) {
         v += fmt::format(" {} gave {} distinct outputs;", i.name, i.distinct);
+        any_nondet |= !i.control;
       }
     }
-    if (!deterministic.empty()) {
-      v += fmt::format(" deterministic alternatives: {}.", fmt::join(deterministic, ", "));
+    std::vector<std::string> deterministic;
+    for (const auto& i : rr.impls) {
+      if (i.ran() && i.distinct == 1 && !i.control && i.name != "recorded" && i.name != "fp64") {
+        deterministic.push_back(i.name);
+      }
     }
+    if (!deterministic.empty()) v += fmt::format(" deterministic over the repeats: {}.", fmt::join(deterministic, ", "));
+    std::vector<std::string> reproducing = rr.reproducing();
     if (!reproducing.empty()) {
       v += fmt::format(" The recorded output is reproduced bit for bit by: {}.", fmt::join(reproducing, ", "));
+    } else {
+      v += " No implementation reproduced the recorded output bit for bit.";
+    }
+    if (!any_nondet) {
+      v += " No deterministic implementation varied here, so the nondeterminism did not reproduce "
+           "in isolation: it may depend on concurrent work or on inputs this op does not see.";
     }
   } else if (r_.pair) {
     std::vector<std::string> inv, var;
@@ -237,10 +317,8 @@ std::string Bisector::verdict() const {
                      "they differ with {}.",
                      inv.empty() ? std::string("no implementation") : fmt::format("{}", fmt::join(inv, ", ")),
                      var.empty() ? std::string("none") : fmt::format("{}", fmt::join(var, ", ")));
-    if (!inv.empty()) v += fmt::format(" Use a batch-invariant kernel for this op (e.g. {}).", inv.front());
-  } else if (r_.op_index_a < 0) {
-    v += " It is not a GEMM or collective, so it cannot be replayed; the kernels just before it are "
-         "the suspects (see the diff).";
+    std::string pick = recommend(r_.pair->impls, [](const PairImplResult& i) { return i.invariant(); });
+    if (!pick.empty()) v += fmt::format(" Use a batch-invariant kernel for this op (e.g. {}).", pick);
   }
   return v;
 }
@@ -264,9 +342,18 @@ Result<BisectResult> Bisector::run() {
   DETRACE_ASSIGN_OR_RETURN(std::string a, record("digest-a", o_.command_a, digest));
   DETRACE_ASSIGN_OR_RETURN(std::string b, record("digest-b", cmd_b, digest));
   DETRACE_RETURN_IF_ERROR(diffDigestRuns(a, b));
-  if (r_.diverged) {
+  for (const std::string& w : r_.warnings) {
+    if (w.find("has no fingerprints") != std::string::npos) {
+      return makeError(ErrorCode::kUnavailable,
+                       "the recordings carry no fingerprints ({}), so bisect cannot tell where "
+                       "outputs part; was the GPU digest disabled (DETRACE_DIGEST=0) or unavailable?",
+                       w);
+    }
+  }
+  if (r_.diverged && r_.classification != pairStatusName(PairStatus::kPropagated) && r_.seq_a >= 0) {
     Status st = replaySuspect(o_.command_a, cmd_b);
     if (!st.isOk()) {
+      r_.replay_error = st.message();
       r_.steps.push_back({"replay", "", 0, "not replayed: " + st.message()});
     }
   }
@@ -324,6 +411,7 @@ std::string formatBisect(const BisectResult& r) {
     out += fmt::format("{}. {:<22} {:7.1f} s  {}\n", i + 1, s.what, s.seconds, s.outcome);
     if (!s.command.empty()) out += fmt::format("   $ {}\n", s.command);
   }
+  for (const auto& w : r.warnings) out += "warning: " + w + "\n";
   if (r.replay) out += "\n" + formatReplay(*r.replay);
   if (r.pair) out += "\n" + formatPair(*r.pair);
   out += fmt::format("\nVerdict ({:.1f} s in all):\n{}\n", r.seconds, r.verdict);
@@ -343,7 +431,11 @@ nlohmann::json bisectJson(const BisectResult& r) {
     j["op_index_b"] = r.op_index_b;
     j["suspect"] = r.suspect;
     j["classification"] = r.classification;
+    j["why"] = r.why;
+    if (r.entered_after) j["entered_after"] = *r.entered_after;
+    if (!r.replay_error.empty()) j["replay_error"] = r.replay_error;
   }
+  j["warnings"] = r.warnings;
   for (const auto& s : r.steps) {
     j["steps"].push_back({{"what", s.what}, {"command", s.command}, {"seconds", s.seconds}, {"outcome", s.outcome}});
   }

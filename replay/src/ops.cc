@@ -294,6 +294,9 @@ class FamilyKeys {
  public:
   explicit FamilyKeys(const RankOps& r) : r_(r), family_(r.names.size(), 0) {}
   uint64_t key(db::EventKind kind, int32_t name) {
+    // A name id beyond the string table (a damaged trace) keys like an unnamed event.
+    if (name < 0 || static_cast<size_t>(name) >= family_.size()) name = 0;
+    if (family_.empty()) return Hasher().add(static_cast<uint64_t>(kind)).value();
     uint64_t& f = family_[static_cast<size_t>(name)];
     if (f == 0) f = Hasher().add(kernelFamily(r_.name(name))).value() | 1;
     return Hasher().add(static_cast<uint64_t>(kind)).add(f).value();

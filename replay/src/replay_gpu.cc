@@ -203,6 +203,8 @@ struct GpuReduce {
   size_t outBytes() const { return static_cast<size_t>(p->count * db::dtypeSize(p->dtype)); }
   Status prepare() {
     if (out) return Status::ok();
+    inputs.clear();  // a previous attempt may have failed halfway
+    segments.clear();
     for (const auto& in : p->inputs) {
       DETRACE_ASSIGN_OR_RETURN(DeviceBuffer d, upload(in));
       segments.push_back(static_cast<const uint8_t*>(d.get()) + p->offset * db::dtypeSize(p->dtype));

@@ -4,6 +4,8 @@
 
 #include <fnmatch.h>
 
+#include <cctype>
+
 #include <algorithm>
 #include <set>
 
@@ -93,6 +95,11 @@ bool implSelected(const std::vector<std::string>& tokens, const Impl& impl) {
   if (tokens.empty()) return true;
   for (const std::string& t : tokens) {
     if (t == impl.name || impl.name.starts_with(t + "/")) return true;
+    // A family: "ring" selects ring0/gpu, ring1/cpu, ...
+    if (!t.empty() && impl.name.size() > t.size() && impl.name.starts_with(t) &&
+        std::isdigit(static_cast<unsigned char>(impl.name[t.size()]))) {
+      return true;
+    }
     if ((t == "gpu" && impl.gpu) || (t == "cpu" && !impl.gpu) || (t == "controls" && impl.control)) {
       return true;
     }

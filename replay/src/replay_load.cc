@@ -107,8 +107,20 @@ Result<Bytes> capturedBytes(db::TraceReader& r, const db::Operand& o) {
 // out[i][j] = src[i * row_step + j * col_step] for an rows x cols result, elements of `esize`.
 Result<Bytes> pack(const Bytes& src, int64_t rows, int64_t cols, int64_t row_step,
                    int64_t col_step, int esize, const char* what) {
-  const int64_t last = (rows - 1) * row_step + (cols - 1) * col_step;
-  if (rows <= 0 || cols <= 0 || (last + 1) * esize > static_cast<int64_t>(src.size())) {
+  // Steps must be positive and the extent must not overflow: a damaged or foreign trace can carry
+  // any leading dimension.
+  int64_t a = 0, b = 0, last = 0, need = 0;
+  bool bad = rows <= 0 || cols <= 0 || row_step <= 0 || col_step <= 0 || esize <= 0 ||
+             __builtin_mul_overflow(rows - 1, row_step, &a) || __builtin_mul_overflow(cols - 1, col_step, &b) ||
+             __builtin_add_overflow(a, b, &last) || __builtin_mul_overflow(last + 1, int64_t{esize}, &need) ||
+             rows > (int64_t{1} << 40) / cols;
+  if (bad) {
+    return makeError(ErrorCode::kCorrupt,
+                     "the captured {} has an impossible layout ({} x {}, steps {} and {}); the trace "
+                     "is damaged or was written by another capture format",
+                     what, rows, cols, row_step, col_step);
+  }
+  if (need > static_cast<int64_t>(src.size())) {
     return makeError(ErrorCode::kCorrupt,
                      "the captured {} ({} bytes) is smaller than its recorded shape needs", what,
                      src.size());
@@ -380,6 +392,7 @@ Result<LoadedOp> loadOp(const db::Run& run, const EventRef& ref) {
   RankOperands ro;
   DETRACE_ASSIGN_OR_RETURN(ro.reader, run.openRank(ref.rank));
   auto event = ro.reader->event(ref.seq);
+  if (!event.isOk() && event.status().code() != ErrorCode::kNotFound) return event.status();
   if (!event.isOk()) {
     auto count = ro.reader->eventCount();
     return makeError(ErrorCode::kNotFound, "rank {} of {} has no event {} (events 0 to {})",

@@ -58,7 +58,6 @@ struct NcclWorld {
     const int n = p->nranks;
     std::vector<ncclComm_t> made(static_cast<size_t>(n), nullptr);
     DETRACE_REPLAY_NCCL(ncclCommInitAll(made.data(), n, nullptr));
-    comms = made;
     send.assign(static_cast<size_t>(n), nullptr);
     recv.assign(static_cast<size_t>(n), nullptr);
     for (int r = 0; r < n; ++r) {
@@ -69,6 +68,7 @@ struct NcclWorld {
       DETRACE_REPLAY_CUDA_N(cudaMemcpy(send[static_cast<size_t>(r)], in.data(), in.size(),
                                        cudaMemcpyHostToDevice));
     }
+    comms = made;  // last: a failure above leaves prepare() to run again from scratch
     return Status::ok();
   }
   Result<Bytes> run() {

@@ -15,6 +15,7 @@
 #include "detrace/db/run.h"
 #include "detrace/db/schema.h"
 #include "detrace/db/writer.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
@@ -22,21 +23,11 @@ namespace {
 using testing::Rng;
 using testing::TempDir;
 
-struct Output {
-  int status;
-  std::string out;
-};
+using Output = testing::ShellOutput;
 
 // Runs detrace with `args`; captures stdout and stderr together.
 Output detrace(const std::string& args) {
-  std::string cmd = fmt::format("{}/replay/detrace {} 2>&1", DETRACE_BINARY_DIR, args);
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return testing::runShell(fmt::format("{}/replay/detrace {}", DETRACE_BINARY_DIR, args));
 }
 
 struct MadeRun {

@@ -21,6 +21,7 @@
 
 #include "../db/test_util.h"
 #include "line_child.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
@@ -31,20 +32,8 @@ using testing::TempDir;
 std::string binDir() { return DETRACE_BINARY_DIR; }
 std::string detrace() { return binDir() + "/replay/detrace"; }
 
-struct Output {
-  int status;
-  std::string out;
-};
-
-Output sh(const std::string& cmd) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Output = testing::ShellOutput;
+Output sh(const std::string& cmd) { return testing::runShell(cmd); }
 
 // control_app running under the tracer (with its sockets in a private temporary
 // XDG_RUNTIME_DIR), driven through its stdin and stdout.

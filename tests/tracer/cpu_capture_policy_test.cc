@@ -49,7 +49,19 @@ TEST(CapturePolicy, ParsesOpFilters) {
   EXPECT_FALSE(ar->matches(false, "AllGather"));
   EXPECT_FALSE(ar->matches(true, "gemm"));
 
+  // Kinds and names add up.
+  auto mixed = parseOpFilter("AllReduce,gemm");
+  ASSERT_TRUE(mixed.isOk());
+  EXPECT_TRUE(mixed->matches(true, "gemm"));
+  EXPECT_TRUE(mixed->matches(false, "AllReduce"));
+  EXPECT_FALSE(mixed->matches(false, "AllGather"));
+  auto everything = parseOpFilter("gemm,collective,AllReduce");
+  ASSERT_TRUE(everything.isOk());
+  EXPECT_TRUE(everything->matches(true, "gemm"));
+  EXPECT_TRUE(everything->matches(false, "AllGather"));
+
   EXPECT_FALSE(parseOpFilter(" , ").isOk());
+  EXPECT_FALSE(parseIndexRange("9223372036854775807").isOk());
 }
 
 TEST(CapturePolicy, ParsesLevelsAndWindows) {

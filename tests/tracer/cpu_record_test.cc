@@ -11,26 +11,15 @@
 #include "../db/test_util.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
 
 using testing::TempDir;
 
-struct Output {
-  int status;
-  std::string out;
-};
-
-Output sh(const std::string& cmd) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Output = testing::ShellOutput;
+Output sh(const std::string& cmd) { return testing::runShell(cmd); }
 
 std::string detrace() { return std::string(DETRACE_BINARY_DIR) + "/replay/detrace"; }
 

@@ -17,6 +17,7 @@
 #include "../db/test_util.h"
 #include "common/gpu_test.h"
 #include "line_child.h"
+#include "common/shell.h"
 
 extern char** environ;
 
@@ -29,12 +30,9 @@ using testing::TempDir;
 std::string binDir() { return DETRACE_BINARY_DIR; }
 
 int shell(const std::string& cmd, std::string& out) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  testing::ShellOutput o = testing::runShell(cmd);
+  out += o.out;
+  return o.status;
 }
 
 enum class Tracer { kNone, kPaused, kRecording };

@@ -13,17 +13,15 @@
 #include "common/gpu_test.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
 
 int shell(const std::string& cmd, std::string& out) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  testing::ShellOutput o = testing::runShell(cmd);
+  out += o.out;
+  return o.status;
 }
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }

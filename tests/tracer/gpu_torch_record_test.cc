@@ -21,17 +21,15 @@
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
 #include "detrace/kernels/digest.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
 
 int shell(const std::string& cmd, std::string& out) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  testing::ShellOutput o = testing::runShell(cmd);
+  out += o.out;
+  return o.status;
 }
 
 #define DETRACE_REQUIRE_TORCH()                                                               \

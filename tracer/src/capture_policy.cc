@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 
 namespace detrace::tracer {
 namespace {
@@ -46,7 +47,7 @@ Result<IndexRange> parseIndexRange(const std::string& raw) {
   IndexRange r;
   size_t colon = text.find(':');
   if (colon == std::string::npos) {
-    if (!parseIndex(text, r.begin)) return bad();
+    if (!parseIndex(text, r.begin) || r.begin == std::numeric_limits<int64_t>::max()) return bad();
     r.end = r.begin + 1;
     return r;
   }
@@ -90,11 +91,13 @@ Result<RecordWindow> parseWindow(const std::string& raw) {
 }
 
 bool OpFilter::matches(bool is_gemm, const std::string& name) const {
-  if (is_gemm ? !gemms : !collectives) return false;
-  if (names.empty()) return true;
-  std::string n = lower(name);
-  return std::any_of(names.begin(), names.end(),
-                     [&](const std::string& want) { return n.find(want) != std::string::npos; });
+  if (by_kind && (is_gemm ? gemms : collectives)) return true;
+  if (!names.empty()) {
+    std::string n = lower(name);
+    return std::any_of(names.begin(), names.end(),
+                       [&](const std::string& want) { return n.find(want) != std::string::npos; });
+  }
+  return !by_kind;  // nothing named: every op
 }
 
 Result<OpFilter> parseOpFilter(const std::string& text) {
@@ -117,14 +120,13 @@ Result<OpFilter> parseOpFilter(const std::string& text) {
       f.names.push_back(item);
     }
   }
-  if (any_kind) {
-    f.gemms = want_gemms;
-    f.collectives = want_collectives;
-  }
+  f.by_kind = any_kind;
+  f.gemms = want_gemms;
+  f.collectives = want_collectives;
   if (!any_kind && f.names.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
-                     "--capture-ops '{}' selects nothing: list gemm, collective or op names "
-                     "(AllReduce, cublasLtMatmul, ...), comma-separated",
+                     "--capture-ops '{}' selects nothing: list gemm, collective or collective names "
+                     "(AllReduce, ReduceScatter, ...), comma-separated",
                      text);
   }
   return f;

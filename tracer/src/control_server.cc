@@ -181,7 +181,12 @@ class ControlServer::Impl {
       if (p[1].revents != 0) return;
       if ((p[0].revents & POLLIN) == 0) continue;
       ScopedFd client(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!client) continue;
+      if (!client) {
+        // Out of descriptors (the host is at its limit): the connection stays pending and poll
+        // would report it again at once; back off instead of spinning.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) ::usleep(100'000);
+        continue;
+      }
       try {
         serve(client.get());
       } catch (...) {

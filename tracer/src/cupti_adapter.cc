@@ -371,6 +371,7 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     // The context's records must be collected while it still exists; then commit them, so a
     // program that dies after tearing its context down keeps them.
     g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    Fingerprinter::get().forgetContext(data->context);  // its result memory dies with it
     Session::get().commit();
   }
 }

@@ -103,6 +103,7 @@ struct Context {
 // Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
 bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off, uint64_t& skip) {
   skip = 0;
+  if (used == 0) head = 0;  // empty: the whole ring is free, wherever the head stood
   if (n > size) return false;
   if (head + n > size) skip = size - head;  // wrap: skip the tail
   if (used + skip + n > size) return false;
@@ -187,8 +188,18 @@ class State {
   void drainLocked(bool final, db::TraceWriter* w);
 };
 
+std::atomic<State*> g_state{nullptr};
+
 State& state() {
-  static State* s = new State();  // never destroyed: used from exit handlers
+  State* s = g_state.load(std::memory_order_acquire);
+  if (s != nullptr) return *s;
+  static std::mutex create_mu;
+  std::lock_guard lk(create_mu);
+  s = g_state.load(std::memory_order_relaxed);
+  if (s == nullptr) {
+    s = new State();  // never destroyed: used from exit handlers
+    g_state.store(s, std::memory_order_release);
+  }
   return *s;
 }
 
@@ -287,7 +298,9 @@ void State::releaseHeadLocked() {
   Context& cx = *p.ctx;
   --cx.used_entries;
   cx.arena_used -= p.arena_skip + p.arena_len;
-  cx.staging_used -= p.copy_reserved;
+  // A copy queued on a stream whose completion we cannot observe (the entry failed) may still be
+  // writing into its range: keep that range reserved for good rather than hand it out again.
+  if (!(p.failed && p.copied)) cx.staging_used -= p.copy_reserved;
   if (p.owns_event && p.event) cx.free_events.push_back(p.event);
   pending.pop_front();
 }
@@ -484,6 +497,42 @@ thread_local int64_t t_last_row_bytes = 0;
 
 int64_t lastGemmRowBytes() { return t_last_row_bytes; }
 void setLastGemmRowBytes(int64_t bytes) { t_last_row_bytes = bytes; }
+
+void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
+  try {
+    State& s = state();
+    db::TraceWriter* w = Session::get().startedWriter();
+    std::lock_guard lk(s.mu);
+    auto it = s.contexts.find(ctx);
+    if (it == s.contexts.end()) return;
+    Context* cx = it->second.get();
+    const Driver& d = Driver::get();
+    relaxCaptureModeOnThisThread();
+    for (Pending& p : s.pending) {
+      if (p.ctx != cx) continue;
+      if (!p.failed && !p.done) p.done = d.event_query(p.event) == CUDA_SUCCESS;
+      if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
+      if (!p.failed && p.done && p.seq != db::kUnset && w != nullptr) {
+        (void)w->appendOperand(toOperand(p, *w));
+        ++s.written;
+      } else {
+        ++s.lost;
+      }
+    }
+    std::erase_if(s.pending, [cx](const Pending& p) { return p.ctx == cx; });
+    // Its memory and module die with the context: leak the bookkeeping, never touch them again.
+    (void)it->second.release();
+    s.contexts.erase(it);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::resetAfterFork() noexcept {
+  try {
+    g_state.store(new State(), std::memory_order_release);  // the parent's is leaked on purpose
+  } catch (...) {
+  }
+}
 
 void Fingerprinter::markCopy(uint64_t token) noexcept {
   try {

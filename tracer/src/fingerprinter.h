@@ -42,6 +42,11 @@ class Fingerprinter {
   void noteSeq(uint64_t token, int64_t seq) noexcept;
   // Writes the operands whose digests are done and whose op has a sequence number.
   void poll() noexcept;
+  // The CUDA context `ctx` is being destroyed (its memory goes with it): writes its finished
+  // results that can be written now, drops the rest (counted as lost) and forgets the context.
+  void forgetContext(CUcontext ctx) noexcept;
+  // After fork(), in the child: the parent's state (pinned memory, held locks) is unusable here.
+  static void resetAfterFork() noexcept;
   // At exit, after the reorder buffer's flush: waits (bounded) for outstanding digests, writes
   // them and the fingerprint counters to `writer`.
   void finish(db::TraceWriter* writer) noexcept;

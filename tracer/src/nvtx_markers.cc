@@ -3,6 +3,10 @@
 
 #include <generated_nvtx_meta.h>
 
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
 #include "log.h"
 #include "session.h"
 
@@ -16,6 +20,26 @@ const char* messageOf(const nvtxEventAttributes_t* a) {
   return a->message.ascii;
 }
 
+// Distinct marker texts interned so far: the writer's string table never shrinks, and some
+// programs put a counter in every range's text ("aten::mm, seq = 81723"). Past the cap, markers
+// get one shared name and are counted (stats: nvtx_names_capped).
+constexpr size_t kMaxMarkerNames = 1 << 16;
+std::mutex g_names_mu;
+std::unordered_set<std::string> g_marker_names;
+
+int64_t markerName(Session& s, db::TraceWriter& w, const char* text) {
+  std::string t = text != nullptr ? text : "";
+  {
+    std::lock_guard lk(g_names_mu);
+    if (g_marker_names.size() >= kMaxMarkerNames && !g_marker_names.count(t)) {
+      s.addStat("nvtx_names_capped", 1);
+      return w.intern("<nvtx range: too many distinct names>");
+    }
+    g_marker_names.insert(t);
+  }
+  return w.intern(t);
+}
+
 // Appends a marker in API order (between the launches around it).
 void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
   Session& s = Session::get();
@@ -25,7 +49,7 @@ void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
   LibraryOp op;
   op.event.kind = db::EventKind::kMarker;
   op.event.cpu_ns = s.now();
-  op.event.name = w->intern(text != nullptr ? text : "");
+  op.event.name = markerName(s, *w, text);
   op.detail = db::Marker{kind, db::kUnset, value};
   buffer->addLibraryOp(op, 0, true);
 }

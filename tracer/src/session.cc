@@ -141,6 +141,7 @@ void Session::resetAfterFork() {
   // session and begin again (the child records into its own proc-<pid>.dtrace).
   resetControlAfterFork();
   resetSignalsAfterFork();
+  Fingerprinter::resetAfterFork();
   g_session.store(new Session(), std::memory_order_release);
 }
 

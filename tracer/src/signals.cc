@@ -99,16 +99,27 @@ void finishBounded() {
     std::condition_variable cv;
     bool done = false;
   };
-  auto shared = std::make_shared<Shared>();
-  std::thread worker([shared] {
+  std::shared_ptr<Shared> shared;
+  std::thread worker;
+  try {
+    shared = std::make_shared<Shared>();
+    worker = std::thread([shared] {
+      try {
+        Session::get().finish();
+      } catch (...) {
+      }
+      std::lock_guard lk(shared->mu);
+      shared->done = true;
+      shared->cv.notify_all();
+    });
+  } catch (...) {
+    // No thread to bound it with (out of memory or threads): finish here, unbounded.
     try {
       Session::get().finish();
     } catch (...) {
     }
-    std::lock_guard lk(shared->mu);
-    shared->done = true;
-    shared->cv.notify_all();
-  });
+    return;
+  }
   std::unique_lock lk(shared->mu);
   if (shared->cv.wait_for(lk, kFinishTimeout, [&] { return shared->done; })) {
     lk.unlock();
@@ -171,7 +182,7 @@ void installHandlers() {
     sa.sa_sigaction = onSignal;
     sa.sa_mask = old.sa_mask;
     // Keep the program's restart semantics (an interpreter may rely on EINTR to see its signal).
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sa.sa_flags = SA_SIGINFO | (old.sa_flags & SA_ONSTACK);  // the program's stack choice
     sa.sa_flags |= isDefault(old) ? SA_RESTART : (old.sa_flags & (SA_RESTART | SA_NODEFER));
     (void)sigaction(kSignals[i], &sa, nullptr);
   }

@@ -51,8 +51,12 @@ struct BisectResult {
   int32_t rank = -1;            // where divergence began
   int64_t seq_a = -1, seq_b = -1;
   int64_t op_index_a = -1, op_index_b = -1;  // library-op index of the suspect in each run
-  std::string suspect;                       // describeOp() of the suspect in run A
+  std::string suspect;                       // describeOp() of the suspect (A's side, else B's)
   std::string classification;                // pairStatusName of the first divergence
+  std::string why;                           // the diff's explanation of it
+  std::optional<int64_t> entered_after;      // propagated: the last event whose outputs matched
+  std::vector<std::string> warnings;         // the diff's warnings (no fingerprints, ...)
+  std::string replay_error;                  // why the suspect was not replayed, if it was not
   std::optional<ReplayResult> replay;
   std::optional<PairResult> pair;
   std::string verdict;  // the closing paragraph

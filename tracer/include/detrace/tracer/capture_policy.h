@@ -47,14 +47,17 @@ Result<RecordWindow> parseWindow(const std::string& text);
 
 // Which library ops get their operands copied in full mode.
 struct OpFilter {
-  bool gemms = true;
-  bool collectives = true;
-  std::vector<std::string> names;  // lower-case substrings of the op's name; empty = any name
-  // `is_gemm`: the op is a GEMM (else a collective); `name`: "cublasLtMatmul", "AllReduce", ...
+  bool by_kind = false;  // kinds were named: gemms/collectives select
+  bool gemms = false;
+  bool collectives = false;
+  std::vector<std::string> names;  // lower-case substrings of the op's name
+  // `is_gemm`: the op is a GEMM (else a collective); `name`: the collective's op ("AllReduce",
+  // "ReduceScatter", ...) or "gemm". Kinds and names add up; nothing named selects every op.
   bool matches(bool is_gemm, const std::string& name) const;
 };
 
-// "gemm", "collective", op names ("AllReduce", "cublasLtMatmul"), comma-separated; "" = all.
+// "gemm", "collective" and/or collective names ("AllReduce", "ReduceScatter", ...),
+// comma-separated; "" = every library op.
 Result<OpFilter> parseOpFilter(const std::string& text);
 
 Result<CaptureLevel> parseCaptureLevel(const std::string& text);
