@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <time.h>
-
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -16,7 +14,10 @@
 
 #include <xxhash.h>
 
+#include <time.h>
+
 #include "detrace/kernels/digest.h"
+
 #include "log.h"
 #include "next_symbol.h"
 #include "self_launch.h"
@@ -25,10 +26,10 @@
 namespace detrace::tracer {
 namespace {
 
-constexpr uint32_t kEntries = 8192;             // operand results in flight, per context
-constexpr uint64_t kArenaDigests = 1u << 21;    // row digests in flight (16 MiB pinned)
-constexpr int64_t kMaxRows = 1 << 16;           // rows per operand; more: whole digest only
-constexpr int kPollSpinsAtExit = 200;           // finish(): 200 x 10 ms at most
+constexpr uint32_t kEntries = 8192;           // operand results in flight, per context
+constexpr uint64_t kArenaDigests = 1u << 21;  // row digests in flight (16 MiB pinned)
+constexpr int64_t kMaxRows = 1 << 16;         // rows per operand; more: whole digest only
+constexpr int kPollSpinsAtExit = 200;         // finish(): 200 x 10 ms at most
 
 // Driver entry points, found in the program's libcuda (never linked).
 struct Driver {
@@ -72,7 +73,8 @@ struct Driver {
       x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
       x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
       x.copy_dtoh = reinterpret_cast<CopyDtoH>(sym("cuMemcpyDtoHAsync_v2"));
-      x.exchange_capture_mode = reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
+      x.exchange_capture_mode =
+          reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
       x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
              x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
       return x;
@@ -91,7 +93,7 @@ struct Context {
   kernels::DigestSlot* slots = nullptr;  // device, kEntries, zeroed once (reused by the kernel)
   volatile uint64_t* whole = nullptr;    // mapped host, kEntries
   CUdeviceptr whole_dev = 0;
-  volatile uint64_t* arena = nullptr;    // mapped host, kArenaDigests
+  volatile uint64_t* arena = nullptr;  // mapped host, kArenaDigests
   CUdeviceptr arena_dev = 0;
   std::vector<CUevent> free_events;
   uint32_t next_entry = 0, used_entries = 0;
@@ -101,7 +103,8 @@ struct Context {
 };
 
 // Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
-bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off, uint64_t& skip) {
+bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off,
+                 uint64_t& skip) {
   skip = 0;
   if (used == 0) head = 0;  // empty: the whole ring is free, wherever the head stood
   if (n > size) return false;
@@ -118,11 +121,11 @@ struct Pending {
   Context* ctx = nullptr;
   OperandSpec spec;
   uint32_t entry = 0;
-  uint64_t arena_off = 0, arena_len = 0;  // row digests (arena_len = rows) or 0
-  uint64_t arena_skip = 0;                // arena slots skipped to keep this range contiguous
+  uint64_t arena_off = 0, arena_len = 0;     // row digests (arena_len = rows) or 0
+  uint64_t arena_skip = 0;                   // arena slots skipped to keep this range contiguous
   uint64_t copy_off = 0, copy_reserved = 0;  // full capture: staging offset, bytes held (+ skip)
-  bool copied = false;                        // the copy was queued: write its bytes
-  CUevent event = nullptr;                // shared by the operands of one enqueue(); last one owns it
+  bool copied = false;                       // the copy was queued: write its bytes
+  CUevent event = nullptr;  // shared by the operands of one enqueue(); last one owns it
   bool owns_event = false;
   bool done = false;
   bool failed = false;  // no result will come (launch or event failed)
@@ -147,7 +150,8 @@ class SeqRing {
  private:
   static constexpr size_t kSize = 1 << 16;
   std::mutex mu_;
-  std::vector<std::pair<uint64_t, int64_t>> ring_ = std::vector<std::pair<uint64_t, int64_t>>(kSize);
+  std::vector<std::pair<uint64_t, int64_t>> ring_ =
+      std::vector<std::pair<uint64_t, int64_t>>(kSize);
 };
 
 // Tokens of the ops whose operands are copied (full capture), a ring like SeqRing.
@@ -220,8 +224,10 @@ Context* State::contextLocked(CUcontext c) {
   void* arena = nullptr;
   bool ok = d.mem_alloc(&slots, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
             d.memset_d8(slots, 0, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
-            d.host_alloc(&whole, sizeof(uint64_t) * kEntries, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
-            d.host_alloc(&arena, sizeof(uint64_t) * kArenaDigests, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS &&
+            d.host_alloc(&whole, sizeof(uint64_t) * kEntries, CU_MEMHOSTALLOC_DEVICEMAP) ==
+                CUDA_SUCCESS &&
+            d.host_alloc(&arena, sizeof(uint64_t) * kArenaDigests, CU_MEMHOSTALLOC_DEVICEMAP) ==
+                CUDA_SUCCESS &&
             d.host_dev_ptr(&cx->whole_dev, whole, 0) == CUDA_SUCCESS &&
             d.host_dev_ptr(&cx->arena_dev, arena, 0) == CUDA_SUCCESS;
   if (!ok) {
@@ -244,9 +250,11 @@ Context* State::contextLocked(CUcontext c) {
 void State::allocateStagingLocked(Context& cx) {
   const Driver& d = Driver::get();
   int64_t mb = 256;
-  if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0) mb = std::atoll(v);
-  uint64_t size = std::min<uint64_t>(static_cast<uint64_t>(mb) << 20,
-                                     static_cast<uint64_t>(Session::get().policy().max_capture_bytes));
+  if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0)
+    mb = std::atoll(v);
+  uint64_t size =
+      std::min<uint64_t>(static_cast<uint64_t>(mb) << 20,
+                         static_cast<uint64_t>(Session::get().policy().max_capture_bytes));
   void* host = nullptr;
   if (size == 0 || d.copy_dtoh == nullptr || d.host_alloc(&host, size, 0) != CUDA_SUCCESS) {
     logLine("operand copies are off: could not allocate %llu MiB of pinned staging memory",
@@ -282,11 +290,13 @@ void State::copyLocked(Context& cx, Pending& p, CUstream stream) {
 }
 
 // Takes the next result entry and, for rows, a contiguous arena range (FIFO ring buffers).
-bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip) {
+bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off,
+                          uint64_t& skip) {
   if (cx.used_entries >= kEntries) return false;
   off = skip = 0;
   uint64_t n = static_cast<uint64_t>(rows);
-  if (n > 0 && !reserveRing(kArenaDigests, cx.arena_head, cx.arena_used, n, off, skip)) return false;
+  if (n > 0 && !reserveRing(kArenaDigests, cx.arena_head, cx.arena_used, n, off, skip))
+    return false;
   entry = cx.next_entry;
   cx.next_entry = (cx.next_entry + 1) % kEntries;
   ++cx.used_entries;
@@ -338,21 +348,29 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
 // The thread that polls results (the tracer's flusher, or the one finishing at exit) must not
 // disturb a CUDA graph that another thread of the program is capturing: in the default (global)
 // capture mode an "unsafe" call such as cuEventQuery from any thread invalidates the capture. The
-// relaxed mode on this thread exempts its calls, which never touch the capturing stream.
-void relaxCaptureModeOnThisThread() {
-  thread_local bool done = false;
-  if (done) return;
-  done = true;
-  if (auto exchange = Driver::get().exchange_capture_mode) {
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    exchange(&mode);
+// relaxed mode exempts this thread's calls (they never touch the capturing stream); it is set for
+// the scope of a drain and given back, since the thread may be the program's own (at exit).
+class RelaxedCaptureScope {
+ public:
+  RelaxedCaptureScope() {
+    if (auto exchange = Driver::get().exchange_capture_mode)
+      active_ = exchange(&mode_) == CUDA_SUCCESS;
   }
-}
+  ~RelaxedCaptureScope() {
+    if (active_) Driver::get().exchange_capture_mode(&mode_);
+  }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool active_ = false;
+};
 
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish.
 void State::drainLocked(bool final, db::TraceWriter* w) {
   const Driver& d = Driver::get();
-  relaxCaptureModeOnThisThread();
+  RelaxedCaptureScope relaxed;
   CUcontext current = nullptr;
   while (!pending.empty()) {
     Pending& p = pending.front();
@@ -399,7 +417,8 @@ bool Fingerprinter::enabled() const {
   static const bool wanted = [] {
     if (Session::get().policy().level == CaptureLevel::kMeta) return false;
     if (!Driver::get().ok) {
-      logLine("fingerprints are off: the CUDA driver's entry points were not found in this process");
+      logLine(
+          "fingerprints are off: the CUDA driver's entry points were not found in this process");
       return false;
     }
     return true;
@@ -407,7 +426,8 @@ bool Fingerprinter::enabled() const {
   return wanted && !state().disabled;
 }
 
-void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+void Fingerprinter::enqueue(uint64_t token, CUstream stream,
+                            const std::vector<OperandSpec>& specs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   try {
     const Driver& d = Driver::get();
@@ -415,7 +435,8 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
     CUcontext ctx = nullptr;
     if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d.is_capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
       std::lock_guard lk(s.mu);
       ++s.skipped_capture;
       return;
@@ -427,10 +448,11 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
     bool copy = s.marked.has(token);
     size_t first = s.pending.size();
     for (const OperandSpec& spec : specs) {
-      int64_t rows = spec.rows > 0 && spec.rows <= kMaxRows &&
-                             static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
-                         ? spec.rows
-                         : 0;
+      int64_t rows =
+          spec.rows > 0 && spec.rows <= kMaxRows &&
+                  static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
+              ? spec.rows
+              : 0;
       Pending p;
       p.token = token;
       p.ctx = cx;
@@ -441,14 +463,14 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
       }
       p.arena_len = static_cast<uint64_t>(rows);
       if (copy) s.copyLocked(*cx, p, stream);
-      Status st = rows > 0
-          ? cx->digester->digestRows(spec.address, static_cast<uint32_t>(rows),
-                                     static_cast<uint64_t>(spec.row_bytes),
-                                     static_cast<uint64_t>(spec.row_stride),
-                                     reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8),
-                                     nullptr, stream)
-          : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
-                                 reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
+      Status st =
+          rows > 0
+              ? cx->digester->digestRows(
+                    spec.address, static_cast<uint32_t>(rows),
+                    static_cast<uint64_t>(spec.row_bytes), static_cast<uint64_t>(spec.row_stride),
+                    reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8), nullptr, stream)
+              : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
+                                     reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
       s.pending.push_back(std::move(p));
       if (!st.isOk()) {
         ++s.skipped_error;
@@ -507,16 +529,18 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
     if (it == s.contexts.end()) return;
     Context* cx = it->second.get();
     const Driver& d = Driver::get();
-    relaxCaptureModeOnThisThread();
-    for (Pending& p : s.pending) {
-      if (p.ctx != cx) continue;
-      if (!p.failed && !p.done) p.done = d.event_query(p.event) == CUDA_SUCCESS;
-      if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
-      if (!p.failed && p.done && p.seq != db::kUnset && w != nullptr) {
-        (void)w->appendOperand(toOperand(p, *w));
-        ++s.written;
-      } else {
-        ++s.lost;
+    {
+      RelaxedCaptureScope relaxed;  // the program's own thread: its mode is given back below
+      for (Pending& p : s.pending) {
+        if (p.ctx != cx) continue;
+        if (!p.failed && !p.done) p.done = d.event_query(p.event) == CUDA_SUCCESS;
+        if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
+        if (!p.failed && p.done && p.seq != db::kUnset && w != nullptr) {
+          (void)w->appendOperand(toOperand(p, *w));
+          ++s.written;
+        } else {
+          ++s.lost;
+        }
       }
     }
     std::erase_if(s.pending, [cx](const Pending& p) { return p.ctx == cx; });
@@ -567,7 +591,9 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
         s.drainLocked(false, w);
         if (s.pending.empty()) break;
       }
-      struct timespec ts{0, 10'000'000};
+      struct timespec ts {
+        0, 10'000'000
+      };
       nanosleep(&ts, nullptr);
     }
     std::lock_guard lk(s.mu);
