@@ -1,7 +1,9 @@
 // The GUI suites (QTest, offscreen platform). `detrace_gui_tests SUITE [QTest args]` runs one
 // suite; without a suite name it runs all of them.
 #include <QApplication>
+#include <QSettings>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QTest>
 #include <cstring>
 #include <functional>
@@ -12,7 +14,14 @@
 
 int main(int argc, char** argv) {
   qputenv("QT_QPA_PLATFORM", "offscreen");
-  QStandardPaths::setTestModeEnabled(true);  // recent runs go to a test settings file
+  QStandardPaths::setTestModeEnabled(true);
+  // Recent runs (QSettings) go to a settings file of this process alone. Test mode's shared
+  // ~/.qttest/config is not enough: ctest -j runs the suites as parallel processes that all open
+  // runs, and one suite's rememberRecent() could land between another's write and its read.
+  QTemporaryDir settings;
+  if (!settings.isValid()) return 2;
+  QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settings.path());
+  QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, settings.path());
   QApplication app(argc, argv);
   const std::map<std::string, std::function<std::unique_ptr<QObject>()>> suites = {
       {"MainWindow", detrace::gui::testing::makeMainWindowSuite},
