@@ -153,5 +153,17 @@ TEST(WindowGate, StepWindowFollowsNvtxSteps) {
   EXPECT_EQ(g.steps(), 3);
 }
 
+// NVTX depth is per thread: another thread's pop at the same depth does not end the step.
+TEST(WindowGate, OnlyTheStepsThreadEndsIt) {
+  WindowGate g(*parseWindow("steps:0:1"));
+  const uint64_t main_thread = 1, worker = 2;
+  EXPECT_TRUE(g.notePush(true, 0, main_thread));
+  EXPECT_TRUE(g.notePush(false, 0, worker));  // a worker's own range, depth 0 on its thread
+  EXPECT_TRUE(g.notePop(0, worker));
+  EXPECT_TRUE(g.admitLaunch());                // still inside step 0
+  EXPECT_TRUE(g.notePop(0, main_thread));
+  EXPECT_FALSE(g.admitLaunch());
+}
+
 }  // namespace
 }  // namespace detrace::tracer

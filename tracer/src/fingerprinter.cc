@@ -575,7 +575,8 @@ void Fingerprinter::noteSeq(uint64_t token, int64_t seq) noexcept {
 void Fingerprinter::poll() noexcept {
   try {
     State& s = state();
-    db::TraceWriter* w = Session::get().writer();
+    // startedWriter(): results of ops recorded before an `attach stop` still land while paused.
+    db::TraceWriter* w = Session::get().startedWriter();
     std::lock_guard lk(s.mu);
     s.drainLocked(false, w);
   } catch (...) {

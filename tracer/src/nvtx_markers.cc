@@ -15,6 +15,9 @@ namespace {
 
 thread_local int t_depth = 0;  // NVTX push/pop ranges open on this thread
 
+// An id for the calling thread (its thread-local's address: unique among live threads).
+uint64_t threadId() { return reinterpret_cast<uint64_t>(&t_depth); }
+
 const char* messageOf(const nvtxEventAttributes_t* a) {
   if (a == nullptr || a->messageType != NVTX_MESSAGE_TYPE_ASCII) return nullptr;
   return a->message.ascii;
@@ -57,7 +60,7 @@ void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
 void push(const char* text) {
   Session& s = Session::get();
   int depth = t_depth++;
-  if (s.gate().notePush(s.policy().isStep(text), depth)) {
+  if (s.gate().notePush(s.policy().isStep(text), depth, threadId())) {
     recordMarker(db::MarkerKind::kRangeStart, text != nullptr ? text : "<unnamed range>", depth);
   }
 }
@@ -65,7 +68,7 @@ void push(const char* text) {
 void pop() {
   Session& s = Session::get();
   if (t_depth > 0) --t_depth;
-  if (s.gate().notePop(t_depth)) recordMarker(db::MarkerKind::kRangeEnd, "", t_depth);
+  if (s.gate().notePop(t_depth, threadId())) recordMarker(db::MarkerKind::kRangeEnd, "", t_depth);
 }
 
 template <typename Params>

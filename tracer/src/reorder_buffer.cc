@@ -271,6 +271,11 @@ std::optional<int64_t> ReorderBuffer::seqOfLocked(uint64_t token) const {
   return seq;
 }
 
+void ReorderBuffer::setDropUnmatched(bool on) {
+  std::lock_guard lk(mu_);
+  options_.drop_unmatched = on;
+}
+
 std::optional<int64_t> ReorderBuffer::seqOf(uint64_t token) const {
   std::lock_guard lk(mu_);
   return seqOfLocked(token);

@@ -199,7 +199,7 @@ bool Session::startLocked() {
   ReorderOptions ro;
   ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
   ro.on_library_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
-  ro.drop_unmatched = gate_.windowed();
+  ro.drop_unmatched = gate().windowed();
   for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
   writeMetadataLocked();
@@ -355,6 +355,8 @@ Status Session::setWindow(const std::string& spec) {
   gate_ptr_.store(attach_gates_.back().get(), std::memory_order_release);
   policy_.window = window;
   window_spec_ = spec;
+  // GPU records of launches the window skips must stay out of the trace (they have no slot).
+  if (ReorderBuffer* b = startedBuffer()) b->setDropUnmatched(window.unit != RecordWindow::Unit::kAll);
   return Status::ok();
 }
 

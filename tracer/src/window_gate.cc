@@ -38,17 +38,21 @@ WindowGate::OpTicket WindowGate::admitOp() {
   return t;
 }
 
-bool WindowGate::notePush(bool is_step, int depth) {
+bool WindowGate::notePush(bool is_step, int depth, uint64_t thread) {
   if (is_step && step_depth_.load(std::memory_order_relaxed) < 0) {
     current_step_.store(steps_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+    step_thread_.store(thread, std::memory_order_relaxed);
     step_depth_.store(depth, std::memory_order_relaxed);
   }
   return window_.unit != RecordWindow::Unit::kSteps || openForSteps();
 }
 
-bool WindowGate::notePop(int depth) {
+bool WindowGate::notePop(int depth, uint64_t thread) {
   bool record = window_.unit != RecordWindow::Unit::kSteps || openForSteps();
-  if (step_depth_.load(std::memory_order_relaxed) == depth) step_depth_.store(-1, std::memory_order_relaxed);
+  if (step_depth_.load(std::memory_order_relaxed) == depth &&
+      step_thread_.load(std::memory_order_relaxed) == thread) {
+    step_depth_.store(-1, std::memory_order_relaxed);
+  }
   return record;
 }
 

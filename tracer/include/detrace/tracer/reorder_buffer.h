@@ -139,6 +139,8 @@ class ReorderBuffer {
   void poll(int64_t now_ns);
   // Writes every pending slot, complete or not (at exit, or before a checkpoint).
   void flush();
+  // ReorderOptions::drop_unmatched, changed while recording (a window given to `detrace attach`).
+  void setDropUnmatched(bool on);
 
   // The sequence number a written slot got (nullopt if pending, dropped or forgotten).
   std::optional<int64_t> seqOf(uint64_t token) const;
@@ -170,7 +172,7 @@ class ReorderBuffer {
   void forgetCorrelationsLocked(const Slot& slot);
 
   EventSink& sink_;
-  const ReorderOptions options_;
+  ReorderOptions options_;  // fixed but for drop_unmatched (changed under mu_)
   mutable std::mutex mu_;
   std::deque<Slot> pending_;
   uint64_t next_token_ = 1;

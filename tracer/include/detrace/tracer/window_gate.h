@@ -24,11 +24,12 @@ class WindowGate {
     bool record = true;
   };
   OpTicket admitOp();
-  // An NVTX range was pushed on a thread with `depth` ranges already open there; `is_step`: its
-  // text names a step. Returns whether to record the marker.
-  bool notePush(bool is_step, int depth);
-  // The range at `depth` (the count left open after the pop) was popped. Whether to record it.
-  bool notePop(int depth);
+  // An NVTX range was pushed on thread `thread` with `depth` ranges already open there;
+  // `is_step`: its text names a step. Returns whether to record the marker.
+  bool notePush(bool is_step, int depth, uint64_t thread = 0);
+  // The range at `depth` (the count left open after the pop) was popped on `thread`. A step ends
+  // only when the thread that opened it pops it (NVTX depth is per thread). Whether to record it.
+  bool notePop(int depth, uint64_t thread = 0);
   // Steps started so far.
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
 
@@ -41,6 +42,7 @@ class WindowGate {
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> current_step_{-1};
   std::atomic<int> step_depth_{-1};  // depth of the open step range; -1: between steps
+  std::atomic<uint64_t> step_thread_{0};  // the thread that opened it
 };
 
 }  // namespace detrace::tracer
