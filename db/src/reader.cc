@@ -318,38 +318,47 @@ Result<std::vector<Operand>> TraceReader::allOperands() {
   return out;
 }
 
-Result<std::vector<Operand>> TraceReader::allOperandFingerprints() {
-  std::vector<Operand> out;
-  Status st = forEachRow(
+Status TraceReader::forEachOperandFingerprint(const std::function<Status(Operand&)>& fn) {
+  Operand o;
+  return forEachRow(
       db_.get(), "SELECT seq, slot, role, rows, digest, row_digests FROM operands ORDER BY seq, slot, id",
       [&](sqlite3_stmt* s) -> Status {
-        Operand& o = out.emplace_back();
         o.seq = sqlite3_column_int64(s, 0);
         o.slot = sqlite3_column_int(s, 1);
         o.role = static_cast<OperandRole>(sqlite3_column_int(s, 2));
         o.rows = sqlite3_column_int64(s, 3);
         o.has_digest = sqlite3_column_type(s, 4) != SQLITE_NULL;
         o.digest = static_cast<uint64_t>(sqlite3_column_int64(s, 4));
-        o.row_digests = decodeDigests(sqlite3_column_blob(s, 5),
-                                      static_cast<size_t>(sqlite3_column_bytes(s, 5)));
-        return Status::ok();
+        o.row_digests = decodeDigests(sqlite3_column_blob(s, 5), static_cast<size_t>(sqlite3_column_bytes(s, 5)));
+        return fn(o);
       });
-  if (!st.isOk()) return st;
+}
+
+Result<std::vector<Operand>> TraceReader::allOperandFingerprints() {
+  std::vector<Operand> out;
+  DETRACE_RETURN_IF_ERROR(forEachOperandFingerprint([&](Operand& o) {
+    out.push_back(std::move(o));
+    return Status::ok();
+  }));
   return out;
+}
+
+Status TraceReader::forEachEventSkeleton(const std::function<Status(const EventSkeleton&)>& fn) {
+  return forEachRow(db_.get(), "SELECT seq, kind, name, parent_seq FROM events ORDER BY seq",
+                    [&](sqlite3_stmt* s) -> Status {
+                      return fn({sqlite3_column_int64(s, 0), static_cast<EventKind>(sqlite3_column_int(s, 1)),
+                                 colOpt(s, 2), colOpt(s, 3)});
+                    });
 }
 
 Result<std::vector<TraceReader::EventSkeleton>> TraceReader::eventSkeletons() {
   std::vector<EventSkeleton> out;
   DETRACE_ASSIGN_OR_RETURN(int64_t n, eventCount());
   out.reserve(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(n, int64_t{1} << 28))));
-  Status st = forEachRow(db_.get(), "SELECT seq, kind, name, parent_seq FROM events ORDER BY seq",
-                         [&](sqlite3_stmt* s) -> Status {
-                           out.push_back({sqlite3_column_int64(s, 0),
-                                          static_cast<EventKind>(sqlite3_column_int(s, 1)),
-                                          colOpt(s, 2), colOpt(s, 3)});
-                           return Status::ok();
-                         });
-  if (!st.isOk()) return st;
+  DETRACE_RETURN_IF_ERROR(forEachEventSkeleton([&](const EventSkeleton& e) {
+    out.push_back(e);
+    return Status::ok();
+  }));
   return out;
 }
 

@@ -96,51 +96,69 @@ struct PendingFingerprints {
 
 // Reduces the operands (in seq, slot order) to one record per op, and keeps their row digests
 // flat when asked. The full operand list is the largest thing a load reads: it is dropped here.
-std::vector<PendingFingerprints> reduceOperands(std::vector<db::Operand> operands, bool rows,
-                                                RankOps& r) {
-  std::vector<PendingFingerprints> out;
-  size_t i = 0;
-  while (i < operands.size()) {
-    size_t end = i;
-    while (end < operands.size() && operands[end].seq == operands[i].seq) ++end;
-    Hasher in, outs;
-    bool in_ok = true, out_ok = true, any_in = false, any_out = false;
-    PendingFingerprints f;
-    f.seq = operands[i].seq;
-    f.rows_begin = static_cast<int32_t>(r.row_operands.size());
-    for (size_t j = i; j < end; ++j) {
-      db::Operand& o = operands[j];
-      r.fingerprinted |= o.has_digest || !o.row_digests.empty();
-      bool is_in = o.role == db::OperandRole::kInput || o.role == db::OperandRole::kInOut;
-      bool is_out = o.role == db::OperandRole::kOutput || o.role == db::OperandRole::kInOut;
-      if (is_in) {
-        any_in = true;
-        in_ok &= o.has_digest;
-        in.add(static_cast<uint64_t>(o.slot)).add(o.digest);
-      }
-      if (is_out) {
-        any_out = true;
-        out_ok &= o.has_digest;
-        outs.add(static_cast<uint64_t>(o.slot)).add(o.digest);
-      }
-      if (rows && !o.row_digests.empty()) {
-        auto begin = static_cast<int64_t>(r.row_digests.size());
-        r.row_digests.insert(r.row_digests.end(), o.row_digests.begin(), o.row_digests.end());
-        r.row_operands.push_back({o.slot, o.role, begin, static_cast<int64_t>(r.row_digests.size())});
-      }
-      std::vector<uint64_t>().swap(o.row_digests);  // give the memory back as we go
+// Folds a rank's operands, streamed in (seq, slot) order, into one PendingFingerprints per op:
+// combined input and output digests, and (for batch mode) the row digests in one flat array.
+class OperandReducer {
+ public:
+  OperandReducer(bool rows, RankOps& r) : rows_(rows), r_(r) {}
+
+  void add(db::Operand& o) {
+    if (open_ && o.seq != f_.seq) close();
+    if (!open_) begin(o.seq);
+    r_.fingerprinted |= o.has_digest || !o.row_digests.empty();
+    bool is_in = o.role == db::OperandRole::kInput || o.role == db::OperandRole::kInOut;
+    bool is_out = o.role == db::OperandRole::kOutput || o.role == db::OperandRole::kInOut;
+    if (is_in) {
+      any_in_ = true;
+      in_ok_ &= o.has_digest;
+      in_.add(static_cast<uint64_t>(o.slot)).add(o.digest);
     }
-    f.rows_end = static_cast<int32_t>(r.row_operands.size());
-    f.has_inputs = any_in && in_ok;
-    f.has_outputs = any_out && out_ok;
-    f.inputs = f.has_inputs ? in.value() : 0;
-    f.outputs = f.has_outputs ? outs.value() : 0;
-    out.push_back(f);
-    i = end;
+    if (is_out) {
+      any_out_ = true;
+      out_ok_ &= o.has_digest;
+      outs_.add(static_cast<uint64_t>(o.slot)).add(o.digest);
+    }
+    if (rows_ && !o.row_digests.empty()) {
+      auto first = static_cast<int64_t>(r_.row_digests.size());
+      r_.row_digests.insert(r_.row_digests.end(), o.row_digests.begin(), o.row_digests.end());
+      r_.row_operands.push_back({o.slot, o.role, first, static_cast<int64_t>(r_.row_digests.size())});
+    }
   }
-  r.row_digests.shrink_to_fit();
-  return out;
-}
+
+  std::vector<PendingFingerprints> finish() {
+    if (open_) close();
+    r_.row_digests.shrink_to_fit();
+    return std::move(out_);
+  }
+
+ private:
+  void begin(int64_t seq) {
+    open_ = true;
+    f_ = PendingFingerprints{};
+    f_.seq = seq;
+    f_.rows_begin = static_cast<int32_t>(r_.row_operands.size());
+    in_ = Hasher();
+    outs_ = Hasher();
+    in_ok_ = out_ok_ = true;
+    any_in_ = any_out_ = false;
+  }
+  void close() {
+    f_.rows_end = static_cast<int32_t>(r_.row_operands.size());
+    f_.has_inputs = any_in_ && in_ok_;
+    f_.has_outputs = any_out_ && out_ok_;
+    f_.inputs = f_.has_inputs ? in_.value() : 0;
+    f_.outputs = f_.has_outputs ? outs_.value() : 0;
+    out_.push_back(f_);
+    open_ = false;
+  }
+
+  bool rows_;
+  RankOps& r_;
+  std::vector<PendingFingerprints> out_;
+  PendingFingerprints f_;
+  Hasher in_, outs_;
+  bool open_ = false, in_ok_ = true, out_ok_ = true, any_in_ = false, any_out_ = false;
+};
 
 }  // namespace
 
@@ -220,14 +238,19 @@ struct ExtraAt {
 
 Status loadExtras(db::TraceReader& reader, const KeyOptions& options, const LoadSchedule& schedule,
                   RankOps& r, std::vector<ExtraAt>& at) {
-  // The full operand list is the largest transient of a load: it is reduced and freed at once,
-  // and two loads running together take turns (schedule.heavy).
+  // Operands are streamed and folded as they are read: nothing per operand is kept but the row
+  // digests of batch mode. (schedule.heavy let two loads take turns when this was a whole-table
+  // vector; it is kept for the row digests.)
   std::vector<PendingFingerprints> fps;
   {
     std::unique_lock<std::mutex> turn;
-    if (schedule.heavy != nullptr) turn = std::unique_lock<std::mutex>(*schedule.heavy);
-    DETRACE_ASSIGN_OR_RETURN(std::vector<db::Operand> operands, reader.allOperandFingerprints());
-    fps = reduceOperands(std::move(operands), options.rows, r);
+    if (schedule.heavy != nullptr && options.rows) turn = std::unique_lock<std::mutex>(*schedule.heavy);
+    OperandReducer reducer(options.rows, r);
+    DETRACE_RETURN_IF_ERROR(reader.forEachOperandFingerprint([&](db::Operand& o) {
+      reducer.add(o);
+      return Status::ok();
+    }));
+    fps = reducer.finish();
   }
   std::vector<std::pair<int64_t, OpExtra>> lib;
   std::vector<uint64_t> lib_keys;
@@ -316,14 +339,14 @@ Status loadMarker(db::TraceReader& reader, int64_t seq, int32_t name, RankOps& r
 
 // One record per event, in sequence order; keys of library ops are filled in by attachExtras.
 Status loadEvents(db::TraceReader& reader, RankOps& r) {
-  DETRACE_ASSIGN_OR_RETURN(std::vector<db::TraceReader::EventSkeleton> events, reader.eventSkeletons());
-  if (events.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+  DETRACE_ASSIGN_OR_RETURN(int64_t count, reader.eventCount());
+  if (count >= static_cast<int64_t>(std::numeric_limits<int32_t>::max())) {
     return makeError(ErrorCode::kInvalidArgument, "{} has {} events; diff handles up to 2^31 per rank",
-                     reader.path(), events.size());
+                     reader.path(), count);
   }
   FamilyKeys families(r);
-  r.ops.reserve(events.size());
-  for (const db::TraceReader::EventSkeleton& e : events) {
+  r.ops.reserve(static_cast<size_t>(std::clamp<int64_t>(count, 0, int64_t{1} << 28)));
+  return reader.forEachEventSkeleton([&](const db::TraceReader::EventSkeleton& e) -> Status {
     if (e.seq != static_cast<int64_t>(r.ops.size())) {
       return makeError(ErrorCode::kCorrupt,
                        "{}: event {} follows event {}: sequence numbers must be dense; the file is "
@@ -336,9 +359,13 @@ Status loadEvents(db::TraceReader& reader, RankOps& r) {
     op.parent = e.parent_seq >= 0 ? static_cast<int32_t>(e.parent_seq) : -1;
     op.key = families.key(e.kind, op.name);
     if (e.kind == db::EventKind::kMarker) DETRACE_RETURN_IF_ERROR(loadMarker(reader, e.seq, op.name, r));
+    if (r.ops.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return makeError(ErrorCode::kInvalidArgument, "{} has too many events; diff handles up to 2^31 per rank",
+                       reader.path());
+    }
     r.ops.push_back(op);
-  }
-  return Status::ok();
+    return Status::ok();
+  });
 }
 
 void attachExtras(const std::vector<ExtraAt>& at, RankOps& r) {

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "../db/test_util.h"
@@ -287,7 +289,11 @@ TEST(ReplayCollective, ReduceScatterReplaysTheRanksSegment) {
   auto r = replay::replayEvent(run, {1, 0}, cpuOnly(1));
   ASSERT_TRUE(r.isOk()) << r.status().message();
   EXPECT_EQ(r->output.elements(), 2048);
-  EXPECT_EQ(r->reproducing(), std::vector<std::string>{"reversed/cpu"});
+  // The recorded order reproduces rank 1's segment. Another order may round to the same bits on
+  // some seeds (3 ranks: few distinct association orders), but not every order does.
+  std::vector<std::string> reproducing = r->reproducing();
+  EXPECT_NE(std::find(reproducing.begin(), reproducing.end(), "reversed/cpu"), reproducing.end());
+  EXPECT_EQ(std::find(reproducing.begin(), reproducing.end(), "rank/cpu"), reproducing.end());
 }
 
 TEST(ReplayCollective, OrdersEqualUpToCommutativityAreListedOnce) {

@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -95,6 +96,9 @@ class TraceReader {
   // The same with only seq, slot, role, rows, digest and row_digests filled (no shape parsing):
   // what comparing runs needs, several times faster on large traces.
   Result<std::vector<Operand>> allOperandFingerprints();
+  // The same, one operand at a time (nothing accumulated): `fn` may keep what it needs. An error
+  // from `fn` stops the scan and is returned.
+  Status forEachOperandFingerprint(const std::function<Status(Operand&)>& fn);
 
   // The few columns analysis walks over every event for, in sequence order.
   struct EventSkeleton {
@@ -104,6 +108,8 @@ class TraceReader {
     int64_t parent_seq;
   };
   Result<std::vector<EventSkeleton>> eventSkeletons();
+  // The same, one event at a time, in sequence order.
+  Status forEachEventSkeleton(const std::function<Status(const EventSkeleton&)>& fn);
 
  private:
   TraceReader() = default;
