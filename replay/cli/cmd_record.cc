@@ -87,7 +87,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--capture-ops", opts->capture_ops,
                   "With --capture full: whose operands to copy: gemm, collective and/or op names "
-                  "(AllReduce, ReduceScatter, ...), comma-separated (default: every library op)");
+                  "(AllReduce, ReduceScatter, cublasLtMatmul, cublasGemmEx, ...), comma-separated "
+                  "(default: every library op)");
   cmd->add_option("--capture-range", opts->capture_range,
                   "With --capture full: copy only library ops A <= op < B (A:B, A:, :B or A)");
   cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,

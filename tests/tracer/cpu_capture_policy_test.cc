@@ -49,6 +49,13 @@ TEST(CapturePolicy, ParsesOpFilters) {
   EXPECT_FALSE(ar->matches(false, "AllGather"));
   EXPECT_FALSE(ar->matches(true, "gemm"));
 
+  // GEMMs by entry point.
+  auto lt = parseOpFilter("cublasLtMatmul");
+  ASSERT_TRUE(lt.isOk());
+  EXPECT_TRUE(lt->matches(true, "cublasLtMatmul"));
+  EXPECT_FALSE(lt->matches(true, "cublasGemmEx"));
+  EXPECT_FALSE(lt->matches(false, "AllReduce"));
+
   // Kinds and names add up.
   auto mixed = parseOpFilter("AllReduce,gemm");
   ASSERT_TRUE(mixed.isOk());

@@ -125,8 +125,8 @@ Result<OpFilter> parseOpFilter(const std::string& text) {
   f.collectives = want_collectives;
   if (!any_kind && f.names.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
-                     "--capture-ops '{}' selects nothing: list gemm, collective or collective names "
-                     "(AllReduce, ReduceScatter, ...), comma-separated",
+                     "--capture-ops '{}' selects nothing: list gemm, collective or op names "
+                     "(AllReduce, ReduceScatter, cublasLtMatmul, cublasGemmEx, ...), comma-separated",
                      text);
   }
   return f;

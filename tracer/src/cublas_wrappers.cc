@@ -236,7 +236,7 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
     op.detail = g;
     *recorded = g;
     return true;
-  });
+  }, true, "cublasLtMatmul");
 }
 
 // Records a classic cuBLAS GEMM (algorithm not exposed: algo_source 0).
@@ -282,7 +282,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     op.detail = g;
     *recorded = g;
     return true;
-  });
+  }, true, c.api);
 }
 
 // Fingerprints around a GEMM call: inputs before it, the output after it (stream-ordered).

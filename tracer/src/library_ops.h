@@ -35,8 +35,10 @@ class ParentScope {
 // `fill` completes the event and detail given the writer (to intern names and streams); it runs
 // only when recording. With complete = false the op is held until ReorderBuffer::
 // completeLibraryOp (NCCL's choices arrive during the call). Never throws.
+// `api`: the library entry point's name ("cublasLtMatmul", "cublasGemmEx"), which --capture-ops
+// can select GEMMs by (collectives are selected by their op, e.g. "AllReduce").
 template <typename Fill>
-uint64_t recordLibraryOp(Fill&& fill, bool complete = true) noexcept;
+uint64_t recordLibraryOp(Fill&& fill, bool complete = true, const char* api = nullptr) noexcept;
 
 }  // namespace detrace::tracer
 
@@ -47,7 +49,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete = true) noexcept;
 namespace detrace::tracer {
 
 template <typename Fill>
-uint64_t recordLibraryOp(Fill&& fill, bool complete) noexcept {
+uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
   try {
     Session& s = Session::get();
     ReorderBuffer* buffer = s.buffer();
@@ -61,7 +63,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete) noexcept {
     uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
     if (s.policy().level == CaptureLevel::kFull) {
       const auto* c = std::get_if<db::Collective>(&op.detail);
-      std::string name = c != nullptr ? db::collOpName(c->op) : "gemm";
+      std::string name = c != nullptr ? db::collOpName(c->op) : (api != nullptr ? api : "gemm");
       if (s.policy().capturesOp(ticket.index, c == nullptr, name)) Fingerprinter::get().markCopy(token);
     }
     return token;

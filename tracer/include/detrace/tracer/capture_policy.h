@@ -52,12 +52,13 @@ struct OpFilter {
   bool collectives = false;
   std::vector<std::string> names;  // lower-case substrings of the op's name
   // `is_gemm`: the op is a GEMM (else a collective); `name`: the collective's op ("AllReduce",
-  // "ReduceScatter", ...) or "gemm". Kinds and names add up; nothing named selects every op.
+  // "ReduceScatter", ...) or the GEMM's entry point ("cublasLtMatmul", "cublasGemmEx", ...).
+  // Kinds and names add up; nothing named selects every op.
   bool matches(bool is_gemm, const std::string& name) const;
 };
 
-// "gemm", "collective" and/or collective names ("AllReduce", "ReduceScatter", ...),
-// comma-separated; "" = every library op.
+// "gemm", "collective" and/or op names ("AllReduce", "ReduceScatter", "cublasLtMatmul",
+// "cublasGemmEx", ...), comma-separated; "" = every library op.
 Result<OpFilter> parseOpFilter(const std::string& text);
 
 Result<CaptureLevel> parseCaptureLevel(const std::string& text);
