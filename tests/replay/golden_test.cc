@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/shell.h"
+
 namespace detrace {
 namespace {
 
@@ -48,16 +50,9 @@ constexpr Case kCases[] = {
 void PrintTo(const Case& c, std::ostream* os) { *os << "detrace " << c.args; }
 
 std::string run(const std::string& args, int& status) {
-  std::string cmd = fmt::format("cd {}/runs && {}/replay/detrace {} 2>&1", DETRACE_TEST_DATA_DIR,
-                                DETRACE_BINARY_DIR, args);
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int raw = pclose(p);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return out;
+  testing::ShellOutput o = testing::runShell(fmt::format("cd {}/runs && {}/replay/detrace {}", DETRACE_TEST_DATA_DIR, DETRACE_BINARY_DIR, args));
+  status = o.status;
+  return o.out;
 }
 
 class Golden : public ::testing::TestWithParam<Case> {};
@@ -80,8 +75,8 @@ TEST_P(Golden, OutputMatchesTheReviewedGolden) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RealRuns, Golden, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string name = info.param.golden;
+                         [](const ::testing::TestParamInfo<Case>& case_info) {
+                           std::string name = case_info.param.golden;
                            for (char& ch : name) {
                              if (ch == '-') ch = '_';
                            }

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/shell.h"
+
 #if DETRACE_TEST_HAVE_KERNELS
 #include "replay_synth.h"
 #endif
@@ -56,16 +58,9 @@ bool updating() {
 }
 
 std::string run(const std::string& args, int& status) {
-  std::string cmd = fmt::format("cd {} && {}/replay/detrace {} 2>&1", dataDir(), DETRACE_BINARY_DIR,
-                                args);
-  std::FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int raw = pclose(p);
-  status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return out;
+  testing::ShellOutput o = testing::runShell(fmt::format("cd {} && {}/replay/detrace {}", dataDir(), DETRACE_BINARY_DIR, args));
+  status = o.status;
+  return o.out;
 }
 
 class ReplayGolden : public ::testing::TestWithParam<Case> {

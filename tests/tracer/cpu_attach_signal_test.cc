@@ -165,7 +165,9 @@ TEST(Attach, WindowCountsFromTheStart) {
   EXPECT_EQ(recordedSeqs(app.trace()), (std::vector<int64_t>{2, 3}));
 }
 
-TEST(Attach, ErrorsSayWhatToDo) {
+// Every refusal names its cause and the fix (bad pid, option misuse, --paused with --window, a
+// process that has exited).
+TEST(Attach, RefusalsNameTheirCauseAndTheFix) {
   TempDir tmp;
   Output bad = sh(detrace() + " attach 999999999 status");
   EXPECT_EQ(bad.status, 2);
