@@ -342,13 +342,10 @@ Result<BisectResult> Bisector::run() {
   DETRACE_ASSIGN_OR_RETURN(std::string a, record("digest-a", o_.command_a, digest));
   DETRACE_ASSIGN_OR_RETURN(std::string b, record("digest-b", cmd_b, digest));
   DETRACE_RETURN_IF_ERROR(diffDigestRuns(a, b));
-  for (const std::string& w : r_.warnings) {
-    if (w.find("has no fingerprints") != std::string::npos) {
-      return makeError(ErrorCode::kUnavailable,
-                       "the recordings carry no fingerprints ({}), so bisect cannot tell where "
-                       "outputs part; was the GPU digest disabled (DETRACE_DIGEST=0) or unavailable?",
-                       w);
-    }
+  if (r_.diff && r_.diff->unfingerprinted) {
+    return makeError(ErrorCode::kUnavailable,
+                     "the recordings carry no fingerprints, so bisect cannot tell where outputs part; "
+                     "was the GPU digest disabled (DETRACE_DIGEST=0) or unavailable?");
   }
   if (r_.diverged && r_.classification != pairStatusName(PairStatus::kPropagated) && r_.seq_a >= 0) {
     Status st = replaySuspect(o_.command_a, cmd_b);

@@ -566,6 +566,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   propagateAcrossRanks(out.ranks, scratch);
   for (auto [fingerprinted, label] : {std::pair{fingerprinted_a, "A"}, std::pair{fingerprinted_b, "B"}}) {
     if (!out.ranks.empty() && !fingerprinted) {
+      out.unfingerprinted = true;
       out.warnings.push_back(fmt::format(
           "run {} has no fingerprints: only kernel-selection and schedule differences can be "
           "found; record with fingerprints to find nondeterministic and batch-variant ops",

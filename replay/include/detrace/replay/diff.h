@@ -87,6 +87,7 @@ struct RunDiff {
   std::optional<int32_t> origin_rank;  // the rank where divergence began, in causal order
   std::vector<SelectionChange> selection_changes;
   std::vector<std::string> warnings;   // ranks missing on one side, inexact alignments, ...
+  bool unfingerprinted = false;        // a run has no fingerprints: only choices can differ
   bool identical() const { return !origin_rank.has_value(); }
 };
 
