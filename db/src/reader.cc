@@ -65,7 +65,7 @@ Status forEachRow(sqlite3* db, const std::string& sql, F&& row) {
 }
 
 enum CachedStmt { kEventBySeq, kCollectiveBySeq, kGemmBySeq, kMarkerBySeq, kOperandsBySeq,
-                  kCaptureById, kCachedCount };
+                  kCaptureById, kLaunchParamsBySeq, kCachedCount };
 
 }  // namespace
 
@@ -140,11 +140,19 @@ Status TraceReader::load() {
         strings_.push_back(colText(s, 1));
         return Status::ok();
       }));
-  return forEachRow(db, fmt::format("SELECT {} FROM streams ORDER BY id", columnList("streams")),
-                    [&](sqlite3_stmt* s) {
-                      streams_.push_back(readStream(s));
-                      return Status::ok();
-                    });
+  DETRACE_RETURN_IF_ERROR(
+      forEachRow(db, fmt::format("SELECT {} FROM streams ORDER BY id", columnList("streams")),
+                 [&](sqlite3_stmt* s) {
+                   streams_.push_back(readStream(s));
+                   return Status::ok();
+                 }));
+  // Tables added within schema version 1 (schema.cc) may be missing from older files.
+  return forEachRow(
+      db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'launch_params'",
+      [&](sqlite3_stmt*) {
+        has_launch_params_ = true;
+        return Status::ok();
+      });
 }
 
 std::string TraceReader::metaValue(const std::string& key) const {
@@ -360,6 +368,26 @@ Result<std::vector<TraceReader::EventSkeleton>> TraceReader::eventSkeletons() {
     return Status::ok();
   }));
   return out;
+}
+
+Result<std::optional<LaunchParams>> TraceReader::launchParams(int64_t seq) {
+  if (!has_launch_params_) return std::optional<LaunchParams>();
+  static const std::string sql =
+      fmt::format("SELECT {} FROM launch_params WHERE seq = ?", columnList("launch_params"));
+  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kLaunchParamsBySeq, sql.c_str()));
+  sqlite3_bind_int64(s, 1, seq);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return std::optional<LaunchParams>();
+  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading launch parameters");
+  return std::optional<LaunchParams>(readLaunchParams(s));
+}
+
+Status TraceReader::forEachLaunchParams(const std::function<Status(const LaunchParams&)>& fn) {
+  if (!has_launch_params_) return Status::ok();
+  return forEachRow(
+      db_.get(),
+      fmt::format("SELECT {} FROM launch_params ORDER BY seq", columnList("launch_params")),
+      [&](sqlite3_stmt* s) { return fn(readLaunchParams(s)); });
 }
 
 Result<std::vector<uint8_t>> TraceReader::captureBytes(int64_t operand_id) {

@@ -228,6 +228,21 @@ RankInfo readRank(sqlite3_stmt* s) {
   return r;
 }
 
+void bindLaunchParams(sqlite3_stmt* s, const LaunchParams& p) {
+  bindInt(s, 1, p.seq);
+  bindText(s, 2, p.layout);
+  bindBlob(s, 3, p.bytes.data(), p.bytes.size());
+}
+
+LaunchParams readLaunchParams(sqlite3_stmt* s) {
+  LaunchParams p;
+  p.seq = sqlite3_column_int64(s, 0);
+  p.layout = colText(s, 1);
+  const auto* blob = static_cast<const uint8_t*>(sqlite3_column_blob(s, 2));
+  p.bytes.assign(blob, blob + sqlite3_column_bytes(s, 2));
+  return p;
+}
+
 void bindOperandFields(sqlite3_stmt* s, const Operand& o) {
   bindInt(s, 1, o.id);
   bindInt(s, 2, o.seq);

@@ -32,6 +32,8 @@ void bindRank(sqlite3_stmt* s, const RankInfo& r);
 void bindOperandFields(sqlite3_stmt* s, const Operand& o);
 inline constexpr int kOperandCaptureColumn = 16;  // 1-based bind index of operands.capture (last)
 
+void bindLaunchParams(sqlite3_stmt* s, const LaunchParams& p);
+
 // Reads a row whose columns start at `first` in declaration order.
 Event readEvent(sqlite3_stmt* s, int first = 0);
 Collective readCollective(sqlite3_stmt* s, int first);  // first = index of the `op` column
@@ -39,6 +41,7 @@ Gemm readGemm(sqlite3_stmt* s, int first);              // first = index of the 
 Marker readMarker(sqlite3_stmt* s, int first);          // first = index of `marker_kind`
 StreamInfo readStream(sqlite3_stmt* s);
 RankInfo readRank(sqlite3_stmt* s);
+LaunchParams readLaunchParams(sqlite3_stmt* s);  // all columns, seq first
 // Reads the operand columns before `capture` (select them with operandFieldList()).
 std::string operandFieldList();
 Result<Operand> readOperandFields(sqlite3_stmt* s);

@@ -2,6 +2,8 @@
 // One file holds one recorded process (one rank). Integer columns that do not apply are NULL.
 // Timestamps are nanoseconds on CUPTI's clock (cuptiGetTimestamp), which the host and GPU
 // timestamps share. Digests are unsigned 64-bit values stored bit-cast in INTEGER columns.
+// A table added without changing the meaning of the others (launch_params) keeps the version:
+// older files simply lack it, and the reader treats a missing one as empty.
 #include "detrace/db/schema.h"
 
 #include <array>
@@ -153,6 +155,12 @@ constexpr ColumnDef kOperands[] = {
                             "reading the others never walks its overflow pages"},
 };
 
+constexpr ColumnDef kLaunchParams[] = {
+    {"seq", "INTEGER", "PRIMARY KEY", "events.seq of the kernel launch (deep window)"},
+    {"layout", "TEXT", "", "[[offset,size],...] per parameter, from cuFuncGetParamInfo"},
+    {"bytes", "BLOB", "", "The launch's parameter bytes laid out by layout"},
+};
+
 constexpr ColumnDef kStats[] = {
     {"key", "TEXT", "PRIMARY KEY", "Counter name (events_written, events_dropped, operands_dropped, "
                                    "bytes_captured, recorder_overhead_ns, ...)"},
@@ -172,6 +180,11 @@ constexpr TableDef kTables[] = {
     {"markers", "Details of marker events", kMarkers, {}},
     {"operands", "Tensors read or written by ops: fingerprints and captured bytes", kOperands,
      kOperandIndexes},
+    {"launch_params", "Parameters of kernel launches in a deep window (docs/architecture.md). The "
+     "memory their words point into is digested before (operand role 1) and after (role 2) the "
+     "launch, one operand slot per allocation, named by the words (arg0,arg3+8). Traces written "
+     "before this table existed lack it and read as having none",
+     kLaunchParams, {}},
     {"stats", "Recorder counters: drops, bytes, overhead", kStats, {}},
 };
 

@@ -27,8 +27,8 @@ struct MetaRow { std::string key, value; };
 struct CollectiveRow { int64_t seq; Collective c; };
 struct GemmRow { int64_t seq; Gemm g; };
 struct MarkerRow { int64_t seq; Marker m; };
-using ColdRecord =
-    std::variant<StringRow, MetaRow, RankInfo, StreamInfo, CollectiveRow, GemmRow, MarkerRow, Operand>;
+using ColdRecord = std::variant<StringRow, MetaRow, RankInfo, StreamInfo, CollectiveRow, GemmRow,
+                                MarkerRow, Operand, LaunchParams>;
 
 // Everything taken from the queue for one transaction.
 struct Batch {
@@ -47,7 +47,13 @@ struct TransparentHash {
 constexpr int kEventsPerInsert = 32;
 
 enum Stmt { kBegin, kCommit, kRollback, kEvent, kEventMany, kCollective, kGemm, kMarker, kOperand, kString,
-            kStream, kMeta, kRank, kStat, kStmtCount };
+            kStream, kMeta, kRank, kStat, kLaunchParams, kStmtCount };
+
+// A second launch_params row for one seq replaces the first instead of failing the whole batch.
+std::string upsertSql(const TableDef& table) {
+  constexpr std::string_view kInsert = "INSERT";
+  return "INSERT OR REPLACE" + insertSql(table).substr(kInsert.size());
+}
 
 }  // namespace
 
@@ -156,7 +162,8 @@ Status TraceWriter::Impl::open() {
       insertSql(schemaTable("operands")), insertSql(schemaTable("strings")),
       insertSql(schemaTable("streams")),
       "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", insertSql(schemaTable("ranks")),
-      "INSERT OR REPLACE INTO stats (key, value) VALUES (?, ?)"};
+      "INSERT OR REPLACE INTO stats (key, value) VALUES (?, ?)",
+      upsertSql(schemaTable("launch_params"))};
   for (int i = 0; i < kStmtCount; ++i) {
     DETRACE_ASSIGN_OR_RETURN(stmts_[i], prepare(db_.get(), sql[i], /*persistent=*/true));
   }
@@ -201,14 +208,17 @@ std::optional<int64_t> TraceWriter::Impl::appendEvent(const Event& e,
 bool TraceWriter::Impl::appendCold(ColdRecord record, size_t bytes) {
   std::unique_lock lk(mu_);
   bool is_operand = std::holds_alternative<Operand>(record);
-  if (closing_ || !error_.isOk() || !waitForSpaceLocked(lk, true, bytes)) {
+  const auto* params = std::get_if<LaunchParams>(&record);
+  if ((params && params->seq < 0) || closing_ || !error_.isOk() ||
+      !waitForSpaceLocked(lk, true, bytes)) {
     if (is_operand) ++counters_.operands_dropped;
+    if (params) ++counters_.launch_params_dropped;
     return false;
   }
   if (is_operand) std::get<Operand>(record).id = next_operand_id_++;
   cold_.push_back(std::move(record));
   cold_bytes_ += bytes;
-  if (cold_bytes_ >= options_.cold_bytes_capacity / 2) cv_work_.notify_one();
+  if (cold_bytes_ >= std::max<size_t>(1, options_.cold_bytes_capacity / 2)) cv_work_.notify_one();
   return true;
 }
 
@@ -248,6 +258,8 @@ std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
   s["operands_written"] = c.operands_written;
   s["operands_dropped"] = c.operands_dropped;
   s["bytes_captured"] = c.bytes_captured;
+  s["launch_params_written"] = c.launch_params_written;
+  s["launch_params_dropped"] = c.launch_params_dropped;
   s["batches"] = c.batches;
   return s;
 }
@@ -257,7 +269,7 @@ void TraceWriter::Impl::run() {
   for (;;) {
     cv_work_.wait_for(lk, options_.flush_interval, [&] {
       return closing_ || flush_requested_ || events_.size() >= batch_trigger_ ||
-             cold_bytes_ >= options_.cold_bytes_capacity / 2;
+             cold_bytes_ >= std::max<size_t>(1, options_.cold_bytes_capacity / 2);
     });
     bool has_work = !events_.empty() || !cold_.empty();
     if (!has_work && !closing_) {
@@ -275,18 +287,20 @@ void TraceWriter::Impl::run() {
     cv_space_.notify_all();
     bool failed = !error_.isOk();
     int64_t n_events = static_cast<int64_t>(batch.events.size());
-    int64_t n_operands = 0, captured = 0;
+    int64_t n_operands = 0, captured = 0, n_params = 0;
     for (const ColdRecord& r : batch.cold) {
       if (const auto* o = std::get_if<Operand>(&r)) {
         ++n_operands;
         captured += o->capture_bytes;
       }
+      n_params += std::holds_alternative<LaunchParams>(r);
     }
     // Counters as they will stand after this batch, written inside its transaction.
     WriterCounters after = counters_;
     after.events_written += n_events;
     after.operands_written += n_operands;
     after.bytes_captured += captured;
+    after.launch_params_written += n_params;
     after.batches += 1;
     batch.stats = statsSnapshotLocked(after);
     lk.unlock();
@@ -298,11 +312,13 @@ void TraceWriter::Impl::run() {
       if (error_.isOk()) error_ = st;
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
+      counters_.launch_params_dropped += n_params;
     } else {
       // Add this batch's numbers; producers may have counted drops while it was written.
       counters_.events_written += n_events;
       counters_.operands_written += n_operands;
       counters_.bytes_captured += captured;
+      counters_.launch_params_written += n_params;
       counters_.batches += 1;
     }
     committed_gen_ = gen;
@@ -348,6 +364,12 @@ Status TraceWriter::Impl::writeCold(ColdRecord& record) {
         } else if constexpr (std::is_same_v<T, MarkerRow>) {
           bindMarker(stmts_[kMarker].get(), r.seq, r.m);
           return step(kMarker, "inserting a marker");
+        } else if constexpr (std::is_same_v<T, LaunchParams>) {
+          sqlite3_stmt* s = stmts_[kLaunchParams].get();
+          bindLaunchParams(s, r);
+          Status status = step(kLaunchParams, "inserting launch parameters");
+          sqlite3_clear_bindings(s);  // drop the blob copy now
+          return status;
         } else {
           sqlite3_stmt* s = stmts_[kOperand].get();
           bindOperandFields(s, r);
@@ -497,6 +519,10 @@ std::optional<int64_t> TraceWriter::appendMarker(const Event& event, const Marke
 bool TraceWriter::appendOperand(Operand operand) {
   size_t bytes = sizeof(Operand) + operand.capture.size() + operand.row_digests.size() * 8;
   return impl_->appendCold(std::move(operand), bytes);
+}
+bool TraceWriter::appendLaunchParams(LaunchParams params) {
+  size_t bytes = sizeof(LaunchParams) + params.layout.size() + params.bytes.size();
+  return impl_->appendCold(std::move(params), bytes);
 }
 void TraceWriter::addStat(std::string_view key, int64_t delta) { impl_->addStat(key, delta); }
 Status TraceWriter::flush() { return impl_->flush(); }

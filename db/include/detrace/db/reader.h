@@ -100,6 +100,13 @@ class TraceReader {
   // from `fn` stops the scan and is returned.
   Status forEachOperandFingerprint(const std::function<Status(Operand&)>& fn);
 
+  // A deep-window launch's parameters, or nullopt if the launch has none recorded (also for traces
+  // written before the launch_params table existed).
+  Result<std::optional<LaunchParams>> launchParams(int64_t seq);
+  // Every recorded launch's parameters, in sequence order, one at a time; nothing for traces
+  // without the table. An error from `fn` stops the scan and is returned.
+  Status forEachLaunchParams(const std::function<Status(const LaunchParams&)>& fn);
+
   // The few columns analysis walks over every event for, in sequence order.
   struct EventSkeleton {
     int64_t seq;
@@ -123,6 +130,7 @@ class TraceReader {
   std::map<std::string, std::string> meta_;
   std::vector<std::string> strings_;  // index = id
   std::vector<StreamInfo> streams_;
+  bool has_launch_params_ = false;  // older version-1 files lack the table
 };
 
 }  // namespace detrace::db

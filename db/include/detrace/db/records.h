@@ -171,6 +171,17 @@ struct Operand {
   bool operator==(const Operand&) const = default;
 };
 
+// A deep-window kernel launch's parameters: their layout and bytes. The memory the parameters
+// point into is digested before and after the launch and stored as the event's operands
+// (docs/architecture.md, "Deep window").
+struct LaunchParams {
+  int64_t seq = kUnset;  // events.seq of the kernel launch
+  std::string layout;    // [[offset,size],...] per parameter (tracer's layoutText)
+  std::vector<uint8_t> bytes;  // the parameters packed by that layout
+
+  bool operator==(const LaunchParams&) const = default;
+};
+
 struct StreamInfo {
   int64_t id = kUnset;
   int64_t handle = 0;  // the CUstream value in the recorded process

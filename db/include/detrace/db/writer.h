@@ -44,6 +44,8 @@ struct WriterCounters {
   int64_t operands_written = 0;
   int64_t operands_dropped = 0;
   int64_t bytes_captured = 0;  // uncompressed bytes of captured operands written
+  int64_t launch_params_written = 0;
+  int64_t launch_params_dropped = 0;
   int64_t batches = 0;
 };
 
@@ -73,6 +75,10 @@ class TraceWriter {
   std::optional<int64_t> appendMarker(const Event& event, const Marker& marker);
   // Attaches an operand to an appended event (operand.seq). Returns false if it was dropped.
   bool appendOperand(Operand operand);
+  // Stores a deep-window launch's parameters (params.seq: an appended kernel event). Queued like
+  // an operand: never blocks under kDrop; false, and counted, if it was dropped. A second record
+  // for the same seq replaces the first.
+  bool appendLaunchParams(LaunchParams params);
 
   // Adds `delta` to a counter in the stats table (e.g. recorder_overhead_ns).
   void addStat(std::string_view key, int64_t delta);

@@ -1,0 +1,62 @@
+// Deep window, the launch side: a kernel launch's parameters packed into one buffer, the device
+// memory its parameter words point into (the extents the tracer digests before and after the
+// launch), and the parameter layout as text for the trace's launch_params table. Plain C++ (no CUDA
+// types, so it may be included next to <cuda.h>), CPU-tested.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "detrace/tracer/allocation_map.h"
+
+namespace detrace::tracer {
+
+// One kernel parameter's place in the packed buffer, from cuFuncGetParamInfo.
+struct ParamInfo {
+  uint32_t offset = 0;
+  uint32_t size = 0;
+
+  bool operator==(const ParamInfo&) const = default;
+};
+
+// Largest packed parameter buffer kept (CUDA 12.1+ allows 32764 bytes of kernel parameters).
+inline constexpr size_t kMaxParamBytes = 32768;
+
+// Packs a launch's parameters into one buffer laid out by `layout` (the layout cuLaunchKernel's
+// `extra` buffer uses): parameter i's `size` bytes are copied from kernel_params[i] to
+// layout[i].offset; gaps are zero. The buffer's size is the largest offset+size. Empty if the
+// layout is empty or needs more than kMaxParamBytes, if kernel_params is null, or if a parameter
+// with a nonzero size has a null pointer.
+std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* const* kernel_params);
+
+// A memory extent a launch can reach, and which parameter words point into it.
+struct DeepTarget {
+  Allocation alloc;
+  // The words pointing into it, comma-joined in parameter order: "arg0" (param 0's first word),
+  // "arg2+16" (param 2, byte 16 inside it), e.g. "arg0,arg3+8".
+  std::string args;
+
+  bool operator==(const DeepTarget&) const = default;
+};
+
+// Looks up, in `map`, every 8-byte word of every parameter of at least 8 bytes, at offsets 0, 8,
+// 16, ... inside that parameter (words outside `packed` are skipped; zero words are never looked
+// up). One target per distinct allocation (by base), in order of first appearance; at most
+// `max_targets`: words into further allocations are ignored. `max_merged` is passed to
+// AllocationMap::find. Takes the map's shared lock once per nonzero word.
+std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
+                                    const std::vector<uint8_t>& packed, const AllocationMap& map,
+                                    size_t max_targets = 64,
+                                    uint64_t max_merged = uint64_t{1} << 34);
+
+// The layout as a JSON array of [offset,size] pairs, "[[0,8],[8,4]]"; "[]" for no parameters.
+std::string layoutText(const std::vector<ParamInfo>& layout);
+// Parses layoutText()'s format (whitespace allowed between tokens); nullopt on anything else,
+// including numbers that do not fit in 32 bits.
+std::optional<std::vector<ParamInfo>> parseLayoutText(std::string_view text);
+
+}  // namespace detrace::tracer

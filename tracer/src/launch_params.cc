@@ -1,0 +1,129 @@
+// See launch_params.h. Runs on the launching thread for deep-window launches only; every buffer is
+// bounded by kMaxParamBytes and max_targets.
+#include "detrace/tracer/launch_params.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+namespace detrace::tracer {
+namespace {
+
+std::string argName(size_t param, uint32_t offset_in_param) {
+  std::string name = "arg" + std::to_string(param);
+  if (offset_in_param != 0) name += "+" + std::to_string(offset_in_param);
+  return name;
+}
+
+// A tiny cursor over layout text: skips whitespace, takes punctuation and unsigned integers.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view text) : text_(text) {}
+  bool take(char c) {
+    skipSpace();
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  std::optional<uint32_t> number() {
+    skipSpace();
+    uint32_t value = 0;
+    const char* first = text_.data() + pos_;
+    auto [ptr, ec] = std::from_chars(first, text_.data() + text_.size(), value);
+    if (ec != std::errc() || ptr == first) return std::nullopt;
+    pos_ += static_cast<size_t>(ptr - first);
+    return value;
+  }
+  bool atEnd() {
+    skipSpace();
+    return pos_ == text_.size();
+  }
+
+ private:
+  void skipSpace() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+std::optional<ParamInfo> parsePair(Scanner& in) {
+  if (!in.take('[')) return std::nullopt;
+  auto offset = in.number();
+  if (!offset || !in.take(',')) return std::nullopt;
+  auto size = in.number();
+  if (!size || !in.take(']')) return std::nullopt;
+  return ParamInfo{*offset, *size};
+}
+
+}  // namespace
+
+std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* const* kernel_params) {
+  if (kernel_params == nullptr || layout.empty()) return {};
+  uint64_t total = 0;
+  for (const ParamInfo& p : layout) total = std::max<uint64_t>(total, uint64_t{p.offset} + p.size);
+  if (total > kMaxParamBytes) return {};
+  std::vector<uint8_t> packed(total, 0);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (layout[i].size == 0) continue;
+    if (kernel_params[i] == nullptr) return {};
+    std::memcpy(packed.data() + layout[i].offset, kernel_params[i], layout[i].size);
+  }
+  return packed;
+}
+
+std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
+                                    const std::vector<uint8_t>& packed, const AllocationMap& map,
+                                    size_t max_targets, uint64_t max_merged) {
+  std::vector<DeepTarget> targets;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamInfo& p = layout[i];
+    for (uint32_t off = 0; p.size >= 8 && off <= p.size - 8; off += 8) {
+      const uint64_t at = uint64_t{p.offset} + off;
+      if (at + 8 > packed.size()) break;
+      uint64_t word = 0;
+      std::memcpy(&word, packed.data() + at, 8);  // host byte order, as the launch passed it
+      if (word == 0) continue;
+      std::optional<Allocation> alloc = map.find(word, max_merged);
+      if (!alloc) continue;
+      auto same = std::find_if(targets.begin(), targets.end(),
+                               [&](const DeepTarget& t) { return t.alloc.base == alloc->base; });
+      if (same != targets.end()) {
+        same->args += "," + argName(i, off);
+      } else if (targets.size() < max_targets) {
+        targets.push_back({*alloc, argName(i, off)});
+      }
+    }
+  }
+  return targets;
+}
+
+std::string layoutText(const std::vector<ParamInfo>& layout) {
+  std::string out = "[";
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (i) out += ",";
+    out += "[" + std::to_string(layout[i].offset) + "," + std::to_string(layout[i].size) + "]";
+  }
+  return out + "]";
+}
+
+std::optional<std::vector<ParamInfo>> parseLayoutText(std::string_view text) {
+  Scanner in(text);
+  std::vector<ParamInfo> layout;
+  if (!in.take('[')) return std::nullopt;
+  if (!in.take(']')) {
+    do {
+      auto pair = parsePair(in);
+      if (!pair) return std::nullopt;
+      layout.push_back(*pair);
+    } while (in.take(','));
+    if (!in.take(']')) return std::nullopt;
+  }
+  if (!in.atEnd()) return std::nullopt;
+  return layout;
+}
+
+}  // namespace detrace::tracer
