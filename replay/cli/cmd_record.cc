@@ -1,5 +1,6 @@
 // detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest|full] [--capture-ops LIST]
-//                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B] -- COMMAND...
+//                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B]
+//                [--deep WINDOW] -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -37,8 +38,27 @@ constexpr const char* kRecordFooter =
     "  detrace record -o runC --capture full --capture-ops AllReduce --capture-range 40:60 -- ...\n"
     "      (copy the operands of library ops 40..59 that are all-reduces, for detrace replay)\n"
     "  detrace record -o runW --window steps:3:5 -- python serve.py   (only NVTX steps 3 and 4)\n"
+    "  detrace record -o runD --deep ops:40:42 -- python serve.py\n"
+    "      (deep window: every kernel between library ops 39 and 41 gets its parameters and the\n"
+    "      memory they point into fingerprinted before and after it; diff two such runs to name\n"
+    "      the kernel where they part)\n"
     "  detrace record --paused -o runP -- python serve.py &   then   detrace attach runP start\n"
     "      (dormant until attached: see detrace attach --help)\n"
+    "\n"
+    "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[+K]: the Nth launch,\n"
+    "from 0, of a kernel whose name contains NAME and the K launches after it, K = 31 if left\n"
+    "out): for each launch in it, its parameter layout (cuFuncGetParamInfo) and bytes, and for\n"
+    "every 8-byte parameter word that points into a device allocation, a digest of that whole\n"
+    "allocation taken on the launch's stream just before and just after the kernel. To know the\n"
+    "allocations, deep mode tracks cuMemAlloc/cudaMalloc (and the pitch, managed, async and pool\n"
+    "forms), cuMemCreate + cuMemMap (PyTorch's expandable segments) and IPC imports from the\n"
+    "start, and ZERO-FILLS every new allocation of the process (synchronously, or on the\n"
+    "allocation's stream for stream-ordered ones) so that two runs start from identical bytes: a\n"
+    "program that reads memory it never wrote behaves differently under --deep. Outside the\n"
+    "window the recording costs what --capture digest costs; inside, each launch waits for its\n"
+    "parameter scan and queues two digests per allocation it can reach (the trace's stats table\n"
+    "reports deep_launches and deep_host_ns). Memory reached only through pointers stored in\n"
+    "device memory (pointer arrays) is not followed.\n"
     "\n"
     "Library ops (GEMMs and collectives) are numbered per process from 0 in call order, as the\n"
     "`op` column of `detrace info --ops` and the diff report show them. Steps are NVTX ranges whose\n"
@@ -66,7 +86,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     bool force = false;
     int64_t queue = 0;
     std::string capture = "digest";
-    std::string capture_ops, capture_range, window;
+    std::string capture_ops, capture_range, window, deep;
     int64_t max_capture_bytes = 0;
     bool paused = false;
     std::vector<std::string> command;
@@ -98,6 +118,10 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--window", opts->window,
                   "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
                   "or launches:A:B (kernel launches and library calls); default: everything");
+  cmd->add_option("--deep", opts->deep,
+                  "Deep window: fingerprint the memory each launch in WINDOW can reach, before and "
+                  "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[+K]); zero-fills "
+                  "every new allocation. See below");
   cmd->add_flag("--paused", opts->paused,
                 "Start dormant: the tracer is loaded but records nothing (callbacks off) until "
                 "`detrace attach RUN_DIR start`; `detrace attach RUN_DIR stop` pauses it again");
@@ -122,6 +146,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.capture_range = opts->capture_range;
       options.max_capture_bytes = opts->max_capture_bytes;
       options.window = opts->window;
+      options.deep = opts->deep;
       options.paused = opts->paused;
       options.command = opts->command;
       auto result = tracer::record(options);

@@ -108,6 +108,71 @@ TEST(CapturePolicy, ReadsTheEnvironmentAndReportsBadValues) {
   EXPECT_FALSE(p.isStep("layer 3"));
 }
 
+TEST(CapturePolicy, ParsesKernelWindowsAndWritesWindowsBack) {
+  auto w = parseWindow("kernel:at::native::index_add@3+5");
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_EQ(w->unit, RecordWindow::Unit::kKernel);
+  EXPECT_EQ(w->kernel, "at::native::index_add");  // colons in the name are the name's
+  EXPECT_EQ(w->range.begin, 3);
+  EXPECT_EQ(w->range.end, 9);
+  auto d = parseWindow("kernel:racy@0");
+  ASSERT_TRUE(d.isOk());
+  EXPECT_EQ(d->range.end - d->range.begin, kDefaultKernelWindowLaunches);
+  for (const char* bad : {"kernel:racy", "kernel:@2", "kernel:racy@x", "kernel:racy@2+", "kernel:racy@-1"}) {
+    auto b = parseWindow(bad);
+    ASSERT_FALSE(b.isOk()) << bad;
+    EXPECT_NE(b.status().message().find("kernel:NAME@N"), std::string::npos) << b.status().message();
+  }
+  for (const char* text : {"steps:2:4", "ops:1:", "launches:0:10", "kernel:a::b@1+2", ""}) {
+    auto parsed = parseWindow(text);
+    ASSERT_TRUE(parsed.isOk()) << text;
+    EXPECT_EQ(windowText(*parsed), text);
+  }
+}
+
+TEST(CapturePolicy, DeepFromTheEnvironmentImpliesDigests) {
+  setenv("DETRACE_CAPTURE", "meta", 1);
+  setenv("DETRACE_DEEP", "ops:4:6", 1);
+  std::vector<std::string> problems;
+  CapturePolicy p = CapturePolicy::fromEnvironment(problems);
+  setenv("DETRACE_DEEP", "ops", 1);
+  std::vector<std::string> bad_problems;
+  CapturePolicy bad = CapturePolicy::fromEnvironment(bad_problems);
+  unsetenv("DETRACE_CAPTURE");
+  unsetenv("DETRACE_DEEP");
+  EXPECT_TRUE(problems.empty());
+  EXPECT_TRUE(p.deep);
+  EXPECT_EQ(p.deep_window.unit, RecordWindow::Unit::kOps);
+  EXPECT_EQ(p.level, CaptureLevel::kDigest);
+  EXPECT_FALSE(bad.deep);
+  ASSERT_EQ(bad_problems.size(), 1u);
+  EXPECT_NE(bad_problems[0].find("DETRACE_DEEP"), std::string::npos);
+}
+
+TEST(WindowGate, KernelWindowOpensAtTheNthLaunchOfTheKernel) {
+  WindowGate g(*parseWindow("kernel:racy@1+2"));
+  const char* names[] = {"_Z4fillPf", "_Z9racy_binsPKfiPf", "_Z7consumePKfPfi", "_Z9racy_binsPKfiPf",
+                         "_Z7consumePKfPfi", nullptr, "_Z4fillPf", "_Z9racy_binsPKfiPf"};
+  std::vector<bool> got;
+  for (const char* n : names) got.push_back(g.admitLaunch(n));
+  // The second racy launch (index 3) and the two launches after it, whatever their names; a
+  // launch without a name neither opens the window nor is counted as a match.
+  EXPECT_EQ(got, (std::vector<bool>{false, false, false, true, true, true, false, false}));
+  EXPECT_FALSE(g.admitOp().record);
+}
+
+TEST(WindowGate, KernelWindowKeepsTheOpsInsideIt) {
+  WindowGate g(*parseWindow("kernel:norm@0+3"));
+  EXPECT_FALSE(g.admitOp().record);       // before the window opens
+  EXPECT_TRUE(g.admitLaunch("rms_norm"));  // opens it: launch 0 of 4
+  EXPECT_TRUE(g.admitOp().record);
+  EXPECT_TRUE(g.admitLaunch("gemm"));
+  EXPECT_TRUE(g.admitLaunch("gemm"));
+  EXPECT_TRUE(g.admitLaunch("gemm"));
+  EXPECT_FALSE(g.admitOp().record);
+  EXPECT_FALSE(g.admitLaunch("rms_norm"));  // occurrence 1: the window has closed for good
+}
+
 TEST(WindowGate, RecordsEverythingWithoutAWindow) {
   WindowGate g;
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(g.admitLaunch());

@@ -89,6 +89,10 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--window minutes:1:2", "steps:A:B"},
       {"--window steps", "no range"},
       {"--capture everything", "capture"},
+      {"--deep kernel:racy", "kernel:NAME@N"},
+      {"--deep ops:4:6 --capture meta", "needs --capture digest"},
+      {"--deep ops:4:6 --paused", "cannot be combined with --paused"},
+      {"--window launches:x", "--window:"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));

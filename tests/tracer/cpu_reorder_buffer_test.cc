@@ -163,6 +163,28 @@ TEST(ReorderBuffer, PendingCollectiveWaitsForNcclsChoiceThenTimesOut) {
   EXPECT_FALSE(rb.completeLibraryOp(d));
 }
 
+std::vector<std::pair<uint64_t, int64_t>> g_written;
+
+TEST(ReorderBuffer, TellsTheSeqOfMarkedLaunchesAndLibraryOps) {
+  g_written.clear();
+  FakeSink sink;
+  ReorderOptions o;
+  o.on_written = [](uint64_t token, int64_t seq) { g_written.emplace_back(token, seq); };
+  ReorderBuffer rb(sink, o);
+  ApiLaunch plain = launch(1, 1);
+  ApiLaunch marked = launch(2, 1);
+  marked.notify_written = true;
+  uint64_t t_plain = rb.addLaunch(plain);
+  uint64_t t_marked = rb.addLaunch(marked);
+  rb.addActivity(kernel(2, 20));
+  rb.addActivity(kernel(1, 10));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  ASSERT_EQ(g_written.size(), 1u);  // the plain launch is not reported
+  EXPECT_EQ(g_written[0].first, t_marked);
+  EXPECT_EQ(g_written[0].second, 1);
+  EXPECT_NE(t_plain, t_marked);
+}
+
 TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);

@@ -61,12 +61,60 @@ Result<IndexRange> parseIndexRange(const std::string& raw) {
   return r;
 }
 
+namespace {
+
+// "NAME@N" or "NAME@N+K" (after "kernel:").
+Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string& rest) {
+  auto bad = [&] {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "'{}': write kernel:NAME@N (the Nth launch, from 0, of a kernel whose name "
+                     "contains NAME, and the {} launches after it) or kernel:NAME@N+K (and the K "
+                     "launches after it)",
+                     raw, kDefaultKernelWindowLaunches - 1);
+  };
+  size_t at = rest.rfind('@');
+  if (at == std::string::npos || at == 0) return bad();
+  RecordWindow w;
+  w.unit = RecordWindow::Unit::kKernel;
+  w.kernel = rest.substr(0, at);
+  std::string nk = rest.substr(at + 1);
+  size_t plus = nk.find('+');
+  int64_t n = 0, k = kDefaultKernelWindowLaunches - 1;
+  if (!parseIndex(nk.substr(0, plus), n)) return bad();
+  if (plus != std::string::npos && !parseIndex(nk.substr(plus + 1), k)) return bad();
+  if (k > (int64_t{1} << 40)) return bad();
+  w.range.begin = n;
+  w.range.end = n + k + 1;
+  return w;
+}
+
+}  // namespace
+
+std::string windowText(const RecordWindow& w) {
+  auto range = [&] {
+    std::string s = std::to_string(w.range.begin) + ":";
+    if (w.range.end != std::numeric_limits<int64_t>::max()) s += std::to_string(w.range.end);
+    return s;
+  };
+  switch (w.unit) {
+    case RecordWindow::Unit::kAll: return "";
+    case RecordWindow::Unit::kSteps: return "steps:" + range();
+    case RecordWindow::Unit::kOps: return "ops:" + range();
+    case RecordWindow::Unit::kLaunches: return "launches:" + range();
+    case RecordWindow::Unit::kKernel:
+      return "kernel:" + w.kernel + "@" + std::to_string(w.range.begin) + "+" +
+             std::to_string(w.range.end - w.range.begin - 1);
+  }
+  return "";
+}
+
 Result<RecordWindow> parseWindow(const std::string& raw) {
   RecordWindow w;
   std::string text = trim(raw);
   if (text.empty()) return w;
   size_t colon = text.find(':');
   std::string unit = lower(text.substr(0, colon));
+  if (unit == "kernel" && colon != std::string::npos) return parseKernelWindow(raw, text.substr(colon + 1));
   if (unit == "steps" || unit == "step") {
     w.unit = RecordWindow::Unit::kSteps;
   } else if (unit == "ops" || unit == "op") {
@@ -75,16 +123,17 @@ Result<RecordWindow> parseWindow(const std::string& raw) {
     w.unit = RecordWindow::Unit::kLaunches;
   } else {
     return makeError(ErrorCode::kInvalidArgument,
-                     "--window '{}': write steps:A:B (NVTX steps), ops:A:B (GEMMs and collectives) "
-                     "or launches:A:B (kernel launches and library calls), A <= i < B",
+                     "window '{}': write steps:A:B (NVTX steps), ops:A:B (GEMMs and collectives), "
+                     "launches:A:B (kernel launches and library calls), A <= i < B, or "
+                     "kernel:NAME@N[+K] (from the Nth launch of kernel NAME)",
                      raw);
   }
   if (colon == std::string::npos) {
-    return makeError(ErrorCode::kInvalidArgument, "--window '{}' has no range: e.g. {}:2:4", raw, unit);
+    return makeError(ErrorCode::kInvalidArgument, "window '{}' has no range: e.g. {}:2:4", raw, unit);
   }
   auto range = parseIndexRange(text.substr(colon + 1));
   if (!range.isOk()) {
-    return makeError(ErrorCode::kInvalidArgument, "--window: {}", range.status().message());
+    return makeError(ErrorCode::kInvalidArgument, "window: {}", range.status().message());
   }
   w.range = *range;
   return w;
@@ -177,6 +226,15 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
   }
   if (const char* v = env("DETRACE_WINDOW")) {
     if (auto w = parseWindow(v); w.isOk()) p.window = *w; else note(w.status());
+  }
+  if (const char* v = env("DETRACE_DEEP")) {
+    if (auto w = parseWindow(v); w.isOk()) {
+      p.deep = true;
+      p.deep_window = *w;
+      if (p.level == CaptureLevel::kMeta) p.level = CaptureLevel::kDigest;
+    } else {
+      problems.push_back("DETRACE_DEEP: " + w.status().message());
+    }
   }
   if (const char* v = env("DETRACE_STEP_PREFIX")) p.step_prefix = v;
   return p;

@@ -29,6 +29,7 @@
 
 #include "control.h"
 #include "cupti_api.h"
+#include "deep.h"
 #include "library_ops.h"
 #include "log.h"
 #include "fingerprinter.h"
@@ -258,12 +259,15 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       // The driver half of a runtime launch: the same launch, another correlation id.
       if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) b->addAlias(t_runtime_token, cb->correlationId);
       t_driver_token = 0;
+      deep::driverEnter(cbid, cb->functionParams);  // its CUfunction and parameters are here
       return;
     }
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
     if (buffer == nullptr || w == nullptr) return;
-    if (!s.gate().admitLaunch()) {  // outside the recording window
+    WindowGate* deep_gate = s.deepGate();
+    bool deep = deep_gate != nullptr && deep_gate->admitLaunch(cb->symbolName) && !kind.graph;
+    if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
       if (runtime) {
         ++t_runtime_depth;
         t_runtime_token = 0;
@@ -295,12 +299,15 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       // Known at API time: names the event even if its activity record never comes.
       launch.name = kernelName(*w, cb->symbolName);
     }
+    launch.notify_written = deep;
     uint64_t token = buffer->addLaunch(launch, currentParent());
+    if (deep) deep::beginLaunch(token);
     if (runtime) {
       ++t_runtime_depth;
       t_runtime_token = token;
     } else {
       t_driver_token = token;
+      if (deep) deep::driverEnter(cbid, cb->functionParams);
     }
     return;
   }
@@ -312,10 +319,12 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     token = t_runtime_token;
     failed = cb->functionReturnValue &&
              *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
+    deep::endLaunch();
   } else {
     token = std::exchange(t_driver_token, 0);
     failed = cb->functionReturnValue &&
              *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+    deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
   }
   if (failed && token != 0) {
     if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
@@ -383,6 +392,8 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
       onNvtxCallback(cbid, data);
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {
+      deep::onMemoryApi(cbid, static_cast<const CUpti_CallbackData*>(data));
     } else {
       onLaunch(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
     }
@@ -650,6 +661,15 @@ bool enableCallbacks() {
                                              CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  // Deep mode tracks allocations from the start, whatever the capture switch says.
+  if (deep::enabled()) {
+    size_t n = 0;
+    const CUpti_CallbackId* ids = deep::memoryCallbacks(n);
+    for (size_t i = 0; i < n; ++i) {
+      DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]),
+                         "deep-window allocation callback");
+    }
+  }
   // NVTX ranges (steps, layers): optional, they only arrive when NVTX_INJECTION64_PATH is CUPTI.
   if (g_cupti.enable_domain(1, g_subscriber, CUPTI_CB_DOMAIN_NVTX) != CUPTI_SUCCESS) {
     logLine("NVTX ranges are not recorded (CUPTI refused the NVTX domain)");

@@ -27,6 +27,9 @@ namespace detrace::tracer {
 namespace {
 
 constexpr uint32_t kEntries = 8192;           // operand results in flight, per context
+constexpr uint32_t kDeepEntries = 1u << 16;   // the same in deep mode (many launches per poll)
+constexpr size_t kMaxPendingParams = 1u << 16;  // deep launches' parameters awaiting their seq
+constexpr int kDeepWaitSpins = 3000;            // enqueueDeep(): 3000 x 1 ms at most for room
 constexpr uint64_t kArenaDigests = 1u << 21;  // row digests in flight (16 MiB pinned)
 constexpr int64_t kMaxRows = 1 << 16;         // rows per operand; more: whole digest only
 constexpr int kPollSpinsAtExit = 200;         // finish(): 200 x 10 ms at most
@@ -90,8 +93,9 @@ struct Driver {
 struct Context {
   CUcontext ctx = nullptr;
   std::unique_ptr<kernels::Digester> digester;
-  kernels::DigestSlot* slots = nullptr;  // device, kEntries, zeroed once (reused by the kernel)
-  volatile uint64_t* whole = nullptr;    // mapped host, kEntries
+  uint32_t entries = kEntries;
+  kernels::DigestSlot* slots = nullptr;  // device, `entries`, zeroed once (reused by the kernel)
+  volatile uint64_t* whole = nullptr;    // mapped host, `entries`
   CUdeviceptr whole_dev = 0;
   volatile uint64_t* arena = nullptr;  // mapped host, kArenaDigests
   CUdeviceptr arena_dev = 0;
@@ -172,11 +176,19 @@ class CopyMarks {
   std::vector<uint64_t> ring_ = std::vector<uint64_t>(kSize, 0);
 };
 
+// A deep launch's parameters, written once its sequence number is known.
+struct PendingParams {
+  uint64_t token = 0;
+  db::LaunchParams params;
+};
+
 class State {
  public:
   std::mutex mu;
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
   std::deque<Pending> pending;
+  std::deque<PendingParams> pending_params;
+  int64_t params_written = 0, params_lost = 0;
   SeqRing seqs;
   CopyMarks marked;
   bool disabled = false;
@@ -190,6 +202,10 @@ class State {
   void allocateStagingLocked(Context& cx);
   void copyLocked(Context& cx, Pending& p, CUstream stream);
   void drainLocked(bool final, db::TraceWriter* w);
+  void drainParamsLocked(bool final, db::TraceWriter* w);
+  // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
+  void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+                     CUstream stream, const std::vector<OperandSpec>& specs, bool wait);
 };
 
 std::atomic<State*> g_state{nullptr};
@@ -222,9 +238,11 @@ Context* State::contextLocked(CUcontext c) {
   CUdeviceptr slots = 0;
   void* whole = nullptr;
   void* arena = nullptr;
-  bool ok = d.mem_alloc(&slots, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
-            d.memset_d8(slots, 0, sizeof(kernels::DigestSlot) * kEntries) == CUDA_SUCCESS &&
-            d.host_alloc(&whole, sizeof(uint64_t) * kEntries, CU_MEMHOSTALLOC_DEVICEMAP) ==
+  uint32_t entries = Session::get().policy().deep ? kDeepEntries : kEntries;
+  cx->entries = entries;
+  bool ok = d.mem_alloc(&slots, sizeof(kernels::DigestSlot) * entries) == CUDA_SUCCESS &&
+            d.memset_d8(slots, 0, sizeof(kernels::DigestSlot) * entries) == CUDA_SUCCESS &&
+            d.host_alloc(&whole, sizeof(uint64_t) * entries, CU_MEMHOSTALLOC_DEVICEMAP) ==
                 CUDA_SUCCESS &&
             d.host_alloc(&arena, sizeof(uint64_t) * kArenaDigests, CU_MEMHOSTALLOC_DEVICEMAP) ==
                 CUDA_SUCCESS &&
@@ -232,7 +250,7 @@ Context* State::contextLocked(CUcontext c) {
             d.host_dev_ptr(&cx->arena_dev, arena, 0) == CUDA_SUCCESS;
   if (!ok) {
     logLine("fingerprints are off: could not allocate their %zu MiB of result memory",
-            static_cast<size_t>((sizeof(uint64_t) * (kEntries + kArenaDigests)) >> 20));
+            static_cast<size_t>((sizeof(uint64_t) * (entries + kArenaDigests)) >> 20));
     disabled = true;
     return nullptr;
   }
@@ -292,13 +310,13 @@ void State::copyLocked(Context& cx, Pending& p, CUstream stream) {
 // Takes the next result entry and, for rows, a contiguous arena range (FIFO ring buffers).
 bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off,
                           uint64_t& skip) {
-  if (cx.used_entries >= kEntries) return false;
+  if (cx.used_entries >= cx.entries) return false;
   off = skip = 0;
   uint64_t n = static_cast<uint64_t>(rows);
   if (n > 0 && !reserveRing(kArenaDigests, cx.arena_head, cx.arena_used, n, off, skip))
     return false;
   entry = cx.next_entry;
-  cx.next_entry = (cx.next_entry + 1) % kEntries;
+  cx.next_entry = (cx.next_entry + 1) % cx.entries;
   ++cx.used_entries;
   return true;
 }
@@ -367,8 +385,24 @@ class RelaxedCaptureScope {
   bool active_ = false;
 };
 
+// Writes the deep launches' parameters whose sequence numbers are known, in FIFO order.
+void State::drainParamsLocked(bool final, db::TraceWriter* w) {
+  while (!pending_params.empty()) {
+    PendingParams& p = pending_params.front();
+    if (p.params.seq == db::kUnset) p.params.seq = seqs.get(p.token);
+    if (p.params.seq == db::kUnset && !final) return;
+    if (p.params.seq != db::kUnset && w != nullptr && w->appendLaunchParams(std::move(p.params))) {
+      ++params_written;
+    } else {
+      ++params_lost;
+    }
+    pending_params.pop_front();
+  }
+}
+
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish.
 void State::drainLocked(bool final, db::TraceWriter* w) {
+  drainParamsLocked(final, w);
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
   CUcontext current = nullptr;
@@ -426,75 +460,131 @@ bool Fingerprinter::enabled() const {
   return wanted && !state().disabled;
 }
 
+void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+                          CUstream stream, const std::vector<OperandSpec>& specs, bool wait) {
+  const Driver& d = Driver::get();
+  Context* cx = contextLocked(ctx);
+  if (cx == nullptr) return;
+  SelfLaunchScope self;  // our kernels stay out of the trace
+  bool copy = marked.has(token);
+  size_t first = pending.size();
+  for (const OperandSpec& spec : specs) {
+    int64_t rows =
+        spec.rows > 0 && spec.rows <= kMaxRows &&
+                static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
+            ? spec.rows
+            : 0;
+    Pending p;
+    p.token = token;
+    p.ctx = cx;
+    p.spec = spec;
+    bool reserved = reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip);
+    // Deep window: let the flusher write what is done (it polls every 100 ms), then try again.
+    for (int spin = 0; !reserved && wait && spin < kDeepWaitSpins; ++spin) {
+      lk.unlock();
+      struct timespec ts {
+        0, 1'000'000
+      };
+      nanosleep(&ts, nullptr);
+      lk.lock();
+      if (contexts.find(ctx) == contexts.end()) return;  // the context went away meanwhile
+      reserved = reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip);
+    }
+    if (!reserved) {
+      ++skipped_full;
+      continue;
+    }
+    p.arena_len = static_cast<uint64_t>(rows);
+    if (copy) copyLocked(*cx, p, stream);
+    Status st =
+        rows > 0
+            ? cx->digester->digestRows(
+                  spec.address, static_cast<uint32_t>(rows),
+                  static_cast<uint64_t>(spec.row_bytes), static_cast<uint64_t>(spec.row_stride),
+                  reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8), nullptr, stream)
+            : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
+                                   reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
+    pending.push_back(std::move(p));
+    if (!st.isOk()) {
+      ++skipped_error;
+      pending.back().failed = true;
+    }
+  }
+  if (pending.size() == first) return;
+  CUevent ev = nullptr;
+  if (!cx->free_events.empty()) {
+    ev = cx->free_events.back();
+    cx->free_events.pop_back();
+  } else if (d.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    ev = nullptr;
+  }
+  if (ev == nullptr || d.event_record(ev, stream) != CUDA_SUCCESS) {
+    // No way to know when the results land: drop this op's operands from the trace.
+    for (size_t i = first; i < pending.size(); ++i) pending[i].failed = true;
+    skipped_error += static_cast<int64_t>(pending.size() - first);
+    return;
+  }
+  for (size_t i = first; i < pending.size(); ++i) pending[i].event = ev;
+  pending.back().owns_event = true;
+}
+
+namespace {
+
+void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+                  bool wait) {
+  const Driver& d = Driver::get();
+  State& s = state();
+  CUcontext ctx = nullptr;
+  if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    std::lock_guard lk(s.mu);
+    ++s.skipped_capture;
+    return;
+  }
+  std::unique_lock lk(s.mu);
+  s.enqueueLocked(lk, token, ctx, stream, specs, wait);
+}
+
+}  // namespace
+
 void Fingerprinter::enqueue(uint64_t token, CUstream stream,
                             const std::vector<OperandSpec>& specs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   try {
-    const Driver& d = Driver::get();
-    State& s = state();
-    CUcontext ctx = nullptr;
-    if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-      std::lock_guard lk(s.mu);
-      ++s.skipped_capture;
-      return;
-    }
-    std::lock_guard lk(s.mu);
-    Context* cx = s.contextLocked(ctx);
-    if (cx == nullptr) return;
-    SelfLaunchScope self;  // our kernels stay out of the trace
-    bool copy = s.marked.has(token);
-    size_t first = s.pending.size();
-    for (const OperandSpec& spec : specs) {
-      int64_t rows =
-          spec.rows > 0 && spec.rows <= kMaxRows &&
-                  static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
-              ? spec.rows
-              : 0;
-      Pending p;
-      p.token = token;
-      p.ctx = cx;
-      p.spec = spec;
-      if (!s.reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip)) {
-        ++s.skipped_full;
-        continue;
-      }
-      p.arena_len = static_cast<uint64_t>(rows);
-      if (copy) s.copyLocked(*cx, p, stream);
-      Status st =
-          rows > 0
-              ? cx->digester->digestRows(
-                    spec.address, static_cast<uint32_t>(rows),
-                    static_cast<uint64_t>(spec.row_bytes), static_cast<uint64_t>(spec.row_stride),
-                    reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8), nullptr, stream)
-              : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
-                                     reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
-      s.pending.push_back(std::move(p));
-      if (!st.isOk()) {
-        ++s.skipped_error;
-        s.pending.back().failed = true;
-      }
-    }
-    if (s.pending.size() == first) return;
-    CUevent ev = nullptr;
-    if (!cx->free_events.empty()) {
-      ev = cx->free_events.back();
-      cx->free_events.pop_back();
-    } else if (d.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      ev = nullptr;
-    }
-    if (ev == nullptr || d.event_record(ev, stream) != CUDA_SUCCESS) {
-      // No way to know when the results land: drop this op's operands from the trace.
-      for (size_t i = first; i < s.pending.size(); ++i) s.pending[i].failed = true;
-      s.skipped_error += static_cast<int64_t>(s.pending.size() - first);
-      return;
-    }
-    for (size_t i = first; i < s.pending.size(); ++i) s.pending[i].event = ev;
-    s.pending.back().owns_event = true;
+    enqueueSpecs(token, stream, specs, false);
   } catch (...) {
     Session::get().fail("taking fingerprints");
+  }
+}
+
+void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
+                                const std::vector<OperandSpec>& specs) noexcept {
+  if (token == 0 || specs.empty() || !enabled()) return;
+  try {
+    enqueueSpecs(token, stream, specs, true);
+  } catch (...) {
+    Session::get().fail("taking deep-window fingerprints");
+  }
+}
+
+void Fingerprinter::attachParams(uint64_t token, std::string layout,
+                                 std::vector<uint8_t> bytes) noexcept {
+  if (token == 0) return;
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    if (s.pending_params.size() >= kMaxPendingParams) {
+      ++s.params_lost;
+      return;
+    }
+    PendingParams p;
+    p.token = token;
+    p.params.layout = std::move(layout);
+    p.params.bytes = std::move(bytes);
+    s.pending_params.push_back(std::move(p));
+  } catch (...) {
   }
 }
 
@@ -605,6 +695,10 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);
+    if (Session::get().policy().deep) {
+      w->addStat("deep_params_written", s.params_written);
+      w->addStat("deep_params_lost", s.params_lost);
+    }
     if (Session::get().policy().level == CaptureLevel::kFull) {
       w->addStat("captures_written", s.copies);
       w->addStat("captured_bytes", s.copied_bytes);

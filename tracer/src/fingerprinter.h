@@ -21,6 +21,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "detrace/db/writer.h"
@@ -35,6 +36,12 @@ class Fingerprinter {
   bool enabled() const;
   // Enqueues digests of `specs` on `stream` for op `token`. Never blocks; never throws.
   void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
+  // room instead of skipping: inside the window, completeness matters more than the launch's cost.
+  void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // Deep window: the parameter layout (launch_params.h layoutText) and bytes of launch `token`,
+  // written with its sequence number once it is known.
+  void attachParams(uint64_t token, std::string layout, std::vector<uint8_t> bytes) noexcept;
   // Full capture: the operands of op `token` are also copied (to pinned host memory, on the op's
   // stream, within --max-capture-bytes) and written with their fingerprints.
   void markCopy(uint64_t token) noexcept;

@@ -266,7 +266,23 @@ Status checkCaptureOptions(const RecordOptions& options) {
   }
   if (!options.capture_ops.empty()) DETRACE_RETURN_IF_ERROR(parseOpFilter(options.capture_ops).status());
   if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
-  if (!options.window.empty()) DETRACE_RETURN_IF_ERROR(parseWindow(options.window).status());
+  if (!options.window.empty()) {
+    auto w = parseWindow(options.window);
+    if (!w.isOk()) return makeError(ErrorCode::kInvalidArgument, "--window: {}", w.status().message());
+  }
+  if (!options.deep.empty()) {
+    auto w = parseWindow(options.deep);
+    if (!w.isOk()) return makeError(ErrorCode::kInvalidArgument, "--deep: {}", w.status().message());
+    if (options.capture == "meta") {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "--deep fingerprints memory: it needs --capture digest (the default) or full");
+    }
+    if (options.paused) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "--deep must track allocations from the program's start: it cannot be "
+                       "combined with --paused");
+    }
+  }
   if (options.paused && !options.window.empty()) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--paused records nothing until `detrace attach RUN_DIR start`: give the window "
@@ -311,6 +327,7 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
     env.push_back("DETRACE_MAX_CAPTURE_BYTES=" + std::to_string(options.max_capture_bytes));
   }
   if (!options.window.empty()) env.push_back("DETRACE_WINDOW=" + options.window);
+  if (!options.deep.empty()) env.push_back("DETRACE_DEEP=" + options.deep);
   if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
   return env;
 }
@@ -345,6 +362,7 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"capture_range", options.capture_range},
                       {"max_capture_bytes", std::to_string(options.max_capture_bytes)},
                       {"window", options.window},
+                      {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));

@@ -55,6 +55,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
     if (buffer == nullptr || w == nullptr) return 0;
+    if (WindowGate* deep = s.deepGate()) deep->admitOp();  // counts ops for ops:A:B deep windows
     WindowGate::OpTicket ticket = s.gate().admitOp();
     if (!ticket.record) return 0;
     LibraryOp op;

@@ -60,7 +60,9 @@ void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
 void push(const char* text) {
   Session& s = Session::get();
   int depth = t_depth++;
-  if (s.gate().notePush(s.policy().isStep(text), depth, threadId())) {
+  bool is_step = s.policy().isStep(text);
+  if (WindowGate* deep = s.deepGate()) deep->notePush(is_step, depth, threadId());
+  if (s.gate().notePush(is_step, depth, threadId())) {
     recordMarker(db::MarkerKind::kRangeStart, text != nullptr ? text : "<unnamed range>", depth);
   }
 }
@@ -68,6 +70,7 @@ void push(const char* text) {
 void pop() {
   Session& s = Session::get();
   if (t_depth > 0) --t_depth;
+  if (WindowGate* deep = s.deepGate()) deep->notePop(t_depth, threadId());
   if (s.gate().notePop(t_depth, threadId())) recordMarker(db::MarkerKind::kRangeEnd, "", t_depth);
 }
 

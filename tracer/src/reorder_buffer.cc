@@ -237,12 +237,17 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
       seq = count(sink_.appendMarker(e, std::get<db::Marker>(slot.op->detail)));
     }
     rememberSeqLocked(slot.token, seq);
-    if (seq && options_.on_library_written) options_.on_library_written(slot.token, *seq);
+    if (seq && options_.on_written) options_.on_written(slot.token, *seq);
     return;
   }
   db::Event base = baseEventLocked(slot);
+  auto notify = [&](std::optional<int64_t> seq) {
+    if (seq && slot.launch.notify_written && options_.on_written) options_.on_written(slot.token, *seq);
+  };
   if (slot.records.empty()) {
-    rememberSeqLocked(slot.token, count(sink_.append(base)));
+    auto seq = count(sink_.append(base));
+    rememberSeqLocked(slot.token, seq);
+    notify(seq);
     return;
   }
   // Graph records in GPU order (node id breaks ties); a plain launch has one record.
@@ -258,6 +263,7 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
     if (!first) first = seq;
   }
   rememberSeqLocked(slot.token, first);
+  notify(first);
 }
 
 void ReorderBuffer::rememberSeqLocked(uint64_t token, std::optional<int64_t> seq) {

@@ -14,6 +14,7 @@
 
 #include "control.h"
 #include "detrace/base/version.h"
+#include "deep.h"
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
@@ -147,6 +148,7 @@ void Session::resetAfterFork() {
 
 Session::Session()
     : policy_(CapturePolicy::fromEnvironment(policy_problems_)), gate_(policy_.window) {
+  if (policy_.deep) deep_gate_ = std::make_unique<WindowGate>(policy_.deep_window);
   const char* dir = std::getenv("DETRACE_OUT_DIR");
   if (dir != nullptr && *dir != '\0') {
     out_dir_ = dir;
@@ -198,7 +200,7 @@ bool Session::startLocked() {
   sink_ = std::make_unique<WriterSink>(*writer_);
   ReorderOptions ro;
   ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
-  ro.on_library_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
+  ro.on_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
   ro.drop_unmatched = gate().windowed();
   for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
@@ -223,6 +225,7 @@ void Session::writeMetadataLocked() {
   w.setMeta("start_time_ns", std::to_string(realtimeNs()));
   w.setMeta("capture", captureLevelName(policy_.level));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
+  if (policy_.deep) w.setMeta("deep_window", windowText(policy_.deep_window));
   if (std::string v = kernelDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
 
   using IntFn = int (*)(int*);
@@ -457,6 +460,7 @@ void Session::finish() {
   finished_ = true;
   buffer_->flush();
   Fingerprinter::get().finish(writer_.get());
+  if (policy_.deep) deep::writeStats(*writer_);
   enabled_ = false;  // from here on, calls into the wrappers only forward
   ReorderStats s = buffer_->stats();
   const std::pair<const char*, int64_t> counters[] = {

@@ -50,6 +50,9 @@ class Session {
   const CapturePolicy& policy() const { return policy_; }
   // The recording window: every launch and library op asks it whether to record.
   WindowGate& gate() { return *gate_ptr_.load(std::memory_order_acquire); }
+  // The deep window (`--deep`), fed the same launches, ops and NVTX ranges as gate(); nullptr
+  // when deep mode is off.
+  WindowGate* deepGate() { return deep_gate_.get(); }
 
   // ---- the capture switch: `detrace record --paused` and `detrace attach` (control.h) ----
   // Whether launches and library calls are recorded now; false while paused (DETRACE_PAUSED=1
@@ -130,6 +133,7 @@ class Session {
   std::vector<std::string> policy_problems_;  // logged when recording starts (declared first:
   CapturePolicy policy_;                      // policy_ is built from the environment into it)
   WindowGate gate_;
+  std::unique_ptr<WindowGate> deep_gate_;  // set in the constructor, never changed
   // The gate in use: gate_, or one made by `attach start --window` (kept in attach_gates_ for
   // the life of the process, so a callback holding the old one never sees it freed).
   std::atomic<WindowGate*> gate_ptr_{&gate_};

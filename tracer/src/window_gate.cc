@@ -1,6 +1,8 @@
 // See window_gate.h.
 #include "detrace/tracer/window_gate.h"
 
+#include <cstring>
+
 namespace detrace::tracer {
 
 bool WindowGate::openForSteps() const {
@@ -8,9 +10,21 @@ bool WindowGate::openForSteps() const {
          window_.range.contains(current_step_.load(std::memory_order_relaxed));
 }
 
-bool WindowGate::admitLaunch() {
+bool WindowGate::admitKernelWindow(int64_t launch, const char* name) {
+  int64_t open = kernel_open_.load(std::memory_order_relaxed);
+  if (open < 0) {
+    if (name == nullptr || std::strstr(name, window_.kernel.c_str()) == nullptr) return false;
+    if (kernel_matches_.fetch_add(1, std::memory_order_relaxed) != window_.range.begin) return false;
+    kernel_open_.store(launch, std::memory_order_relaxed);
+    return true;
+  }
+  return launch - open < window_.range.end - window_.range.begin;
+}
+
+bool WindowGate::admitLaunch(const char* name) {
   int64_t i = launches_.fetch_add(1, std::memory_order_relaxed);
   switch (window_.unit) {
+    case RecordWindow::Unit::kKernel: return admitKernelWindow(i, name);
     case RecordWindow::Unit::kAll: return true;
     case RecordWindow::Unit::kLaunches: return window_.range.contains(i);
     case RecordWindow::Unit::kOps: {
@@ -34,6 +48,13 @@ WindowGate::OpTicket WindowGate::admitOp() {
       t.record = window_.range.contains(launches_.load(std::memory_order_relaxed));
       break;
     case RecordWindow::Unit::kSteps: t.record = openForSteps(); break;
+    case RecordWindow::Unit::kKernel: {
+      // Library ops between the window's launches (the kernel window is a span of launches).
+      int64_t open = kernel_open_.load(std::memory_order_relaxed);
+      t.record = open >= 0 && launches_.load(std::memory_order_relaxed) - open <
+                                  window_.range.end - window_.range.begin;
+      break;
+    }
   }
   return t;
 }

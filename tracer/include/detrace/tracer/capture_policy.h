@@ -7,6 +7,8 @@
 //   --capture-range A:B              DETRACE_CAPTURE_RANGE   library-op indices A <= i < B
 //   --max-capture-bytes N            DETRACE_MAX_CAPTURE_BYTES
 //   --window UNIT:A:B                DETRACE_WINDOW          steps, ops or launches A <= i < B
+//   --deep WINDOW                    DETRACE_DEEP            the deep window (same forms as --window,
+//                                                            plus kernel:NAME@N[+K])
 //
 // Library ops (GEMMs and collectives) are numbered per process from 0 in call order: that index
 // is the `op` column of `detrace info --ops` and the diff report's "library op #i". A step is an
@@ -37,13 +39,22 @@ struct IndexRange {
 Result<IndexRange> parseIndexRange(const std::string& text);
 
 struct RecordWindow {
-  enum class Unit { kAll, kSteps, kOps, kLaunches };
+  enum class Unit { kAll, kSteps, kOps, kLaunches, kKernel };
   Unit unit = Unit::kAll;
   IndexRange range;
+  // kKernel: from occurrence `range.begin` (counted from 0) of a kernel whose mangled or plain
+  // name contains `kernel`, that launch and the `range.end - range.begin - 1` launches after it.
+  std::string kernel;
 };
 
+inline constexpr int64_t kDefaultKernelWindowLaunches = 32;
+
 // "steps:A:B", "ops:A:B" or "launches:A:B" (the range as in parseIndexRange); "" = everything.
+// Also "kernel:NAME@N+K": the Nth launch (from 0) of a kernel whose name contains NAME and the K
+// launches after it (K = 31 when "+K" is left out: 32 launches in all).
 Result<RecordWindow> parseWindow(const std::string& text);
+// The window as text that parseWindow reads back (for the trace's metadata).
+std::string windowText(const RecordWindow& window);
 
 // Which library ops get their operands copied in full mode.
 struct OpFilter {
@@ -72,6 +83,11 @@ struct CapturePolicy {
   IndexRange op_range;
   int64_t max_capture_bytes = kDefaultMaxCaptureBytes;
   RecordWindow window;
+  // Deep window (`--deep`): launches inside it get their parameters and the memory they can
+  // reach fingerprinted before and after them; allocations are tracked (and zero-filled) from the
+  // start. Deep implies at least the digest level.
+  bool deep = false;
+  RecordWindow deep_window;
   std::string step_prefix = "step";
 
   // Whether library op number `op_index` (a GEMM or a collective named `name`) gets copies.

@@ -24,6 +24,7 @@ struct RecordOptions {
   std::string capture_ops;           // full: which ops' operands to copy ("" = all library ops)
   std::string capture_range;         // full: library-op index range "A:B" ("" = every op)
   std::string window;                // record only this window ("" = everything); see tracer docs
+  std::string deep;                  // deep window ("" = none): launches' memory before and after
   bool paused = false;               // start dormant: nothing is recorded until `detrace attach`
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()

@@ -63,6 +63,7 @@ struct ApiLaunch {
   bool is_graph = false;
   uint64_t graph_key = 0;            // the executable graph (to remember its record count)
   int32_t expected_activities = -1;  // graph launches: records to wait for; -1 unknown
+  bool notify_written = false;       // call on_written with its seq (deep-window launches)
 };
 
 // A decoded activity record (kernel, memcpy or memset), completing a slot.
@@ -95,8 +96,9 @@ struct ReorderOptions {
   // Drop activity records with no slot instead of writing them (counted as unmatched): a
   // recording window skips launches on purpose, and their GPU records must not leak in.
   bool drop_unmatched = false;
-  // Called (with the buffer's lock held) when a library op is written with its sequence number.
-  void (*on_library_written)(uint64_t token, int64_t seq) = nullptr;
+  // Called (with the buffer's lock held) when a library op, or a launch with notify_written, is
+  // written with its sequence number (a launch's first record's).
+  void (*on_written)(uint64_t token, int64_t seq) = nullptr;
 };
 
 // Counters, written to the trace's stats table at the end.

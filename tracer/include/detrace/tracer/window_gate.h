@@ -1,7 +1,8 @@
 // WindowGate: decides, call by call, whether the tracer records it, for `--window`. It counts
 // every kernel launch (memcpy and memset included) and every library op (GEMM, collective) in call
 // order whether recorded or not, so indices mean the same in every run of a program, and it
-// follows NVTX step ranges. Lock-free; plain C++ so CPU tests drive it.
+// follows NVTX step ranges. Lock-free; plain C++ so CPU tests drive it. The deep window
+// (`--deep`) is a second gate fed the same calls.
 #pragma once
 
 #include <atomic>
@@ -16,8 +17,9 @@ class WindowGate {
   explicit WindowGate(RecordWindow window = {}) : window_(window) {}
 
   bool windowed() const { return window_.unit != RecordWindow::Unit::kAll; }
-  // A launch is being made: whether to record it.
-  bool admitLaunch();
+  // A launch is being made: whether to record it. `name`: the kernel's (mangled) name when known,
+  // which a kernel:NAME@N window matches; other windows ignore it.
+  bool admitLaunch(const char* name = nullptr);
   // A library op is being called: its index (counted from 0 in call order) and whether to record.
   struct OpTicket {
     int64_t index = 0;
@@ -35,6 +37,7 @@ class WindowGate {
 
  private:
   bool openForSteps() const;
+  bool admitKernelWindow(int64_t launch, const char* name);
 
   RecordWindow window_;
   std::atomic<int64_t> launches_{0};
@@ -43,6 +46,8 @@ class WindowGate {
   std::atomic<int64_t> current_step_{-1};
   std::atomic<int> step_depth_{-1};  // depth of the open step range; -1: between steps
   std::atomic<uint64_t> step_thread_{0};  // the thread that opened it
+  std::atomic<int64_t> kernel_matches_{0};  // kernel:NAME@N: launches of NAME so far
+  std::atomic<int64_t> kernel_open_{-1};    // launch index of the Nth one (-1: not yet)
 };
 
 }  // namespace detrace::tracer

@@ -1,0 +1,423 @@
+// See deep.h.
+#include "deep.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "detrace/db/writer.h"
+#include "detrace/tracer/allocation_map.h"
+#include "detrace/tracer/launch_params.h"
+#include "detrace/tracer/operand_specs.h"
+
+#include "fingerprinter.h"
+#include "log.h"
+#include "next_symbol.h"
+#include "self_launch.h"
+#include "session.h"
+
+namespace detrace::tracer::deep {
+namespace {
+
+constexpr size_t kMaxLayouts = size_t{1} << 16;  // kernels whose parameter layout is remembered
+// Mapped pieces (PyTorch's expandable segments map 2 or 20 MiB at a time) are merged into the
+// contiguous run around a pointer up to this size: a tensor may span pieces, and a bound keeps
+// lookups and digests cheap.
+constexpr uint64_t kMaxMergedBytes = uint64_t{256} << 20;
+
+// Driver entry points deep mode calls, found in the program's libcuda.
+struct Driver {
+  using ParamInfo = CUresult (*)(void*, size_t, size_t*, size_t*);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
+  using Sync = CUresult (*)();
+  using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  using CaptureMode = CUresult (*)(CUstreamCaptureMode*);
+  ParamInfo func_param_info = nullptr;    // cuFuncGetParamInfo (CUDA 12.4+)
+  ParamInfo kernel_param_info = nullptr;  // cuKernelGetParamInfo
+  MemsetD8 memset_d8 = nullptr;
+  MemsetD8Async memset_d8_async = nullptr;
+  Sync ctx_sync = nullptr;
+  AddressRange address_range = nullptr;
+  CaptureMode exchange_capture_mode = nullptr;
+
+  static const Driver& get() {
+    static const Driver d = [] {
+      Driver x;
+      auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
+      x.func_param_info = reinterpret_cast<ParamInfo>(sym("cuFuncGetParamInfo"));
+      x.kernel_param_info = reinterpret_cast<ParamInfo>(sym("cuKernelGetParamInfo"));
+      x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
+      x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
+      x.ctx_sync = reinterpret_cast<Sync>(sym("cuCtxSynchronize"));
+      x.address_range = reinterpret_cast<AddressRange>(sym("cuMemGetAddressRange_v2"));
+      x.exchange_capture_mode = reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
+      return x;
+    }();
+    return d;
+  }
+};
+
+struct Counters {
+  std::atomic<int64_t> launches{0}, targets{0}, digested_bytes{0}, no_layout{0}, host_ns{0};
+  std::atomic<int64_t> params_too_large{0}, zero_filled_bytes{0}, zero_fill_failed{0};
+  std::atomic<int64_t> allocations_seen{0}, frees_seen{0}, maps_seen{0}, imports_seen{0};
+};
+
+Counters& counters() {
+  static Counters* c = new Counters();  // never destroyed: used from exit handlers
+  return *c;
+}
+
+AllocationMap& allocations() {
+  static AllocationMap* m = new AllocationMap();
+  return *m;
+}
+
+// ---- parameter layouts, per function (the driver answers the same every time) ----
+
+std::mutex g_layout_mu;
+std::unordered_map<void*, std::vector<ParamInfo>>* g_layouts = nullptr;
+
+// cuFuncGetParamInfo for a CUfunction; cuKernelGetParamInfo when `f` is a CUkernel handle
+// (cuLaunchKernelEx accepts either). False when neither knows it.
+bool queryLayout(void* f, std::vector<ParamInfo>& out) {
+  const Driver& d = Driver::get();
+  for (Driver::ParamInfo query : {d.func_param_info, d.kernel_param_info}) {
+    if (query == nullptr) continue;
+    out.clear();
+    for (size_t i = 0; i < 4096; ++i) {
+      size_t offset = 0, size = 0;
+      if (query(f, i, &offset, &size) != CUDA_SUCCESS) break;
+      out.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    }
+    if (!out.empty()) return true;
+    // A kernel with no parameters answers "invalid value" at index 0 like an unknown handle does;
+    // both mean nothing to fingerprint.
+  }
+  return false;
+}
+
+bool layoutOf(void* f, std::vector<ParamInfo>& out) {
+  {
+    std::lock_guard lk(g_layout_mu);
+    if (g_layouts == nullptr) g_layouts = new std::unordered_map<void*, std::vector<ParamInfo>>();
+    if (auto it = g_layouts->find(f); it != g_layouts->end()) {
+      out = it->second;
+      return !out.empty();
+    }
+  }
+  bool ok = queryLayout(f, out);
+  std::lock_guard lk(g_layout_mu);
+  if (g_layouts->size() < kMaxLayouts) (*g_layouts)[f] = ok ? out : std::vector<ParamInfo>{};
+  return ok;
+}
+
+// ---- the launch being made on this thread ----
+
+struct LaunchArgs {
+  void* f = nullptr;
+  void** kernel_params = nullptr;
+  void** extra = nullptr;
+  CUstream stream = nullptr;
+};
+
+bool launchArgs(CUpti_CallbackId cbid, const void* params, LaunchArgs& a) {
+  if (params == nullptr) return false;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      auto* p = static_cast<const cuLaunchKernel_params*>(params);
+      a = {p->f, p->kernelParams, p->extra, p->hStream};
+      return true;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      auto* p = static_cast<const cuLaunchCooperativeKernel_params*>(params);
+      a = {p->f, p->kernelParams, nullptr, p->hStream};
+      return true;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      auto* p = static_cast<const cuLaunchKernelEx_params*>(params);
+      a = {p->f, p->kernelParams, p->extra, p->config ? p->config->hStream : nullptr};
+      return true;
+    }
+    default: return false;
+  }
+}
+
+// The parameter bytes: from kernelParams, or from the packed buffer passed through `extra`.
+std::vector<uint8_t> paramBytes(const std::vector<ParamInfo>& layout, const LaunchArgs& a) {
+  if (a.kernel_params != nullptr) return packParams(layout, a.kernel_params);
+  void* buffer = nullptr;
+  size_t size = 0;
+  for (void** e = a.extra; e != nullptr && *e != CU_LAUNCH_PARAM_END; e += 2) {
+    if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = e[1];
+    if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1] != nullptr) size = *static_cast<size_t*>(e[1]);
+  }
+  if (buffer == nullptr || size == 0 || size > kMaxParamBytes) return {};
+  auto* b = static_cast<const uint8_t*>(buffer);
+  return std::vector<uint8_t>(b, b + size);
+}
+
+struct Pending {
+  uint64_t token = 0;     // the deep launch begun on this thread (0: none)
+  bool entered = false;   // its driver API was entered (pre digests queued)
+  CUstream stream = nullptr;
+  std::vector<OperandSpec> after;  // post digests to queue at the driver API's exit
+  int64_t host_ns = 0;
+};
+thread_local Pending t_pending;
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<OperandSpec> targetSpecs(const std::vector<DeepTarget>& targets) {
+  std::vector<OperandSpec> specs;
+  specs.reserve(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    OperandSpec s;
+    s.slot = static_cast<int32_t>(i);
+    s.name = targets[i].args;
+    s.role = db::OperandRole::kInput;
+    s.address = targets[i].alloc.base;
+    s.bytes = targets[i].alloc.size;
+    s.shape = {static_cast<int64_t>(targets[i].alloc.size)};
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+// ---- allocations ----
+
+// The thread's stream-capture mode relaxed for the scope of a zero-fill, and given back: a
+// synchronising call must not invalidate a graph another thread of the program is capturing.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    if (auto x = Driver::get().exchange_capture_mode) active_ = x(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedCapture() {
+    if (active_) Driver::get().exchange_capture_mode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool active_ = false;
+};
+
+// Fresh memory holds what was there before, which differs between runs: zero it before the
+// program can use it. `stream` orders it for stream-ordered allocations; otherwise the fill is
+// waited for (allocation is rare and already synchronising).
+void zeroFill(CUdeviceptr base, size_t size, CUstream stream, bool ordered) {
+  const Driver& d = Driver::get();
+  SelfLaunchScope self;
+  RelaxedCapture relaxed;
+  bool ok = ordered ? d.memset_d8_async && d.memset_d8_async(base, 0, size, stream) == CUDA_SUCCESS
+                    : d.memset_d8 && d.ctx_sync && d.memset_d8(base, 0, size) == CUDA_SUCCESS &&
+                          d.ctx_sync() == CUDA_SUCCESS;
+  if (ok) {
+    counters().zero_filled_bytes += static_cast<int64_t>(size);
+  } else {
+    counters().zero_fill_failed += 1;
+  }
+}
+
+void added(CUdeviceptr base, size_t size, AllocKind kind) {
+  if (!allocations().add(base, size, kind)) return;
+  counters().allocations_seen += 1;
+}
+
+// An imported allocation (IPC, pool import): its extent from the driver. Never zero-filled: it is
+// another process's memory.
+void imported(CUdeviceptr ptr) {
+  const Driver& d = Driver::get();
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (d.address_range == nullptr || d.address_range(&base, &size, ptr) != CUDA_SUCCESS) return;
+  if (allocations().add(base, size, AllocKind::kIpc)) counters().imports_seen += 1;
+}
+
+template <typename P>
+const P& as(const CUpti_CallbackData* cb) {
+  return *static_cast<const P*>(cb->functionParams);
+}
+
+const CUpti_CallbackId kMemoryCallbacks[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemMap, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle, CUPTI_DRIVER_TRACE_CBID_cuMemPoolImportPointer};
+
+}  // namespace
+
+bool enabled() { return Session::get().policy().deep; }
+
+const CUpti_CallbackId* memoryCallbacks(size_t& count) {
+  count = std::size(kMemoryCallbacks);
+  return kMemoryCallbacks;
+}
+
+bool isMemoryCallback(CUpti_CallbackId cbid) {
+  for (CUpti_CallbackId id : kMemoryCallbacks)
+    if (id == cbid) return true;
+  return false;
+}
+
+void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  if (cb->callbackSite != CUPTI_API_EXIT || cb->functionParams == nullptr || selfLaunchFlag()) return;
+  if (cb->functionReturnValue && *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS)
+    return;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+      auto& p = as<cuMemAlloc_v2_params>(cb);
+      added(*p.dptr, p.bytesize, AllocKind::kMalloc);
+      zeroFill(*p.dptr, p.bytesize, nullptr, false);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+      auto& p = as<cuMemAllocPitch_v2_params>(cb);
+      size_t size = *p.pPitch * p.Height;
+      added(*p.dptr, size, AllocKind::kMalloc);
+      zeroFill(*p.dptr, size, nullptr, false);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      auto& p = as<cuMemAllocManaged_params>(cb);
+      added(*p.dptr, p.bytesize, AllocKind::kManaged);
+      zeroFill(*p.dptr, p.bytesize, nullptr, false);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+      auto& p = as<cuMemAllocAsync_params>(cb);  // the _ptsz struct has the same members
+      added(*p.dptr, p.bytesize, AllocKind::kAsync);
+      zeroFill(*p.dptr, p.bytesize, p.hStream, true);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+      auto& p = as<cuMemAllocFromPoolAsync_params>(cb);
+      added(*p.dptr, p.bytesize, AllocKind::kAsync);
+      zeroFill(*p.dptr, p.bytesize, p.hStream, true);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+      if (allocations().remove(as<cuMemFree_v2_params>(cb).dptr)) counters().frees_seen += 1;
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+      if (allocations().remove(as<cuMemFreeAsync_params>(cb).dptr)) counters().frees_seen += 1;
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
+      auto& p = as<cuMemMap_params>(cb);
+      if (allocations().add(p.ptr, p.size, AllocKind::kMapped)) counters().maps_seen += 1;
+      return;  // not accessible yet: zero-filled at cuMemSetAccess
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess: {
+      auto& p = as<cuMemSetAccess_params>(cb);
+      // Only ranges mapped from this process's own allocations (an imported handle's memory is
+      // another process's).
+      if (auto a = allocations().find(p.ptr, 0); a && a->kind == AllocKind::kMapped)
+        zeroFill(p.ptr, p.size, nullptr, false);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
+      auto& p = as<cuMemUnmap_params>(cb);
+      allocations().removeRange(p.ptr, p.size);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2:
+      imported(*as<cuIpcOpenMemHandle_v2_params>(cb).pdptr);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle:
+      allocations().remove(as<cuIpcCloseMemHandle_params>(cb).dptr);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemPoolImportPointer:
+      imported(*as<cuMemPoolImportPointer_params>(cb).ptr_out);
+      return;
+    default: return;
+  }
+}
+
+void beginLaunch(uint64_t token) {
+  t_pending = Pending{};
+  t_pending.token = token;
+}
+
+void driverEnter(CUpti_CallbackId cbid, const void* params) {
+  Pending& p = t_pending;
+  if (p.token == 0 || p.entered) return;
+  p.entered = true;
+  int64_t t0 = steadyNs();
+  LaunchArgs args;
+  std::vector<ParamInfo> layout;
+  if (!launchArgs(cbid, params, args) || !layoutOf(args.f, layout)) {
+    counters().no_layout += 1;
+    return;
+  }
+  std::vector<uint8_t> bytes = paramBytes(layout, args);
+  if (bytes.empty()) {
+    counters().params_too_large += 1;
+    return;
+  }
+  std::vector<OperandSpec> specs = targetSpecs(deepTargets(layout, bytes, allocations(), 64, kMaxMergedBytes));
+  Fingerprinter& fp = Fingerprinter::get();
+  fp.attachParams(p.token, layoutText(layout), std::move(bytes));
+  counters().launches += 1;
+  counters().targets += static_cast<int64_t>(specs.size());
+  if (!specs.empty()) {
+    fp.enqueueDeep(p.token, args.stream, specs);
+    for (OperandSpec& s : specs) {
+      counters().digested_bytes += 2 * static_cast<int64_t>(s.bytes);
+      s.role = db::OperandRole::kOutput;
+    }
+    p.after = std::move(specs);
+    p.stream = args.stream;
+  }
+  p.host_ns = steadyNs() - t0;
+}
+
+void driverExit(bool failed) {
+  Pending& p = t_pending;
+  if (p.token == 0 || !p.entered) return;
+  int64_t t0 = steadyNs();
+  if (!failed && !p.after.empty()) Fingerprinter::get().enqueueDeep(p.token, p.stream, p.after);
+  counters().host_ns += p.host_ns + (steadyNs() - t0);
+  t_pending = Pending{};
+}
+
+void endLaunch() { t_pending = Pending{}; }
+
+void writeStats(db::TraceWriter& w) {
+  Counters& c = counters();
+  w.addStat("deep_launches", c.launches);
+  w.addStat("deep_targets", c.targets);
+  w.addStat("deep_digested_bytes", c.digested_bytes);
+  w.addStat("deep_host_ns", c.host_ns);
+  w.addStat("deep_no_param_layout", c.no_layout);
+  w.addStat("deep_params_too_large", c.params_too_large);
+  w.addStat("deep_allocations_seen", c.allocations_seen);
+  w.addStat("deep_frees_seen", c.frees_seen);
+  w.addStat("deep_maps_seen", c.maps_seen);
+  w.addStat("deep_imports_seen", c.imports_seen);
+  w.addStat("deep_allocations_refused", allocations().refused());
+  w.addStat("deep_zero_filled_bytes", c.zero_filled_bytes);
+  w.addStat("deep_zero_fill_failed", c.zero_fill_failed);
+}
+
+}  // namespace detrace::tracer::deep

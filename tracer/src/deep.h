@@ -1,0 +1,49 @@
+// Deep window (`detrace record --deep WINDOW`): for each kernel launch inside the window, the
+// launch's parameter layout and bytes, and a digest of every tracked device allocation one of its
+// parameter words points into, taken on the launch's stream just before and just after the kernel.
+// The diff then finds the first launch whose memory matched before and differed after.
+//
+// To know where pointers point, deep mode tracks the process's device allocations from the start
+// (cuMemAlloc and its pitch/managed/async/pool forms, cuMemCreate + cuMemMap as PyTorch's
+// expandable segments use, IPC and pool imports), and zero-fills memory fresh from the allocator
+// so that two runs start from the same bytes. Runtime-API calls (cudaMalloc, cudaLaunchKernel)
+// are seen through the driver calls the runtime makes, which CUPTI reports too.
+//
+// Launch steps run on the program's launching thread, inside CUPTI callbacks: beginLaunch() when
+// the deep gate admits a launch, driverEnter() at the driver launch API's entry (the nested one for
+// a runtime launch), driverExit() at its exit. Everything is counted; nothing throws.
+#pragma once
+
+#include <cuda.h>
+#include <cupti.h>
+
+#include <cstdint>
+
+namespace detrace::db {
+class TraceWriter;
+}
+
+namespace detrace::tracer::deep {
+
+// Whether deep mode is on for this process (DETRACE_DEEP set and valid).
+bool enabled();
+
+// The driver API callbacks deep mode needs on from the start, and their handler.
+const CUpti_CallbackId* memoryCallbacks(size_t& count);
+bool isMemoryCallback(CUpti_CallbackId cbid);
+void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
+
+// The launch with reorder-buffer token `token` is in the deep window (this thread).
+void beginLaunch(uint64_t token);
+// A driver launch API is being entered on this thread: if a deep launch is pending, fingerprint
+// the memory its parameters reach and keep its parameter bytes.
+void driverEnter(CUpti_CallbackId cbid, const void* params);
+// The driver launch API returned: fingerprint the same memory after the kernel (unless it failed).
+void driverExit(bool failed);
+// The outer (runtime) launch API returned: forget what is pending on this thread.
+void endLaunch();
+
+// Writes deep mode's counters to the trace.
+void writeStats(db::TraceWriter& w);
+
+}  // namespace detrace::tracer::deep
