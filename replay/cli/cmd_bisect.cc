@@ -1,4 +1,4 @@
-// detrace bisect [--workdir DIR] [--repeat N] [--batch auto|on|off] [--no-gpu] [--json]
+// detrace bisect [--workdir DIR] [--repeat N] [--batch auto|on|off] [--no-gpu] [--no-deep] [--json]
 //                -- COMMAND... [:: COMMAND_B...]
 #include <algorithm>
 #include <cstdio>
@@ -29,10 +29,14 @@ constexpr const char* kBisectFooter =
     "      batch invariance: the request alone vs inside a batch of 64 (the request is row 0)\n"
     "\n"
     "The two-command form separates the commands with a lone `::`. Recordings: 2 at digest level,\n"
-    "then 1 (run-to-run) or 2 (pair) with the suspect op captured; the program must be repeatable\n"
-    "in structure (the same sequence of GEMMs and collectives each time), as inference is.\n"
-    "When the divergence begins in raw kernels between two fingerprinted ops, the verdict names\n"
-    "that stretch; replay convicts GEMMs and collectives only.\n"
+    "then 1 (run-to-run) or 2 (pair) with the suspect op captured, or 2 in deep mode; the program\n"
+    "must be repeatable in structure (the same sequence of GEMMs and collectives each time), as\n"
+    "inference is.\n"
+    "When the divergence enters through raw kernels between two fingerprinted ops, the stretch\n"
+    "is recorded twice more with --deep ops:E:F (E: the last op whose outputs matched, F: the op\n"
+    "whose inputs differed; deep mode zero-fills new allocations) and the diff of those runs names\n"
+    "the kernel that got identical memory and produced different memory. --no-deep skips that\n"
+    "step; a two-command pair skips it (its launches see different shapes).\n"
     "\n"
     "Exit status: 0 no divergence, 1 divergence found (the verdict says where), 2 error.\n";
 
@@ -44,6 +48,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
     int repeat = 5;
     std::string batch = "auto";
     bool no_gpu = false;
+    bool no_deep = false;
     bool json = false;
     std::vector<std::string> command;
   };
@@ -58,6 +63,8 @@ void addBisectCommand(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-gpu", opts->no_gpu, "Replay with the CPU implementations only");
+  cmd->add_flag("--no-deep", opts->no_deep,
+                "Do not re-record a raw-kernel stretch in deep mode to name its kernel");
   cmd->add_flag("--json", opts->json, "Print the steps, replay tables and verdict as JSON");
   cmd->add_option("COMMAND", opts->command, "The program (and a second one after ::), after --");
   cmd->footer(kBisectFooter);
@@ -79,6 +86,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
       o.workdir = opts->workdir;
       o.repeat = opts->repeat;
       o.allow_gpu = !opts->no_gpu;
+      o.deep = !opts->no_deep;
       if (opts->batch != "auto") o.batch = opts->batch == "on";
       bool tty = isatty(STDERR_FILENO) != 0;
       o.progress = [tty](const std::string& line) {

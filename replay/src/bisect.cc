@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "bisect_deep.h"
+
 extern char** environ;
 
 namespace detrace::replay {
@@ -108,6 +110,8 @@ class Bisector {
                              const std::vector<std::string>& capture);
   Status diffDigestRuns(const std::string& a, const std::string& b);
   Status replaySuspect(const std::vector<std::string>& cmd_a, const std::vector<std::string>& cmd_b);
+  void deepStep();
+  Status recordDeep(const std::string& window);
   std::string verdict() const;
 
   BisectOptions o_;
@@ -231,6 +235,48 @@ Status Bisector::replaySuspect(const std::vector<std::string>& cmd_a, const std:
   return Status::ok();
 }
 
+// The deep step (bisect_deep.h): records it, notes why it did not apply, or how it failed. Its
+// failure is not the bisect's: the digest-level verdict stands without it.
+void Bisector::deepStep() {
+  auto digest_a = db::Run::open((fs::path(o_.workdir) / "digest-a").string());
+  Result<detail::DeepPlan> plan = digest_a.isOk() ? detail::planDeepStep(o_, r_, *digest_a)
+                                                  : Result<detail::DeepPlan>(digest_a.status());
+  Status st = plan.isOk() ? Status::ok() : plan.status();
+  if (st.isOk() && plan->window.empty()) {
+    if (!plan->note.empty()) {
+      r_.deep.emplace().skipped = plan->note;
+      r_.steps.push_back({"deep window", "", 0, plan->note});
+    }
+    return;
+  }
+  if (st.isOk()) st = recordDeep(plan->window);
+  if (!st.isOk()) {
+    if (!r_.deep) r_.deep.emplace();
+    r_.deep->skipped = "failed: " + st.message();
+    r_.steps.push_back({"deep window", "", 0, r_.deep->skipped});
+  }
+}
+
+// Records the stretch twice in deep mode and diffs the two runs.
+Status Bisector::recordDeep(const std::string& window) {
+  r_.deep.emplace().window = window;
+  std::vector<std::string> deep = {"--capture", "digest", "--deep", window};
+  DETRACE_ASSIGN_OR_RETURN(std::string a, record("deep-a", o_.command_a, deep));
+  DETRACE_ASSIGN_OR_RETURN(std::string b, record("deep-b", o_.command_a, deep));
+  say("diffing the deep runs ...");
+  auto t0 = Clock::now();
+  DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(a));
+  DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(b));
+  DiffOptions d;
+  d.batch = false;
+  d.rank = r_.rank;
+  DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
+  detail::readDeepDiff(diff, r_.rank, *r_.deep);
+  r_.steps.push_back({"diff (deep)", fmt::format("detrace diff {} {} --rank {}", shellQuote(a), shellQuote(b), r_.rank),
+                      since(t0), detail::deepOutcome(*r_.deep)});
+  return Status::ok();
+}
+
 // The implementation to recommend: a GPU one that ran, is not a control and is not the recorded
 // kernel; else such a CPU one; "" if none.
 template <typename Impls, typename Good>
@@ -254,13 +300,7 @@ std::string Bisector::verdict() const {
     return v;
   }
   std::string v = fmt::format("Divergence begins on rank {} at {} ({}).", r_.rank, r_.suspect, r_.classification);
-  if (r_.classification == pairStatusName(PairStatus::kPropagated)) {
-    v += fmt::format(" {}. Its inputs already differed, so the op itself is not the origin: the kernels "
-                     "after event {} are, and they have no fingerprints, so replay cannot convict one. "
-                     "Look at them with detrace export, or narrow with --window and more NVTX ranges.",
-                     r_.why, r_.entered_after.value_or(-1));
-    return v;
-  }
+  if (r_.classification == pairStatusName(PairStatus::kPropagated)) return v + detail::propagatedVerdict(r_);
   if (r_.seq_a < 0) {
     return v + " The op exists in run B only (a schedule or shape difference), so there is nothing to "
                "replay: compare what each program launches around it.";
@@ -354,6 +394,7 @@ Result<BisectResult> Bisector::run() {
       r_.steps.push_back({"replay", "", 0, "not replayed: " + st.message()});
     }
   }
+  if (r_.diverged) deepStep();
   r_.verdict = verdict();
   r_.seconds = since(t0);
   return std::move(r_);
@@ -438,6 +479,7 @@ nlohmann::json bisectJson(const BisectResult& r) {
   }
   if (r.replay) j["replay"] = replayJson(*r.replay);
   if (r.pair) j["pair"] = pairJson(*r.pair);
+  detail::addDeepJson(r, j);
   return j;
 }
 

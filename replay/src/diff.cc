@@ -451,13 +451,44 @@ Result<std::pair<RankOps, RankOps>> loadBoth(db::TraceReader& ra, db::TraceReade
 
 namespace {
 
+// The deep window records of a rank, compared run to run (batch mode compares rows instead).
+Status addDeep(const RankOps& a, const RankOps& b, bool batch, db::TraceReader& ra,
+               db::TraceReader& rb, RankDiff& rd, std::vector<std::string>& warnings) {
+  if (batch) {
+    if (deepLaunchCount(a) + deepLaunchCount(b) > 0) {
+      warnings.push_back(fmt::format(
+          "rank {}: deep window records are compared run to run only; batch-size mode compares "
+          "the request's rows",
+          rd.rank));
+    }
+    return Status::ok();
+  }
+  DETRACE_ASSIGN_OR_RETURN(rd.deep, diffDeep(a, b, rd, ra, rb));
+  if (rd.deep && (rd.deep->launches_a == 0 || rd.deep->launches_b == 0)) {
+    warnings.push_back(fmt::format(
+        "rank {}: only run {} has deep window records; record both runs with the same --deep "
+        "window to compare launches",
+        rd.rank, rd.deep->launches_a > 0 ? "A" : "B"));
+    rd.deep.reset();
+  }
+  return Status::ok();
+}
+
+// The first divergence is the deep window's origin: name what deep mode saw.
+bool firstIsDeepOrigin(const RankDiff& rd) {
+  return rd.first && rd.deep && rd.deep->origin && !rd.deep->before_window &&
+         rd.deep->origin->a == rd.first->a && rd.first->status == PairStatus::kNondeterministic;
+}
+
 // Everything the report says about a rank's first divergence, while its ops are loaded.
 void describeFirst(const RankOps& a, const RankOps& b, RankDiff& rd) {
   if (!rd.first) return;
   const PairDiff& f = *rd.first;
   rd.first_a = f.a >= 0 ? describeOp(a, f.a) : "(absent)";
   rd.first_b = f.b >= 0 ? describeOp(b, f.b) : "(absent)";
-  rd.why = explain(a, b, f, /*first=*/true);
+  rd.why = firstIsDeepOrigin(rd) ? "nondeterministic: its memory before the launch matched in both "
+                                   "runs and differs after it (deep window)"
+                                 : explain(a, b, f, /*first=*/true);
   const OpRecord* op = opAt(a, f.a);
   if (f.status == PairStatus::kPropagated && op && op->kind() != db::EventKind::kCollective) {
     rd.entered_after = lastFingerprintedBefore(a, f.a);
@@ -548,6 +579,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     const RankOps& a = pair.first;
     const RankOps& b = pair.second;
     RankDiff rd = diffRank(a, b, out.batch_mode);
+    DETRACE_RETURN_IF_ERROR(addDeep(a, b, out.batch_mode, *ra, *rb, rd, out.warnings));
     fingerprinted_a |= a.fingerprinted;
     fingerprinted_b |= b.fingerprinted;
     describeFirst(a, b, rd);

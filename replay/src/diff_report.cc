@@ -30,8 +30,19 @@ std::string positionText(const RankDiff& r) {
   return fmt::format("{} ({})", joinPosition(r.position), r.landmark);
 }
 
+// The first divergence is the launch a deep window named as the origin.
+bool firstIsDeepOrigin(const RankDiff& r) {
+  return r.deep && r.deep->origin && !r.deep->before_window && r.deep->origin->a == r.first->a;
+}
+
 // The command that would confirm the verdict.
 std::string nextStep(const RankDiff& r, const DiffLabels& l) {
+  if (r.first->status == PairStatus::kNondeterministic && firstIsDeepOrigin(r)) {
+    return fmt::format("look for atomics or an unordered reduction in this kernel; to confirm, "
+                       "record a third run with the same --deep window and diff it against {}: "
+                       "the same launch should be the origin again",
+                       l.a);
+  }
   switch (r.first->status) {
     case PairStatus::kNondeterministic:
       return fmt::format("re-run this op on its recorded inputs to confirm: detrace replay {} "
@@ -58,7 +69,101 @@ std::string nextStep(const RankDiff& r, const DiffLabels& l) {
   }
 }
 
+// "arg2 (8 MiB), arg0,arg3+8 (256 B)": the memory of `n` that differs (or not).
+std::string memoryList(const DeepNamed& n, bool differs) {
+  std::string out;
+  for (const DeepMemory& m : n.memory) {
+    if (m.differs != differs) continue;
+    out += fmt::format("{}{} ({})", out.empty() ? "" : ", ", m.args, bytesText(m.bytes));
+  }
+  return out.empty() ? "none" : out;
+}
+
+// "1 origin, 2 propagated, 3 clean"
+std::string deepCounts(const DeepDiff& d) {
+  std::string out;
+  for (auto [status, n] : d.counts) {
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", n, deepStatusName(status));
+  }
+  if (d.unpaired > 0) out += fmt::format("{}{} without a partner", out.empty() ? "" : ", ", d.unpaired);
+  return out.empty() ? "nothing to compare" : out;
+}
+
+std::string namedPosition(const DeepNamed& n) {
+  if (n.position.empty()) return n.landmark;
+  return fmt::format("{} ({})", joinPosition(n.position), n.landmark);
+}
+
+std::string deepOrigins(const DeepDiff& d) {
+  std::string out;
+  for (const DeepNamed& o : d.other_origins) {
+    out += fmt::format("{}kernel {} (event {} in A / {} in B)", out.empty() ? "" : "; ", o.kernel, o.a, o.b);
+  }
+  int64_t more = d.count(DeepStatus::kOrigin) - 1 - static_cast<int64_t>(d.other_origins.size());
+  if (more > 0) out += fmt::format(" and {} more", more);
+  return out.empty() ? "none" : out;
+}
+
+// "; deep origin at A 7 / B 7": what a rank's deep window found, for the per-rank lines.
+std::string deepRankNote(const RankDiff& r) {
+  if (!r.deep) return "";
+  const DeepDiff& d = *r.deep;
+  if (d.before_window) return "; deep: began before the window";
+  if (d.origin) return fmt::format("; deep origin at A {} / B {} ({})", d.origin->a, d.origin->b, d.origin->kernel);
+  return "; deep: no origin in the window";
+}
+
+// The deep window block of the report, for the rank where divergence began.
+std::string formatDeep(const RankDiff& r) {
+  const DeepDiff& d = *r.deep;
+  std::string out = fmt::format("deep window        rank {}, {}: {} launch(es) in A, {} in B; {}\n", r.rank,
+                                d.window.empty() ? "window unknown" : d.window, d.launches_a,
+                                d.launches_b, deepCounts(d));
+  out += fmt::format("  verdict          {}\n", deepVerdictText(d));
+  if (const auto& o = d.origin) {
+    out += fmt::format("  origin           kernel {}, event {} in A / {} in B, launch {} of {}\n", o->kernel,
+                       o->a, o->b, o->index + 1, d.launches_a);
+    out += fmt::format("  position         {}\n", namedPosition(*o));
+    out += fmt::format("  differs after    {}\n", memoryList(*o, true));
+    out += fmt::format("  same after       {}\n", memoryList(*o, false));
+    out += fmt::format("  other origins    {}\n", deepOrigins(d));
+  }
+  if (const auto& p = d.first_propagated) {
+    out += fmt::format("  first reader     kernel {}, event {} in A / {} in B, launch {} of {}, read "
+                       "diverged {}\n",
+                       p->kernel, p->a, p->b, p->index + 1, d.launches_a, memoryList(*p, true));
+  }
+  return out + "\n";
+}
+
+nlohmann::json namedJson(const DeepNamed& n) {
+  nlohmann::json memory = nlohmann::json::array();
+  for (const DeepMemory& m : n.memory) {
+    memory.push_back({{"args", m.args}, {"bytes", m.bytes}, {"address_a", m.address_a},
+                      {"address_b", m.address_b}, {"differs", m.differs}});
+  }
+  return {{"seq_a", n.a},           {"seq_b", n.b},         {"window_index", n.index},
+          {"status", deepStatusName(n.status)}, {"kernel", n.kernel}, {"memory", memory},
+          {"args", n.differingArgs()}, {"position", n.position}, {"landmark", n.landmark}};
+}
+
 }  // namespace
+
+nlohmann::json deepDiffJson(const DeepDiff& d) {
+  nlohmann::json counts = nlohmann::json::object();
+  for (auto [status, n] : d.counts) counts[deepStatusName(status)] = n;
+  nlohmann::json others = nlohmann::json::array();
+  for (const DeepNamed& o : d.other_origins) others.push_back(namedJson(o));
+  nlohmann::json j = {{"window", d.window},     {"launches_a", d.launches_a},
+                      {"launches_b", d.launches_b}, {"compared", d.compared},
+                      {"unpaired", d.unpaired}, {"counts", counts},
+                      {"origins", d.count(DeepStatus::kOrigin)},
+                      {"before_window", d.before_window}, {"other_origins", others},
+                      {"verdict", deepVerdictText(d)}};
+  j["origin"] = d.origin ? namedJson(*d.origin) : nlohmann::json(nullptr);
+  j["first_propagated"] = d.first_propagated ? namedJson(*d.first_propagated) : nlohmann::json(nullptr);
+  return j;
+}
 
 std::string nextStepText(const RankDiff& r, const DiffLabels& l) {
   return r.first ? nextStep(r, l) : "";
@@ -77,6 +182,7 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
       out += "(batch-size mode: the runs' token counts differ; the request's rows are compared)\n";
     }
     out += "\n";
+    if (origin->deep) out += formatDeep(*origin);
     out += fmt::format("first divergence   rank {}, event {} in A / {} in B, after {} collective(s)\n",
                        origin->rank, seqText(f.a), seqText(f.b), f.collectives_before);
     out += fmt::format("  position         {}\n", positionText(*origin));
@@ -96,10 +202,10 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
       out += fmt::format("  rank {:<3} identical ({} events)\n", r.rank, r.events_a);
       continue;
     }
-    out += fmt::format("  rank {:<3} first at A {} / B {} ({}), after {} collective(s); {} differing\n",
+    out += fmt::format("  rank {:<3} first at A {} / B {} ({}), after {} collective(s); {} differing{}\n",
                        r.rank, seqText(r.first->a), seqText(r.first->b),
                        pairStatusName(r.first->status), r.first->collectives_before,
-                       r.differing.size());
+                       r.differing.size(), deepRankNote(r));
   }
   if (!d.selection_changes.empty()) {
     out += "\nkernel selection changes (same op and shape, A -> B)\n";
@@ -134,6 +240,7 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
       j["first"]["landmark"] = r.landmark;
       if (!r.position_b.empty()) j["first"]["position_b"] = r.position_b;
     }
+    if (r.deep) j["deep"] = deepDiffJson(*r.deep);
     ranks.push_back(j);
   }
   nlohmann::json changes = nlohmann::json::array();

@@ -28,8 +28,8 @@ bool WindowGate::admitLaunch(const char* name) {
     case RecordWindow::Unit::kAll: return true;
     case RecordWindow::Unit::kLaunches: return window_.range.contains(i);
     case RecordWindow::Unit::kOps: {
-      // Kernels between library ops: recorded while the op count is inside the range, so the
-      // kernels after op A-1 and up to op B-1's own kernels are in.
+      // Kernels between library ops: recorded while the count of ops called so far is in
+      // (A, B], so op A's own kernels and every kernel after them up to op B's call are in.
       int64_t ops = ops_.load(std::memory_order_relaxed);
       return ops > window_.range.begin && ops <= window_.range.end;
     }

@@ -7,9 +7,14 @@
 //   4. replay the captured op with the recorded kernel and the deterministic alternatives;
 //   5. a verdict: where, what kind, the replay's evidence, the alternative that removes it, and
 //      the command of every step.
+// When divergence enters between two fingerprinted ops instead (raw kernels in between: the op's
+// inputs already differed), steps 3-4 become the deep step: the program is recorded twice more
+// with `--deep ops:E:F` (E, F: the library-op indices of the last op whose outputs matched and of
+// the op, so the window holds E's kernels and the raw kernels up to F), and the diff of those runs
+// names the kernel that got identical memory and produced different memory (deep_diff.h). It is
+// run to run only: a batch-size pair's launches see different shapes, so it is skipped there.
 // The number of recordings is fixed (2 + 1 or 2 + 2); every run and log stays in the work
-// directory. When divergence enters between two fingerprinted ops (raw kernels in between), the
-// verdict names the stretch and its kernels: replay cannot convict a raw kernel yet.
+// directory.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +38,7 @@ struct BisectOptions {
   std::optional<bool> batch;           // batch-size mode for the diff; unset = detect
   int repeat = 5;                      // replay repeats of each implementation
   bool allow_gpu = true;
+  bool deep = true;                    // the deep step, when divergence enters through raw kernels
   std::string detrace_exe;             // the `detrace` used to record; empty = this executable
   std::function<void(const std::string&)> progress;  // one line per step, as it starts
 };
@@ -42,6 +48,15 @@ struct BisectStep {
   std::string command;  // the command that reproduces this step
   double seconds = 0;
   std::string outcome;  // one line
+};
+
+// The deep step: the stretch before the suspect re-recorded in deep mode, twice, and diffed.
+struct BisectDeep {
+  std::string window;   // the --deep window; "" if the step did not record
+  std::string skipped;  // why it did not run (or was not needed, or failed); "" if it ran
+  bool diverged = false;          // the deep runs diverged at all
+  std::optional<DeepDiff> diff;   // their deep launches on the suspect's rank
+  std::string verdict;            // what the step found, in one paragraph
 };
 
 struct BisectResult {
@@ -59,6 +74,7 @@ struct BisectResult {
   std::string replay_error;                  // why the suspect was not replayed, if it was not
   std::optional<ReplayResult> replay;
   std::optional<PairResult> pair;
+  std::optional<BisectDeep> deep;  // the deep step, when it applied
   std::string verdict;  // the closing paragraph
   double seconds = 0;
 };

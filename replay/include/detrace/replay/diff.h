@@ -18,6 +18,10 @@
 // without their token dimension and compares the request's rows instead of whole tensors: it finds
 // the smaller run's rows inside the larger run's operands by per-row fingerprints, and calls an op
 // batch-variant when its input rows all match but its output rows do not.
+//
+// Kernels recorded in a deep window (`detrace record --deep`) carry their allocations' digests
+// before and after the launch as inputs and outputs, so they are classified like library ops; when
+// both runs have them, deep_diff.h names the launch where divergence begins (RankDiff::deep).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,7 @@
 
 #include "detrace/base/status.h"
 #include "detrace/db/run.h"
+#include "detrace/replay/deep_diff.h"
 #include "detrace/replay/ops.h"
 
 namespace detrace::replay {
@@ -72,6 +77,8 @@ struct RankDiff {
   // A landmark that needs no markers, from the same side: "GEMM 6 of 40", "kernel after GEMM 6 of
   // 40", "collective 2 of 8".
   std::string landmark;
+  // Both runs recorded deep windows (run to run, not batch mode): their launches compared.
+  std::optional<DeepDiff> deep;
 };
 
 // One row of the kernel-selection table: what ran in A and in B for the same op, and how often.

@@ -19,5 +19,7 @@ nlohmann::json diffJson(const RunDiff& diff, const DiffLabels& labels);
 // The "next" line of formatDiff for a rank with a first divergence: the command that would
 // confirm the verdict ("" if the rank has none).
 std::string nextStepText(const RankDiff& rank, const DiffLabels& labels);
+// A rank's deep window comparison (diffJson's ranks[i].deep).
+nlohmann::json deepDiffJson(const DeepDiff& deep);
 
 }  // namespace detrace::replay

@@ -1,0 +1,152 @@
+// A small CUDA program for the deep-window GPU test (gpu_deep_test.cc):
+//   1. allocates 4 MiB, fills it with 0xAB, frees it and allocates 4 MiB again, then counts the
+//      nonzero bytes of the new allocation (the driver usually hands the same memory back: without
+//      deep mode's zero fill the old bytes show through) and prints "nonzero_after_realloc N";
+//   2. fills A (wide-magnitude floats from --seed), runs axpy_struct, whose only parameter is a
+//      struct holding the input and output pointers, B = 3 A + 1;
+//   3. racy_bins: every block waits a GPU-clock-dependent moment, then adds its elements of A into
+//      4 bins with float atomics, so the bins' rounding changes from run to run;
+//   4. consume: D = 2 * bins (reads the diverged bins);
+// and writes B's and D's final bytes to OUT_DIR/b.bin and OUT_DIR/d.bin for the test to digest.
+//   deep_gpu_app OUT_DIR [--seed S]
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CK(call)                                                                          \
+  do {                                                                                    \
+    auto e_ = (call);                                                                     \
+    if (static_cast<int>(e_) != 0) {                                                      \
+      std::fprintf(stderr, "deep_gpu_app: %s failed (%d)\n", #call, static_cast<int>(e_)); \
+      return 1;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+constexpr int kN = 1 << 20;
+constexpr int kBins = 4;
+constexpr size_t kScratch = size_t{4} << 20;
+
+struct AxpyArgs {
+  const float* in;
+  float* out;
+  int n;
+  float k;
+};
+
+__device__ uint32_t mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  return x ^ (x >> 16);
+}
+
+__global__ void fill_bytes(uint8_t* p, size_t n, uint8_t v) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+__global__ void count_nonzero(const uint8_t* p, size_t n, unsigned long long* count) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) c += p[i] != 0;
+  if (c) atomicAdd(count, c);
+}
+
+__global__ void fill_wide(float* a, int n, uint32_t seed) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint32_t h = mix(uint32_t(i) * 2654435761U ^ seed);
+  float mant = float(int(h % 2001) - 1000);
+  a[i] = ldexpf(mant, int((h >> 11) % 24) - 12);
+}
+
+__global__ void axpy_struct(AxpyArgs args) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < args.n) args.out[i] = args.k * args.in[i] + 1.0f;
+}
+
+__device__ uint64_t globalTimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void racy_bins(const float* a, int n, float* bins) {
+  // A different wait per block and per run: the atomics land in a different order every run.
+  uint64_t until = globalTimer() + (mix(uint32_t(globalTimer()) ^ blockIdx.x) % 4000);
+  while (globalTimer() < until) {
+  }
+  float local[kBins] = {0, 0, 0, 0};
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) local[i % kBins] += a[i];
+  for (int b = 0; b < kBins; ++b) atomicAdd(&bins[b], local[b]);
+}
+
+__global__ void consume(const float* bins, float* d, int n) {
+  int i = threadIdx.x;
+  if (i < n) d[i] = 2.0f * bins[i];
+}
+
+bool writeFile(const std::string& path, const void* data, size_t n) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  bool ok = std::fwrite(data, 1, n, f) == n;
+  return std::fclose(f) == 0 && ok;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: deep_gpu_app OUT_DIR [--seed S]\n");
+    return 2;
+  }
+  std::string out_dir = argv[1];
+  uint32_t seed = 12345;
+  if (argc >= 4 && std::strcmp(argv[2], "--seed") == 0) seed = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 0));
+
+  // 1. Fresh memory after a free.
+  uint8_t* scratch = nullptr;
+  CK(cudaMalloc(&scratch, kScratch));
+  fill_bytes<<<256, 256>>>(scratch, kScratch, 0xAB);
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(scratch));
+  CK(cudaMalloc(&scratch, kScratch));
+  unsigned long long* count = nullptr;
+  CK(cudaMalloc(&count, sizeof *count));
+  CK(cudaMemset(count, 0, sizeof *count));
+  count_nonzero<<<256, 256>>>(scratch, kScratch, count);
+  unsigned long long nonzero = 0;
+  CK(cudaMemcpy(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost));
+  std::printf("nonzero_after_realloc %llu\n", nonzero);
+
+  // 2-4.
+  float *a = nullptr, *b = nullptr, *bins = nullptr, *d = nullptr;
+  CK(cudaMalloc(&a, kN * sizeof(float)));
+  CK(cudaMalloc(&b, kN * sizeof(float)));
+  CK(cudaMalloc(&bins, kBins * sizeof(float)));
+  CK(cudaMalloc(&d, kBins * sizeof(float)));
+  CK(cudaMemset(bins, 0, kBins * sizeof(float)));
+  fill_wide<<<kN / 256, 256>>>(a, kN, seed);
+  axpy_struct<<<kN / 256, 256>>>(AxpyArgs{a, b, kN, 3.0f});
+  racy_bins<<<1024, 256>>>(a, kN, bins);
+  consume<<<1, 32>>>(bins, d, kBins);
+  CK(cudaGetLastError());
+  std::vector<float> hb(kN), hd(kBins);
+  CK(cudaMemcpy(hb.data(), b, kN * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hd.data(), d, kBins * sizeof(float), cudaMemcpyDeviceToHost));
+  if (!writeFile(out_dir + "/b.bin", hb.data(), hb.size() * sizeof(float)) ||
+      !writeFile(out_dir + "/d.bin", hd.data(), hd.size() * sizeof(float))) {
+    std::fprintf(stderr, "deep_gpu_app: cannot write to %s\n", out_dir.c_str());
+    return 1;
+  }
+  std::printf("bins %.9g %.9g %.9g %.9g\n", hd[0] / 2, hd[1] / 2, hd[2] / 2, hd[3] / 2);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(bins));
+  CK(cudaFree(d));
+  CK(cudaFree(count));
+  CK(cudaFree(scratch));
+  return 0;
+}

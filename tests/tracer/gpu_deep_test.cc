@@ -1,0 +1,191 @@
+// Deep window on the GPU: records tests/tracer/deep_gpu_app (deep_gpu_app.cu says what it does)
+// with --deep and checks the trace against what the program did: fresh allocations zero-filled,
+// the struct parameter's layout and both pointers inside it found, the digests of the memory
+// before and after a launch equal to the CPU twin's digest of the bytes the program wrote out,
+// the kernel:NAME@N window, and `detrace diff` of two runs naming the racy kernel as the origin and
+// the kernel that reads its output as propagated.
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/gpu_test.h"
+#include "common/shell.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+#include "detrace/kernels/digest.h"
+#include "detrace/tracer/launch_params.h"
+
+namespace detrace {
+namespace {
+
+struct Launch {
+  db::Event event;
+  std::string name;
+  std::vector<db::Operand> operands;
+  std::optional<db::LaunchParams> params;
+};
+
+struct DeepRun {
+  std::string dir;
+  std::string app_out;  // what the app printed
+  std::unique_ptr<db::TraceReader> reader;
+  std::vector<Launch> kernels;
+
+  const Launch* first(const std::string& kernel) const {
+    for (const Launch& l : kernels)
+      if (l.name.find(kernel) != std::string::npos) return &l;
+    return nullptr;
+  }
+};
+
+std::string tempDir(const std::string& tag) {
+  std::string dir = fmt::format("{}/deep-{}-{}", ::testing::TempDir(), tag, ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Records the app with `deep` and loads its kernels with their deep records.
+void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, uint32_t seed = 12345) {
+  std::string base = tempDir(tag);
+  out.dir = base + "/run";
+  testing::ShellOutput o = testing::runShell(
+      fmt::format("{0}/replay/detrace record -o {1} --deep '{2}' -- {0}/tests/deep_gpu_app {3} --seed {4}",
+                  DETRACE_BINARY_DIR, out.dir, deep, base, seed));
+  ASSERT_EQ(o.status, 0) << o.out;
+  out.app_out = o.out;
+  auto run = db::Run::open(out.dir);
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  auto reader = run->openRank(run->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  out.reader = std::move(*reader);
+  auto cursor = out.reader->events(0, INT64_MAX, db::EventKind::kKernel);
+  ASSERT_TRUE(cursor.isOk());
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    Launch l;
+    l.event = cursor->event();
+    l.name = out.reader->str(l.event.name);
+    out.kernels.push_back(std::move(l));
+  }
+  for (Launch& l : out.kernels) {
+    auto ops = out.reader->operands(l.event.seq);
+    ASSERT_TRUE(ops.isOk());
+    l.operands = *ops;
+    auto params = out.reader->launchParams(l.event.seq);
+    ASSERT_TRUE(params.isOk());
+    l.params = *params;
+  }
+}
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+const db::Operand* operand(const Launch& l, const std::string& name, db::OperandRole role,
+                           const db::TraceReader& r) {
+  for (const db::Operand& o : l.operands)
+    if (o.role == role && r.str(o.name) == name) return &o;
+  return nullptr;
+}
+
+TEST(DeepGpu, RecordsParametersAndTheMemoryEachLaunchReaches) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  ASSERT_NO_FATAL_FAILURE(recordApp("all", "launches:0:", run));
+  const db::TraceReader& r = *run.reader;
+  EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
+      << "fresh memory was not zero-filled:\n" << run.app_out;
+  EXPECT_EQ(r.metaValue("deep_window"), "launches:0:");
+
+  // axpy_struct's one parameter is a 24-byte struct {in, out, n, k}: both pointers are found.
+  const Launch* axpy = run.first("axpy_struct");
+  ASSERT_NE(axpy, nullptr);
+  ASSERT_TRUE(axpy->params.has_value());
+  auto layout = tracer::parseLayoutText(axpy->params->layout);
+  ASSERT_TRUE(layout.has_value()) << axpy->params->layout;
+  ASSERT_EQ(layout->size(), 1u);
+  EXPECT_EQ((*layout)[0].size, 24u);
+  ASSERT_EQ(axpy->params->bytes.size(), 24u);
+  const db::Operand* in_pre = operand(*axpy, "arg0", db::OperandRole::kInput, r);
+  const db::Operand* out_pre = operand(*axpy, "arg0+8", db::OperandRole::kInput, r);
+  const db::Operand* out_post = operand(*axpy, "arg0+8", db::OperandRole::kOutput, r);
+  ASSERT_TRUE(in_pre && out_pre && out_post) << "axpy_struct has " << axpy->operands.size() << " deep rows";
+  uint64_t in_ptr = 0, out_ptr = 0;
+  std::memcpy(&in_ptr, axpy->params->bytes.data(), 8);
+  std::memcpy(&out_ptr, axpy->params->bytes.data() + 8, 8);
+  EXPECT_EQ(static_cast<uint64_t>(in_pre->address), in_ptr);
+  EXPECT_EQ(static_cast<uint64_t>(out_post->address), out_ptr);
+  EXPECT_EQ(out_post->bytes, int64_t{4} << 20);
+
+  // B before the launch: zero-filled; after it: the bytes the program copied out.
+  std::vector<uint8_t> zeros(static_cast<size_t>(out_pre->bytes), 0);
+  EXPECT_EQ(out_pre->digest, kernels::digestCpu(zeros.data(), zeros.size()));
+  std::vector<uint8_t> b = readFile(std::filesystem::path(run.dir).parent_path() / "b.bin");
+  ASSERT_EQ(static_cast<int64_t>(b.size()), out_post->bytes);
+  EXPECT_EQ(out_post->digest, kernels::digestCpu(b.data(), b.size()));
+  EXPECT_NE(out_pre->digest, out_post->digest);
+
+  // consume's output D after it: the bytes the program copied out.
+  const Launch* consume = run.first("consume");
+  ASSERT_NE(consume, nullptr);
+  const db::Operand* d_post = operand(*consume, "arg1", db::OperandRole::kOutput, r);
+  ASSERT_NE(d_post, nullptr);
+  std::vector<uint8_t> d = readFile(std::filesystem::path(run.dir).parent_path() / "d.bin");
+  EXPECT_EQ(d_post->digest, kernels::digestCpu(d.data(), d.size()));
+
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_GE((*stats)["deep_launches"], 6);
+  EXPECT_GE((*stats)["deep_allocations_seen"], 7);
+  EXPECT_GT((*stats)["deep_zero_filled_bytes"], int64_t{8} << 20);
+  EXPECT_EQ((*stats)["deep_params_lost"], 0);
+  EXPECT_EQ((*stats)["fingerprints_skipped_ring_full"], 0);
+}
+
+TEST(DeepGpu, KernelWindowStartsAtTheNamedLaunch) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  ASSERT_NO_FATAL_FAILURE(recordApp("kernel", "kernel:racy_bins@0+1", run));
+  std::map<std::string, bool> deep;
+  for (const Launch& l : run.kernels) deep[l.name.substr(0, l.name.find('('))] |= !l.operands.empty();
+  EXPECT_TRUE(deep["racy_bins"]);
+  EXPECT_TRUE(deep["consume"]);
+  EXPECT_FALSE(deep["axpy_struct"]);
+  EXPECT_FALSE(deep["fill_wide"]);
+}
+
+TEST(DeepGpu, DiffNamesTheRacyKernelAsTheOrigin) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun a, b;
+  ASSERT_NO_FATAL_FAILURE(recordApp("diff-a", "launches:0:", a));
+  ASSERT_NO_FATAL_FAILURE(recordApp("diff-b", "launches:0:", b));
+  ASSERT_NE(a.app_out.substr(a.app_out.find("bins ")), b.app_out.substr(b.app_out.find("bins ")))
+      << "the racy kernel gave the same bins twice (astronomically unlikely)";
+  testing::ShellOutput o = testing::runShell(
+      fmt::format("{}/replay/detrace diff --json {} {}", DETRACE_BINARY_DIR, a.dir, b.dir));
+  auto j = nlohmann::json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  ASSERT_TRUE(j.contains("ranks") && j["ranks"].size() == 1 && j["ranks"][0].contains("deep")) << o.out;
+  const auto& deep = j["ranks"][0]["deep"];
+  ASSERT_TRUE(deep.contains("origin")) << deep.dump(1);
+  EXPECT_NE(deep["origin"]["kernel"].get<std::string>().find("racy_bins"), std::string::npos) << deep.dump(1);
+  EXPECT_EQ(deep["origin"]["args"], nlohmann::json::array({"arg2"})) << deep.dump(1);  // the bins
+  EXPECT_EQ(deep["before_window"], false);
+  EXPECT_EQ(deep["origins"], 1) << deep.dump(1);
+  ASSERT_TRUE(deep.contains("first_propagated")) << deep.dump(1);
+  EXPECT_NE(deep["first_propagated"]["kernel"].get<std::string>().find("consume"), std::string::npos);
+  EXPECT_EQ(deep["counts"]["propagated"], 1) << deep.dump(1);
+  testing::ShellOutput text = testing::runShell(
+      fmt::format("{}/replay/detrace diff {} {}", DETRACE_BINARY_DIR, a.dir, b.dir));
+  EXPECT_NE(text.out.find("racy_bins"), std::string::npos) << text.out;
+}
+
+}  // namespace
+}  // namespace detrace
