@@ -10,9 +10,10 @@ repeated indices, which PyTorch's CUDA kernel accumulates with atomics in arriva
 Each of --layers blocks is: RMSNorm, an up projection (GEMM), SiLU, a down projection (GEMM), then
 a segment mix: the tokens' vectors are summed per segment with `index_add_` (--tokens tokens into
 --segments segments, so every segment gets many additions), the segment sums are gathered back to
-their tokens and added to the residual. The segment sums are float32 (PyTorch's float atomics), the
-rest bf16; the weights and the input come from --seed, so only the atomics' order differs between
-runs. With --layers 2 the library ops are: block 0's up and down GEMMs (ops 0, 1), block 1's (2, 3),
+their tokens and added to the residual. The model is float32 (--dtype; the GEMMs are cuBLAS SGEMMs,
+TF32 off), so the last-bit differences of the atomics reach the next GEMM and the output: in bf16
+most of them round away. The weights and the input come from --seed, so only the atomics' order
+differs between runs. With --layers 2 the library ops are: block 0's up and down GEMMs (ops 0, 1), block 1's (2, 3),
 then the head (4): block 0's index_add_ runs between ops 1 and 2. Steps are NVTX ranges "step {i}".
 
 --expandable sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before torch loads, so the caching
@@ -34,6 +35,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--expandable", action="store_true",
                    help="use the caching allocator's expandable segments (cuMemCreate + cuMemMap)")
     p.add_argument("--deterministic-mix", action="store_true",
@@ -48,18 +50,20 @@ def main() -> int:
     import torch
 
     dev = "cuda"
+    dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
+    torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
 
     def weight(rows: int, cols: int) -> torch.Tensor:
         w = torch.randn(rows, cols, generator=gen) / cols ** 0.5
-        return w.to(device=dev, dtype=torch.bfloat16)
+        return w.to(device=dev, dtype=dtype)
 
     layers = [(weight(args.intermediate, args.hidden), weight(args.hidden, args.intermediate))
               for _ in range(args.layers)]
     head = weight(args.hidden, args.hidden)
     # Wide magnitudes make the rounding of a sum depend on its order.
     x0 = (torch.randn(args.tokens, args.hidden, generator=gen) *
-          torch.exp(2 * torch.randn(args.tokens, 1, generator=gen))).to(dev, torch.bfloat16)
+          torch.exp(2 * torch.randn(args.tokens, 1, generator=gen))).to(dev, dtype)
     segment = (torch.arange(args.tokens) % args.segments).to(dev)
     order = torch.argsort(segment, stable=True)
     counts = torch.bincount(segment, minlength=args.segments)
@@ -70,11 +74,11 @@ def main() -> int:
             sums = torch.segment_reduce(h32[order], "sum", lengths=counts, axis=0)
         else:
             sums = torch.zeros(args.segments, args.hidden, device=dev).index_add_(0, segment, h32)
-        return (sums[segment] / args.tokens).to(torch.bfloat16)
+        return (sums[segment] / args.tokens).to(dtype)
 
     def rmsnorm(h: torch.Tensor) -> torch.Tensor:
         h32 = h.float()
-        return (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+        return (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
 
     out = None
     with torch.no_grad():

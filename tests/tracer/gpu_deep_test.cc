@@ -154,7 +154,13 @@ TEST(DeepGpu, KernelWindowStartsAtTheNamedLaunch) {
   DeepRun run;
   ASSERT_NO_FATAL_FAILURE(recordApp("kernel", "kernel:racy_bins@0+1", run));
   std::map<std::string, bool> deep;
-  for (const Launch& l : run.kernels) deep[l.name.substr(0, l.name.find('('))] |= !l.operands.empty();
+  std::string listing;
+  for (const Launch& l : run.kernels) {
+    deep[l.name.substr(0, l.name.find('('))] |= !l.operands.empty();
+    listing += fmt::format("  {} {}: {} deep rows, params {}\n", l.event.seq, l.name, l.operands.size(),
+                           l.params ? l.params->layout : "none");
+  }
+  SCOPED_TRACE("kernels:\n" + listing);
   EXPECT_TRUE(deep["racy_bins"]);
   EXPECT_TRUE(deep["consume"]);
   EXPECT_FALSE(deep["axpy_struct"]);
