@@ -185,6 +185,33 @@ TEST(ReorderBuffer, TellsTheSeqOfMarkedLaunchesAndLibraryOps) {
   EXPECT_NE(t_plain, t_marked);
 }
 
+TEST(ReorderBuffer, TheTracersOwnMemsetsNeverBecomeEvents) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  auto memset = [](uint64_t corr) {
+    Activity m;
+    m.correlation_id = corr;
+    m.kind = db::EventKind::kMemset;
+    m.gpu_start_ns = 1;
+    return m;
+  };
+  // A memset made inside a kernel launch's callback carries the launch's correlation id: it must
+  // neither complete the slot nor take the kernel's place.
+  rb.addLaunch(launch(1, 1));
+  rb.addActivity(memset(1));
+  EXPECT_TRUE(sink.rows.empty());
+  rb.addActivity(kernel(1, 50));
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.kind, db::EventKind::kKernel);
+  // A memset the tracer made elsewhere (deep mode's zero fill) is named by its correlation id.
+  rb.ignoreCorrelation(7);
+  rb.addActivity(memset(7));
+  rb.addActivity(memset(8));  // the program's own: written on arrival
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 8);
+  EXPECT_EQ(rb.stats().own_records, 2);
+}
+
 TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);

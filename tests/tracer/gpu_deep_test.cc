@@ -140,8 +140,21 @@ TEST(DeepGpu, RecordsParametersAndTheMemoryEachLaunchReaches) {
   std::vector<uint8_t> d = readFile(std::filesystem::path(run.dir).parent_path() / "d.bin");
   EXPECT_EQ(d_post->digest, kernels::digestCpu(d.data(), d.size()));
 
+  // Every launch has its parameters and deep rows, the first one too (the tracer sets itself up
+  // inside that launch's callback).
+  for (const Launch& l : run.kernels) {
+    EXPECT_TRUE(l.params.has_value()) << l.name;
+    EXPECT_FALSE(l.operands.empty()) << l.name;
+  }
+  // The zero fill's memsets are the tracer's: only the program's two cudaMemsets are events.
+  auto counts = run.reader->countsByKind();
+  ASSERT_TRUE(counts.isOk());
+  EXPECT_EQ((*counts)[db::EventKind::kMemset], 2);
+  EXPECT_EQ((*counts)[db::EventKind::kKernel], 6);
+
   auto stats = run.reader->stats();
   ASSERT_TRUE(stats.isOk());
+  EXPECT_GE((*stats)["tracer_own_records_dropped"], 7);
   EXPECT_GE((*stats)["deep_launches"], 6);
   EXPECT_GE((*stats)["deep_allocations_seen"], 7);
   EXPECT_GT((*stats)["deep_zero_filled_bytes"], int64_t{8} << 20);

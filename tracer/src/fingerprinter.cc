@@ -463,9 +463,9 @@ bool Fingerprinter::enabled() const {
 void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
                           CUstream stream, const std::vector<OperandSpec>& specs, bool wait) {
   const Driver& d = Driver::get();
+  SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
   if (cx == nullptr) return;
-  SelfLaunchScope self;  // our kernels stay out of the trace
   bool copy = marked.has(token);
   size_t first = pending.size();
   for (const OperandSpec& spec : specs) {

@@ -85,11 +85,28 @@ bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(L
   return true;
 }
 
+void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id) {
+  std::lock_guard lk(mu_);
+  ignored_[ignored_next_] = correlation_id;
+  ignored_next_ = (ignored_next_ + 1) % ignored_.size();
+  ignoring_ = true;
+}
+
 void ReorderBuffer::addActivity(const Activity& activity) {
   std::lock_guard lk(mu_);
   ++stats_.activities;
+  if (ignoring_ && activity.correlation_id != 0 &&
+      std::find(ignored_.begin(), ignored_.end(), activity.correlation_id) != ignored_.end()) {
+    ++stats_.own_records;
+    return;
+  }
   auto it = by_correlation_.find(activity.correlation_id);
   Slot* slot = it == by_correlation_.end() ? nullptr : findLocked(it->second);
+  if (slot != nullptr && !slot->is_library && !slot->launch.is_graph &&
+      slot->launch.kind == db::EventKind::kKernel && activity.kind != db::EventKind::kKernel) {
+    ++stats_.own_records;  // issued inside the launch's callback: the tracer's, not the program's
+    return;
+  }
   if (slot == nullptr) {
     bool late = activity.correlation_id != 0 &&
                 std::find(written_incomplete_.begin(), written_incomplete_.end(),

@@ -474,6 +474,7 @@ void Session::finish() {
       {"tracer_slots_overflowed", s.overflowed},
       {"tracer_launches_failed", s.failed_launches},
       {"tracer_graph_records_dropped", s.group_records_dropped},
+      {"tracer_own_records_dropped", s.own_records},
   };
   for (const auto& [key, value] : counters) writer_->addStat(key, value);
   Status st = writer_->close();

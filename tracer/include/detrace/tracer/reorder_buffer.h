@@ -115,6 +115,7 @@ struct ReorderStats {
   int64_t failed_launches = 0;     // launches whose API call failed
   int64_t group_records_dropped = 0;
   int64_t sink_dropped = 0;        // events the sink refused (writer queue full)
+  int64_t own_records = 0;         // the tracer's own memsets/memcpys (dropped)
 };
 
 class ReorderBuffer {
@@ -135,8 +136,13 @@ class ReorderBuffer {
   // Completes a library op added with complete = false; `update` may amend it (it runs with the
   // buffer's mutex held: it must not call back into the buffer). False if it was already written.
   bool completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update = {});
-  // Completes a slot (or a part of a graph launch), or writes an unmatched record.
+  // Completes a slot (or a part of a graph launch), or writes an unmatched record. A memcpy or
+  // memset that carries a plain kernel launch's correlation id was issued by the tracer inside
+  // that launch's callback (a kernel launch makes none): it is dropped and counted.
   void addActivity(const Activity& activity);
+  // The memcpy/memset API call with this correlation id was the tracer's own (e.g. deep mode's
+  // zero fill): its record is dropped when it comes.
+  void ignoreCorrelation(uint64_t correlation_id);
   // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
   void poll(int64_t now_ns);
   // Writes every pending slot, complete or not (at exit, or before a checkpoint).
@@ -183,6 +189,9 @@ class ReorderBuffer {
   static constexpr size_t kRing = 4096;
   std::vector<std::pair<uint64_t, int64_t>> seq_ring_;  // token % kRing -> (token, seq)
   std::vector<uint64_t> written_incomplete_;            // ring of correlation ids: late records
+  std::vector<uint64_t> ignored_ = std::vector<uint64_t>(1024, 0);  // ring: the tracer's own calls
+  size_t ignored_next_ = 0;
+  bool ignoring_ = false;  // set by the first ignoreCorrelation(): the common path skips the scan
   size_t written_incomplete_next_ = 0;
   ReorderStats stats_;
 };
