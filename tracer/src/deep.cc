@@ -284,7 +284,7 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2 || cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) {
     // Ours if made inside a SelfLaunchScope: its GPU record must not become a program event.
     if (cb->callbackSite == CUPTI_API_ENTER && selfLaunchFlag()) {
-      if (ReorderBuffer* b = Session::get().startedBuffer()) b->ignoreCorrelation(cb->correlationId);
+      if (ReorderBuffer* b = Session::get().buffer()) b->ignoreCorrelation(cb->correlationId);
     }
     return;
   }
