@@ -9,12 +9,21 @@
 //   4. consume: D = 2 * bins (reads the diverged bins);
 // and writes B's and D's final bytes to OUT_DIR/b.bin and OUT_DIR/d.bin for the test to digest.
 //   deep_gpu_app OUT_DIR [--seed S]
+// Other modes:
+//   deep_gpu_app --async             stream-ordered allocations: allocates 4 MiB with
+//                                    cudaMallocAsync, fills it with 0xAB, frees it, allocates again
+//                                    (the pool hands the same memory back) and prints
+//                                    "nonzero_after_realloc N" as above;
+//   deep_gpu_app --ipc-export FILE   allocates 1 MiB, fills it with pattern_bytes, writes its CUDA
+//                                    IPC handle to FILE and waits (30 s at most) for FILE.done;
+//   deep_gpu_app --ipc-import FILE   opens that handle and runs sum_bytes over the peer's memory.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -85,6 +94,18 @@ __global__ void racy_bins(const float* a, int n, float* bins) {
   for (int b = 0; b < kBins; ++b) atomicAdd(&bins[b], local[b]);
 }
 
+// Byte i of the IPC buffer: the test computes the same.
+__global__ void pattern_bytes(uint8_t* p, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<uint8_t>((i * 131u + 7u) >> 3);
+}
+
+__global__ void sum_bytes(const uint8_t* p, size_t n, unsigned long long* out) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) c += p[i];
+  if (c) atomicAdd(out, c);
+}
+
 __global__ void consume(const float* bins, float* d, int n) {
   int i = threadIdx.x;
   if (i < n) d[i] = 2.0f * bins[i];
@@ -97,7 +118,77 @@ bool writeFile(const std::string& path, const void* data, size_t n) {
   return std::fclose(f) == 0 && ok;
 }
 
+constexpr size_t kIpcBytes = size_t{1} << 20;
+
+int asyncMode() {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint8_t* p = nullptr;
+  CK(cudaMallocAsync(reinterpret_cast<void**>(&p), kScratch, s));
+  fill_bytes<<<256, 256, 0, s>>>(p, kScratch, 0xAB);
+  CK(cudaFreeAsync(p, s));
+  CK(cudaMallocAsync(reinterpret_cast<void**>(&p), kScratch, s));
+  unsigned long long* count = nullptr;
+  CK(cudaMallocAsync(reinterpret_cast<void**>(&count), sizeof *count, s));
+  CK(cudaMemsetAsync(count, 0, sizeof *count, s));
+  count_nonzero<<<256, 256, 0, s>>>(p, kScratch, count);
+  unsigned long long nonzero = 0;
+  CK(cudaMemcpyAsync(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
+  std::printf("nonzero_after_realloc %llu\n", nonzero);
+  CK(cudaFreeAsync(p, s));
+  CK(cudaFreeAsync(count, s));
+  CK(cudaStreamSynchronize(s));
+  return 0;
+}
+
+int ipcExport(const std::string& file) {
+  uint8_t* p = nullptr;
+  CK(cudaMalloc(&p, kIpcBytes));
+  pattern_bytes<<<256, 256>>>(p, kIpcBytes);
+  CK(cudaDeviceSynchronize());
+  cudaIpcMemHandle_t h;
+  CK(cudaIpcGetMemHandle(&h, p));
+  std::string tmp = file + ".tmp";
+  if (!writeFile(tmp, &h, sizeof h) || std::rename(tmp.c_str(), file.c_str()) != 0) return 1;
+  for (int i = 0; i < 3000; ++i) {  // the importer must finish before this memory goes away
+    if (FILE* f = std::fopen((file + ".done").c_str(), "rb")) {
+      std::fclose(f);
+      break;
+    }
+    struct timespec ts {0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  CK(cudaFree(p));
+  return 0;
+}
+
+int ipcImport(const std::string& file) {
+  cudaIpcMemHandle_t h;
+  FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr || std::fread(&h, sizeof h, 1, f) != 1) {
+    std::fprintf(stderr, "deep_gpu_app: cannot read %s\n", file.c_str());
+    return 1;
+  }
+  std::fclose(f);
+  uint8_t* p = nullptr;
+  CK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&p), h, cudaIpcMemLazyEnablePeerAccess));
+  unsigned long long* sum = nullptr;
+  CK(cudaMalloc(&sum, sizeof *sum));
+  CK(cudaMemset(sum, 0, sizeof *sum));
+  sum_bytes<<<64, 256>>>(p, kIpcBytes, sum);
+  unsigned long long total = 0;
+  CK(cudaMemcpy(&total, sum, sizeof total, cudaMemcpyDeviceToHost));
+  std::printf("ipc_sum %llu\n", total);
+  CK(cudaIpcCloseMemHandle(p));
+  CK(cudaFree(sum));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
+  if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--ipc-import") == 0) return ipcImport(argv[2]);
   if (argc < 2) {
     std::fprintf(stderr, "usage: deep_gpu_app OUT_DIR [--seed S]\n");
     return 2;

@@ -51,15 +51,23 @@ std::string tempDir(const std::string& tag) {
   return dir;
 }
 
-// Records the app with `deep` and loads its kernels with their deep records.
-void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, uint32_t seed = 12345) {
+void loadRun(DeepRun& out);
+
+// Records the app (`app_args`, default: the main mode writing into the test's directory) with
+// `deep` and loads its kernels with their deep records.
+void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, std::string app_args = "") {
   std::string base = tempDir(tag);
   out.dir = base + "/run";
+  if (app_args.empty()) app_args = base + " --seed 12345";
   testing::ShellOutput o = testing::runShell(
-      fmt::format("{0}/replay/detrace record -o {1} --deep '{2}' -- {0}/tests/deep_gpu_app {3} --seed {4}",
-                  DETRACE_BINARY_DIR, out.dir, deep, base, seed));
+      fmt::format("{0}/replay/detrace record -o {1} --deep '{2}' -- {0}/tests/deep_gpu_app {3}",
+                  DETRACE_BINARY_DIR, out.dir, deep, app_args));
   ASSERT_EQ(o.status, 0) << o.out;
   out.app_out = o.out;
+  loadRun(out);
+}
+
+void loadRun(DeepRun& out) {
   auto run = db::Run::open(out.dir);
   ASSERT_TRUE(run.isOk()) << run.status().message();
   auto reader = run->openRank(run->ranks()[0].rank);
@@ -160,6 +168,62 @@ TEST(DeepGpu, RecordsParametersAndTheMemoryEachLaunchReaches) {
   EXPECT_GT((*stats)["deep_zero_filled_bytes"], int64_t{8} << 20);
   EXPECT_EQ((*stats)["deep_params_lost"], 0);
   EXPECT_EQ((*stats)["fingerprints_skipped_ring_full"], 0);
+}
+
+TEST(DeepGpu, StreamOrderedAllocationsAreTrackedAndZeroFilledOnTheirStream) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  ASSERT_NO_FATAL_FAILURE(recordApp("async", "launches:0:", run, "--async"));
+  EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
+      << "pool memory handed back by cudaMallocAsync was not zero-filled:\n" << run.app_out;
+  const Launch* count = run.first("count_nonzero");
+  ASSERT_NE(count, nullptr);
+  const db::Operand* pre = operand(*count, "arg0", db::OperandRole::kInput, *run.reader);
+  ASSERT_NE(pre, nullptr) << "the stream-ordered allocation was not tracked";
+  EXPECT_EQ(pre->bytes, int64_t{4} << 20);
+  std::vector<uint8_t> zeros(static_cast<size_t>(pre->bytes), 0);
+  EXPECT_EQ(pre->digest, kernels::digestCpu(zeros.data(), zeros.size()));
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_GE((*stats)["deep_allocations_seen"], 3);
+  EXPECT_GE((*stats)["deep_frees_seen"], 1);
+}
+
+TEST(DeepGpu, IpcImportedMemoryIsTrackedAndNeverZeroFilled) {
+  DETRACE_REQUIRE_GPU();
+  std::string base = tempDir("ipc");
+  std::string handle = base + "/handle", app = fmt::format("{}/tests/deep_gpu_app", DETRACE_BINARY_DIR);
+  DeepRun run;
+  run.dir = base + "/run";
+  // The exporter (not recorded) keeps its memory until the recorded importer is done.
+  testing::ShellOutput o = testing::runShell(fmt::format(
+      "{0} --ipc-export {1} & pid=$!; for i in $(seq 300); do [ -f {1} ] && break; sleep 0.1; done; "
+      "{2}/replay/detrace record -o {3} --deep launches:0: -- {0} --ipc-import {1}; rc=$?; "
+      "touch {1}.done; wait $pid; exit $rc",
+      app, handle, DETRACE_BINARY_DIR, run.dir));
+  ASSERT_EQ(o.status, 0) << o.out;
+  std::vector<uint8_t> pattern(size_t{1} << 20);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    pattern[i] = static_cast<uint8_t>((i * 131u + 7u) >> 3);
+    sum += pattern[i];
+  }
+  // The importer saw the exporter's bytes: the import was not zero-filled.
+  EXPECT_NE(o.out.find(fmt::format("ipc_sum {}\n", sum)), std::string::npos) << o.out;
+  ASSERT_NO_FATAL_FAILURE(loadRun(run));
+  const Launch* reader = run.first("sum_bytes");
+  ASSERT_NE(reader, nullptr);
+  const db::Operand* pre = operand(*reader, "arg0", db::OperandRole::kInput, *run.reader);
+  ASSERT_NE(pre, nullptr) << "the imported allocation was not tracked";
+  ASSERT_GE(pre->bytes, int64_t{1} << 20);
+  if (pre->bytes == int64_t{1} << 20) {
+    EXPECT_EQ(pre->digest, kernels::digestCpu(pattern.data(), pattern.size()));
+  } else {  // the driver reports the mapping's granularity-rounded extent: the pattern is a prefix
+    EXPECT_EQ(pre->bytes % (int64_t{1} << 20), 0) << pre->bytes;
+  }
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["deep_imports_seen"], 1);
 }
 
 TEST(DeepGpu, KernelWindowStartsAtTheNamedLaunch) {

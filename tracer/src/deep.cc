@@ -260,7 +260,8 @@ const CUpti_CallbackId kMemoryCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
     CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuMemMap, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
-    CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle,
+    CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
     CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle, CUPTI_DRIVER_TRACE_CBID_cuMemPoolImportPointer,
     // The tracer's own memsets (zero fill, result memory) are told apart by their correlation id.
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async};
@@ -350,6 +351,7 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       allocations().removeRange(p.ptr, p.size);
       return;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle:  // the same members as _v2
     case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2:
       imported(*as<cuIpcOpenMemHandle_v2_params>(cb).pdptr);
       return;
