@@ -17,6 +17,7 @@
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
+#include "relaxed_capture.h"
 #include "self_launch.h"
 #include "session.h"
 
@@ -36,14 +37,12 @@ struct Driver {
   using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
   using Sync = CUresult (*)();
   using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-  using CaptureMode = CUresult (*)(CUstreamCaptureMode*);
   ParamInfo func_param_info = nullptr;    // cuFuncGetParamInfo (CUDA 12.4+)
   ParamInfo kernel_param_info = nullptr;  // cuKernelGetParamInfo
   MemsetD8 memset_d8 = nullptr;
   MemsetD8Async memset_d8_async = nullptr;
   Sync ctx_sync = nullptr;
   AddressRange address_range = nullptr;
-  CaptureMode exchange_capture_mode = nullptr;
 
   static const Driver& get() {
     static const Driver d = [] {
@@ -55,7 +54,6 @@ struct Driver {
       x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
       x.ctx_sync = reinterpret_cast<Sync>(sym("cuCtxSynchronize"));
       x.address_range = reinterpret_cast<AddressRange>(sym("cuMemGetAddressRange_v2"));
-      x.exchange_capture_mode = reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
       return x;
     }();
     return d;
@@ -198,31 +196,13 @@ std::vector<OperandSpec> targetSpecs(const std::vector<DeepTarget>& targets) {
 
 // ---- allocations ----
 
-// The thread's stream-capture mode relaxed for the scope of a zero-fill, and given back: a
-// synchronising call must not invalidate a graph another thread of the program is capturing.
-class RelaxedCapture {
- public:
-  RelaxedCapture() {
-    if (auto x = Driver::get().exchange_capture_mode) active_ = x(&mode_) == CUDA_SUCCESS;
-  }
-  ~RelaxedCapture() {
-    if (active_) Driver::get().exchange_capture_mode(&mode_);
-  }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-  bool active_ = false;
-};
-
 // Fresh memory holds what was there before, which differs between runs: zero it before the
 // program can use it. `stream` orders it for stream-ordered allocations; otherwise the fill is
 // waited for (allocation is rare and already synchronising).
 void zeroFill(CUdeviceptr base, size_t size, CUstream stream, bool ordered) {
   const Driver& d = Driver::get();
   SelfLaunchScope self;
-  RelaxedCapture relaxed;
+  RelaxedCaptureScope relaxed;  // a synchronising fill must not break another thread's capture
   bool ok = ordered ? d.memset_d8_async && d.memset_d8_async(base, 0, size, stream) == CUDA_SUCCESS
                     : d.memset_d8 && d.ctx_sync && d.memset_d8(base, 0, size) == CUDA_SUCCESS &&
                           d.ctx_sync() == CUDA_SUCCESS;

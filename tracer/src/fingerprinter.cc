@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "next_symbol.h"
+#include "relaxed_capture.h"
 #include "self_launch.h"
 #include "session.h"
 
@@ -46,7 +47,6 @@ struct Driver {
   using EventQuery = CUresult (*)(CUevent);
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
-  using CaptureMode = CUresult (*)(CUstreamCaptureMode*);
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
@@ -58,7 +58,6 @@ struct Driver {
   EventQuery event_query = nullptr;
   IsCapturing is_capturing = nullptr;
   CopyDtoH copy_dtoh = nullptr;  // optional: only full capture needs it
-  CaptureMode exchange_capture_mode = nullptr;
   bool ok = false;
 
   static const Driver& get() {
@@ -76,8 +75,6 @@ struct Driver {
       x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
       x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
       x.copy_dtoh = reinterpret_cast<CopyDtoH>(sym("cuMemcpyDtoHAsync_v2"));
-      x.exchange_capture_mode =
-          reinterpret_cast<CaptureMode>(sym("cuThreadExchangeStreamCaptureMode"));
       x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
              x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
       return x;
@@ -363,28 +360,6 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
   return o;
 }
 
-// The thread that polls results (the tracer's flusher, or the one finishing at exit) must not
-// disturb a CUDA graph that another thread of the program is capturing: in the default (global)
-// capture mode an "unsafe" call such as cuEventQuery from any thread invalidates the capture. The
-// relaxed mode exempts this thread's calls (they never touch the capturing stream); it is set for
-// the scope of a drain and given back, since the thread may be the program's own (at exit).
-class RelaxedCaptureScope {
- public:
-  RelaxedCaptureScope() {
-    if (auto exchange = Driver::get().exchange_capture_mode)
-      active_ = exchange(&mode_) == CUDA_SUCCESS;
-  }
-  ~RelaxedCaptureScope() {
-    if (active_) Driver::get().exchange_capture_mode(&mode_);
-  }
-  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
-  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
-
- private:
-  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-  bool active_ = false;
-};
-
 // Writes the deep launches' parameters whose sequence numbers are known, in FIFO order.
 void State::drainParamsLocked(bool final, db::TraceWriter* w) {
   while (!pending_params.empty()) {
@@ -400,7 +375,9 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
   }
 }
 
-// Writes finished operands in FIFO order; at `final`, gives up on what cannot finish.
+// Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
+// flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
+// program is capturing on another thread (relaxed_capture.h).
 void State::drainLocked(bool final, db::TraceWriter* w) {
   drainParamsLocked(final, w);
   const Driver& d = Driver::get();
