@@ -45,9 +45,10 @@ constexpr const char* kRecordFooter =
     "  detrace record --paused -o runP -- python serve.py &   then   detrace attach runP start\n"
     "      (dormant until attached: see detrace attach --help)\n"
     "\n"
-    "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[+K]: the Nth launch,\n"
-    "from 0, of a kernel whose name contains NAME and the K launches after it, K = 31 if left\n"
-    "out): for each launch in it, its parameter layout (cuFuncGetParamInfo) and bytes, and for\n"
+    "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[-B][+K]: the Nth launch,\n"
+    "from 0, of a kernel whose name contains NAME, the K launches after it (K = 31 if left out)\n"
+    "and the B <= 256 launches before it; until that launch comes every launch is fingerprinted\n"
+    "speculatively and only the last B are kept): for each launch in it, its parameter layout (cuFuncGetParamInfo) and bytes, and for\n"
     "every 8-byte parameter word that points into a device allocation, a digest of that whole\n"
     "allocation taken on the launch's stream just before and just after the kernel. To know the\n"
     "allocations, deep mode tracks cuMemAlloc/cudaMalloc (and the pitch, managed, async and pool\n"
@@ -120,7 +121,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "or launches:A:B (kernel launches and library calls); default: everything");
   cmd->add_option("--deep", opts->deep,
                   "Deep window: fingerprint the memory each launch in WINDOW can reach, before and "
-                  "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[+K]); zero-fills "
+                  "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[-B][+K]); zero-fills "
                   "every new allocation. See below");
   cmd->add_flag("--paused", opts->paused,
                 "Start dormant: the tracer is loaded but records nothing (callbacks off) until "

@@ -118,12 +118,19 @@ TEST(CapturePolicy, ParsesKernelWindowsAndWritesWindowsBack) {
   auto d = parseWindow("kernel:racy@0");
   ASSERT_TRUE(d.isOk());
   EXPECT_EQ(d->range.end - d->range.begin, kDefaultKernelWindowLaunches);
-  for (const char* bad : {"kernel:racy", "kernel:@2", "kernel:racy@x", "kernel:racy@2+", "kernel:racy@-1"}) {
+  auto back = parseWindow("kernel:racy@2-3+4");
+  ASSERT_TRUE(back.isOk());
+  EXPECT_EQ(back->before, 3);
+  EXPECT_EQ(back->range.begin, 2);
+  EXPECT_EQ(back->range.end, 7);
+  EXPECT_EQ(parseWindow("kernel:racy@2-3")->range.end - 2, kDefaultKernelWindowLaunches);
+  for (const char* bad : {"kernel:racy", "kernel:@2", "kernel:racy@x", "kernel:racy@2+", "kernel:racy@-1",
+                          "kernel:racy@2-", "kernel:racy@2-x+1", "kernel:racy@2-257"}) {
     auto b = parseWindow(bad);
     ASSERT_FALSE(b.isOk()) << bad;
     EXPECT_NE(b.status().message().find("kernel:NAME@N"), std::string::npos) << b.status().message();
   }
-  for (const char* text : {"steps:2:4", "ops:1:", "launches:0:10", "kernel:a::b@1+2", ""}) {
+  for (const char* text : {"steps:2:4", "ops:1:", "launches:0:10", "kernel:a::b@1+2", "kernel:a@0-4+2", ""}) {
     auto parsed = parseWindow(text);
     ASSERT_TRUE(parsed.isOk()) << text;
     EXPECT_EQ(windowText(*parsed), text);
@@ -159,6 +166,24 @@ TEST(WindowGate, KernelWindowOpensAtTheNthLaunchOfTheKernel) {
   // launch without a name neither opens the window nor is counted as a match.
   EXPECT_EQ(got, (std::vector<bool>{false, false, false, true, true, true, false, false}));
   EXPECT_FALSE(g.admitOp().record);
+}
+
+TEST(WindowGate, KernelWindowThatLooksBackAdmitsEarlierLaunchesSpeculatively) {
+  WindowGate g(*parseWindow("kernel:racy@1-2+1"));
+  const char* names[] = {"fill", "racy", "fill", "axpy", "racy", "consume", "fill"};
+  std::vector<std::pair<bool, bool>> got;  // record, speculative
+  for (const char* n : names) {
+    WindowGate::LaunchTicket t = g.admitLaunchTicket(n);
+    got.emplace_back(t.record, t.speculative);
+  }
+  // Before the second racy launch everything is speculative; it opens the window (1 + 1 launches),
+  // and after the window nothing is admitted, speculatively or not.
+  std::vector<std::pair<bool, bool>> want = {{true, true}, {true, true}, {true, true}, {true, true},
+                                             {true, false}, {true, false}, {false, false}};
+  EXPECT_EQ(got, want);
+  WindowGate plain(*parseWindow("kernel:racy@0+1"));
+  EXPECT_FALSE(plain.admitLaunchTicket("fill").speculative);
+  EXPECT_FALSE(plain.admitLaunchTicket("fill").record);
 }
 
 TEST(WindowGate, KernelWindowKeepsTheOpsInsideIt) {

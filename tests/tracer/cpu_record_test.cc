@@ -93,6 +93,7 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--deep ops:4:6 --capture meta", "needs --capture digest"},
       {"--deep ops:4:6 --paused", "cannot be combined with --paused"},
       {"--window launches:x", "--window:"},
+      {"--window kernel:racy@2-4", "cannot look back"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));

@@ -244,6 +244,31 @@ TEST(DeepGpu, KernelWindowStartsAtTheNamedLaunch) {
   EXPECT_FALSE(deep["fill_wide"]);
 }
 
+TEST(DeepGpu, KernelWindowLooksBackAtTheLaunchesBeforeIt) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  // Launch order: fill_bytes, count_nonzero, fill_wide, axpy_struct, racy_bins, consume.
+  ASSERT_NO_FATAL_FAILURE(recordApp("lookback", "kernel:racy_bins@0-2+1", run));
+  std::map<std::string, bool> deep;
+  std::string listing;
+  for (const Launch& l : run.kernels) {
+    deep[l.name.substr(0, l.name.find('('))] |= !l.operands.empty() || l.params.has_value();
+    listing += fmt::format("  {} {}: {} deep rows\n", l.event.seq, l.name, l.operands.size());
+  }
+  SCOPED_TRACE("kernels:\n" + listing);
+  EXPECT_FALSE(deep["fill_bytes"]);
+  EXPECT_FALSE(deep["count_nonzero"]);
+  EXPECT_TRUE(deep["fill_wide"]);
+  EXPECT_TRUE(deep["axpy_struct"]);
+  EXPECT_TRUE(deep["racy_bins"]);
+  EXPECT_TRUE(deep["consume"]);
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["deep_lookback_speculative"], 4);
+  EXPECT_EQ((*stats)["deep_lookback_kept"], 2);
+  EXPECT_GT((*stats)["deep_lookback_fingerprints_dropped"], 0);
+}
+
 TEST(DeepGpu, DiffNamesTheRacyKernelAsTheOrigin) {
   DETRACE_REQUIRE_GPU();
   DeepRun a, b;

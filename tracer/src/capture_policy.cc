@@ -68,9 +68,10 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
   auto bad = [&] {
     return makeError(ErrorCode::kInvalidArgument,
                      "'{}': write kernel:NAME@N (the Nth launch, from 0, of a kernel whose name "
-                     "contains NAME, and the {} launches after it) or kernel:NAME@N+K (and the K "
-                     "launches after it)",
-                     raw, kDefaultKernelWindowLaunches - 1);
+                     "contains NAME, and the {} launches after it), kernel:NAME@N+K (and the K "
+                     "launches after it) or kernel:NAME@N-B+K (and also the B <= {} launches "
+                     "before it)",
+                     raw, kDefaultKernelWindowLaunches - 1, kMaxKernelWindowBefore);
   };
   size_t at = rest.rfind('@');
   if (at == std::string::npos || at == 0) return bad();
@@ -79,8 +80,13 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
   w.kernel = rest.substr(0, at);
   std::string nk = rest.substr(at + 1);
   size_t plus = nk.find('+');
+  std::string nb = nk.substr(0, plus);
+  size_t minus = nb.find('-');
   int64_t n = 0, k = kDefaultKernelWindowLaunches - 1;
-  if (!parseIndex(nk.substr(0, plus), n)) return bad();
+  if (!parseIndex(nb.substr(0, minus), n)) return bad();
+  if (minus != std::string::npos &&
+      (!parseIndex(nb.substr(minus + 1), w.before) || w.before > kMaxKernelWindowBefore))
+    return bad();
   if (plus != std::string::npos && !parseIndex(nk.substr(plus + 1), k)) return bad();
   if (k > (int64_t{1} << 40)) return bad();
   w.range.begin = n;
@@ -102,7 +108,8 @@ std::string windowText(const RecordWindow& w) {
     case RecordWindow::Unit::kOps: return "ops:" + range();
     case RecordWindow::Unit::kLaunches: return "launches:" + range();
     case RecordWindow::Unit::kKernel:
-      return "kernel:" + w.kernel + "@" + std::to_string(w.range.begin) + "+" +
+      return "kernel:" + w.kernel + "@" + std::to_string(w.range.begin) +
+             (w.before > 0 ? "-" + std::to_string(w.before) : "") + "+" +
              std::to_string(w.range.end - w.range.begin - 1);
   }
   return "";

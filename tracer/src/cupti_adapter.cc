@@ -265,8 +265,12 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
     if (buffer == nullptr || w == nullptr) return;
-    WindowGate* deep_gate = s.deepGate();
-    bool deep = deep_gate != nullptr && deep_gate->admitLaunch(cb->symbolName) && !kind.graph;
+    WindowGate::LaunchTicket deep_ticket;
+    bool deep = false;
+    if (WindowGate* deep_gate = s.deepGate()) {
+      deep_ticket = deep_gate->admitLaunchTicket(cb->symbolName);
+      deep = deep_ticket.record && !kind.graph;
+    }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
       if (runtime) {
         ++t_runtime_depth;
@@ -301,7 +305,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     launch.notify_written = deep;
     uint64_t token = buffer->addLaunch(launch, currentParent());
-    if (deep) deep::beginLaunch(token);
+    if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
     if (runtime) {
       ++t_runtime_depth;
       t_runtime_token = token;

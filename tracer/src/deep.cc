@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -64,6 +65,7 @@ struct Counters {
   std::atomic<int64_t> launches{0}, targets{0}, digested_bytes{0}, no_layout{0}, host_ns{0};
   std::atomic<int64_t> params_too_large{0}, zero_filled_bytes{0}, zero_fill_failed{0};
   std::atomic<int64_t> allocations_seen{0}, frees_seen{0}, maps_seen{0}, imports_seen{0};
+  std::atomic<int64_t> speculative{0}, speculative_kept{0};
 };
 
 Counters& counters() {
@@ -345,10 +347,56 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   }
 }
 
-void beginLaunch(uint64_t token) {
+namespace {
+
+// ---- look-back (kernel:NAME@N-B): the last B speculative launches, oldest first ----
+
+std::mutex g_speculative_mu;
+std::deque<std::pair<uint64_t, int64_t>>* g_speculative = nullptr;  // token, launch index
+
+void speculate(uint64_t token, int64_t index, int64_t before) {
+  Fingerprinter& fp = Fingerprinter::get();
+  fp.hold(token);
+  counters().speculative += 1;
+  std::lock_guard lk(g_speculative_mu);
+  if (g_speculative == nullptr) g_speculative = new std::deque<std::pair<uint64_t, int64_t>>();
+  g_speculative->emplace_back(token, index);
+  while (static_cast<int64_t>(g_speculative->size()) > before) {
+    fp.dropHeld(g_speculative->front().first);
+    g_speculative->pop_front();
+  }
+}
+
+// The window opened at launch `opened_at`: keep the held launches less than B before it.
+void resolveSpeculation(int64_t opened_at, int64_t before) {
+  Fingerprinter& fp = Fingerprinter::get();
+  std::lock_guard lk(g_speculative_mu);
+  if (g_speculative == nullptr) return;
+  for (const auto& [token, index] : *g_speculative) {
+    if (index >= opened_at - before) {
+      fp.releaseHeld(token);
+      counters().speculative_kept += 1;
+    } else {
+      fp.dropHeld(token);
+    }
+  }
+  g_speculative->clear();
+}
+
+}  // namespace
+
+void beginLaunch(uint64_t token, int64_t index, bool speculative) {
   t_pending = Pending{};
   t_pending.token = token;
+  int64_t before = Session::get().policy().deep_window.before;
+  if (before <= 0) return;
+  if (speculative) {
+    speculate(token, index, before);
+  } else {
+    resolveSpeculation(index, before);
+  }
 }
+
 
 void driverEnter(CUpti_CallbackId cbid, const void* params) {
   Pending& p = t_pending;
@@ -409,6 +457,10 @@ void writeStats(db::TraceWriter& w) {
   w.addStat("deep_allocations_refused", allocations().refused());
   w.addStat("deep_zero_filled_bytes", c.zero_filled_bytes);
   w.addStat("deep_zero_fill_failed", c.zero_fill_failed);
+  if (Session::get().policy().deep_window.before > 0) {
+    w.addStat("deep_lookback_speculative", c.speculative);
+    w.addStat("deep_lookback_kept", c.speculative_kept);
+  }
 }
 
 }  // namespace detrace::tracer::deep

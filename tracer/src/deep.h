@@ -33,8 +33,10 @@ const CUpti_CallbackId* memoryCallbacks(size_t& count);
 bool isMemoryCallback(CUpti_CallbackId cbid);
 void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
 
-// The launch with reorder-buffer token `token` is in the deep window (this thread).
-void beginLaunch(uint64_t token);
+// The launch with reorder-buffer token `token` (launch index `index`) is in the deep window (this
+// thread). `speculative`: a look-back window (kernel:NAME@N-B) has not opened yet; its results are
+// held, and kept only if the window opens within B launches.
+void beginLaunch(uint64_t token, int64_t index, bool speculative);
 // A driver launch API is being entered on this thread: if a deep launch is pending, fingerprint
 // the memory its parameters reach and keep its parameter bytes.
 void driverEnter(CUpti_CallbackId cbid, const void* params);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -186,6 +187,16 @@ class State {
   std::deque<Pending> pending;
   std::deque<PendingParams> pending_params;
   int64_t params_written = 0, params_lost = 0;
+  // Look-back: tokens whose results wait (held) or are thrown away (dropped, a bounded FIFO).
+  std::unordered_set<uint64_t> held, dropped;
+  std::deque<uint64_t> dropped_order;
+  int64_t lookback_dropped = 0;
+  // What to do with the head of a queue for `token`: write it, wait, or throw it away.
+  enum class Verdict { kWrite, kWait, kDrop };
+  Verdict verdictLocked(uint64_t token, bool final) {
+    if (held.count(token)) return final ? Verdict::kDrop : Verdict::kWait;
+    return dropped.count(token) ? Verdict::kDrop : Verdict::kWrite;
+  }
   SeqRing seqs;
   CopyMarks marked;
   bool disabled = false;
@@ -364,6 +375,11 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
 void State::drainParamsLocked(bool final, db::TraceWriter* w) {
   while (!pending_params.empty()) {
     PendingParams& p = pending_params.front();
+    if (Verdict v = verdictLocked(p.token, final); v != Verdict::kWrite) {
+      if (v == Verdict::kWait) return;
+      pending_params.pop_front();
+      continue;
+    }
     if (p.params.seq == db::kUnset) p.params.seq = seqs.get(p.token);
     if (p.params.seq == db::kUnset && !final) return;
     if (p.params.seq != db::kUnset && w != nullptr && w->appendLaunchParams(std::move(p.params))) {
@@ -390,6 +406,8 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
       releaseHeadLocked();
       continue;
     }
+    Verdict verdict = verdictLocked(p.token, final);
+    if (verdict == Verdict::kWait) return;
     if (!p.done) {
       if (current != p.ctx->ctx) {
         d.setCurrent(p.ctx->ctx);
@@ -403,6 +421,11 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
         releaseHeadLocked();
         continue;
       }
+    }
+    if (verdict == Verdict::kDrop) {  // look-back: its window never opened close enough
+      ++lookback_dropped;
+      releaseHeadLocked();
+      continue;
     }
     // Results may complete before the op's slot is written; wait for its sequence number.
     if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
@@ -625,6 +648,39 @@ void Fingerprinter::resetAfterFork() noexcept {
   }
 }
 
+void Fingerprinter::hold(uint64_t token) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    s.held.insert(token);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::releaseHeld(uint64_t token) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    s.held.erase(token);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::dropHeld(uint64_t token) noexcept {
+  constexpr size_t kMaxDropped = 4096;
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    s.held.erase(token);
+    if (s.dropped.insert(token).second) s.dropped_order.push_back(token);
+    if (s.dropped_order.size() > kMaxDropped) {
+      s.dropped.erase(s.dropped_order.front());
+      s.dropped_order.pop_front();
+    }
+  } catch (...) {
+  }
+}
+
 void Fingerprinter::markCopy(uint64_t token) noexcept {
   try {
     if (token != 0) state().marked.put(token);
@@ -675,6 +731,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     if (Session::get().policy().deep) {
       w->addStat("deep_params_written", s.params_written);
       w->addStat("deep_params_lost", s.params_lost);
+      w->addStat("deep_lookback_fingerprints_dropped", s.lookback_dropped);
     }
     if (Session::get().policy().level == CaptureLevel::kFull) {
       w->addStat("captures_written", s.copies);

@@ -42,6 +42,12 @@ class Fingerprinter {
   // Deep window: the parameter layout (launch_params.h layoutText) and bytes of launch `token`,
   // written with its sequence number once it is known.
   void attachParams(uint64_t token, std::string layout, std::vector<uint8_t> bytes) noexcept;
+  // Deep window look-back (kernel:NAME@N-B): the results of launch `token` wait, unwritten, until
+  // releaseHeld() (the window opened close enough after it) or dropHeld() (it did not). At exit,
+  // what is still held is dropped.
+  void hold(uint64_t token) noexcept;
+  void releaseHeld(uint64_t token) noexcept;
+  void dropHeld(uint64_t token) noexcept;
   // Full capture: the operands of op `token` are also copied (to pinned host memory, on the op's
   // stream, within --max-capture-bytes) and written with their fingerprints.
   void markCopy(uint64_t token) noexcept;

@@ -269,6 +269,12 @@ Status checkCaptureOptions(const RecordOptions& options) {
   if (!options.window.empty()) {
     auto w = parseWindow(options.window);
     if (!w.isOk()) return makeError(ErrorCode::kInvalidArgument, "--window: {}", w.status().message());
+    if (w->before > 0) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "--window {}: a recording window cannot look back; only --deep can (it "
+                       "fingerprints the launches before the named one speculatively)",
+                       options.window);
+    }
   }
   if (!options.deep.empty()) {
     auto w = parseWindow(options.deep);

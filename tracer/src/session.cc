@@ -350,6 +350,10 @@ Status Session::setWindow(const std::string& spec) {
     return Status::ok();
   }
   DETRACE_ASSIGN_OR_RETURN(RecordWindow window, parseWindow(spec));
+  if (window.before > 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "a recording window cannot look back (kernel:NAME@N-B); only --deep can");
+  }
   constexpr size_t kMaxGates = 4096;  // each start with a window keeps a small gate alive
   if (attach_gates_.size() >= kMaxGates) {
     return makeError(ErrorCode::kUnavailable, "too many windowed starts in this process; start without --window");

@@ -10,32 +10,38 @@ bool WindowGate::openForSteps() const {
          window_.range.contains(current_step_.load(std::memory_order_relaxed));
 }
 
-bool WindowGate::admitKernelWindow(int64_t launch, const char* name) {
+void WindowGate::admitKernelWindow(const char* name, LaunchTicket& t) {
   int64_t open = kernel_open_.load(std::memory_order_relaxed);
-  if (open < 0) {
-    if (name == nullptr || std::strstr(name, window_.kernel.c_str()) == nullptr) return false;
-    if (kernel_matches_.fetch_add(1, std::memory_order_relaxed) != window_.range.begin) return false;
-    kernel_open_.store(launch, std::memory_order_relaxed);
-    return true;
+  if (open >= 0) {
+    t.record = t.index - open < window_.range.end - window_.range.begin;
+    return;
   }
-  return launch - open < window_.range.end - window_.range.begin;
+  if (name != nullptr && std::strstr(name, window_.kernel.c_str()) != nullptr &&
+      kernel_matches_.fetch_add(1, std::memory_order_relaxed) == window_.range.begin) {
+    kernel_open_.store(t.index, std::memory_order_relaxed);
+    t.record = true;
+    return;
+  }
+  t.record = t.speculative = window_.before > 0;
 }
 
-bool WindowGate::admitLaunch(const char* name) {
-  int64_t i = launches_.fetch_add(1, std::memory_order_relaxed);
+WindowGate::LaunchTicket WindowGate::admitLaunchTicket(const char* name) {
+  LaunchTicket t;
+  t.index = launches_.fetch_add(1, std::memory_order_relaxed);
   switch (window_.unit) {
-    case RecordWindow::Unit::kKernel: return admitKernelWindow(i, name);
-    case RecordWindow::Unit::kAll: return true;
-    case RecordWindow::Unit::kLaunches: return window_.range.contains(i);
+    case RecordWindow::Unit::kKernel: admitKernelWindow(name, t); break;
+    case RecordWindow::Unit::kAll: t.record = true; break;
+    case RecordWindow::Unit::kLaunches: t.record = window_.range.contains(t.index); break;
     case RecordWindow::Unit::kOps: {
       // Kernels between library ops: recorded while the count of ops called so far is in
       // (A, B], so op A's own kernels and every kernel after them up to op B's call are in.
       int64_t ops = ops_.load(std::memory_order_relaxed);
-      return ops > window_.range.begin && ops <= window_.range.end;
+      t.record = ops > window_.range.begin && ops <= window_.range.end;
+      break;
     }
-    case RecordWindow::Unit::kSteps: return openForSteps();
+    case RecordWindow::Unit::kSteps: t.record = openForSteps(); break;
   }
-  return true;
+  return t;
 }
 
 WindowGate::OpTicket WindowGate::admitOp() {

@@ -43,15 +43,20 @@ struct RecordWindow {
   Unit unit = Unit::kAll;
   IndexRange range;
   // kKernel: from occurrence `range.begin` (counted from 0) of a kernel whose mangled or plain
-  // name contains `kernel`, that launch and the `range.end - range.begin - 1` launches after it.
+  // name contains `kernel`, that launch and the `range.end - range.begin - 1` launches after it,
+  // and the `before` launches before it (deep windows only: those are fingerprinted
+  // speculatively, and kept only once the named launch comes).
   std::string kernel;
+  int64_t before = 0;
 };
 
 inline constexpr int64_t kDefaultKernelWindowLaunches = 32;
+inline constexpr int64_t kMaxKernelWindowBefore = 256;
 
 // "steps:A:B", "ops:A:B" or "launches:A:B" (the range as in parseIndexRange); "" = everything.
 // Also "kernel:NAME@N+K": the Nth launch (from 0) of a kernel whose name contains NAME and the K
-// launches after it (K = 31 when "+K" is left out: 32 launches in all).
+// launches after it (K = 31 when "+K" is left out: 32 launches in all), and "kernel:NAME@N-B+K"
+// (or "@N-B"): also the B launches before it (B <= kMaxKernelWindowBefore; deep windows only).
 Result<RecordWindow> parseWindow(const std::string& text);
 // The window as text that parseWindow reads back (for the trace's metadata).
 std::string windowText(const RecordWindow& window);

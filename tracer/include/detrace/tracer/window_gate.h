@@ -19,7 +19,15 @@ class WindowGate {
   bool windowed() const { return window_.unit != RecordWindow::Unit::kAll; }
   // A launch is being made: whether to record it. `name`: the kernel's (mangled) name when known,
   // which a kernel:NAME@N window matches; other windows ignore it.
-  bool admitLaunch(const char* name = nullptr);
+  struct LaunchTicket {
+    bool record = true;
+    // A kernel window that looks back (kernel:NAME@N-B) and has not opened yet admits every launch
+    // speculatively: the caller keeps it only if the window opens within B launches after it.
+    bool speculative = false;
+    int64_t index = 0;  // the launch's index, counted from 0 in call order
+  };
+  LaunchTicket admitLaunchTicket(const char* name = nullptr);
+  bool admitLaunch(const char* name = nullptr) { return admitLaunchTicket(name).record; }
   // A library op is being called: its index (counted from 0 in call order) and whether to record.
   struct OpTicket {
     int64_t index = 0;
@@ -37,7 +45,7 @@ class WindowGate {
 
  private:
   bool openForSteps() const;
-  bool admitKernelWindow(int64_t launch, const char* name);
+  void admitKernelWindow(const char* name, LaunchTicket& t);
 
   RecordWindow window_;
   std::atomic<int64_t> launches_{0};
