@@ -8,7 +8,7 @@
 //   --max-capture-bytes N            DETRACE_MAX_CAPTURE_BYTES
 //   --window UNIT:A:B                DETRACE_WINDOW          steps, ops or launches A <= i < B
 //   --deep WINDOW                    DETRACE_DEEP            the deep window (same forms as --window,
-//                                                            plus kernel:NAME@N[+K])
+//                                                            plus kernel:NAME@N[-B][+K])
 //
 // Library ops (GEMMs and collectives) are numbered per process from 0 in call order: that index
 // is the `op` column of `detrace info --ops` and the diff report's "library op #i". A step is an
