@@ -97,22 +97,23 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
 }  // namespace
 
 std::string windowText(const RecordWindow& w) {
-  auto range = [&] {
-    std::string s = std::to_string(w.range.begin) + ":";
-    if (w.range.end != std::numeric_limits<int64_t>::max()) s += std::to_string(w.range.end);
-    return s;
+  std::string text;
+  auto range = [&](const char* unit) {
+    text.append(unit).append(std::to_string(w.range.begin)).append(":");
+    if (w.range.end != std::numeric_limits<int64_t>::max()) text.append(std::to_string(w.range.end));
   };
   switch (w.unit) {
-    case RecordWindow::Unit::kAll: return "";
-    case RecordWindow::Unit::kSteps: return "steps:" + range();
-    case RecordWindow::Unit::kOps: return "ops:" + range();
-    case RecordWindow::Unit::kLaunches: return "launches:" + range();
+    case RecordWindow::Unit::kAll: break;
+    case RecordWindow::Unit::kSteps: range("steps:"); break;
+    case RecordWindow::Unit::kOps: range("ops:"); break;
+    case RecordWindow::Unit::kLaunches: range("launches:"); break;
     case RecordWindow::Unit::kKernel:
-      return "kernel:" + w.kernel + "@" + std::to_string(w.range.begin) +
-             (w.before > 0 ? "-" + std::to_string(w.before) : "") + "+" +
-             std::to_string(w.range.end - w.range.begin - 1);
+      text.append("kernel:").append(w.kernel).append("@").append(std::to_string(w.range.begin));
+      if (w.before > 0) text.append("-").append(std::to_string(w.before));
+      text.append("+").append(std::to_string(w.range.end - w.range.begin - 1));
+      break;
   }
-  return "";
+  return text;
 }
 
 Result<RecordWindow> parseWindow(const std::string& raw) {

@@ -249,6 +249,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_runtime_depth = 0;
     t_runtime_token = 0;
     t_driver_token = 0;
+    deep::resetThread();
   }
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
@@ -259,7 +260,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       // The driver half of a runtime launch: the same launch, another correlation id.
       if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) b->addAlias(t_runtime_token, cb->correlationId);
       t_driver_token = 0;
-      deep::driverEnter(cbid, cb->functionParams);  // its CUfunction and parameters are here
+      deep::driverEnter(cbid, cb->functionParams, t_runtime_token);  // its CUfunction and parameters
       return;
     }
     ReorderBuffer* buffer = s.buffer();
@@ -311,7 +312,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_runtime_token = token;
     } else {
       t_driver_token = token;
-      if (deep) deep::driverEnter(cbid, cb->functionParams);
+      if (deep) deep::driverEnter(cbid, cb->functionParams, token);
     }
     return;
   }
@@ -380,6 +381,8 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     if (g_graph_records.size() < kMaxGraphs || g_graph_records.count(reinterpret_cast<uint64_t>(g->graphExec))) {
       g_graph_records[reinterpret_cast<uint64_t>(g->graphExec)] = records;
     }
+  } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
+    deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     // The context's records must be collected while it still exists; then commit them, so a
     // program that dies after tearing its context down keeps them.
@@ -667,6 +670,8 @@ bool enableCallbacks() {
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
   // Deep mode tracks allocations from the start, whatever the capture switch says.
   if (deep::enabled()) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                               CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "module callback");
     size_t n = 0;
     const CUpti_CallbackId* ids = deep::memoryCallbacks(n);
     for (size_t i = 0; i < n; ++i) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -34,15 +35,21 @@ constexpr uint64_t kMaxMergedBytes = uint64_t{256} << 20;
 // Driver entry points deep mode calls, found in the program's libcuda.
 struct Driver {
   using ParamInfo = CUresult (*)(void*, size_t, size_t*, size_t*);
-  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
   using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
-  using Sync = CUresult (*)();
+  using CtxGet = CUresult (*)(CUcontext*);
+  using CtxDevice = CUresult (*)(CUdevice*);
+  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
+  using StreamSync = CUresult (*)(CUstream);
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
   ParamInfo func_param_info = nullptr;    // cuFuncGetParamInfo (CUDA 12.4+)
   ParamInfo kernel_param_info = nullptr;  // cuKernelGetParamInfo
-  MemsetD8 memset_d8 = nullptr;
   MemsetD8Async memset_d8_async = nullptr;
-  Sync ctx_sync = nullptr;
+  CtxGet ctx_get = nullptr;
+  CtxDevice ctx_device = nullptr;
+  StreamCreate stream_create = nullptr;
+  StreamSync stream_sync = nullptr;
+  IsCapturing is_capturing = nullptr;
   AddressRange address_range = nullptr;
 
   static const Driver& get() {
@@ -51,9 +58,12 @@ struct Driver {
       auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
       x.func_param_info = reinterpret_cast<ParamInfo>(sym("cuFuncGetParamInfo"));
       x.kernel_param_info = reinterpret_cast<ParamInfo>(sym("cuKernelGetParamInfo"));
-      x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
       x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
-      x.ctx_sync = reinterpret_cast<Sync>(sym("cuCtxSynchronize"));
+      x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
+      x.ctx_device = reinterpret_cast<CtxDevice>(sym("cuCtxGetDevice"));
+      x.stream_create = reinterpret_cast<StreamCreate>(sym("cuStreamCreate"));
+      x.stream_sync = reinterpret_cast<StreamSync>(sym("cuStreamSynchronize"));
+      x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
       x.address_range = reinterpret_cast<AddressRange>(sym("cuMemGetAddressRange_v2"));
       return x;
     }();
@@ -64,6 +74,7 @@ struct Driver {
 struct Counters {
   std::atomic<int64_t> launches{0}, targets{0}, digested_bytes{0}, no_layout{0}, host_ns{0};
   std::atomic<int64_t> params_too_large{0}, zero_filled_bytes{0}, zero_fill_failed{0};
+  std::atomic<int64_t> zero_fill_skipped_capture{0};
   std::atomic<int64_t> allocations_seen{0}, frees_seen{0}, maps_seen{0}, imports_seen{0};
   std::atomic<int64_t> speculative{0}, speculative_kept{0};
 };
@@ -102,6 +113,12 @@ bool queryLayout(void* f, std::vector<ParamInfo>& out) {
   return false;
 }
 
+// A module is being unloaded: its functions' handles may come back for other functions.
+void forgetLayouts() {
+  std::lock_guard lk(g_layout_mu);
+  if (g_layouts != nullptr) g_layouts->clear();
+}
+
 bool layoutOf(void* f, std::vector<ParamInfo>& out) {
   {
     std::lock_guard lk(g_layout_mu);
@@ -126,8 +143,22 @@ struct LaunchArgs {
   CUstream stream = nullptr;
 };
 
+bool launchArgsOf(CUpti_CallbackId cbid, const void* params, LaunchArgs& a);
+
+// The stream a _ptsz entry point means by 0: the calling thread's default stream.
+CUstream perThread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
+
 bool launchArgs(CUpti_CallbackId cbid, const void* params, LaunchArgs& a) {
   if (params == nullptr) return false;
+  bool ptsz = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
+              cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz ||
+              cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
+  bool ok = launchArgsOf(cbid, params, a);
+  if (ok && ptsz) a.stream = perThread(a.stream);
+  return ok;
+}
+
+bool launchArgsOf(CUpti_CallbackId cbid, const void* params, LaunchArgs& a) {
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
@@ -198,21 +229,108 @@ std::vector<OperandSpec> targetSpecs(const std::vector<DeepTarget>& targets) {
 
 // ---- allocations ----
 
+// The tracer's own non-blocking stream in the current context (one per context, never destroyed):
+// a fill on it waits for nothing of the program's, and waiting for it waits for nothing else.
+CUstream fillStream() {
+  static std::mutex mu;
+  static auto* streams = new std::unordered_map<CUcontext, CUstream>();
+  const Driver& d = Driver::get();
+  CUcontext ctx = nullptr;
+  if (!d.ctx_get || !d.stream_create || d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  std::lock_guard lk(mu);
+  if (auto it = streams->find(ctx); it != streams->end()) return it->second;
+  CUstream s = nullptr;
+  if (d.stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+  if (streams->size() < 1024) (*streams)[ctx] = s;
+  return s;
+}
+
 // Fresh memory holds what was there before, which differs between runs: zero it before the
-// program can use it. `stream` orders it for stream-ordered allocations; otherwise the fill is
-// waited for (allocation is rare and already synchronising).
+// program can use it. Stream-ordered allocations (`ordered`) are filled on their `stream`, unless
+// it is being captured into a graph (the fill would become part of the program's graph); other
+// allocations on the tracer's own stream, waited for before the allocation returns.
 void zeroFill(CUdeviceptr base, size_t size, CUstream stream, bool ordered) {
   const Driver& d = Driver::get();
   SelfLaunchScope self;
-  RelaxedCaptureScope relaxed;  // a synchronising fill must not break another thread's capture
-  bool ok = ordered ? d.memset_d8_async && d.memset_d8_async(base, 0, size, stream) == CUDA_SUCCESS
-                    : d.memset_d8 && d.ctx_sync && d.memset_d8(base, 0, size) == CUDA_SUCCESS &&
-                          d.ctx_sync() == CUDA_SUCCESS;
+  RelaxedCaptureScope relaxed;  // the wait must not break another thread's capture
+  if (!d.memset_d8_async) return;
+  bool ok = false;
+  if (ordered) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.is_capturing && d.is_capturing(stream, &status) == CUDA_SUCCESS &&
+        status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      counters().zero_fill_skipped_capture += 1;
+      return;
+    }
+    ok = d.memset_d8_async(base, 0, size, stream) == CUDA_SUCCESS;
+  } else if (CUstream own = fillStream()) {
+    ok = d.memset_d8_async(base, 0, size, own) == CUDA_SUCCESS && d.stream_sync(own) == CUDA_SUCCESS;
+  }
   if (ok) {
     counters().zero_filled_bytes += static_cast<int64_t>(size);
   } else {
     counters().zero_fill_failed += 1;
   }
+}
+
+// Mapped memory (cuMemCreate + cuMemMap, as PyTorch's expandable segments use) becomes usable at
+// cuMemSetAccess, which a program may call again on ranges in use (e.g. to give a peer access): so
+// only pieces mapped from this process's own fresh handles, not yet filled, are zero-filled, once.
+std::mutex g_mapped_mu;
+std::unordered_map<CUmemGenericAllocationHandle, bool>* g_own_handles = nullptr;  // handle -> seen
+std::map<CUdeviceptr, size_t>* g_unfilled = nullptr;                            // base -> size
+
+void ownHandle(CUmemGenericAllocationHandle h, bool created) {
+  std::lock_guard lk(g_mapped_mu);
+  if (g_own_handles == nullptr) g_own_handles = new std::unordered_map<CUmemGenericAllocationHandle, bool>();
+  if (created) {
+    if (g_own_handles->size() < (size_t{1} << 20)) (*g_own_handles)[h] = true;
+  } else {
+    g_own_handles->erase(h);
+  }
+}
+
+void mapped(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle h) {
+  std::lock_guard lk(g_mapped_mu);
+  if (g_own_handles == nullptr || g_own_handles->count(h) == 0) return;  // imported: not ours
+  if (g_unfilled == nullptr) g_unfilled = new std::map<CUdeviceptr, size_t>();
+  if (g_unfilled->size() < (size_t{1} << 20)) (*g_unfilled)[ptr] = size;
+}
+
+void unmapped(CUdeviceptr ptr, size_t size) {
+  std::lock_guard lk(g_mapped_mu);
+  if (g_unfilled == nullptr) return;
+  for (auto it = g_unfilled->lower_bound(ptr); it != g_unfilled->end() && it->first < ptr + size;)
+    it = g_unfilled->erase(it);
+}
+
+// Whether `desc` gives the current device read-write access.
+bool grantsCurrentDevice(const CUmemAccessDesc* desc, size_t count) {
+  const Driver& d = Driver::get();
+  CUdevice dev = 0;
+  if (desc == nullptr || d.ctx_device == nullptr || d.ctx_device(&dev) != CUDA_SUCCESS) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id == dev &&
+        desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return true;
+  }
+  return false;
+}
+
+// Access was set on [ptr, ptr+size): fill the fresh pieces inside it.
+void accessible(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (!grantsCurrentDevice(desc, count)) return;
+  std::vector<std::pair<CUdeviceptr, size_t>> fill;
+  {
+    std::lock_guard lk(g_mapped_mu);
+    if (g_unfilled == nullptr) return;
+    auto it = g_unfilled->lower_bound(ptr);
+    while (it != g_unfilled->end() && it->first + it->second <= ptr + size) {
+      fill.emplace_back(it->first, it->second);
+      it = g_unfilled->erase(it);
+    }
+  }
+  for (const auto& [base, n] : fill) zeroFill(base, n, nullptr, false);
 }
 
 void added(CUdeviceptr base, size_t size, AllocKind kind) {
@@ -245,6 +363,7 @@ const CUpti_CallbackId kMemoryCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle,
     CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
     CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle, CUPTI_DRIVER_TRACE_CBID_cuMemPoolImportPointer,
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
     // The tracer's own memsets (zero fill, result memory) are told apart by their correlation id.
     CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async};
 
@@ -298,16 +417,24 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
       auto& p = as<cuMemAllocAsync_params>(cb);  // the _ptsz struct has the same members
       added(*p.dptr, p.bytesize, AllocKind::kAsync);
-      zeroFill(*p.dptr, p.bytesize, p.hStream, true);
+      bool ptsz = cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz;
+      zeroFill(*p.dptr, p.bytesize, ptsz ? perThread(p.hStream) : p.hStream, true);
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
       auto& p = as<cuMemAllocFromPoolAsync_params>(cb);
       added(*p.dptr, p.bytesize, AllocKind::kAsync);
-      zeroFill(*p.dptr, p.bytesize, p.hStream, true);
+      bool ptsz = cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz;
+      zeroFill(*p.dptr, p.bytesize, ptsz ? perThread(p.hStream) : p.hStream, true);
       return;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
+      ownHandle(*as<cuMemCreate_params>(cb).handle, true);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
+      ownHandle(as<cuMemRelease_params>(cb).handle, false);
+      return;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
       if (allocations().remove(as<cuMemFree_v2_params>(cb).dptr)) counters().frees_seen += 1;
       return;
@@ -318,19 +445,18 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
       auto& p = as<cuMemMap_params>(cb);
       if (allocations().add(p.ptr, p.size, AllocKind::kMapped)) counters().maps_seen += 1;
-      return;  // not accessible yet: zero-filled at cuMemSetAccess
+      mapped(p.ptr, p.size, p.handle);  // not accessible yet: zero-filled at cuMemSetAccess
+      return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess: {
       auto& p = as<cuMemSetAccess_params>(cb);
-      // Only ranges mapped from this process's own allocations (an imported handle's memory is
-      // another process's).
-      if (auto a = allocations().find(p.ptr, 0); a && a->kind == AllocKind::kMapped)
-        zeroFill(p.ptr, p.size, nullptr, false);
+      accessible(p.ptr, p.size, p.desc, p.count);
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
       auto& p = as<cuMemUnmap_params>(cb);
       allocations().removeRange(p.ptr, p.size);
+      unmapped(p.ptr, p.size);
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle:  // the same members as _v2
@@ -398,9 +524,9 @@ void beginLaunch(uint64_t token, int64_t index, bool speculative) {
 }
 
 
-void driverEnter(CUpti_CallbackId cbid, const void* params) {
+void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   Pending& p = t_pending;
-  if (p.token == 0 || p.entered) return;
+  if (p.token == 0 || p.token != token || p.entered) return;
   p.entered = true;
   int64_t t0 = steadyNs();
   LaunchArgs args;
@@ -442,6 +568,10 @@ void driverExit(bool failed) {
 
 void endLaunch() { t_pending = Pending{}; }
 
+void resetThread() { t_pending = Pending{}; }
+
+void onModuleUnload() { forgetLayouts(); }
+
 void writeStats(db::TraceWriter& w) {
   Counters& c = counters();
   w.addStat("deep_launches", c.launches);
@@ -457,6 +587,7 @@ void writeStats(db::TraceWriter& w) {
   w.addStat("deep_allocations_refused", allocations().refused());
   w.addStat("deep_zero_filled_bytes", c.zero_filled_bytes);
   w.addStat("deep_zero_fill_failed", c.zero_fill_failed);
+  w.addStat("deep_zero_fill_skipped_graph_capture", c.zero_fill_skipped_capture);
   if (Session::get().policy().deep_window.before > 0) {
     w.addStat("deep_lookback_speculative", c.speculative);
     w.addStat("deep_lookback_kept", c.speculative_kept);

@@ -37,13 +37,18 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
 // thread). `speculative`: a look-back window (kernel:NAME@N-B) has not opened yet; its results are
 // held, and kept only if the window opens within B launches.
 void beginLaunch(uint64_t token, int64_t index, bool speculative);
-// A driver launch API is being entered on this thread: if a deep launch is pending, fingerprint
-// the memory its parameters reach and keep its parameter bytes.
-void driverEnter(CUpti_CallbackId cbid, const void* params);
+// A driver launch API is being entered on this thread for the launch with token `token`: if that
+// is the deep launch pending here, fingerprint the memory its parameters reach and keep its
+// parameter bytes.
+void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token);
 // The driver launch API returned: fingerprint the same memory after the kernel (unless it failed).
 void driverExit(bool failed);
 // The outer (runtime) launch API returned: forget what is pending on this thread.
 void endLaunch();
+// A new capture epoch (attach start): nothing pending on this thread is valid any more.
+void resetThread();
+// A module is being unloaded: cached parameter layouts may name its functions.
+void onModuleUnload();
 
 // Writes deep mode's counters to the trace.
 void writeStats(db::TraceWriter& w);

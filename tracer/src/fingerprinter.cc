@@ -31,6 +31,7 @@ namespace {
 constexpr uint32_t kEntries = 8192;           // operand results in flight, per context
 constexpr uint32_t kDeepEntries = 1u << 16;   // the same in deep mode (many launches per poll)
 constexpr size_t kMaxPendingParams = 1u << 16;  // deep launches' parameters awaiting their seq
+constexpr size_t kMaxPendingParamBytes = size_t{64} << 20;
 constexpr int kDeepWaitSpins = 3000;            // enqueueDeep(): 3000 x 1 ms at most for room
 constexpr uint64_t kArenaDigests = 1u << 21;  // row digests in flight (16 MiB pinned)
 constexpr int64_t kMaxRows = 1 << 16;         // rows per operand; more: whole digest only
@@ -186,6 +187,7 @@ class State {
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
   std::deque<Pending> pending;
   std::deque<PendingParams> pending_params;
+  size_t pending_params_bytes = 0;
   int64_t params_written = 0, params_lost = 0;
   // Look-back: tokens whose results wait (held) or are thrown away (dropped, a bounded FIFO).
   std::unordered_set<uint64_t> held, dropped;
@@ -375,18 +377,19 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
 void State::drainParamsLocked(bool final, db::TraceWriter* w) {
   while (!pending_params.empty()) {
     PendingParams& p = pending_params.front();
-    if (Verdict v = verdictLocked(p.token, final); v != Verdict::kWrite) {
-      if (v == Verdict::kWait) return;
-      pending_params.pop_front();
-      continue;
+    Verdict v = verdictLocked(p.token, final);
+    if (v == Verdict::kWait) return;
+    if (v == Verdict::kWrite) {
+      if (p.params.seq == db::kUnset) p.params.seq = seqs.get(p.token);
+      if (p.params.seq == db::kUnset && !final) return;
+      // kSeqDropped: the launch itself was dropped (writer queue full).
+      if (p.params.seq >= 0 && w != nullptr && w->appendLaunchParams(p.params)) {
+        ++params_written;
+      } else {
+        ++params_lost;
+      }
     }
-    if (p.params.seq == db::kUnset) p.params.seq = seqs.get(p.token);
-    if (p.params.seq == db::kUnset && !final) return;
-    if (p.params.seq != db::kUnset && w != nullptr && w->appendLaunchParams(std::move(p.params))) {
-      ++params_written;
-    } else {
-      ++params_lost;
-    }
+    pending_params_bytes -= p.params.bytes.size();
     pending_params.pop_front();
   }
 }
@@ -430,7 +433,7 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
     // Results may complete before the op's slot is written; wait for its sequence number.
     if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
     if (p.seq == db::kUnset && !final) return;
-    if (p.seq != db::kUnset && w != nullptr) {
+    if (p.seq >= 0 && w != nullptr) {  // kSeqDropped: the op itself was dropped
       (void)w->appendOperand(toOperand(p, *w));
       ++written;
     } else {
@@ -466,6 +469,21 @@ void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUco
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
   if (cx == nullptr) return;
+  // Deep window: while the ring cannot take the whole batch, let the flusher write what is done
+  // (it polls every 100 ms), under one deadline. Nothing of this batch is queued yet, so nothing
+  // refers to the state the unlocked wait lets others change.
+  for (int spin = 0; wait && specs.size() <= cx->entries &&
+                     cx->used_entries + specs.size() > cx->entries && spin < kDeepWaitSpins;
+       ++spin) {
+    lk.unlock();
+    struct timespec ts {
+      0, 1'000'000
+    };
+    nanosleep(&ts, nullptr);
+    lk.lock();
+    auto it = contexts.find(ctx);
+    if (it == contexts.end() || it->second.get() != cx) return;  // the context went away
+  }
   bool copy = marked.has(token);
   size_t first = pending.size();
   for (const OperandSpec& spec : specs) {
@@ -478,19 +496,7 @@ void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUco
     p.token = token;
     p.ctx = cx;
     p.spec = spec;
-    bool reserved = reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip);
-    // Deep window: let the flusher write what is done (it polls every 100 ms), then try again.
-    for (int spin = 0; !reserved && wait && spin < kDeepWaitSpins; ++spin) {
-      lk.unlock();
-      struct timespec ts {
-        0, 1'000'000
-      };
-      nanosleep(&ts, nullptr);
-      lk.lock();
-      if (contexts.find(ctx) == contexts.end()) return;  // the context went away meanwhile
-      reserved = reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip);
-    }
-    if (!reserved) {
+    if (!reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip)) {
       ++skipped_full;
       continue;
     }
@@ -575,10 +581,12 @@ void Fingerprinter::attachParams(uint64_t token, std::string layout,
   try {
     State& s = state();
     std::lock_guard lk(s.mu);
-    if (s.pending_params.size() >= kMaxPendingParams) {
+    if (s.pending_params.size() >= kMaxPendingParams ||
+        s.pending_params_bytes + bytes.size() > kMaxPendingParamBytes) {
       ++s.params_lost;
       return;
     }
+    s.pending_params_bytes += bytes.size();
     PendingParams p;
     p.token = token;
     p.params.layout = std::move(layout);

@@ -86,17 +86,21 @@ bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(L
 }
 
 void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id) {
+  constexpr size_t kMaxIgnored = 1 << 16;
   std::lock_guard lk(mu_);
-  ignored_[ignored_next_] = correlation_id;
-  ignored_next_ = (ignored_next_ + 1) % ignored_.size();
-  ignoring_ = true;
+  if (!ignored_.insert(correlation_id).second) return;
+  ignored_order_.push_back(correlation_id);
+  if (ignored_order_.size() > kMaxIgnored) {
+    ignored_.erase(ignored_order_.front());
+    ignored_order_.pop_front();
+  }
 }
 
 void ReorderBuffer::addActivity(const Activity& activity) {
   std::lock_guard lk(mu_);
   ++stats_.activities;
-  if (ignoring_ && activity.correlation_id != 0 &&
-      std::find(ignored_.begin(), ignored_.end(), activity.correlation_id) != ignored_.end()) {
+  if (activity.kind != db::EventKind::kKernel && !ignored_.empty() &&
+      ignored_.erase(activity.correlation_id) > 0) {
     ++stats_.own_records;
     return;
   }
@@ -254,12 +258,13 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
       seq = count(sink_.appendMarker(e, std::get<db::Marker>(slot.op->detail)));
     }
     rememberSeqLocked(slot.token, seq);
-    if (seq && options_.on_written) options_.on_written(slot.token, *seq);
+    if (options_.on_written) options_.on_written(slot.token, seq.value_or(kSeqDropped));
     return;
   }
   db::Event base = baseEventLocked(slot);
   auto notify = [&](std::optional<int64_t> seq) {
-    if (seq && slot.launch.notify_written && options_.on_written) options_.on_written(slot.token, *seq);
+    if (slot.launch.notify_written && options_.on_written)
+      options_.on_written(slot.token, seq.value_or(kSeqDropped));
   };
   if (slot.records.empty()) {
     auto seq = count(sink_.append(base));

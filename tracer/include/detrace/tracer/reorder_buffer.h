@@ -32,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -88,6 +89,9 @@ struct LibraryOp {
   std::variant<db::Collective, db::Gemm, db::Marker> detail;
 };
 
+// on_written's seq for an op or launch that the sink dropped (it has no sequence number).
+inline constexpr int64_t kSeqDropped = -2;
+
 struct ReorderOptions {
   size_t capacity = size_t{1} << 16;      // pending slots before the oldest is forced out
   int64_t timeout_ns = 5'000'000'000;     // a slot older than this is written without GPU times
@@ -97,7 +101,8 @@ struct ReorderOptions {
   // recording window skips launches on purpose, and their GPU records must not leak in.
   bool drop_unmatched = false;
   // Called (with the buffer's lock held) when a library op, or a launch with notify_written, is
-  // written with its sequence number (a launch's first record's).
+  // written with its sequence number (a launch's first record's), or kSeqDropped if the sink
+  // dropped it.
   void (*on_written)(uint64_t token, int64_t seq) = nullptr;
 };
 
@@ -189,9 +194,8 @@ class ReorderBuffer {
   static constexpr size_t kRing = 4096;
   std::vector<std::pair<uint64_t, int64_t>> seq_ring_;  // token % kRing -> (token, seq)
   std::vector<uint64_t> written_incomplete_;            // ring of correlation ids: late records
-  std::vector<uint64_t> ignored_ = std::vector<uint64_t>(1024, 0);  // ring: the tracer's own calls
-  size_t ignored_next_ = 0;
-  bool ignoring_ = false;  // set by the first ignoreCorrelation(): the common path skips the scan
+  std::unordered_set<uint64_t> ignored_;  // the tracer's own memset/memcpy calls (bounded FIFO)
+  std::deque<uint64_t> ignored_order_;
   size_t written_incomplete_next_ = 0;
   ReorderStats stats_;
 };
