@@ -56,6 +56,7 @@ QString verdictSection(const Analysis& a) {
   html += row("classification", QString("<span style='background:%1;padding:0 4px'>%2</span>")
                                     .arg(statusColor(f.status).name(), esc(statusName(f.status))));
   html += row("why", esc(origin->why));
+  if (origin->deep) html += row("deep window", esc(replay::deepVerdictText(*origin->deep)));
   html += row("after it",
               QString("%1 more differing event(s) on this rank").arg(origin->differing.size() - 1));
   html += row("next", "<code>" + esc(a.nextStep()) + "</code>");

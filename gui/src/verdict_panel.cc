@@ -84,12 +84,14 @@ VerdictPanel::VerdictPanel(QWidget* parent) : QWidget(parent) {
                                                                 {"op_b", "op in B"},
                                                                 {"status", "classification"},
                                                                 {"why", "why"},
+                                                                {"deep", "deep window"},
                                                                 {"after", "after it"},
                                                                 {"next", "next"}};
   for (auto [key, label] : kFields) {
     QLabel* value = addField(key, label);
     form->addRow(QString("<b>%1</b>").arg(label), value);
   }
+  form_ = form;
   jump_ = new QPushButton("Jump to the first divergence", this);
   jump_->setToolTip("Show it in the aligned events (Ctrl+J)");
   jump_->setEnabled(false);
@@ -136,6 +138,7 @@ QLabel* VerdictPanel::addField(const QString& key, const QString& label) {
 
 void VerdictPanel::clearFields() {
   for (auto& [key, label] : fields_) label->clear();
+  form_->setRowVisible(fields_["deep"], false);
   fields_box_->setVisible(false);
   jump_->setEnabled(false);
   copy_next_->setEnabled(false);
@@ -186,6 +189,10 @@ void VerdictPanel::setAnalysis(std::shared_ptr<const Analysis> a) {
   fields_["status"]->setText(QString("<span style='background:%1'>&nbsp;%2&nbsp;</span>")
                                  .arg(statusColor(f.status).name(), statusName(f.status)));
   fields_["why"]->setText(QString::fromStdString(origin->why));
+  if (origin->deep) {  // both runs were recorded with --deep: the kernel inside the stretch
+    fields_["deep"]->setText(QString::fromStdString(replay::deepVerdictText(*origin->deep)));
+    form_->setRowVisible(fields_["deep"], true);
+  }
   fields_["after"]->setText(
       QString("%1 more differing event(s) on this rank").arg(origin->differing.size() - 1));
   fields_["next"]->setText(QString::fromStdString(a->nextStep()));

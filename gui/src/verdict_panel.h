@@ -1,5 +1,5 @@
 // The verdict tab: the first divergence (rank, position, the op on both sides, classification,
-// why, the next command), a button that jumps to it, the per-rank summary and the full text report
+// why, the deep window's verdict when both runs have one, the next command), a button that jumps to it, the per-rank summary and the full text report
 // (replay::formatDiff, the same as `detrace diff`).
 #pragma once
 
@@ -9,6 +9,7 @@
 
 #include "analysis.h"
 
+class QFormLayout;
 class QLabel;
 class QPlainTextEdit;
 class QPushButton;
@@ -27,7 +28,8 @@ class VerdictPanel : public QWidget {
   // What is shown (tests and the HTML report read these).
   QString headline() const;
   QString field(
-      const QString& name) const;  // "position", "op_a", "op_b", "status", "why", "after", "next"
+      const QString& name) const;  // "position", "op_a", "op_b", "status", "why", "deep", "after",
+                                   // "next"
   QString reportText() const;
   QPushButton* jumpButton() { return jump_; }
 
@@ -41,6 +43,7 @@ class VerdictPanel : public QWidget {
   QLabel* headline_ = nullptr;
   QLabel* mode_ = nullptr;
   QWidget* fields_box_ = nullptr;
+  QFormLayout* form_ = nullptr;
   QLabel* ranks_ = nullptr;
   QLabel* warnings_ = nullptr;
   QPushButton* jump_ = nullptr;

@@ -10,6 +10,8 @@
 #include <QUrl>
 
 #include "gui_test_util.h"
+#include "html_report.h"
+#include "replay/deep_synth.h"
 #include "suites.h"
 
 namespace detrace::gui::testing {
@@ -54,6 +56,30 @@ class MainWindowSuite : public QObject {
     QCOMPARE(events->index(0, AlignedEventsModel::kStatus).data().toString(),
              QString("analysing…"));
     QVERIFY(window.verdict()->headline().contains("Open a second run"));
+  }
+
+  void deepWindowVerdictNamesTheKernelInsideTheStretch() {
+    detrace::testing::TempDir dir;
+    namespace deep = detrace::testing::deep;
+    deep::Program program = deep::toyLayer();
+    deep::RunSpec spec{false, 1, 5, "ops:0:1", 77, {}};
+    QVERIFY(deep::writeRun(dir.file("deep-a"), program, spec).isOk());
+    spec.b = true;
+    QVERIFY(deep::writeRun(dir.file("deep-b"), program, spec).isOk());
+    MainWindow window;
+    QVERIFY(openAndWait(window, {QString::fromStdString(dir.file("deep-a")),
+                                 QString::fromStdString(dir.file("deep-b"))}));
+    QString text = window.verdict()->field("deep");
+    QVERIFY2(text.contains("planted_racy_reduce"), qPrintable(text));
+    QVERIFY2(text.contains("arg2"), qPrintable(text));
+    QVERIFY2(text.contains("nondeterministic"), qPrintable(text));
+    QVERIFY(window.analysis() != nullptr);
+    QString html = htmlReport(*window.analysis(), {});
+    QVERIFY2(html.contains("<th>deep window</th>") && html.contains("planted_racy_reduce"), qPrintable(html));
+    // Runs without deep records leave the field out.
+    MainWindow plain;
+    QVERIFY(openAndWait(plain, {runPath("bs1-a"), runPath("bs1-b")}));
+    QVERIFY(plain.verdict()->field("deep").isEmpty());
   }
 
   void aDroppedRunIsComparedWithTheOpenOne() {
