@@ -1,5 +1,7 @@
 #include "detrace/replay/summary.h"
 
+#include "detrace/replay/deep_diff.h"
+
 #include <ctime>
 
 #include <fmt/format.h>
@@ -73,6 +75,53 @@ Result<RunSummary> summarize(const db::Run& run) {
   return s;
 }
 
+namespace {
+
+// "deep      rank 0: ops:1:3, 14 launch(es), 24 allocation(s) reached, 258 MiB zero-filled, ..."
+// for the ranks recorded with --deep; "" for none.
+std::string deepLines(const RunSummary& s) {
+  std::string out;
+  for (const RankSummary& r : s.ranks) {
+    auto window = r.meta.find("deep_window");
+    if (window == r.meta.end()) continue;
+    int64_t launches = stat(r, "deep_launches");
+    out += fmt::format(
+        "deep      rank {}: window {}, {} launch(es) fingerprinted, {} allocation target(s), {} "
+        "zero-filled, {} host time per launch\n",
+        r.info.rank, window->second, launches, stat(r, "deep_targets"),
+        bytesText(stat(r, "deep_zero_filled_bytes")),
+        launches > 0 ? fmt::format("{:.1f} us", stat(r, "deep_host_ns") / 1e3 / launches) : "-");
+  }
+  return out;
+}
+
+// What went missing in a deep window: each is a reason the diff may not name the kernel.
+void deepWarnings(const RankSummary& r, std::string& out) {
+  if (r.meta.count("deep_window") == 0) return;
+  int64_t lost = stat(r, "deep_params_lost") + stat(r, "fingerprints_skipped_ring_full") +
+                 stat(r, "fingerprints_lost");
+  if (lost > 0) {
+    out += fmt::format(
+        "\nwarning: rank {} lost {} deep-window record(s) (parameters or digests): the window "
+        "produced more than the tracer could keep up with; record a smaller --deep window",
+        r.info.rank, lost);
+  }
+  if (int64_t failed = stat(r, "deep_zero_fill_failed"); failed > 0) {
+    out += fmt::format(
+        "\nwarning: rank {} could not zero-fill {} allocation(s): memory the program reads before "
+        "writing may differ between runs",
+        r.info.rank, failed);
+  }
+  if (int64_t n = stat(r, "deep_no_param_layout"); n > 0) {
+    out += fmt::format(
+        "\nwarning: rank {}: {} deep launch(es) had no parameter layout from the driver "
+        "(cuFuncGetParamInfo) and were not fingerprinted",
+        r.info.rank, n);
+  }
+}
+
+}  // namespace
+
 std::string formatSummary(const RunSummary& s) {
   std::string out = fmt::format("run       {} ({} rank file(s), world size {})\n", s.path,
                                 s.ranks.size(), s.world_size);
@@ -92,6 +141,7 @@ std::string formatSummary(const RunSummary& s) {
                        metaOr(r0, "cuda_version"), metaOr(r0, "nccl_version"),
                        metaOr(r0, "cublas_version"));
   }
+  out += deepLines(s);
   out += fmt::format("\n{:>4}  {:>3}  {:<20} {:>8}  {:>8}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>10}  {:>8}\n",
                      "rank", "dev", "gpu", "pid", "events", "kernels", "gemms", "colls", "markers",
                      "other", "span", "dropped");
@@ -110,6 +160,9 @@ std::string formatSummary(const RunSummary& s) {
     out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", m);
   }
   for (const std::string& w : s.warnings) out += fmt::format("\nwarning: {}", w);
+  size_t before_warnings = out.size();
+  for (const RankSummary& r : s.ranks) deepWarnings(r, out);
+  bool deep_warned = out.size() != before_warnings;
   for (const RankSummary& r : s.ranks) {
     if (stat(r, "events_dropped") > 0 || stat(r, "operands_dropped") > 0) {
       out += fmt::format(
@@ -118,7 +171,7 @@ std::string formatSummary(const RunSummary& s) {
           r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
     }
   }
-  if (!s.missing_ranks.empty() || !s.warnings.empty()) out += "\n";
+  if (!s.missing_ranks.empty() || !s.warnings.empty() || deep_warned) out += "\n";
   return out;
 }
 

@@ -1,0 +1,71 @@
+// `detrace info` on runs recorded with --deep: the deep line and the warnings that say why a deep
+// diff may come up short. Synthetic rank files written with TraceWriter.
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "detrace/db/run.h"
+#include "detrace/db/writer.h"
+#include "detrace/replay/summary.h"
+
+namespace detrace {
+namespace {
+
+void writeRank(const std::string& path, const std::map<std::string, int64_t>& stats, bool deep) {
+  auto w = db::TraceWriter::create(path);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  (*w)->setRank({0, 1, 0, 0, 42, "h", "NVIDIA H200", ""});
+  if (deep) (*w)->setMeta("deep_window", "ops:1:3");
+  db::Event e;
+  e.kind = db::EventKind::kKernel;
+  e.name = (*w)->intern("k");
+  (void)(*w)->append(e);
+  for (const auto& [key, value] : stats) (*w)->addStat(key, value);
+  ASSERT_TRUE((*w)->close().isOk());
+}
+
+std::string info(const std::string& dir) {
+  auto run = db::Run::open(dir);
+  EXPECT_TRUE(run.isOk()) << run.status().message();
+  auto s = replay::summarize(*run);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  return replay::formatSummary(*s);
+}
+
+TEST(SummaryDeep, ShowsTheWindowAndItsCost) {
+  testing::TempDir dir;
+  testing::Rng rng;
+  int64_t launches = rng.range(1, 1000), targets = rng.range(1, 5000);
+  writeRank(dir.file("proc-42.dtrace"),
+            {{"deep_launches", launches}, {"deep_targets", targets},
+             {"deep_zero_filled_bytes", int64_t{3} << 20}, {"deep_host_ns", launches * 2500}},
+            true);
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find(fmt::format("deep      rank 0: window ops:1:3, {} launch(es) fingerprinted, {} "
+                                  "allocation target(s), 3 MiB zero-filled, 2.5 us host time per launch",
+                                  launches, targets)),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("warning"), std::string::npos) << text;
+}
+
+TEST(SummaryDeep, WarnsAboutWhatTheWindowLost) {
+  testing::TempDir dir;
+  writeRank(dir.file("proc-42.dtrace"),
+            {{"deep_launches", 10}, {"deep_params_lost", 2}, {"fingerprints_skipped_ring_full", 3},
+             {"deep_zero_fill_failed", 1}, {"deep_no_param_layout", 4}},
+            true);
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find("lost 5 deep-window record(s)"), std::string::npos) << text;
+  EXPECT_NE(text.find("could not zero-fill 1 allocation(s)"), std::string::npos) << text;
+  EXPECT_NE(text.find("4 deep launch(es) had no parameter layout"), std::string::npos) << text;
+}
+
+TEST(SummaryDeep, RunsWithoutADeepWindowSayNothingOfIt) {
+  testing::TempDir dir;
+  writeRank(dir.file("proc-42.dtrace"), {{"fingerprints_skipped_ring_full", 3}}, false);
+  std::string text = info(dir.path().string());
+  EXPECT_EQ(text.find("deep"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace detrace
