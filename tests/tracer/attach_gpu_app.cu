@@ -5,6 +5,8 @@
 //   time N         N launches of tiny_kernel in batches of 256 (fewer than the launch queue holds,
 //                  so the GPU never throttles the loop); prints "ns <T>", T the time spent in the
 //                  launch calls only (the CPU cost a tracer adds), synchronising between batches
+//   gemm N         N cuBLASLt matmuls (64x64 fp32, the algorithm left to cuBLASLt), then a device
+//                  synchronize -> "ok"
 //   reset-exit     cudaDeviceReset() then _exit(0): no atexit, only context teardown commits
 //   exit           normal exit
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <iostream>
 #include <string>
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <unistd.h>
@@ -23,6 +26,33 @@ __global__ void phase_c_kernel(int* x) { x[0] += 3; }
 __global__ void phase_d_kernel(int* x) { x[0] += 4; }
 __global__ void phase_e_kernel(int* x) { x[0] += 5; }
 __global__ void tiny_kernel(int* x) { x[1] += 1; }
+
+// N matmuls D = A B of 64x64 fp32 matrices (A, B filled once with small integers).
+bool gemms(int n) {
+  constexpr int kDim = 64;
+  static cublasLtHandle_t handle = nullptr;
+  static float* m = nullptr;  // A, B, D
+  if (handle == nullptr) {
+    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return false;
+    if (cudaMalloc(&m, 3 * kDim * kDim * sizeof(float)) != cudaSuccess) return false;
+    float host[2 * kDim * kDim];
+    for (int i = 0; i < 2 * kDim * kDim; ++i) host[i] = static_cast<float>(i % 7);
+    if (cudaMemcpy(m, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess) return false;
+  }
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout = nullptr;
+  bool ok = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, kDim, kDim, kDim) == CUBLAS_STATUS_SUCCESS;
+  float alpha = 1, beta = 0;
+  float *a = m, *b = m + kDim * kDim, *d = m + 2 * kDim * kDim;
+  for (int i = 0; ok && i < n; ++i) {
+    ok = cublasLtMatmul(handle, desc, &alpha, a, layout, b, layout, &beta, d, layout, d, layout,
+                        nullptr, nullptr, 0, 0) == CUBLAS_STATUS_SUCCESS;
+  }
+  if (layout) cublasLtMatrixLayoutDestroy(layout);
+  if (desc) cublasLtMatmulDescDestroy(desc);
+  return ok && cudaDeviceSynchronize() == cudaSuccess;
+}
 
 int main() {
   int* x = nullptr;
@@ -69,6 +99,10 @@ int main() {
         cudaDeviceSynchronize();
       }
       std::printf("ns %lld\n", static_cast<long long>(total.count()));
+    } else if (cmd == "gemm") {
+      int n = 0;
+      std::cin >> n;
+      std::printf(gemms(n) ? "ok\n" : "failed\n");
     } else if (cmd == "reset-exit") {
       cudaDeviceReset();
       _exit(0);

@@ -141,6 +141,43 @@ TEST(AttachGpu, PausedProgramRecordsKernelsOnlyWhileStarted) {
   EXPECT_EQ(k["phase_d_kernel"].with_gpu_times, 2);
 }
 
+// The capture level may change from one start to the next, up as well as down: GEMMs recorded
+// at `meta` have no fingerprints, those recorded after `start --capture digest` have them, and
+// after `start --capture full` their operands' bytes too (fingerprints and staging memory are set
+// up when first needed, not only at the process's first start).
+TEST(AttachGpu, CaptureLevelRisesBetweenStarts) {
+  DETRACE_REQUIRE_GPU();
+  TempDir tmp;
+  GpuApp app(tmp, Tracer::kPaused);
+  ASSERT_TRUE(app.ready);
+  auto gemm = [&](int n) { EXPECT_EQ(app.child.send("gemm " + std::to_string(n)), "ok"); };
+  app.attach("start --capture meta");
+  gemm(3);
+  app.attach("stop");
+  app.attach("start --capture digest");
+  gemm(4);
+  app.attach("stop");
+  app.attach("start --capture full");
+  gemm(2);
+  app.child.say("exit");
+  ASSERT_EQ(app.child.wait(), 0);
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto gemms = (*r)->gemms();
+  ASSERT_TRUE(gemms.isOk());
+  ASSERT_EQ(gemms->size(), 9u);
+  for (size_t i = 0; i < gemms->size(); ++i) {
+    auto ops = (*r)->operands((*gemms)[i].first);
+    ASSERT_TRUE(ops.isOk());
+    bool digests = !ops->empty() && std::all_of(ops->begin(), ops->end(),
+                                                [](const db::Operand& o) { return o.has_digest; });
+    bool copies = !ops->empty() && std::all_of(ops->begin(), ops->end(),
+                                               [](const db::Operand& o) { return o.capture_bytes > 0; });
+    EXPECT_EQ(digests, i >= 3) << "GEMM " << i << ": " << ops->size() << " operand(s)";
+    EXPECT_EQ(copies, i >= 7) << "GEMM " << i;
+  }
+}
+
 // cudaDeviceReset, then _exit: no atexit runs, so only the commit at context teardown keeps the
 // last kernels.
 TEST(AttachGpu, ContextTeardownCommits) {

@@ -102,6 +102,7 @@ struct Context {
   uint32_t next_entry = 0, used_entries = 0;
   uint64_t arena_head = 0, arena_used = 0;
   uint8_t* staging = nullptr;  // pinned host memory for full capture (nullptr: none)
+  bool staging_tried = false;  // allocateStagingLocked ran (once per context, failed or not)
   uint64_t staging_size = 0, staging_head = 0, staging_used = 0;
 };
 
@@ -276,6 +277,7 @@ Context* State::contextLocked(CUcontext c) {
 // The staging ring for full capture: pinned, not mapped; min(budget, 256 MiB) unless
 // DETRACE_CAPTURE_STAGING_MB says otherwise.
 void State::allocateStagingLocked(Context& cx) {
+  cx.staging_tried = true;
   const Driver& d = Driver::get();
   int64_t mb = 256;
   if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0)
@@ -295,6 +297,8 @@ void State::allocateStagingLocked(Context& cx) {
 
 // Queues a copy of p's whole extent into the staging ring, within the byte budget.
 void State::copyLocked(Context& cx, Pending& p, CUstream stream) {
+  // A context made before `full` was asked for (attach start --capture full) gets its staging now.
+  if (cx.staging == nullptr && !cx.staging_tried) allocateStagingLocked(cx);
   if (cx.staging == nullptr) return;
   uint64_t n = p.spec.bytes;
   if (copied_bytes + static_cast<int64_t>(n) > Session::get().policy().max_capture_bytes) {
@@ -451,16 +455,15 @@ Fingerprinter& Fingerprinter::get() {
 }
 
 bool Fingerprinter::enabled() const {
-  static const bool wanted = [] {
-    if (Session::get().policy().level == CaptureLevel::kMeta) return false;
+  static const bool driver_ok = [] {
     if (!Driver::get().ok) {
       logLine(
           "fingerprints are off: the CUDA driver's entry points were not found in this process");
-      return false;
     }
-    return true;
+    return Driver::get().ok;
   }();
-  return wanted && !state().disabled;
+  // The level is read each time: `detrace attach ... start --capture` may raise it between starts.
+  return Session::get().policy().level != CaptureLevel::kMeta && driver_ok && !state().disabled;
 }
 
 void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
