@@ -405,7 +405,19 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
   drainParamsLocked(final, w);
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
-  CUcontext current = nullptr;
+  // Event queries need their context current; the caller's (the program's own thread at exit)
+  // is given back afterwards.
+  CUcontext callers = nullptr;
+  if (d.ctx_get(&callers) != CUDA_SUCCESS) callers = nullptr;
+  CUcontext current = callers;
+  struct Restore {
+    const Driver& d;
+    const CUcontext& current;
+    CUcontext callers;
+    ~Restore() {
+      if (current != callers) d.setCurrent(callers);
+    }
+  } restore{d, current, callers};
   while (!pending.empty()) {
     Pending& p = pending.front();
     if (p.failed) {
