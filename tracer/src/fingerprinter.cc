@@ -403,6 +403,7 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
 // program is capturing on another thread (relaxed_capture.h).
 void State::drainLocked(bool final, db::TraceWriter* w) {
   drainParamsLocked(final, w);
+  if (pending.empty()) return;  // nothing to query (and no driver at all in CPU-only processes)
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
   // Event queries need their context current; the caller's (the program's own thread at exit)
@@ -467,6 +468,8 @@ Fingerprinter& Fingerprinter::get() {
 }
 
 bool Fingerprinter::enabled() const {
+  // The level is read each time: `detrace attach ... start --capture` may raise it between starts.
+  if (Session::get().policy().level == CaptureLevel::kMeta) return false;
   static const bool driver_ok = [] {
     if (!Driver::get().ok) {
       logLine(
@@ -474,8 +477,7 @@ bool Fingerprinter::enabled() const {
     }
     return Driver::get().ok;
   }();
-  // The level is read each time: `detrace attach ... start --capture` may raise it between starts.
-  return Session::get().policy().level != CaptureLevel::kMeta && driver_ok && !state().disabled;
+  return driver_ok && !state().disabled;
 }
 
 void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
