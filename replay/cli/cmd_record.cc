@@ -48,9 +48,10 @@ constexpr const char* kRecordFooter =
     "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[-B][+K]: the Nth launch,\n"
     "from 0, of a kernel whose name contains NAME, the K launches after it (K = 31 if left out)\n"
     "and the B <= 256 launches before it; until that launch comes every launch is fingerprinted\n"
-    "speculatively and only the last B are kept): for each launch in it, its parameter layout (cuFuncGetParamInfo) and bytes, and for\n"
-    "every 8-byte parameter word that points into a device allocation, a digest of that whole\n"
-    "allocation taken on the launch's stream just before and just after the kernel. To know the\n"
+    "speculatively and only the last B are kept): for each launch in it, its parameter layout\n"
+    "(cuFuncGetParamInfo) and bytes, and for every 8-byte parameter word that points into a\n"
+    "device allocation, a digest of that whole allocation taken on the launch's stream just\n"
+    "before and just after the kernel. To know the\n"
     "allocations, deep mode tracks cuMemAlloc/cudaMalloc (and the pitch, managed, async and pool\n"
     "forms), cuMemCreate + cuMemMap (PyTorch's expandable segments) and IPC imports from the\n"
     "start, and ZERO-FILLS every new allocation of the process (synchronously, or on the\n"
@@ -122,7 +123,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--deep", opts->deep,
                   "Deep window: fingerprint the memory each launch in WINDOW can reach, before and "
                   "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[-B][+K]); zero-fills "
-                  "every new allocation. See below");
+                  "every new allocation. See below")
+      ->type_name("WINDOW");
   cmd->add_flag("--paused", opts->paused,
                 "Start dormant: the tracer is loaded but records nothing (callbacks off) until "
                 "`detrace attach RUN_DIR start`; `detrace attach RUN_DIR stop` pauses it again");
