@@ -29,26 +29,12 @@ QColor rowColor(replay::RowState s) {
 
 }  // namespace
 
-RowStripWidget::RowStripWidget(QWidget* parent) : QWidget(parent) { setMinimumHeight(64); }
+RowStripWidget::RowStripWidget(QWidget* parent) : PaintedWidget(parent) { setMinimumHeight(64); }
 
 void RowStripWidget::setRows(std::vector<replay::RowState> rows, const QString& caption) {
   rows_ = std::move(rows);
   caption_ = caption;
   update();
-}
-
-void RowStripWidget::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  paint(p, rect());
-}
-
-QImage RowStripWidget::renderImage(QSize size) const {
-  QImage image(size, QImage::Format_ARGB32);
-  image.fill(Qt::white);
-  QPainter p(&image);
-  p.setFont(font());
-  paint(p, QRect(QPoint(0, 0), size));
-  return image;
 }
 
 void RowStripWidget::paint(QPainter& p, const QRect& area) const {
@@ -96,7 +82,7 @@ QColor ulpColor(uint64_t ulp, uint64_t max) {
                           static_cast<float>(1.0 - 0.45 * t));
 }
 
-HeatmapWidget::HeatmapWidget(QWidget* parent) : QWidget(parent) { setMinimumHeight(160); }
+HeatmapWidget::HeatmapWidget(QWidget* parent) : PaintedWidget(parent) { setMinimumHeight(160); }
 
 void HeatmapWidget::setDiff(const replay::UlpDiff* diff, const QString& note) {
   note_ = note;
@@ -123,20 +109,6 @@ void HeatmapWidget::setDiff(const replay::UlpDiff* diff, const QString& note) {
     }
   }
   update();
-}
-
-void HeatmapWidget::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  paint(p, rect());
-}
-
-QImage HeatmapWidget::renderImage(QSize size) const {
-  QImage image(size, QImage::Format_ARGB32);
-  image.fill(Qt::white);
-  QPainter p(&image);
-  p.setFont(font());
-  paint(p, QRect(QPoint(0, 0), size));
-  return image;
 }
 
 void HeatmapWidget::paint(QPainter& p, const QRect& area) const {

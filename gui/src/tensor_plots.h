@@ -6,32 +6,30 @@
 #include <QWidget>
 #include <vector>
 
+#include "painted_widget.h"
+
 #include "detrace/replay/operand_diff.h"
 
 class QChart;
 
 namespace detrace::gui {
 
-class RowStripWidget : public QWidget {
+class RowStripWidget : public PaintedWidget {
   Q_OBJECT
 
  public:
   explicit RowStripWidget(QWidget* parent = nullptr);
   void setRows(std::vector<replay::RowState> rows, const QString& caption);
   const std::vector<replay::RowState>& rows() const { return rows_; }
-  QImage renderImage(QSize size) const;
   QSize sizeHint() const override { return {600, 70}; }
 
- protected:
-  void paintEvent(QPaintEvent* event) override;
-
  private:
-  void paint(QPainter& p, const QRect& area) const;
+  void paint(QPainter& p, const QRect& area) const override;
   std::vector<replay::RowState> rows_;
   QString caption_;
 };
 
-class HeatmapWidget : public QWidget {
+class HeatmapWidget : public PaintedWidget {
   Q_OBJECT
 
  public:
@@ -39,14 +37,10 @@ class HeatmapWidget : public QWidget {
   // Null clears it and shows `note` instead.
   void setDiff(const replay::UlpDiff* diff, const QString& note);
   const QImage& image() const { return image_; }  // one pixel per block of elements
-  QImage renderImage(QSize size) const;
   QSize sizeHint() const override { return {600, 260}; }
 
- protected:
-  void paintEvent(QPaintEvent* event) override;
-
  private:
-  void paint(QPainter& p, const QRect& area) const;
+  void paint(QPainter& p, const QRect& area) const override;
   QImage image_;
   QString note_;
   uint64_t max_ulp_ = 0;

@@ -48,7 +48,7 @@ QString timeText(double ns, double step) {
 
 }  // namespace
 
-TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent) {
+TimelineWidget::TimelineWidget(QWidget* parent) : PaintedWidget(parent) {
   setFocusPolicy(Qt::StrongFocus);
   setMouseTracking(false);
   setMinimumHeight(120);
@@ -113,20 +113,6 @@ double TimelineWidget::xAt(double t, const QRect& plot) const {
 
 double TimelineWidget::timeAt(double x, const QRect& plot) const {
   return x0_ + (x - plot.left()) / std::max(plot.width(), 1) * (x1_ - x0_);
-}
-
-void TimelineWidget::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  paint(p, rect());
-}
-
-QImage TimelineWidget::renderImage(QSize size) const {
-  QImage image(size, QImage::Format_ARGB32);
-  image.fill(Qt::white);
-  QPainter p(&image);
-  p.setFont(font());
-  paint(p, QRect(QPoint(0, 0), size));
-  return image;
 }
 
 void TimelineWidget::paint(QPainter& p, const QRect& area) const {

@@ -8,11 +8,12 @@
 #include <QWidget>
 #include <memory>
 
+#include "painted_widget.h"
 #include "timeline_data.h"
 
 namespace detrace::gui {
 
-class TimelineWidget : public QWidget {
+class TimelineWidget : public PaintedWidget {
   Q_OBJECT
 
  public:
@@ -29,9 +30,6 @@ class TimelineWidget : public QWidget {
   void pan(double fraction);                   // of the visible width
   // Centres the view on an event and zooms so that a few neighbours are visible.
   bool focusEvent(int side, int64_t seq);
-  // Draws the timeline into an image (for reports and screenshots).
-  QImage renderImage(QSize size) const;
-
   QSize sizeHint() const override { return {900, 60 + 28 * 6}; }
 
  signals:
@@ -39,7 +37,6 @@ class TimelineWidget : public QWidget {
   void viewChanged();
 
  protected:
-  void paintEvent(QPaintEvent* event) override;
   void wheelEvent(QWheelEvent* event) override;
   void mousePressEvent(QMouseEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;
@@ -48,7 +45,7 @@ class TimelineWidget : public QWidget {
   void keyPressEvent(QKeyEvent* event) override;
 
  private:
-  void paint(QPainter& p, const QRect& area) const;
+  void paint(QPainter& p, const QRect& area) const override;
   void paintAxis(QPainter& p, const QRect& plot) const;
   void paintLane(QPainter& p, const Lane& lane, const QRect& row) const;
   double timeAt(double x, const QRect& plot) const;
