@@ -109,8 +109,20 @@ Result<Run> Run::open(const std::string& path) {
   for (const std::string& f : files) {
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(f));
     RankFile rf{reader->rank().rank, f, reader->rank()};
+    if (rf.rank < 0 && files.size() > 1 && rf.info.device < 0) {
+      DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());
+      if (events == 0) {  // a process that did no GPU work is not a rank
+        run.idle_.push_back(f);
+        continue;
+      }
+    }
     (rf.rank >= 0 ? run.ranks_ : unranked).push_back(std::move(rf));
     run.world_size_ = std::max(run.world_size_, reader->rank().world_size);
+  }
+  if (run.ranks_.empty() && unranked.empty() && !run.idle_.empty()) {  // nothing but idle files
+    DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(run.idle_.front()));
+    unranked.push_back(RankFile{-1, run.idle_.front(), reader->rank()});
+    run.idle_.erase(run.idle_.begin());
   }
   std::sort(run.ranks_.begin(), run.ranks_.end(),
             [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "commands.h"
+#include "detrace/db/run.h"
 
 #ifdef DETRACE_HAVE_TRACER
 #include "detrace/tracer/launcher.h"
@@ -154,9 +157,13 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());
-      std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s\n",
+      size_t idle = 0;
+      if (auto opened = db::Run::open(opts->out_dir); opened.isOk()) idle = opened->idleFiles().size();
+      std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s%s\n",
                    opts->command[0].c_str(), result->exit_status, result->trace_files.size(),
-                   opts->out_dir.c_str());
+                   opts->out_dir.c_str(),
+                   idle == 0 ? ""
+                             : fmt::format(" ({} of them did no GPU work: not ranks)", idle).c_str());
       return result->exit_status;
 #else
       return reportError(Status(ErrorCode::kUnavailable,

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace detrace::replay {
 namespace {
@@ -55,6 +56,7 @@ Result<RunSummary> summarize(const db::Run& run) {
   s.world_size = run.worldSize();
   s.missing_ranks = run.missingRanks();
   s.warnings = run.warnings();
+  s.idle_files = run.idleFiles();
   s.has_manifest = run.hasManifest();
   s.manifest = run.manifest();
   for (const db::RankFile& rf : run.ranks()) {
@@ -160,6 +162,11 @@ std::string formatSummary(const RunSummary& s) {
     out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", m);
   }
   for (const std::string& w : s.warnings) out += fmt::format("\nwarning: {}", w);
+  if (!s.idle_files.empty()) {
+    out += fmt::format("\n{} more process(es) did no GPU work and are not ranks (a launcher such as "
+                       "torchrun's agent, a shell): {}\n",
+                       s.idle_files.size(), fmt::join(s.idle_files, ", "));
+  }
   size_t before_warnings = out.size();
   for (const RankSummary& r : s.ranks) deepWarnings(r, out);
   bool deep_warned = out.size() != before_warnings;
@@ -188,7 +195,7 @@ nlohmann::json summaryJson(const RunSummary& s) {
   }
   nlohmann::json j = {{"path", s.path},       {"world_size", s.world_size},
                       {"ranks", ranks},       {"missing_ranks", s.missing_ranks},
-                      {"warnings", s.warnings}};
+                      {"warnings", s.warnings}, {"idle_files", s.idle_files}};
   if (s.has_manifest) {
     j["manifest"] = {{"command", s.manifest.command}, {"host", s.manifest.host},
                      {"start_time_ns", s.manifest.start_time_ns},

@@ -70,6 +70,32 @@ TEST(RunDir, DuplicateRanksMeanMixedRuns) {
   EXPECT_NE(run.status().message().find("mixes runs"), std::string::npos);
 }
 
+// torchrun's agent (or a shell) runs under the preload too: a file with no rank, no device and no
+// events is not a rank. Alone in a run it still opens as rank 0.
+TEST(RunDir, ProcessesWithoutGpuWorkAreNotRanks) {
+  TempDir dir;
+  writeRank(dir.file("a.dtrace"), 0, 2, 5);
+  writeRank(dir.file("b.dtrace"), 1, 2, 6);
+  writeRank(dir.file("agent.dtrace"), -1, -1, 0);
+  writeRank(dir.file("helper.dtrace"), -1, -1, 3);  // did GPU work without NCCL: kept
+  auto run = Run::open(dir.path().string());
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  ASSERT_EQ(run->ranks().size(), 3u);
+  EXPECT_EQ(run->worldSize(), 3);
+  EXPECT_EQ(run->ranks()[2].path, dir.file("helper.dtrace"));
+  ASSERT_EQ(run->idleFiles().size(), 1u);
+  EXPECT_EQ(run->idleFiles()[0], dir.file("agent.dtrace"));
+
+  TempDir only;
+  writeRank(only.file("agent.dtrace"), -1, -1, 0);
+  writeRank(only.file("shell.dtrace"), -1, -1, 0);
+  auto idle = Run::open(only.path().string());
+  ASSERT_TRUE(idle.isOk()) << idle.status().message();
+  ASSERT_EQ(idle->ranks().size(), 1u);
+  EXPECT_EQ(idle->ranks()[0].rank, 0);
+  EXPECT_EQ(idle->idleFiles().size(), 1u);
+}
+
 TEST(RunDir, SingleFileAndUnrankedProcess) {
   TempDir dir;
   writeRank(dir.file("solo.dtrace"), -1, -1, 7);

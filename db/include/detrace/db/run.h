@@ -53,6 +53,9 @@ class Run {
   const std::vector<int32_t>& missingRanks() const { return missing_; }
   // Things a user should know that did not stop the open (e.g. ranks inferred from file order).
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // Trace files of processes that did no GPU work (no events, no rank, no device: a launcher
+  // such as torchrun's agent, a shell), left out of ranks() when the run has other files.
+  const std::vector<std::string>& idleFiles() const { return idle_; }
 
   const RankFile* findRank(int32_t rank) const;
   // A new reader (its own connection) for `rank`; call it once per thread.
@@ -66,6 +69,7 @@ class Run {
   int32_t world_size_ = 1;
   std::vector<int32_t> missing_;
   std::vector<std::string> warnings_;
+  std::vector<std::string> idle_;
 };
 
 }  // namespace detrace::db

@@ -30,6 +30,7 @@ struct RunSummary {
   int32_t world_size = 0;
   std::vector<int32_t> missing_ranks;
   std::vector<std::string> warnings;
+  std::vector<std::string> idle_files;  // processes that did no GPU work (db::Run::idleFiles)
   bool has_manifest = false;
   db::RunManifest manifest;
   std::vector<RankSummary> ranks;
