@@ -217,6 +217,61 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// A program's own collectives, declared through detrace/annotate.h, are recorded like NCCL's:
+// one communicator id on every rank, numbered per group, defining the rank and world size.
+// Invalid descriptions and unknown tokens are ignored, and without detrace nothing happens.
+TEST(RecordSeam, AnnotatedCollectivesAreRecordedPerRank) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/annotate_seam_app", DETRACE_BINARY_DIR);
+  Output plain = sh(app + " 1");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  EXPECT_NE(plain.out.find("tokens 0 0 0 0"), std::string::npos) << plain.out;
+  Output o = sh(fmt::format("{} record -o {} --capture meta -- /bin/sh -c '{} 0 & {} 2; wait'",
+                            detrace(), run, app, app));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("rank 2 tokens recorded recorded recorded 0"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("a rank outside [0, nranks)"), std::string::npos) << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->ranks().size(), 2u) << o.out;
+  EXPECT_EQ(r->worldSize(), 3);
+  std::vector<int64_t> ids;
+  for (int32_t rank : {0, 2}) {
+    SCOPED_TRACE(rank);
+    auto reader = r->openRank(rank);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message();
+    auto& t = **reader;
+    EXPECT_EQ(t.rank().world_size, 3);
+    auto colls = t.collectives();
+    ASSERT_TRUE(colls.isOk());
+    ASSERT_EQ(colls->size(), 3u);
+    const auto& c = *colls;
+    const char* names[] = {"oneshot_allreduce", "twoshot_reduce_scatter", "oneshot_allreduce"};
+    for (size_t i = 0; i < c.size(); ++i) {
+      auto ev = t.event(c[i].first);
+      ASSERT_TRUE(ev.isOk());
+      EXPECT_EQ(ev->kind, db::EventKind::kCollective);
+      EXPECT_EQ(t.str(ev->name), names[i]);
+      EXPECT_EQ(c[i].second.comm_seq, static_cast<int64_t>(i));
+      EXPECT_EQ(c[i].second.comm_rank, rank);
+      EXPECT_EQ(c[i].second.comm_nranks, 3);
+      EXPECT_EQ(c[i].second.comm_id, c[0].second.comm_id);
+      EXPECT_EQ(c[i].second.redop, db::RedOp::kSum);
+    }
+    EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
+    EXPECT_EQ(c[0].second.dtype, db::DType::kBF16);
+    EXPECT_EQ(c[0].second.count, 512);
+    EXPECT_EQ(c[1].second.op, db::CollOp::kReduceScatter);
+    EXPECT_EQ(c[1].second.dtype, db::DType::kF32);
+    EXPECT_EQ(c[1].second.count, 100);
+    EXPECT_EQ(c[0].second.recv_addr - c[0].second.send_addr, 2048);
+    EXPECT_GE(c[0].second.comm_id, 0);
+    ids.push_back(c[0].second.comm_id);
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+}
+
 }  // namespace
 }  // namespace detrace
 
@@ -224,7 +279,7 @@ namespace detrace {
 namespace {
 
 // The interposer exports only what it means to: the CUDA injection entry point, the NCCL and
-// cuBLAS functions it wraps, and NCCL's profiler plugin table. Anything else could clash with
+// cuBLAS functions it wraps, NCCL's profiler plugin table and the annotation API. Anything else could clash with
 // the host program's own symbols.
 TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
   std::string lib = fmt::format("{}/tracer/libdetrace_tracer.so", DETRACE_BINARY_DIR);
@@ -241,7 +296,8 @@ TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
     injection |= name == "InitializeInjection";
     plugin |= name == "ncclProfiler_v5";
     bool allowed = name == "InitializeInjection" || name.rfind("nccl", 0) == 0 ||
-                   name.rfind("cublas", 0) == 0;
+                   name.rfind("cublas", 0) == 0 || name == "detrace_collective_begin" ||
+                   name == "detrace_collective_end";
     EXPECT_TRUE(allowed) << "unexpected exported symbol: " << l;
   }
   EXPECT_EQ(pclose(p), 0) << "nm failed on " << lib;

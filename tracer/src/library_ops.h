@@ -17,6 +17,10 @@ namespace detrace::tracer {
 // CUPTI on this thread take it as their parent.
 uint64_t currentParent();
 
+// Sets the current parent until changed again (annotate.cc's begin/end pairs; calls within one
+// function use ParentScope).
+void setCurrentParent(uint64_t token);
+
 // Sets the current parent for the duration of a wrapped call.
 class ParentScope {
  public:
