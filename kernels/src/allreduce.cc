@@ -1,4 +1,4 @@
-// Deterministic all-reduce: ncclAllGather + the fixed-order local reduction (see allreduce.h).
+// Deterministic all-reduce: all-to-all, a fixed-order local reduction, all-gather (allreduce.h).
 #include "detrace/kernels/allreduce.h"
 
 #if defined(DETRACE_HAVE_NCCL)
@@ -32,14 +32,24 @@ ncclDataType_t ncclTypeOf(DType dtype) {
 }  // namespace
 
 size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks) {
-  return count * dtypeSize(dtype) * static_cast<size_t>(nranks < 0 ? 0 : nranks);
+  const size_t n = static_cast<size_t>(nranks < 1 ? 1 : nranks);
+  return (count + n * n) * dtypeSize(dtype);  // the exchanged slices + the gathered tail
 }
 
+// Three steps on `stream`, every byte moved by NCCL without arithmetic:
+//   1. ncclAlltoAll: rank r receives slice r of every rank's send buffer (ws[q] = rank q's);
+//   2. fixedOrderReduce of those n slices into recv's slice r (the same order on every rank);
+//   3. ncclAllGather, in place: every rank gets every reduced slice.
+// The bytes each rank sends, 2 (n-1)/n of the buffer, are a ring all-reduce's. The count % n
+// elements left over are all-gathered whole (n-1 elements from each rank at most) and reduced
+// on every rank alike. Steps 1 and the tail's gather read `send` before steps 2 and 3 write
+// `recv`, so recv may equal send.
 Status deterministicAllReduce(const void* send, void* recv, size_t count, DType dtype,
                               ReduceOrder order, int start, ncclComm_t comm, cudaStream_t stream,
                               void* workspace, size_t workspace_bytes) {
-  int nranks = 0;
+  int nranks = 0, rank = 0;
   DETRACE_NCCL_RETURN_IF_ERROR(ncclCommCount(comm, &nranks));
+  DETRACE_NCCL_RETURN_IF_ERROR(ncclCommUserRank(comm, &rank));
   if (nranks > kMaxReduceRanks) {
     return makeError(ErrorCode::kInvalidArgument,
                      "deterministicAllReduce supports up to {} ranks, the communicator has {}",
@@ -52,12 +62,33 @@ Status deterministicAllReduce(const void* send, void* recv, size_t count, DType 
                      workspace == nullptr ? 0 : workspace_bytes);
   }
   if (count == 0) return Status::ok();
-  DETRACE_NCCL_RETURN_IF_ERROR(
-      ncclAllGather(send, workspace, count, ncclTypeOf(dtype), comm, stream));
+  const size_t n = static_cast<size_t>(nranks), esize = dtypeSize(dtype);
+  const size_t slice = count / n, tail = count % n, main = slice * n;
+  const ncclDataType_t type = ncclTypeOf(dtype);
+  auto* ws = static_cast<char*>(workspace);
+  char* tail_ws = ws + main * esize;
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  if (slice > 0) DETRACE_NCCL_RETURN_IF_ERROR(ncclAlltoAll(in, ws, slice, type, comm, stream));
+  if (tail > 0) {
+    DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(in + main * esize, tail_ws, tail, type, comm, stream));
+  }
   const void* inputs[kMaxReduceRanks];
-  const size_t bytes = count * dtypeSize(dtype);
-  for (int r = 0; r < nranks; ++r) inputs[r] = static_cast<const char*>(workspace) + r * bytes;
-  return fixedOrderReduce(inputs, nranks, recv, count, dtype, order, start, stream);
+  if (slice > 0) {
+    for (size_t q = 0; q < n; ++q) inputs[q] = ws + q * slice * esize;
+    DETRACE_RETURN_IF_ERROR(fixedOrderReduce(inputs, nranks, out + rank * slice * esize, slice,
+                                             dtype, order, start, stream));
+  }
+  if (tail > 0) {
+    for (size_t q = 0; q < n; ++q) inputs[q] = tail_ws + q * tail * esize;
+    DETRACE_RETURN_IF_ERROR(
+        fixedOrderReduce(inputs, nranks, out + main * esize, tail, dtype, order, start, stream));
+  }
+  if (slice > 0) {
+    DETRACE_NCCL_RETURN_IF_ERROR(
+        ncclAllGather(out + rank * slice * esize, out, slice, type, comm, stream));
+  }
+  return Status::ok();
 }
 
 }  // namespace detrace::kernels

@@ -1,6 +1,8 @@
-// Deterministic all-reduce over NCCL, with a one-rank communicator (ncclCommInitAll on device 0):
-// the gather and the local fixed-order reduction run for real; bandwidth across GPUs is measured
-// on multi-GPU machines elsewhere.
+// Deterministic all-reduce over NCCL: with a one-rank communicator on any GPU machine, and across
+// every GPU of a multi-GPU machine (one thread per rank), against the CPU twin of the fixed-order
+// reduction. Bandwidth is bench/kernels/bench_allreduce's.
+#include <thread>
+
 #include "detrace/kernels/allreduce.h"
 #include "kernels_gpu_util.h"
 
@@ -48,6 +50,70 @@ TEST_F(AllReduceGpuTest, OneRankEqualsFixedOrderReduceCpu) {
               ErrorCode::kInvalidArgument);
   }
   (void)ncclCommDestroy(comm);
+}
+
+// Every rank of a communicator over all GPUs gets the CPU twin's fixed-order sum of all ranks'
+// inputs, bit for bit: counts with and without a remainder (count % nranks), out of place and in
+// place, fp32 and bf16, a non-trivial order.
+TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
+  DETRACE_REQUIRE_GPU();
+  int ngpu = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&ngpu), cudaSuccess);
+  if (ngpu < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << ngpu;
+  const int n = std::min(ngpu, kMaxReduceRanks);
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n), nullptr);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (size_t count : {size_t{1} << 20, size_t{12345}, size_t{1}}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtypeName(dtype) << " count " << count << " in place "
+                                        << in_place << " ranks " << n);
+        const size_t bytes = count * dtypeSize(dtype);
+        std::vector<std::vector<unsigned char>> inputs(static_cast<size_t>(n));
+        for (auto& in : inputs) {
+          const auto noise = randomBytes(count);
+          in.resize(bytes);
+          for (size_t i = 0; i < count; ++i) {
+            storeFromFloat(in.data(), i, dtype, static_cast<float>(static_cast<int>(noise[i]) - 128) / 7.0f);
+          }
+        }
+        std::vector<unsigned char> want(bytes);
+        std::vector<const void*> ptrs;
+        for (const auto& in : inputs) ptrs.push_back(in.data());
+        ASSERT_TRUE(fixedOrderReduceCpu(ptrs.data(), n, want.data(), count, dtype, ReduceOrder::kRing,
+                                        1).isOk());
+        std::vector<std::vector<unsigned char>> got(static_cast<size_t>(n));
+        std::vector<std::string> errors(static_cast<size_t>(n));
+        std::vector<std::thread> threads;
+        for (int r = 0; r < n; ++r) {
+          threads.emplace_back([&, r] {
+            const auto i = static_cast<size_t>(r);
+            if (cudaSetDevice(r) != cudaSuccess) return void(errors[i] = "cudaSetDevice");
+            DeviceBuffer send(bytes), recv(bytes);
+            const size_t ws_bytes = deterministicAllReduceWorkspaceBytes(count, dtype, n);
+            DeviceBuffer ws(ws_bytes);
+            if (!send.ok() || !recv.ok() || !ws.ok()) return void(errors[i] = "cudaMalloc");
+            send.upload(inputs[i].data(), bytes);
+            recv.poison();
+            void* out = in_place ? send.get() : recv.get();
+            const Status s = deterministicAllReduce(send.get(), out, count, dtype, ReduceOrder::kRing,
+                                                    1, comms[i], nullptr, ws.get(), ws_bytes);
+            if (!s.isOk()) return void(errors[i] = s.message());
+            if (cudaDeviceSynchronize() != cudaSuccess) return void(errors[i] = "sync");
+            got[i] = in_place ? send.download(bytes) : recv.download(bytes);
+          });
+        }
+        for (auto& t : threads) t.join();
+        for (int r = 0; r < n; ++r) {
+          const auto i = static_cast<size_t>(r);
+          ASSERT_EQ(errors[i], "") << "rank " << r;
+          EXPECT_EQ(got[i], want) << "rank " << r;
+        }
+      }
+    }
+  }
+  for (ncclComm_t c : comms) (void)ncclCommDestroy(c);
+  (void)cudaSetDevice(0);
 }
 
 }  // namespace

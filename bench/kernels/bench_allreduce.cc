@@ -1,0 +1,174 @@
+// bench_allreduce: the deterministic all-reduce (kernels/allreduce.h) against NCCL's all-reduce,
+// bf16 sums over every GPU of the machine, 1 MiB to 1 GiB.
+//
+// Method: one thread per rank (ncclCommInitAll), each on its own stream. Per size and
+// implementation: 3 warm-up batches, then R timed batches of K back-to-back calls; a batch starts
+// on every rank after a host barrier and is timed with CUDA events on each rank's stream; its time
+// is the slowest rank's. The figure is the median batch time / K. Bus bandwidth is NCCL-tests'
+// definition for all-reduce, 2 (n-1)/n x bytes / time, so the two columns compare directly.
+//
+//   bench_allreduce [--max-mib N] [--reps R] [--ngpu N]
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "detrace/kernels/allreduce.h"
+
+namespace dk = detrace::kernels;
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+#define CHECK_CUDA(call)                                                                        \
+  do {                                                                                          \
+    const cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "bench_allreduce: %s failed: %s\n", #call, cudaGetErrorString(e_));   \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+#define CHECK_NCCL(call)                                                                        \
+  do {                                                                                          \
+    const ncclResult_t r_ = (call);                                                             \
+    if (r_ != ncclSuccess) {                                                                    \
+      std::fprintf(stderr, "bench_allreduce: %s failed: %s\n", #call, ncclGetErrorString(r_));   \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+struct Rank {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+};
+
+using Call = std::function<void(Rank&, size_t count)>;
+
+// The median over `reps` of the slowest rank's time for `k` calls, in microseconds per call.
+double timeCalls(std::vector<Rank>& ranks, const Call& call, size_t count, int k, int reps) {
+  const int n = static_cast<int>(ranks.size());
+  std::vector<std::vector<float>> ms(static_cast<size_t>(n));
+  std::barrier sync(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& rk = ranks[static_cast<size_t>(r)];
+      CHECK_CUDA(cudaSetDevice(r));
+      for (int rep = -3; rep < reps; ++rep) {  // 3 warm-up batches
+        sync.arrive_and_wait();
+        CHECK_CUDA(cudaEventRecord(rk.start, rk.stream));
+        for (int i = 0; i < k; ++i) call(rk, count);
+        CHECK_CUDA(cudaEventRecord(rk.stop, rk.stream));
+        CHECK_CUDA(cudaEventSynchronize(rk.stop));
+        float t = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&t, rk.start, rk.stop));
+        if (rep >= 0) ms[static_cast<size_t>(r)].push_back(t);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> slowest(static_cast<size_t>(reps), 0.0);
+  for (const auto& v : ms) {
+    for (int i = 0; i < reps; ++i) slowest[static_cast<size_t>(i)] = std::max<double>(slowest[static_cast<size_t>(i)], v[static_cast<size_t>(i)]);
+  }
+  std::sort(slowest.begin(), slowest.end());
+  return slowest[slowest.size() / 2] * 1e3 / k;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t max_mib = 1024;
+  int reps = 15, ngpu = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-mib" && i + 1 < argc) {
+      max_mib = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (a == "--ngpu" && i + 1 < argc) {
+      ngpu = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_allreduce [--max-mib N] [--reps R] [--ngpu N]\n");
+      return 2;
+    }
+  }
+  int have = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&have));
+  const int n = ngpu > 0 ? std::min(ngpu, have) : have;
+  if (n < 1 || reps < 1) {
+    std::fprintf(stderr, "bench_allreduce: no GPU\n");
+    return 1;
+  }
+  const size_t max_bytes = max_mib * kMiB;
+  const size_t max_count = max_bytes / 2;
+  std::vector<Rank> ranks(static_cast<size_t>(n));
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
+  CHECK_NCCL(ncclCommInitAll(comms.data(), n, nullptr));
+  for (int r = 0; r < n; ++r) {
+    Rank& rk = ranks[static_cast<size_t>(r)];
+    rk.comm = comms[static_cast<size_t>(r)];
+    CHECK_CUDA(cudaSetDevice(r));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&rk.stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreate(&rk.start));
+    CHECK_CUDA(cudaEventCreate(&rk.stop));
+    rk.ws_bytes = dk::deterministicAllReduceWorkspaceBytes(max_count, dk::DType::kBF16, n);
+    CHECK_CUDA(cudaMalloc(&rk.send, max_bytes));
+    CHECK_CUDA(cudaMalloc(&rk.recv, max_bytes));
+    CHECK_CUDA(cudaMalloc(&rk.ws, rk.ws_bytes));
+    CHECK_CUDA(cudaMemset(rk.send, 0x3c, max_bytes));  // bf16 0x3c3c: finite values
+  }
+  const Call nccl = [](Rank& rk, size_t count) {
+    CHECK_NCCL(ncclAllReduce(rk.send, rk.recv, count, ncclBfloat16, ncclSum, rk.comm, rk.stream));
+  };
+  const Call det = [](Rank& rk, size_t count) {
+    const detrace::Status s = dk::deterministicAllReduce(rk.send, rk.recv, count, dk::DType::kBF16,
+                                                         dk::ReduceOrder::kRankOrder, 0, rk.comm,
+                                                         rk.stream, rk.ws, rk.ws_bytes);
+    if (!s.isOk()) {
+      std::fprintf(stderr, "bench_allreduce: %s\n", s.message().c_str());
+      std::exit(1);
+    }
+  };
+  int nccl_version = 0;
+  CHECK_NCCL(ncclGetVersion(&nccl_version));
+  std::printf("bench_allreduce: %d GPU(s), NCCL %d, bf16 sum, median of %d batches; bus bandwidth "
+              "= 2(n-1)/n x bytes / time\n", n, nccl_version, reps);
+  std::printf("%10s  %12s  %14s  %12s  %14s  %8s\n", "size", "nccl us", "nccl busBW GB/s",
+              "det us", "det busBW GB/s", "det/nccl");
+  const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  for (size_t bytes = kMiB; bytes <= max_bytes; bytes *= 2) {
+    const size_t count = bytes / 2;
+    const int k = static_cast<int>(std::clamp<size_t>(256 * kMiB / bytes, 1, 20));
+    const double t_nccl = timeCalls(ranks, nccl, count, k, reps);
+    const double t_det = timeCalls(ranks, det, count, k, reps);
+    const double bw_nccl = bus * static_cast<double>(bytes) / (t_nccl * 1e3);
+    const double bw_det = bus * static_cast<double>(bytes) / (t_det * 1e3);
+    std::printf("%7zu MiB  %12.1f  %14.1f  %12.1f  %14.1f  %7.1f%%\n", bytes / kMiB, t_nccl, bw_nccl,
+                t_det, bw_det, 100.0 * bw_det / bw_nccl);
+    std::fflush(stdout);
+  }
+  for (int r = 0; r < n; ++r) {
+    Rank& rk = ranks[static_cast<size_t>(r)];
+    CHECK_CUDA(cudaSetDevice(r));
+    (void)cudaFree(rk.send);
+    (void)cudaFree(rk.recv);
+    (void)cudaFree(rk.ws);
+    (void)ncclCommDestroy(rk.comm);
+  }
+  return 0;
+}
