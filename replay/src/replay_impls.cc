@@ -85,6 +85,7 @@ std::vector<Impl> implsFor(const LoadedOp& op, std::shared_ptr<const std::vector
       impls.push_back(std::move(cpu[i]));
     }
     impls.push_back(ncclImpl(op.collective, unavailable));
+    if (auto det = deterministicAllReduceImpl(op.collective, unavailable)) impls.push_back(std::move(*det));
     impls.push_back(std::move(gpu.back()));  // planted-racy
   }
   impls.push_back(fp64Impl(op, std::move(reference)));

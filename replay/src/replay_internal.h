@@ -114,6 +114,9 @@ std::vector<Impl> gpuReduceImpls(std::shared_ptr<const CollectiveProblem> p,
                                  const std::vector<OrderSpec>& orders,
                                  const std::string& unavailable);
 Impl ncclImpl(std::shared_ptr<const CollectiveProblem> p, const std::string& unavailable);
+// kernels' deterministic all-reduce over nranks local GPUs; AllReduce ops only (else nullopt).
+std::optional<Impl> deterministicAllReduceImpl(std::shared_ptr<const CollectiveProblem> p,
+                                               const std::string& unavailable);
 
 // Digests (docs/digest.md) of packed buffers: the whole buffer, and each row of `row_bytes`.
 uint64_t digestOf(const Bytes& bytes);

@@ -268,7 +268,7 @@ TEST(ReplayCollective, FindsTheRingOrderOfAnAllReduce) {
     EXPECT_EQ(names, (std::vector<std::string>{
                          "rank/gpu", "rank/cpu", "reversed/gpu", "reversed/cpu", "ring1/gpu",
                          "ring1/cpu", "ring2/gpu", "ring2/cpu", "ring3/gpu", "ring3/cpu",
-                         "tree/gpu", "tree/cpu", "nccl", "planted-racy", "fp64"}));
+                         "tree/gpu", "tree/cpu", "nccl", "det-allreduce", "planted-racy", "fp64"}));
     for (const auto& i : r->impls) {
       if (!i.ran()) continue;
       EXPECT_EQ(i.distinct, 1) << i.name;
@@ -305,7 +305,8 @@ TEST(ReplayCollective, OrdersEqualUpToCommutativityAreListedOnce) {
   ASSERT_TRUE(r.isOk());
   std::vector<std::string> names;
   for (const auto& i : r->impls) names.push_back(i.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"rank/gpu", "rank/cpu", "nccl", "planted-racy", "fp64"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"rank/gpu", "rank/cpu", "nccl", "det-allreduce",
+                                             "planted-racy", "fp64"}));
   EXPECT_EQ(find(*r, "rank/cpu")->matches_recorded, 1);
   EXPECT_EQ(find(*r, "fp64")->matches_recorded, 1);  // two bf16 summed in fp32: exact, then rounded
 }
@@ -327,7 +328,7 @@ TEST(ReplaySelect, ImplListSelectsByNamePrefixGlobAndGroup) {
   EXPECT_EQ(names({"ring2", "fp64"}), (std::vector<std::string>{"ring2/gpu", "ring2/cpu", "fp64"}));
   EXPECT_EQ(names({"ring*/cpu"}), (std::vector<std::string>{"ring1/cpu", "ring2/cpu", "ring3/cpu"}));
   EXPECT_EQ(names({"controls"}), std::vector<std::string>{"planted-racy"});
-  EXPECT_EQ(names({"gpu"}).size(), 8u);  // 6 orders, nccl, planted-racy
+  EXPECT_EQ(names({"gpu"}).size(), 9u);  // 6 orders, nccl, det-allreduce, planted-racy
   const auto bad = names({"ring9"});
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_NE(bad[0].find("--impl ring9: no such implementation"), std::string::npos) << bad[0];
