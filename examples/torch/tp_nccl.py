@@ -33,6 +33,15 @@ replicated head they must agree); --save-logits keeps the request's logits of ev
 world size: TP=2 and TP=1 sum in a different order, so they differ in the last bits).
 
 --allreduce nccl        the all-reduces go through torch.distributed (the default).
+--allreduce ipc         a one-shot all-reduce of our own over CUDA IPC buffers: each rank copies its
+                        partial into its shared buffer, the ranks meet at a barrier (gloo), and each
+                        sums every rank's buffer straight out of peer memory in rank order
+                        (examples/planted_shim: fixedOrderReduce). Declared to detrace through
+                        detrace/annotate.h, so it is recorded as an AllReduce like NCCL's. Ranks may
+                        share a GPU (rank r uses GPU LOCAL_RANK mod the GPU count): TP=4 runs on 2.
+--allreduce ipc-racy    the same, but rank --planted-rank sums in arrival order (the planted
+                        racy reduction, atomics): a nondeterministic all-reduce on that rank only,
+                        from 3 ranks up (two addends commute).
 --allreduce none-check  no process group and no all-reduce at all; only at world size 1, where the
                         sum over one rank is the identity: its logits must equal --allreduce nccl's.
 --device cpu            the same program on the CPU with the gloo backend (bf16 sums go through
@@ -47,6 +56,7 @@ before anything starts: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1), as every multi-GPU run of this project keeps them.
 """
 import argparse
+import ctypes
 import hashlib
 import os
 import socket
@@ -79,9 +89,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-heads", type=int, default=4, help="key/value heads (split over the ranks)")
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--allreduce", choices=["nccl", "none-check"], default="nccl",
-                   help="sum the row-parallel partial outputs through torch.distributed, or (world "
-                        "size 1 only) leave the all-reduces out")
+    p.add_argument("--allreduce", choices=["nccl", "ipc", "ipc-racy", "none-check"], default="nccl",
+                   help="sum the row-parallel partial outputs through torch.distributed (nccl), a "
+                        "one-shot all-reduce over CUDA IPC buffers (ipc; ipc-racy: planted "
+                        "arrival-order sums on --planted-rank), or (world size 1 only) not at all")
+    p.add_argument("--planted-rank", type=int, default=-1,
+                   help="with --allreduce ipc-racy: the rank whose sums are racy (default: the last)")
+    p.add_argument("--shim", help="path of libdetrace_planted_shim.so (--allreduce ipc*; default: "
+                                  "$DETRACE_SHIM or the usual build folders)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: gloo instead of NCCL, to check the sharding without GPUs")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
@@ -102,11 +117,14 @@ class World:
         self.rank, self.size, self.local_rank, self.device = rank, size, local_rank, device
         self.reduce = reduce  # False with --allreduce none-check (world size 1 only)
         self.gloo = device.type == "cpu"
+        self.ipc = None  # an IpcAllReduce with --allreduce ipc|ipc-racy
 
     def all_reduce_(self, t: torch.Tensor) -> torch.Tensor:
         """Sum `t` over the ranks, in place."""
         if not self.reduce:
             return t
+        if self.ipc is not None:
+            return self.ipc(t)
         if self.gloo and t.dtype == torch.bfloat16:
             # gloo's bf16 support varies across PyTorch versions; the CPU mode only checks the
             # sharding, so it sums in fp32.
@@ -121,6 +139,96 @@ class World:
         """Rank r's share of n rows/columns: slice r of W equal parts."""
         per = n // self.size
         return slice(self.rank * per, (self.rank + 1) * per)
+
+
+SHIM_NAME = "libdetrace_planted_shim.so"
+
+
+def find_shim(explicit):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [explicit, os.environ.get("DETRACE_SHIM")]
+    for build in ["build-device", "build/dev", "build/release", "build"]:
+        candidates.append(os.path.join(repo, build, "examples", "planted_shim", SHIM_NAME))
+    for c in candidates:
+        if c and os.path.isfile(c):
+            return c
+    sys.exit(f"tp_nccl: {SHIM_NAME} not found; build the detrace_planted_shim target and pass "
+             f"--shim PATH (or set DETRACE_SHIM)")
+
+
+class IpcAllReduce:
+    """A one-shot all-reduce over CUDA IPC buffers (examples/planted_shim). Two buffers per rank,
+    used in turn: a rank overwrites buffer k % 2 only after every rank passed the barrier of call
+    k + 1, which each reaches after its call k finished reading (it waits for its stream first)."""
+
+    COMM_ID = 0x1BC0A11  # any number equal on every rank: names the group in the trace
+
+    def __init__(self, world: "World", max_elems: int, racy_rank: int, shim_path: str):
+        self.world, self.racy_rank = world, racy_rank
+        lib = ctypes.CDLL(shim_path)
+        u64, u64p = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)
+        sig = {"detrace_shim_ipc_alloc": [u64, u64p, ctypes.c_char_p],
+               "detrace_shim_ipc_open": [ctypes.c_char_p, u64p],
+               "detrace_shim_ipc_close": [u64], "detrace_shim_free": [u64],
+               "detrace_shim_copy": [u64, u64, u64, ctypes.c_void_p],
+               "detrace_shim_oneshot_allreduce": [u64p, ctypes.c_int, ctypes.c_int, u64, u64,
+                                                  ctypes.c_int, ctypes.c_int, u64, ctypes.c_void_p]}
+        for name, argtypes in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        lib.detrace_shim_last_error.restype = ctypes.c_char_p
+        self.lib = lib
+        self.bytes = max_elems * torch.finfo(DTYPE).bits // 8
+        self.own, self.opened, self.ptrs = [], [], []
+        handles = []
+        for _ in range(2):
+            ptr, handle = ctypes.c_uint64(), ctypes.create_string_buffer(64)
+            self.check(lib.detrace_shim_ipc_alloc(self.bytes, ctypes.byref(ptr), handle), "ipc_alloc")
+            self.own.append(ptr.value)
+            handles.append(handle.raw)
+        everyone = [None] * world.size
+        dist.all_gather_object(everyone, handles)
+        for k in range(2):
+            ptrs = []
+            for r in range(world.size):
+                if r == world.rank:
+                    ptrs.append(self.own[k])
+                    continue
+                ptr = ctypes.c_uint64()
+                self.check(lib.detrace_shim_ipc_open(everyone[r][k], ctypes.byref(ptr)), "ipc_open")
+                self.opened.append(ptr.value)
+                ptrs.append(ptr.value)
+            self.ptrs.append((ctypes.c_uint64 * world.size)(*ptrs))
+        self.calls = 0
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            sys.exit(f"tp_nccl: rank {self.world.rank}: {what}: {self.lib.detrace_shim_last_error().decode()}")
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        assert t.is_contiguous() and t.dtype == DTYPE and t.numel() * 2 <= self.bytes
+        k = self.calls % 2
+        self.calls += 1
+        stream = torch.cuda.current_stream()
+        self.check(self.lib.detrace_shim_copy(self.own[k], t.data_ptr(), t.numel() * 2,
+                                              stream.cuda_stream), "copy")
+        stream.synchronize()
+        dist.barrier()
+        racy = int(self.world.rank == self.racy_rank)
+        self.check(self.lib.detrace_shim_oneshot_allreduce(
+            self.ptrs[k], self.world.size, self.world.rank, t.data_ptr(), t.numel(), 2, racy,
+            self.COMM_ID, stream.cuda_stream), "oneshot_allreduce")
+        return t
+
+    def close(self) -> None:
+        """After the last call: every rank done reading before any mapping goes away."""
+        torch.cuda.synchronize()
+        dist.barrier()
+        for p in self.opened:
+            self.lib.detrace_shim_ipc_close(p)
+        dist.barrier()
+        for p in self.own:
+            self.lib.detrace_shim_free(p)
 
 
 def free_port() -> int:
@@ -141,8 +249,10 @@ def init_world(args: argparse.Namespace) -> World:
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if args.device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
+        # --allreduce ipc* lets ranks share GPUs (LOCAL_RANK mod the GPU count); NCCL needs one each.
+        gpu = local_rank % torch.cuda.device_count() if args.allreduce.startswith("ipc") else local_rank
+        torch.cuda.set_device(gpu)
+        device = torch.device("cuda", gpu)
     else:
         device = torch.device("cpu")
     if args.allreduce == "none-check":
@@ -150,6 +260,19 @@ def init_world(args: argparse.Namespace) -> World:
             sys.exit("tp_nccl: --allreduce none-check runs only at world size 1 (without the "
                      "all-reduces the ranks would keep partial sums)")
         return World(rank, size, local_rank, device, reduce=False)
+    if args.allreduce.startswith("ipc"):
+        if args.device != "cuda":
+            sys.exit("tp_nccl: --allreduce ipc* needs --device cuda")
+        dist.init_process_group("gloo")  # handles and barriers only; the sums are the IPC kernels
+        world = World(dist.get_rank(), dist.get_world_size(), local_rank, device, reduce=True)
+        racy = -2  # no rank
+        if args.allreduce == "ipc-racy":
+            racy = args.planted_rank if args.planted_rank >= 0 else world.size - 1
+            if racy >= world.size:
+                sys.exit(f"tp_nccl: --planted-rank {racy} is not a rank of world size {world.size}")
+        max_elems = args.batch * max(args.prompt_len, 1) * args.hidden
+        world.ipc = IpcAllReduce(world, max_elems, racy, find_shim(args.shim))
+        return world
     backend = "nccl" if args.device == "cuda" else "gloo"
     try:
         # device_id binds the communicator to this GPU and creates it now, not at the first call.
@@ -407,6 +530,8 @@ def main() -> int:
                 torch.cuda.synchronize()
             seconds.append(time.perf_counter() - start)
     report(args, world, per_step, seconds)
+    if world.ipc is not None:
+        world.ipc.close()
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
