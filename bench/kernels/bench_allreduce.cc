@@ -5,7 +5,8 @@
 // implementation: 3 warm-up batches, then R timed batches of K back-to-back calls; a batch starts
 // on every rank after a host barrier and is timed with CUDA events on each rank's stream; its time
 // is the slowest rank's. The figure is the median batch time / K. Bus bandwidth is NCCL-tests'
-// definition for all-reduce, 2 (n-1)/n x bytes / time, so the two columns compare directly.
+// definition for all-reduce, 2 (n-1)/n x bytes / time, so the columns compare directly. Both of
+// the deterministic all-reduce's algorithms are measured (AllReduceAlgo kSliced and kGather).
 //
 //   bench_allreduce [--max-mib N] [--reps R] [--ngpu N]
 #include <cuda_runtime_api.h>
@@ -126,7 +127,9 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamCreateWithFlags(&rk.stream, cudaStreamNonBlocking));
     CHECK_CUDA(cudaEventCreate(&rk.start));
     CHECK_CUDA(cudaEventCreate(&rk.stop));
-    rk.ws_bytes = dk::deterministicAllReduceWorkspaceBytes(max_count, dk::DType::kBF16, n);
+    rk.ws_bytes = std::max(
+        dk::deterministicAllReduceWorkspaceBytes(max_count, dk::DType::kBF16, n, dk::AllReduceAlgo::kSliced),
+        dk::deterministicAllReduceWorkspaceBytes(max_count, dk::DType::kBF16, n, dk::AllReduceAlgo::kGather));
     CHECK_CUDA(cudaMalloc(&rk.send, max_bytes));
     CHECK_CUDA(cudaMalloc(&rk.recv, max_bytes));
     CHECK_CUDA(cudaMalloc(&rk.ws, rk.ws_bytes));
@@ -135,33 +138,41 @@ int main(int argc, char** argv) {
   const Call nccl = [](Rank& rk, size_t count) {
     CHECK_NCCL(ncclAllReduce(rk.send, rk.recv, count, ncclBfloat16, ncclSum, rk.comm, rk.stream));
   };
-  const Call det = [](Rank& rk, size_t count) {
-    const detrace::Status s = dk::deterministicAllReduce(rk.send, rk.recv, count, dk::DType::kBF16,
-                                                         dk::ReduceOrder::kRankOrder, 0, rk.comm,
-                                                         rk.stream, rk.ws, rk.ws_bytes);
-    if (!s.isOk()) {
-      std::fprintf(stderr, "bench_allreduce: %s\n", s.message().c_str());
-      std::exit(1);
-    }
+  auto det = [](dk::AllReduceAlgo algo) -> Call {
+    return [algo](Rank& rk, size_t count) {
+      const detrace::Status s = dk::deterministicAllReduce(
+          rk.send, rk.recv, count, dk::DType::kBF16, dk::ReduceOrder::kRankOrder, 0, rk.comm,
+          rk.stream, rk.ws, rk.ws_bytes, algo);
+      if (!s.isOk()) {
+        std::fprintf(stderr, "bench_allreduce: %s\n", s.message().c_str());
+        std::exit(1);
+      }
+    };
   };
+  const Call sliced = det(dk::AllReduceAlgo::kSliced), gather = det(dk::AllReduceAlgo::kGather);
   int nccl_version = 0;
   CHECK_NCCL(ncclGetVersion(&nccl_version));
   std::printf("bench_allreduce: %d GPU(s), NCCL %d, bf16 sum, median of %d batches; bus bandwidth "
               "= 2(n-1)/n x bytes / time\n", n, nccl_version, reps);
-  std::printf("%10s  %12s  %14s  %12s  %14s  %8s\n", "size", "nccl us", "nccl busBW GB/s",
-              "det us", "det busBW GB/s", "det/nccl");
+  std::printf("%10s  %9s %9s  %9s %9s %7s  %9s %9s %7s  %7s\n", "size", "nccl us", "GB/s",
+              "sliced us", "GB/s", "vs nccl", "gather us", "GB/s", "vs nccl", "auto");
   const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  const char* auto_name = n == 2 ? "gather" : "sliced";  // AllReduceAlgo::kAuto's choice
   for (size_t bytes = kMiB; bytes <= max_bytes; bytes *= 2) {
     const size_t count = bytes / 2;
     const int k = static_cast<int>(std::clamp<size_t>(256 * kMiB / bytes, 1, 20));
+    auto bw = [&](double us) { return bus * static_cast<double>(bytes) / (us * 1e3); };
     const double t_nccl = timeCalls(ranks, nccl, count, k, reps);
-    const double t_det = timeCalls(ranks, det, count, k, reps);
-    const double bw_nccl = bus * static_cast<double>(bytes) / (t_nccl * 1e3);
-    const double bw_det = bus * static_cast<double>(bytes) / (t_det * 1e3);
-    std::printf("%7zu MiB  %12.1f  %14.1f  %12.1f  %14.1f  %7.1f%%\n", bytes / kMiB, t_nccl, bw_nccl,
-                t_det, bw_det, 100.0 * bw_det / bw_nccl);
+    const double t_sliced = timeCalls(ranks, sliced, count, k, reps);
+    const double t_gather = timeCalls(ranks, gather, count, k, reps);
+    const double t_auto = n == 2 ? t_gather : t_sliced;
+    std::printf("%7zu MiB  %9.1f %9.1f  %9.1f %9.1f %6.1f%%  %9.1f %9.1f %6.1f%%  %6.1f%%\n",
+                bytes / kMiB, t_nccl, bw(t_nccl), t_sliced, bw(t_sliced), 100 * t_nccl / t_sliced,
+                t_gather, bw(t_gather), 100 * t_nccl / t_gather, 100 * t_nccl / t_auto);
     std::fflush(stdout);
   }
+  std::printf("vs nccl: the deterministic all-reduce's bus bandwidth as a share of NCCL's; auto = "
+              "%s at %d GPU(s) (AllReduceAlgo::kAuto)\n", auto_name, n);
   for (int r = 0; r < n; ++r) {
     Rank& rk = ranks[static_cast<size_t>(r)];
     CHECK_CUDA(cudaSetDevice(r));

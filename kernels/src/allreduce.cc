@@ -31,22 +31,74 @@ ncclDataType_t ncclTypeOf(DType dtype) {
 
 }  // namespace
 
-size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks) {
+namespace {
+AllReduceAlgo resolve(AllReduceAlgo algo, int nranks) {
+  if (algo != AllReduceAlgo::kAuto) return algo;
+  return nranks == 2 ? AllReduceAlgo::kGather : AllReduceAlgo::kSliced;
+}
+}  // namespace
+
+size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks,
+                                            AllReduceAlgo algo) {
   const size_t n = static_cast<size_t>(nranks < 1 ? 1 : nranks);
-  return (count + n * n) * dtypeSize(dtype);  // the exchanged slices + the gathered tail
+  const size_t sliced = (count + n * n) * dtypeSize(dtype);  // exchanged slices + gathered tail
+  const size_t gather = count * n * dtypeSize(dtype);         // every rank's whole buffer
+  switch (resolve(algo, nranks)) {
+    case AllReduceAlgo::kGather: return gather;
+    default: return sliced;
+  }
 }
 
-// Three steps on `stream`, every byte moved by NCCL without arithmetic:
+namespace {
+
+// kGather: ws[q] = rank q's buffer (all-gather), then the fixed-order sum of all of it.
+Status gatherReduce(const char* in, char* out, size_t count, DType dtype, ReduceOrder order,
+                    int start, ncclComm_t comm, cudaStream_t stream, char* ws, int nranks) {
+  const size_t bytes = count * dtypeSize(dtype);
+  DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(in, ws, count, ncclTypeOf(dtype), comm, stream));
+  const void* inputs[kMaxReduceRanks];
+  for (int q = 0; q < nranks; ++q) inputs[q] = ws + static_cast<size_t>(q) * bytes;
+  return fixedOrderReduce(inputs, nranks, out, count, dtype, order, start, stream);
+}
+
+// kSliced, three steps on `stream`:
 //   1. ncclAlltoAll: rank r receives slice r of every rank's send buffer (ws[q] = rank q's);
 //   2. fixedOrderReduce of those n slices into recv's slice r (the same order on every rank);
 //   3. ncclAllGather, in place: every rank gets every reduced slice.
-// The bytes each rank sends, 2 (n-1)/n of the buffer, are a ring all-reduce's. The count % n
-// elements left over are all-gathered whole (n-1 elements from each rank at most) and reduced
-// on every rank alike. Steps 1 and the tail's gather read `send` before steps 2 and 3 write
-// `recv`, so recv may equal send.
+// The count % n elements left over are all-gathered whole (n-1 elements from each rank at most)
+// and reduced on every rank alike. Step 1 and the tail's gather read `send` before steps 2 and 3
+// write `recv`, so recv may equal send.
+Status slicedReduce(const char* in, char* out, size_t count, DType dtype, ReduceOrder order,
+                    int start, ncclComm_t comm, cudaStream_t stream, char* ws, int nranks,
+                    int rank) {
+  const size_t n = static_cast<size_t>(nranks), esize = dtypeSize(dtype);
+  const size_t slice = count / n, tail = count % n, main = slice * n;
+  const ncclDataType_t type = ncclTypeOf(dtype);
+  char* tail_ws = ws + main * esize;
+  if (slice > 0) DETRACE_NCCL_RETURN_IF_ERROR(ncclAlltoAll(in, ws, slice, type, comm, stream));
+  if (tail > 0) {
+    DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(in + main * esize, tail_ws, tail, type, comm, stream));
+  }
+  const void* inputs[kMaxReduceRanks];
+  char* mine = out + static_cast<size_t>(rank) * slice * esize;
+  if (slice > 0) {
+    for (size_t q = 0; q < n; ++q) inputs[q] = ws + q * slice * esize;
+    DETRACE_RETURN_IF_ERROR(fixedOrderReduce(inputs, nranks, mine, slice, dtype, order, start, stream));
+  }
+  if (tail > 0) {
+    for (size_t q = 0; q < n; ++q) inputs[q] = tail_ws + q * tail * esize;
+    DETRACE_RETURN_IF_ERROR(
+        fixedOrderReduce(inputs, nranks, out + main * esize, tail, dtype, order, start, stream));
+  }
+  if (slice > 0) DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(mine, out, slice, type, comm, stream));
+  return Status::ok();
+}
+
+}  // namespace
+
 Status deterministicAllReduce(const void* send, void* recv, size_t count, DType dtype,
                               ReduceOrder order, int start, ncclComm_t comm, cudaStream_t stream,
-                              void* workspace, size_t workspace_bytes) {
+                              void* workspace, size_t workspace_bytes, AllReduceAlgo algo) {
   int nranks = 0, rank = 0;
   DETRACE_NCCL_RETURN_IF_ERROR(ncclCommCount(comm, &nranks));
   DETRACE_NCCL_RETURN_IF_ERROR(ncclCommUserRank(comm, &rank));
@@ -55,40 +107,21 @@ Status deterministicAllReduce(const void* send, void* recv, size_t count, DType 
                      "deterministicAllReduce supports up to {} ranks, the communicator has {}",
                      kMaxReduceRanks, nranks);
   }
-  const size_t need = deterministicAllReduceWorkspaceBytes(count, dtype, nranks);
+  algo = resolve(algo, nranks);
+  const size_t need = deterministicAllReduceWorkspaceBytes(count, dtype, nranks, algo);
   if (workspace == nullptr || workspace_bytes < need) {
     return makeError(ErrorCode::kInvalidArgument,
                      "deterministicAllReduce needs a workspace of {} bytes, got {}", need,
                      workspace == nullptr ? 0 : workspace_bytes);
   }
   if (count == 0) return Status::ok();
-  const size_t n = static_cast<size_t>(nranks), esize = dtypeSize(dtype);
-  const size_t slice = count / n, tail = count % n, main = slice * n;
-  const ncclDataType_t type = ncclTypeOf(dtype);
-  auto* ws = static_cast<char*>(workspace);
-  char* tail_ws = ws + main * esize;
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
-  if (slice > 0) DETRACE_NCCL_RETURN_IF_ERROR(ncclAlltoAll(in, ws, slice, type, comm, stream));
-  if (tail > 0) {
-    DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(in + main * esize, tail_ws, tail, type, comm, stream));
+  auto* ws = static_cast<char*>(workspace);
+  if (algo == AllReduceAlgo::kGather) {
+    return gatherReduce(in, out, count, dtype, order, start, comm, stream, ws, nranks);
   }
-  const void* inputs[kMaxReduceRanks];
-  if (slice > 0) {
-    for (size_t q = 0; q < n; ++q) inputs[q] = ws + q * slice * esize;
-    DETRACE_RETURN_IF_ERROR(fixedOrderReduce(inputs, nranks, out + rank * slice * esize, slice,
-                                             dtype, order, start, stream));
-  }
-  if (tail > 0) {
-    for (size_t q = 0; q < n; ++q) inputs[q] = tail_ws + q * tail * esize;
-    DETRACE_RETURN_IF_ERROR(
-        fixedOrderReduce(inputs, nranks, out + main * esize, tail, dtype, order, start, stream));
-  }
-  if (slice > 0) {
-    DETRACE_NCCL_RETURN_IF_ERROR(
-        ncclAllGather(out + rank * slice * esize, out, slice, type, comm, stream));
-  }
-  return Status::ok();
+  return slicedReduce(in, out, count, dtype, order, start, comm, stream, ws, nranks, rank);
 }
 
 }  // namespace detrace::kernels

@@ -54,7 +54,7 @@ TEST_F(AllReduceGpuTest, OneRankEqualsFixedOrderReduceCpu) {
 
 // Every rank of a communicator over all GPUs gets the CPU twin's fixed-order sum of all ranks'
 // inputs, bit for bit: counts with and without a remainder (count % nranks), out of place and in
-// place, fp32 and bf16, a non-trivial order.
+// place, fp32 and bf16, a non-trivial order, both ways of moving the bytes.
 TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
   DETRACE_REQUIRE_GPU();
   int ngpu = 0;
@@ -63,11 +63,13 @@ TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
   const int n = std::min(ngpu, kMaxReduceRanks);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n), nullptr);
   ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  for (AllReduceAlgo algo : {AllReduceAlgo::kSliced, AllReduceAlgo::kGather}) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (size_t count : {size_t{1} << 20, size_t{12345}, size_t{1}}) {
       for (bool in_place : {false, true}) {
         SCOPED_TRACE(::testing::Message() << dtypeName(dtype) << " count " << count << " in place "
-                                        << in_place << " ranks " << n);
+                                        << in_place << " ranks " << n << " algo "
+                                        << static_cast<int>(algo));
         const size_t bytes = count * dtypeSize(dtype);
         std::vector<std::vector<unsigned char>> inputs(static_cast<size_t>(n));
         for (auto& in : inputs) {
@@ -90,14 +92,14 @@ TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
             const auto i = static_cast<size_t>(r);
             if (cudaSetDevice(r) != cudaSuccess) return void(errors[i] = "cudaSetDevice");
             DeviceBuffer send(bytes), recv(bytes);
-            const size_t ws_bytes = deterministicAllReduceWorkspaceBytes(count, dtype, n);
+            const size_t ws_bytes = deterministicAllReduceWorkspaceBytes(count, dtype, n, algo);
             DeviceBuffer ws(ws_bytes);
             if (!send.ok() || !recv.ok() || !ws.ok()) return void(errors[i] = "cudaMalloc");
             send.upload(inputs[i].data(), bytes);
             recv.poison();
             void* out = in_place ? send.get() : recv.get();
             const Status s = deterministicAllReduce(send.get(), out, count, dtype, ReduceOrder::kRing,
-                                                    1, comms[i], nullptr, ws.get(), ws_bytes);
+                                                    1, comms[i], nullptr, ws.get(), ws_bytes, algo);
             if (!s.isOk()) return void(errors[i] = s.message());
             if (cudaDeviceSynchronize() != cudaSuccess) return void(errors[i] = "sync");
             got[i] = in_place ? send.download(bytes) : recv.download(bytes);
@@ -111,6 +113,7 @@ TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
         }
       }
     }
+  }
   }
   for (ncclComm_t c : comms) (void)ncclCommDestroy(c);
   (void)cudaSetDevice(0);

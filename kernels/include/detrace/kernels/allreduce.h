@@ -4,9 +4,8 @@
 // all-gather do no arithmetic); every sum is the same fixed-order reduction (fixedOrderReduce,
 // same order and start on every rank), so every element has the value fixedOrderReduce gives
 // over all ranks' inputs, run after run, independent of NCCL's algorithm, protocol or channel
-// count. Rank r reduces slice r of the buffer and the slices are all-gathered, so each rank sends
-// 2 (n-1)/n of the buffer, as in a ring all-reduce; bench/kernels/bench_allreduce compares its
-// bus bandwidth with NCCL's all-reduce.
+// count. The bytes move as AllReduceAlgo says; bench/kernels/bench_allreduce compares its bus
+// bandwidth with NCCL's all-reduce.
 // Only built when NCCL was found (DETRACE_HAVE_NCCL).
 #pragma once
 
@@ -23,8 +22,18 @@
 
 namespace detrace::kernels {
 
-// Bytes of the workspace deterministicAllReduce needs: count + nranks^2 elements of dtype.
-size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks);
+// How the bytes move (the sums, and so the result, are the same either way):
+//   kSliced  all-to-all, rank r reduces slice r, in-place all-gather: each rank sends
+//            2 (n-1)/n of the buffer, like a ring all-reduce;
+//   kGather  all-gather of whole buffers, every rank reduces all of it: each rank sends (n-1)
+//            buffers, the same bytes as kSliced at n = 2 in one NCCL call instead of two;
+//   kAuto    kGather for 2 ranks, kSliced above (bench/kernels/bench_allreduce measured both).
+enum class AllReduceAlgo { kAuto, kSliced, kGather };
+
+// Bytes of the workspace deterministicAllReduce needs with `algo` (kAuto: the one it picks for
+// nranks).
+size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks,
+                                            AllReduceAlgo algo = AllReduceAlgo::kAuto);
 
 // recv = sum over ranks of send (count elements), in `order` from `start`, on every rank.
 // `workspace` is device memory of at least deterministicAllReduceWorkspaceBytes(); recv may
@@ -32,7 +41,8 @@ size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nrank
 // is collective: every rank of `comm` must make it with the same count, dtype, order and start.
 Status deterministicAllReduce(const void* send, void* recv, size_t count, DType dtype,
                               ReduceOrder order, int start, ncclComm_t comm, cudaStream_t stream,
-                              void* workspace, size_t workspace_bytes);
+                              void* workspace, size_t workspace_bytes,
+                              AllReduceAlgo algo = AllReduceAlgo::kAuto);
 
 }  // namespace detrace::kernels
 
