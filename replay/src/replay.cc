@@ -45,6 +45,8 @@ struct Replayed {
 
 // Selects implementations; an --impl name that selects nothing is an error listing the names.
 Result<std::vector<Impl>> selectImpls(std::vector<Impl> all, const std::vector<std::string>& tokens) {
+  std::string names;  // before the chosen ones are moved out
+  for (const auto& i : all) names += (names.empty() ? "" : ", ") + i.name;
   std::vector<Impl> chosen;
   for (auto& impl : all) {
     if (detail::implSelected(tokens, impl)) chosen.push_back(std::move(impl));
@@ -54,8 +56,6 @@ Result<std::vector<Impl>> selectImpls(std::vector<Impl> all, const std::vector<s
       return detail::implSelected({t}, i);
     });
     if (!used) {
-      std::string names;
-      for (const auto& i : all) names += (names.empty() ? "" : ", ") + i.name;
       return makeError(ErrorCode::kInvalidArgument,
                        "--impl {}: no such implementation for this op (it has: {}; groups: cpu, "
                        "gpu, controls; '*' globs)",

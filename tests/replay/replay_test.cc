@@ -333,6 +333,11 @@ TEST(ReplaySelect, ImplListSelectsByNamePrefixGlobAndGroup) {
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_NE(bad[0].find("--impl ring9: no such implementation"), std::string::npos) << bad[0];
   EXPECT_NE(bad[0].find("tree/cpu"), std::string::npos) << bad[0];
+  // With a token that did select something, the list still names every implementation.
+  const auto mixed = names({"fp64", "ring9"});
+  ASSERT_EQ(mixed.size(), 1u);
+  EXPECT_NE(mixed[0].find("it has: rank/gpu, rank/cpu,"), std::string::npos) << mixed[0];
+  EXPECT_NE(mixed[0].find("fp64"), std::string::npos) << mixed[0];
 }
 
 // The committed toy run (replay_synth.h): 3 ranks, a step at 4 tokens (events 0-5) and one at 8
