@@ -58,7 +58,7 @@ QString verdictSection(const Analysis& a) {
   html += row("why", esc(origin->why));
   if (origin->deep) html += row("deep window", esc(replay::deepVerdictText(*origin->deep)));
   html += row("after it",
-              QString("%1 more differing event(s) on this rank").arg(origin->differing.size() - 1));
+              QString("%1 more differing event(s) on this rank").arg(origin->differingEvents() - 1));
   html += row("next", "<code>" + esc(a.nextStep()) + "</code>");
   return html + "</table>";
 }
@@ -75,7 +75,7 @@ QString ranksSection(const Analysis& a) {
             .arg(r.events_b)
             .arg(r.first ? seqText(r.first->a) : "—", r.first ? seqText(r.first->b) : "—",
                  r.first ? esc(statusName(r.first->status)) : "identical")
-            .arg(r.differing.size());
+            .arg(r.differingEvents());
   }
   return html + "</table>";
 }

@@ -16,6 +16,7 @@ QColor statusColor(replay::PairStatus status) {
       return QColor(200, 220, 245);
     case replay::PairStatus::kBatchVariant:
       return QColor(255, 190, 140);
+    case replay::PairStatus::kReordered: return QColor(226, 238, 226);  // not a divergence
   }
   return {};
 }
@@ -34,6 +35,7 @@ QColor statusMarkColor(replay::PairStatus status) {
       return QColor(40, 110, 200);
     case replay::PairStatus::kBatchVariant:
       return QColor(235, 90, 0);
+    case replay::PairStatus::kReordered: return QColor(150, 175, 150);  // not a divergence
   }
   return Qt::black;
 }

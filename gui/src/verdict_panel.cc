@@ -55,7 +55,7 @@ QString rankTable(const Analysis& a) {
                 .arg(r.events_b)
                 .arg(r.first ? seqText(r.first->a) : "—", r.first ? seqText(r.first->b) : "—",
                      r.first ? statusName(r.first->status) : "identical")
-                .arg(r.differing.size())
+                .arg(r.differingEvents())
                 .arg(counts.toHtmlEscaped());
   }
   return html + "</table>";
@@ -194,7 +194,7 @@ void VerdictPanel::setAnalysis(std::shared_ptr<const Analysis> a) {
     form_->setRowVisible(fields_["deep"], true);
   }
   fields_["after"]->setText(
-      QString("%1 more differing event(s) on this rank").arg(origin->differing.size() - 1));
+      QString("%1 more differing event(s) on this rank").arg(origin->differingEvents() - 1));
   fields_["next"]->setText(QString::fromStdString(a->nextStep()));
   fields_box_->setVisible(true);
   jump_->setEnabled(true);

@@ -10,6 +10,8 @@
 namespace detrace::cli {
 namespace {
 
+static_assert(replay::kReorderWindow == 4096, "the --help footer and README.md name the window");
+
 struct DiffCliOptions {
   std::vector<std::string> runs;
   int rank = -1;
@@ -86,8 +88,14 @@ void addDiffCommand(CLI::App& app, Runner& run) {
       "cuBLASLt algorithm or NCCL algorithm/protocol/channels), nondeterministic (same input\n"
       "fingerprints, different outputs), propagated (inputs already differed, on this rank or, for\n"
       "a collective, on another), batch-variant (batch mode: the request's input rows match, its\n"
-      "output rows do not), or a schedule/shape difference (present in one run only). The report\n"
-      "names the first divergence in causal order across ranks and the command to confirm it.\n"
+      "output rows do not), or a schedule/shape difference (present in one run only). An op\n"
+      "present in one run only that has a partner of the same kind and shape left over in the\n"
+      "other, at most 4096 positions away (another thread's or stream's work, e.g. NCCL's setup\n"
+      "copies), is classified with it: reordered if their contents match, which is not a\n"
+      "divergence. The report names the first divergence in causal order across ranks and the\n"
+      "command to confirm it, says how many events were reordered, and lists the collectives\n"
+      "whose NCCL algorithm/protocol/channels changed (per op, dtype and size in A and B, with\n"
+      "calls) and whether their outputs, in batch mode the request's rows, stayed the same.\n"
       "When both runs were recorded with --deep, their launches in the window are compared by the\n"
       "digests of the memory they reach: the first launch whose memory matched before it and\n"
       "differs after it is named as the origin (which argument's allocation changed); launches\n"

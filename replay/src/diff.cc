@@ -1,12 +1,14 @@
 #include "detrace/replay/diff.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <span>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -27,9 +29,9 @@ const OpExtra& fingerprintsOf(const RankOps& r, const OpRecord& op) {
   return x != nullptr ? *x : kNoFingerprints;
 }
 
-PairStatus classify(const RankOps& ra, const OpRecord& oa, const RankOps& rb, const OpRecord& ob,
-                    bool diverged_before) {
-  if (ra.choice(oa) != rb.choice(ob)) return PairStatus::kKernelSelection;
+// What the fingerprints say of a pair, whatever ran it.
+PairStatus contentStatus(const RankOps& ra, const OpRecord& oa, const RankOps& rb,
+                         const OpRecord& ob, bool diverged_before) {
   const OpExtra& a = fingerprintsOf(ra, oa);
   const OpExtra& b = fingerprintsOf(rb, ob);
   bool inputs_known = a.has_inputs && b.has_inputs;
@@ -45,6 +47,12 @@ PairStatus classify(const RankOps& ra, const OpRecord& oa, const RankOps& rb, co
   return diverged_before ? PairStatus::kPropagated : PairStatus::kNondeterministic;
 }
 
+PairStatus classify(const RankOps& ra, const OpRecord& oa, const RankOps& rb, const OpRecord& ob,
+                    bool diverged_before) {
+  if (ra.choice(oa) != rb.choice(ob)) return PairStatus::kKernelSelection;
+  return contentStatus(ra, oa, rb, ob, diverged_before);
+}
+
 // Every row fingerprint of the operand with fewer rows appears among the other's rows.
 bool rowsContained(std::span<const uint64_t> x, std::span<const uint64_t> y) {
   std::span<const uint64_t> small = x.size() <= y.size() ? x : y;
@@ -56,8 +64,10 @@ bool rowsContained(std::span<const uint64_t> x, std::span<const uint64_t> y) {
   return true;
 }
 
-// Batch mode: compare the request's rows of operands in the same slot on both sides.
-PairStatus classifyBatch(const RankOps& ra, const OpRecord& oa, const RankOps& rb, const OpRecord& ob) {
+// Batch mode: compare the request's rows of operands in the same slot on both sides; nothing if
+// either side lacks row digests of its inputs or outputs.
+std::optional<PairStatus> rowsStatus(const RankOps& ra, const OpRecord& oa, const RankOps& rb,
+                                     const OpRecord& ob) {
   const OpExtra& a = fingerprintsOf(ra, oa);
   const OpExtra& b = fingerprintsOf(rb, ob);
   bool have_in = false, have_out = false, in_match = true, out_match = true;
@@ -78,13 +88,44 @@ PairStatus classifyBatch(const RankOps& ra, const OpRecord& oa, const RankOps& r
       }
     }
   }
-  if (!have_in || !have_out) {
-    return ra.choice(oa) != rb.choice(ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
-  }
+  if (!have_in || !have_out) return std::nullopt;
   if (!in_match) return PairStatus::kPropagated;
   return out_match ? PairStatus::kIdentical : PairStatus::kBatchVariant;
 }
 
+PairStatus classifyBatch(const RankOps& ra, const OpRecord& oa, const RankOps& rb,
+                         const OpRecord& ob) {
+  if (std::optional<PairStatus> rows = rowsStatus(ra, oa, rb, ob)) return *rows;
+  return ra.choice(oa) != rb.choice(ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+}
+
+std::string algoName(const RankOps& r, int64_t id) { return r.name(id).empty() ? "?" : r.name(id); }
+
+// The identity of a row of the NCCL choice table, as a sortable key.
+using ChoiceKey = std::tuple<int, int, int64_t, int64_t, std::string, std::string, int32_t,
+                             std::string, std::string, int32_t>;
+ChoiceKey choiceKey(const CollectiveChoiceChange& c) {
+  return {static_cast<int>(c.op), static_cast<int>(c.dtype), c.count_a, c.count_b, c.algo_a,
+          c.proto_a, c.channels_a, c.algo_b, c.proto_b, c.channels_b};
+}
+
+// Adds `from`'s calls to `into` (the same row of the table).
+void mergeChoice(CollectiveChoiceChange& into, const CollectiveChoiceChange& from) {
+  into.calls += from.calls;
+  into.unchanged += from.unchanged;
+  into.changed += from.changed;
+  into.inputs_differed += from.inputs_differed;
+  into.unknown += from.unknown;
+  for (int32_t r : from.ranks) {
+    auto at = std::lower_bound(into.ranks.begin(), into.ranks.end(), r);
+    if (at == into.ranks.end() || *at != r) into.ranks.insert(at, r);
+  }
+}
+
+// Aligns and classifies one rank. The aligned pairs stream through a window of the last
+// kReorderWindow positions before they are classified, so that an event missing from one side can
+// still meet the same event missing from the other (a moved event, see diff.h) and be classified
+// as one pair; they leave the window, and are classified, in the alignment's order.
 class RankDiffer {
  public:
   RankDiffer(const RankOps& a, const RankOps& b, bool batch) : a_(a), b_(b), batch_(batch) {
@@ -106,15 +147,29 @@ class RankDiffer {
       ++out_.anchors_matched;
       size_t ia = anchors_a[static_cast<size_t>(p.a)], ib = anchors_b[static_cast<size_t>(p.b)];
       segment(from_a, ia, from_b, ib);
-      emit(static_cast<int64_t>(ia), static_cast<int64_t>(ib));
+      place(static_cast<int64_t>(ia), static_cast<int64_t>(ib));
       from_a = ia + 1;
       from_b = ib + 1;
     }
     segment(from_a, a_.ops.size(), from_b, b_.ops.size());
+    while (!window_.empty()) settle();
+    for (auto& [key, change] : choices_) out_.collective_choices.push_back(std::move(change));
     return std::move(out_);
   }
 
  private:
+  // A pair as the alignment gave it, waiting in the window.
+  struct Slot {
+    int64_t a = -1, b = -1;
+    int64_t collectives_before = 0;
+    int64_t partner_pos = -1;  // a moved event: the position of its other half
+    int64_t partner = -1;      // ... and that half's seq (on the other side)
+    uint64_t move_key = 0;     // on one side only: what its partner must match (movingKey)
+    bool pending = false;      // on one side only, and waiting for a partner in pending_
+    bool settled = false;      // the later half of a moved event, classified with the earlier
+    PairStatus status = PairStatus::kIdentical;
+  };
+
   static std::vector<size_t> anchors(const RankOps& r) {
     std::vector<size_t> idx;
     for (size_t i = 0; i < r.ops.size(); ++i) {
@@ -129,7 +184,7 @@ class RankDiffer {
     return keys;
   }
 
-  // Aligns ops [a0, a1) with [b0, b1) by key and emits the pairs.
+  // Aligns ops [a0, a1) with [b0, b1) by key and places the pairs.
   void segment(size_t a0, size_t a1, size_t b0, size_t b1) {
     if (a0 >= a1 && b0 >= b1) return;
     std::vector<uint64_t> ka, kb;
@@ -138,38 +193,189 @@ class RankDiffer {
     Alignment al = alignSequences(ka, kb);
     out_.exact_alignment &= al.exact;
     for (const AlignedPair& p : al.pairs) {
-      emit(p.a < 0 ? -1 : static_cast<int64_t>(a0) + p.a, p.b < 0 ? -1 : static_cast<int64_t>(b0) + p.b);
+      place(p.a < 0 ? -1 : static_cast<int64_t>(a0) + p.a,
+            p.b < 0 ? -1 : static_cast<int64_t>(b0) + p.b);
     }
   }
 
-  void emit(int64_t ia, int64_t ib) {
-    PairStatus status = PairStatus::kSchedule;
-    const OpRecord* oa = ia >= 0 ? &a_.ops[static_cast<size_t>(ia)] : nullptr;
-    const OpRecord* ob = ib >= 0 ? &b_.ops[static_cast<size_t>(ib)] : nullptr;
-    bool marker = (oa && oa->kind() == db::EventKind::kMarker) || (ob && ob->kind() == db::EventKind::kMarker);
-    if (oa && ob) {
-      // An inexact alignment paired unrelated ops by position: that is a schedule difference.
-      if (oa->key != ob->key) {
-        status = PairStatus::kSchedule;
-      } else if (marker) {
-        status = PairStatus::kIdentical;  // "step 3" and "step 4" are one family: positions, not ops
-      } else if (batch_ && oa->anchor) {
-        status = classifyBatch(a_, *oa, b_, *ob);
-      } else if (batch_) {
-        // Kernels carry no fingerprints: in batch mode their selection may differ legitimately.
-        status = a_.choice(*oa) != b_.choice(*ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
-      } else {
-        status = classify(a_, *oa, b_, *ob, out_.first.has_value());
-      }
-    }
-    ++out_.counts[status];
-    if (status != PairStatus::kIdentical) {
-      PairDiff d{ia, ib, status, collectives_};
-      out_.differing.push_back(d);
-      bool anchor = (oa && oa->anchor) || (ob && ob->anchor);
-      if (!out_.first && !marker && (!batch_ || anchor)) out_.first = d;
-    }
+  Slot& slotAt(int64_t pos) { return window_[static_cast<size_t>(pos - head_)]; }
+
+  // The next pair of the alignment enters the window; the oldest leaves it when it is full.
+  void place(int64_t ia, int64_t ib) {
+    Slot s{ia, ib, collectives_};
+    const OpRecord* oa = opAt(a_, ia);
+    const OpRecord* ob = opAt(b_, ib);
     if (oa && oa->kind() == db::EventKind::kCollective) ++collectives_;
+    const int64_t pos = head_ + static_cast<int64_t>(window_.size());
+    if (oa && ob && oa->anchor && ob->anchor && oa->key == ob->key) {
+      anchor_pairs_.push_back({ia, ib, pos});
+    }
+    if ((ia < 0) != (ib < 0)) pairMoved(s, pos);
+    window_.push_back(s);
+    if (static_cast<int64_t>(window_.size()) > kReorderWindow) settle();
+  }
+
+  // What an event on one side only must share with its partner to be the same event moved: its
+  // alignment key and, for a kernel a library op launched, that op (as run A's seq: the partner's
+  // op must be aligned with it). Nothing for markers (positions, not work) and for a child of a
+  // library op that has no aligned partner.
+  std::optional<uint64_t> movingKey(const Slot& s) const {
+    const bool in_a = s.a >= 0;
+    const OpRecord& op = in_a ? a_.ops[static_cast<size_t>(s.a)] : b_.ops[static_cast<size_t>(s.b)];
+    if (op.kind() == db::EventKind::kMarker) return std::nullopt;
+    int64_t parent = op.parent;
+    if (parent >= 0 && !in_a) parent = parentInA(parent);
+    if (op.parent >= 0 && parent < 0) return std::nullopt;
+    uint64_t x = op.key ^ (static_cast<uint64_t>(parent + 2) * 0x9E3779B97F4A7C15ULL);
+    return x ^ (x >> 31);
+  }
+
+  // Run A's library op aligned with run B's `seq_b` (in the window), or -1. anchor_pairs_ is in
+  // the order of both runs (the alignment is monotone).
+  int64_t parentInA(int64_t seq_b) const {
+    auto it = std::lower_bound(anchor_pairs_.begin(), anchor_pairs_.end(), seq_b,
+                               [](const AnchorPair& p, int64_t b) { return p.b < b; });
+    return it != anchor_pairs_.end() && it->b == seq_b ? it->a : -1;
+  }
+
+  // An event on one side only: the oldest pending event of the other side with its moving key,
+  // within the window, is the same event moved. Pending events of one key are all on one side
+  // (an event of the other side would have been paired with them), oldest first.
+  void pairMoved(Slot& s, int64_t pos) {
+    std::optional<uint64_t> key = movingKey(s);
+    if (!key) return;
+    auto it = pending_.find(*key);
+    if (it != pending_.end() && (slotAt(it->second.front()).a >= 0) != (s.a >= 0)) {
+      Slot& earlier = slotAt(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) pending_.erase(it);
+      earlier.pending = false;
+      earlier.partner_pos = pos;
+      earlier.partner = s.a >= 0 ? s.a : s.b;
+      s.partner = earlier.a >= 0 ? earlier.a : earlier.b;
+      return;
+    }
+    s.move_key = *key;
+    s.pending = true;
+    pending_[*key].push_back(pos);
+  }
+
+  // Classifies the oldest pair of the window and records it.
+  void settle() {
+    Slot s = window_.front();
+    window_.pop_front();
+    ++head_;
+    while (!anchor_pairs_.empty() && anchor_pairs_.front().pos < head_) anchor_pairs_.pop_front();
+    if (s.settled) {  // the later half of a moved event: classified and counted with the earlier
+      if (s.status != PairStatus::kIdentical) out_.differing.push_back(rowOf(s));
+      return;
+    }
+    if (s.partner >= 0) return settleMoved(s);
+    if (s.pending) {  // never paired: it leaves the pending events of its key (their oldest)
+      auto it = pending_.find(s.move_key);
+      it->second.pop_front();
+      if (it->second.empty()) pending_.erase(it);
+    }
+    const OpRecord* oa = opAt(a_, s.a);
+    const OpRecord* ob = opAt(b_, s.b);
+    s.status = statusOf(oa, ob);
+    record(rowOf(s), oa, ob);
+  }
+
+  // The earlier half of a moved event: the pair is classified now, at the earlier place.
+  void settleMoved(Slot& s) {
+    Slot& later = slotAt(s.partner_pos);
+    const int64_t ia = s.a >= 0 ? s.a : later.a, ib = s.b >= 0 ? s.b : later.b;
+    const OpRecord* oa = opAt(a_, ia);
+    const OpRecord* ob = opAt(b_, ib);
+    PairStatus status = statusOf(oa, ob);
+    if (status == PairStatus::kIdentical) status = PairStatus::kReordered;
+    s.status = later.status = status;
+    later.settled = true;
+    ++out_.counts[status];
+    out_.differing.push_back(rowOf(s));
+    if (status == PairStatus::kReordered) return;
+    int64_t before = s.a >= 0 ? s.collectives_before : later.collectives_before;
+    considerFirst(PairDiff{ia, ib, status, before, ib}, oa, ob);
+  }
+
+  PairDiff rowOf(const Slot& s) const {
+    return PairDiff{s.a, s.b, s.status, s.collectives_before, s.partner};
+  }
+
+  void record(const PairDiff& d, const OpRecord* oa, const OpRecord* ob) {
+    ++out_.counts[d.status];
+    if (d.status == PairStatus::kIdentical) return;
+    out_.differing.push_back(d);
+    considerFirst(d, oa, ob);
+  }
+
+  void considerFirst(const PairDiff& d, const OpRecord* oa, const OpRecord* ob) {
+    bool marker = (oa && oa->kind() == db::EventKind::kMarker) ||
+                  (ob && ob->kind() == db::EventKind::kMarker);
+    bool anchor = (oa && oa->anchor) || (ob && ob->anchor);
+    if (!out_.first && !marker && (!batch_ || anchor)) out_.first = d;
+  }
+
+  // How a pair is classified (an event on one side only: a schedule difference).
+  PairStatus statusOf(const OpRecord* oa, const OpRecord* ob) {
+    if (!oa || !ob) return PairStatus::kSchedule;
+    // An inexact alignment paired unrelated ops by position: that is a schedule difference.
+    if (oa->key != ob->key) return PairStatus::kSchedule;
+    if (oa->kind() == db::EventKind::kMarker || ob->kind() == db::EventKind::kMarker) {
+      return PairStatus::kIdentical;  // "step 3" and "step 4" are one family: positions, not ops
+    }
+    PairStatus status;
+    if (batch_ && oa->anchor) {
+      status = classifyBatch(a_, *oa, b_, *ob);
+    } else if (batch_) {
+      // Kernels carry no fingerprints: in batch mode their selection may differ legitimately.
+      status =
+          a_.choice(*oa) != b_.choice(*ob) ? PairStatus::kKernelSelection : PairStatus::kIdentical;
+    } else {
+      status = classify(a_, *oa, b_, *ob, out_.first.has_value());
+    }
+    noteCollectiveChoice(*oa, *ob);
+    return status;
+  }
+
+  // Two collectives of the same kind (and, run to run, size) that NCCL ran differently: a row of
+  // the NCCL choice table, with what became of their outputs.
+  void noteCollectiveChoice(const OpRecord& oa, const OpRecord& ob) {
+    const db::Collective* ca = a_.collective(oa);
+    const db::Collective* cb = b_.collective(ob);
+    if (ca == nullptr || cb == nullptr || a_.choice(oa) == b_.choice(ob)) return;
+    CollectiveChoiceChange c;
+    c.op = ca->op;
+    c.dtype = ca->dtype;
+    c.count_a = ca->count;
+    c.count_b = cb->count;
+    c.algo_a = algoName(a_, ca->algo);
+    c.proto_a = algoName(a_, ca->proto);
+    c.channels_a = ca->channels;
+    c.algo_b = algoName(b_, cb->algo);
+    c.proto_b = algoName(b_, cb->proto);
+    c.channels_b = cb->channels;
+    c.calls = 1;
+    c.ranks = {out_.rank};
+    PairStatus outcome = outputOutcome(oa, ob);
+    int64_t& calls = outcome == PairStatus::kIdentical    ? c.unchanged
+                     : outcome == PairStatus::kPropagated ? c.inputs_differed
+                     : outcome == PairStatus::kSchedule   ? c.unknown
+                                                          : c.changed;
+    ++calls;
+    auto [it, fresh] = choices_.try_emplace(choiceKey(c), c);
+    if (!fresh) mergeChoice(it->second, c);
+  }
+
+  // The outputs of a pair, whatever ran it: identical, propagated, batch-variant or
+  // nondeterministic; kSchedule stands for "not known" (no fingerprints or row digests).
+  PairStatus outputOutcome(const OpRecord& oa, const OpRecord& ob) const {
+    if (batch_) return rowsStatus(a_, oa, b_, ob).value_or(PairStatus::kSchedule);
+    if (!fingerprintsOf(a_, oa).has_outputs || !fingerprintsOf(b_, ob).has_outputs) {
+      return PairStatus::kSchedule;
+    }
+    return contentStatus(a_, oa, b_, ob, out_.first.has_value());
   }
 
   const RankOps& a_;
@@ -177,6 +383,16 @@ class RankDiffer {
   const bool batch_;
   RankDiff out_;
   int64_t collectives_ = 0;
+  std::deque<Slot> window_;  // the pairs at positions [head_, head_ + size) of the alignment
+  int64_t head_ = 0;
+  // Events on one side only, still in the window and unpaired: their positions, by key.
+  std::unordered_map<uint64_t, std::deque<int64_t>> pending_;
+  // The aligned library ops in the window: the parents of kernels that may still be paired.
+  struct AnchorPair {
+    int64_t a, b, pos;
+  };
+  std::deque<AnchorPair> anchor_pairs_;
+  std::map<ChoiceKey, CollectiveChoiceChange> choices_;
 };
 
 // "algo 66 tile 27 split-K 1 ...", leaving out what the recorder did not know (-1).
@@ -255,6 +471,13 @@ RankScratch scratchOf(const RankOps& a, const RankDiff& rd) {
   return s;
 }
 
+// Gives the row in B of a moved event the status of its row in A, `in_a` (both halves are rows).
+void syncMovedHalfInB(std::vector<PairDiff>& differing, const PairDiff& in_a) {
+  for (PairDiff& d : differing) {
+    if (d.a < 0 && d.b == in_a.partner) d.status = in_a.status;
+  }
+}
+
 // A collective whose local inputs matched can still differ because another rank's inputs did.
 void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankScratch>& scratch) {
   std::set<CollectiveId> fed_by_divergence;
@@ -271,12 +494,14 @@ void propagateAcrossRanks(std::vector<RankDiff>& ranks, const std::vector<RankSc
         --rd.counts[d.status];
         d.status = PairStatus::kPropagated;
         ++rd.counts[d.status];
+        if (d.moved()) syncMovedHalfInB(rd.differing, d);
       }
     }
     if (auto& first = rd.first) {
       for (const PairDiff& d : rd.differing) {
-        if (d.a == first->a && d.b == first->b && first->status != d.status) {
-          // Only collectives change here, and a propagated collective needs no ops to explain.
+        // Only collectives (rows of run A; a moved one's first names its row in A) change here,
+        // and a propagated collective needs no ops to explain.
+        if (d.a >= 0 && d.a == first->a && first->status != d.status) {
           first->status = d.status;
           rd.why = propagatedText();
         }
@@ -347,18 +572,31 @@ std::string explain(const RankOps& a, const RankOps& b, const PairDiff& d, bool 
                          ran.empty() ? "the same kernels ran in both"
                                      : "the kernel choice changed with the batch: " + ran);
     }
+    case PairStatus::kReordered:
+      return "reordered: the same op with the same contents, at another place relative to the rest";
     case PairStatus::kIdentical:
       return "identical";
   }
   return "";
 }
 
+// explain(), and for a moved event where it ran in each run.
+std::string explainMoved(const RankOps& a, const RankOps& b, const PairDiff& d, bool first) {
+  std::string why = explain(a, b, d, first);
+  if (!d.moved() || d.a < 0 || d.b < 0) return why;
+  return why + fmt::format(" (it also ran in another order relative to the rest: event {} in A, "
+                           "{} in B, another thread's or stream's work)",
+                           d.a, d.b);
+}
+
 void addSelectionChanges(const RankOps& a, const RankOps& b, const RankDiff& rd,
                          std::map<std::tuple<int, std::string, std::string>, int64_t>& table) {
   for (const PairDiff& d : rd.differing) {
-    if (d.status != PairStatus::kKernelSelection) continue;
+    // A moved event counts once, by its row in A (whose partner is its seq in B).
+    if (d.status != PairStatus::kKernelSelection || d.a < 0) continue;
     const OpRecord* oa = opAt(a, d.a);
-    const OpRecord* ob = opAt(b, d.b);
+    const OpRecord* ob = opAt(b, d.moved() ? d.partner : d.b);
+    if (oa == nullptr || ob == nullptr) continue;
     ++table[{static_cast<int>(oa->kind()), choiceText(a, *oa), choiceText(b, *ob)}];
   }
 }
@@ -373,8 +611,28 @@ const char* pairStatusName(PairStatus status) {
     case PairStatus::kPropagated: return "propagated";
     case PairStatus::kSchedule: return "schedule or shape difference";
     case PairStatus::kBatchVariant: return "batch-variant";
+    case PairStatus::kReordered: return "reordered";
   }
   return "unknown";
+}
+
+int64_t RankDiff::count(PairStatus status) const {
+  auto it = counts.find(status);
+  return it != counts.end() ? it->second : 0;
+}
+
+int64_t RankDiff::differingEvents() const {
+  int64_t n = 0;
+  for (const PairDiff& d : differing) {
+    if (d.status == PairStatus::kReordered || (d.moved() && d.a < 0)) continue;
+    ++n;
+  }
+  return n;
+}
+
+const char* CollectiveChoiceChange::rows() const {
+  if (changed > 0) return "changed";
+  return unchanged == calls ? "unchanged" : "unknown";
 }
 
 RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch) {
@@ -406,9 +664,16 @@ std::string describeOp(const RankOps& r, int64_t seq) {
   }
   if (const db::Collective* coll = r.collective(*op)) {
     const db::Collective& c = *coll;
-    return fmt::format("{} {} count={} {} rank {}/{} comm seq {} ({})", db::collOpName(c.op),
-                       db::dtypeName(c.dtype), c.count, db::redOpName(c.redop), c.comm_rank,
-                       c.comm_nranks, c.comm_seq, collectiveChoiceText(r, c));
+    // NCCL's calls go by their op; a program's own (detrace/annotate.h) by its name too, and by
+    // the kernels it launched where NCCL's choices would be.
+    const std::string& name = r.name(op->name);
+    const bool nccl = name.empty() || name.starts_with("nccl");
+    const std::string ran = c.channels >= 0 || !r.name(c.algo).empty() ? collectiveChoiceText(r, c)
+                                                                        : childKernels(r, seq);
+    return fmt::format("{}{} {} count={} {} rank {}/{} comm seq {}{}", nccl ? "" : name + ": ",
+                       db::collOpName(c.op), db::dtypeName(c.dtype), c.count,
+                       db::redOpName(c.redop), c.comm_rank, c.comm_nranks, c.comm_seq,
+                       ran.empty() ? "" : " (" + ran + ")");
   }
   return fmt::format("{} {}", db::eventKindName(op->kind()), shortKernelName(r.name(op->name)));
 }
@@ -488,7 +753,7 @@ void describeFirst(const RankOps& a, const RankOps& b, RankDiff& rd) {
   rd.first_b = f.b >= 0 ? describeOp(b, f.b) : "(absent)";
   rd.why = firstIsDeepOrigin(rd) ? "nondeterministic: its memory before the launch matched in both "
                                    "runs and differs after it (deep window)"
-                                 : explain(a, b, f, /*first=*/true);
+                                 : explainMoved(a, b, f, /*first=*/true);
   const OpRecord* op = opAt(a, f.a);
   if (f.status == PairStatus::kPropagated && op && op->kind() != db::EventKind::kCollective) {
     rd.entered_after = lastFingerprintedBefore(a, f.a);
@@ -555,6 +820,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   std::optional<KeyOptions> keys;  // decided on the first rank
   bool fingerprinted_a = false, fingerprinted_b = false;
   std::map<std::tuple<int, std::string, std::string>, int64_t> table;
+  std::map<ChoiceKey, CollectiveChoiceChange> choices;
   for (const db::RankFile& rf : run_a.ranks()) {
     if (only && rf.rank != *only) continue;
     if (run_b.findRank(rf.rank) == nullptr) {
@@ -584,6 +850,10 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     fingerprinted_b |= b.fingerprinted;
     describeFirst(a, b, rd);
     addSelectionChanges(a, b, rd, table);
+    for (const CollectiveChoiceChange& c : rd.collective_choices) {
+      auto [it, fresh] = choices.try_emplace(choiceKey(c), c);
+      if (!fresh) mergeChoice(it->second, c);
+    }
     scratch.push_back(scratchOf(a, rd));
     out.ranks.push_back(std::move(rd));
   }
@@ -610,6 +880,7 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
     out.selection_changes.push_back(
         {static_cast<db::EventKind>(std::get<0>(key)), std::get<1>(key), std::get<2>(key), count});
   }
+  for (auto& [key, c] : choices) out.collective_choice_changes.push_back(std::move(c));
   out.origin_rank = originOf(out.ranks, scratch);
   return out;
 }

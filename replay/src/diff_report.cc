@@ -147,6 +147,104 @@ nlohmann::json namedJson(const DeepNamed& n) {
           {"args", n.differingArgs()}, {"position", n.position}, {"landmark", n.landmark}};
 }
 
+// "rank 3", "ranks 0, 2", "ranks 0-7"
+std::string ranksText(const std::vector<int32_t>& ranks) {
+  if (ranks.size() == 1) return fmt::format("rank {}", ranks[0]);
+  bool contiguous =
+      ranks.size() > 2 && ranks.back() - ranks.front() + 1 == static_cast<int32_t>(ranks.size());
+  if (contiguous) return fmt::format("ranks {}-{}", ranks.front(), ranks.back());
+  std::string out;
+  for (int32_t r : ranks) out += fmt::format("{}{}", out.empty() ? "" : ", ", r);
+  return "ranks " + out;
+}
+
+// "8192 (16 KiB)"
+std::string elementsText(int64_t count, db::DType dtype) {
+  int size = db::dtypeSize(dtype);
+  return size > 0 ? fmt::format("{} ({})", count, bytesText(count * size)) : std::to_string(count);
+}
+
+// "AllReduce bf16 1024 (2 KiB) -> 65536 (128 KiB)"
+std::string collectiveSizeText(const CollectiveChoiceChange& c) {
+  std::string size = elementsText(c.count_a, c.dtype);
+  if (c.count_b != c.count_a) size += " -> " + elementsText(c.count_b, c.dtype);
+  return fmt::format("{} {} {}", db::collOpName(c.op), db::dtypeName(c.dtype), size);
+}
+
+std::string collectiveChoiceText(const std::string& algo, const std::string& proto,
+                                 int32_t channels) {
+  return channels >= 0 ? fmt::format("{}/{}/{} ch", algo, proto, channels)
+                       : fmt::format("{}/{}/? ch", algo, proto);
+}
+
+// What became of the outputs of a row's calls: "rows unchanged", "rows changed in 3 of 24 calls".
+std::string outcomeText(const CollectiveChoiceChange& c, bool batch) {
+  const char* what = batch ? "rows" : "outputs";
+  if (c.unchanged == c.calls) return fmt::format("{} unchanged", what);
+  std::string out = c.changed > 0
+                        ? fmt::format("{} changed in {} of {} call(s)", what, c.changed, c.calls)
+                        : fmt::format("{} unknown", what);
+  std::string why;
+  auto add = [&](int64_t n, const char* text) {
+    if (n > 0) why += fmt::format("{}{} in {} call(s)", why.empty() ? "" : "; ", text, n);
+  };
+  add(c.unchanged, "unchanged");
+  add(c.inputs_differed, "inputs already differed");
+  add(c.unknown, batch ? "no row digests" : "no fingerprints");
+  return why.empty() ? out : fmt::format("{} ({})", out, why);
+}
+
+// The NCCL choice table of formatDiff.
+std::string formatCollectiveChoices(const RunDiff& d) {
+  std::string out =
+      fmt::format("\nNCCL choice changes (A -> B), and whether {} changed\n",
+                  d.batch_mode ? "the request's rows of their outputs" : "their outputs");
+  for (const CollectiveChoiceChange& c : d.collective_choice_changes) {
+    out += fmt::format("  {:>6}x  {}, {}\n          {} -> {}: {}\n", c.calls, collectiveSizeText(c),
+                       ranksText(c.ranks), collectiveChoiceText(c.algo_a, c.proto_a, c.channels_a),
+                       collectiveChoiceText(c.algo_b, c.proto_b, c.channels_b),
+                       outcomeText(c, d.batch_mode));
+  }
+  return out;
+}
+
+// One line per rank with reordered events.
+std::string formatReordered(const RunDiff& d) {
+  std::string out;
+  for (const RankDiff& r : d.ranks) {
+    if (r.reordered() == 0) continue;
+    out += fmt::format(
+        "{} event(s) ran in another order relative to the rest on rank {} (another "
+        "thread's or stream's work, e.g. NCCL's setup copies); their contents match\n",
+        r.reordered(), r.rank);
+  }
+  return out;
+}
+
+nlohmann::json collectiveChoicesJson(const RunDiff& d) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CollectiveChoiceChange& c : d.collective_choice_changes) {
+    out.push_back({{"op", db::collOpName(c.op)},
+                   {"dtype", db::dtypeName(c.dtype)},
+                   {"count_a", c.count_a},
+                   {"count_b", c.count_b},
+                   {"algo_a", c.algo_a},
+                   {"proto_a", c.proto_a},
+                   {"channels_a", c.channels_a},
+                   {"algo_b", c.algo_b},
+                   {"proto_b", c.proto_b},
+                   {"channels_b", c.channels_b},
+                   {"calls", c.calls},
+                   {"rows", c.rows()},
+                   {"calls_unchanged", c.unchanged},
+                   {"calls_changed", c.changed},
+                   {"calls_inputs_differed", c.inputs_differed},
+                   {"calls_unknown", c.unknown},
+                   {"ranks", c.ranks}});
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json deepDiffJson(const DeepDiff& d) {
@@ -175,6 +273,7 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
   if (origin == nullptr) {
     out += fmt::format("IDENTICAL: {} and {} match on every compared rank ({} rank(s)).\n", l.a,
                        l.b, d.ranks.size());
+    out += formatReordered(d);
   } else {
     const PairDiff& f = *origin->first;
     out += fmt::format("DIVERGENT: {} and {} part on rank {}.\n", l.a, l.b, origin->rank);
@@ -193,19 +292,21 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
     out += fmt::format("  op in B          {}\n", origin->first_b);
     out += fmt::format("  why              {}\n", origin->why);
     out += fmt::format("  after it         {} more differing event(s) on this rank\n",
-                       origin->differing.size() - 1);
+                       origin->differingEvents() - 1);
     out += fmt::format("  next             {}\n", nextStep(*origin, l));
+    if (std::string reordered = formatReordered(d); !reordered.empty()) out += "\n" + reordered;
   }
   out += "\nper rank\n";
   for (const RankDiff& r : d.ranks) {
+    std::string reordered = r.reordered() > 0 ? fmt::format("; {} reordered", r.reordered()) : "";
     if (!r.first) {
-      out += fmt::format("  rank {:<3} identical ({} events)\n", r.rank, r.events_a);
+      out += fmt::format("  rank {:<3} identical ({} events{})\n", r.rank, r.events_a, reordered);
       continue;
     }
-    out += fmt::format("  rank {:<3} first at A {} / B {} ({}), after {} collective(s); {} differing{}\n",
-                       r.rank, seqText(r.first->a), seqText(r.first->b),
-                       pairStatusName(r.first->status), r.first->collectives_before,
-                       r.differing.size(), deepRankNote(r));
+    out += fmt::format(
+        "  rank {:<3} first at A {} / B {} ({}), after {} collective(s); {} differing{}{}\n",
+        r.rank, seqText(r.first->a), seqText(r.first->b), pairStatusName(r.first->status),
+        r.first->collectives_before, r.differingEvents(), reordered, deepRankNote(r));
   }
   if (!d.selection_changes.empty()) {
     out += "\nkernel selection changes (same op and shape, A -> B)\n";
@@ -214,6 +315,7 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
                          db::eventKindName(c.kind), shortKernelName(c.a), "", shortKernelName(c.b));
     }
   }
+  if (!d.collective_choice_changes.empty()) out += formatCollectiveChoices(d);
   for (const std::string& w : d.warnings) out += fmt::format("\nwarning: {}", w);
   if (!d.warnings.empty()) out += "\n";
   return out;
@@ -224,9 +326,13 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
   for (const RankDiff& r : d.ranks) {
     nlohmann::json counts = nlohmann::json::object();
     for (auto [status, n] : r.counts) counts[pairStatusName(status)] = n;
-    nlohmann::json j = {{"rank", r.rank},           {"events_a", r.events_a},
-                        {"events_b", r.events_b},   {"counts", counts},
-                        {"differing", r.differing.size()}, {"exact_alignment", r.exact_alignment}};
+    nlohmann::json j = {{"rank", r.rank},
+                        {"events_a", r.events_a},
+                        {"events_b", r.events_b},
+                        {"counts", counts},
+                        {"differing", r.differingEvents()},
+                        {"reordered", r.reordered()},
+                        {"exact_alignment", r.exact_alignment}};
     if (r.first) {
       j["first"] = {{"seq_a", r.first->a},
                     {"seq_b", r.first->b},
@@ -239,6 +345,7 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
       j["first"]["position"] = r.position;
       j["first"]["landmark"] = r.landmark;
       if (!r.position_b.empty()) j["first"]["position_b"] = r.position_b;
+      if (r.first->moved()) j["first"]["moved"] = true;
     }
     if (r.deep) j["deep"] = deepDiffJson(*r.deep);
     ranks.push_back(j);
@@ -247,9 +354,14 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
   for (const SelectionChange& c : d.selection_changes) {
     changes.push_back({{"kind", db::eventKindName(c.kind)}, {"a", c.a}, {"b", c.b}, {"count", c.count}});
   }
-  nlohmann::json j = {{"run_a", l.a},       {"run_b", l.b}, {"batch_mode", d.batch_mode},
-                      {"identical", d.identical()}, {"ranks", ranks},
-                      {"selection_changes", changes}, {"warnings", d.warnings}};
+  nlohmann::json j = {{"run_a", l.a},
+                      {"run_b", l.b},
+                      {"batch_mode", d.batch_mode},
+                      {"identical", d.identical()},
+                      {"ranks", ranks},
+                      {"selection_changes", changes},
+                      {"collective_choice_changes", collectiveChoicesJson(d)},
+                      {"warnings", d.warnings}};
   j["origin_rank"] = d.origin_rank ? nlohmann::json(*d.origin_rank) : nlohmann::json(nullptr);
   return j;
 }

@@ -12,7 +12,20 @@
 //                             any rank of the communicator)
 //   nondeterministic          inputs' fingerprints equal, outputs' fingerprints differ
 //   identical                 none of the above (for ops without fingerprints: same op, same choice)
-// An event present in one run only is a schedule or shape difference.
+// An event present in one run only is a schedule or shape difference, unless it was moved (below).
+//
+// Reordered events. Work issued from another thread or stream (NCCL's proxy thread copying its
+// connection buffers during the first all-reduce, a side stream's memcpys) lands at a different
+// place in a rank's event sequence from run to run, relative to the main thread's events, without
+// being a different computation. After alignment, an event left without a partner in A and one
+// left without a partner in B that have the same alignment key and lie at most kReorderWindow
+// positions apart in the aligned sequence are taken to be the same event, moved: the pair is
+// classified like an aligned pair (so fingerprint differences are still found), and if its
+// contents match it is `reordered`, which is not a divergence. A kernel that a library op launched
+// only pairs with one launched by that op's aligned partner, and markers are never paired. Each
+// event is paired with the oldest waiting event of the other side with its key, in one pass that
+// holds the last kReorderWindow positions: O(n) time (a hash lookup per unpaired event) and
+// O(kReorderWindow) memory.
 //
 // Batch-size mode (bs=1 vs bs=64: the runs' token counts differ) aligns GEMMs and collectives
 // without their token dimension and compares the request's rows instead of whole tensors: it finds
@@ -47,7 +60,18 @@ enum class PairStatus {
   kPropagated,
   kSchedule,      // present in one run only (different schedule or shapes)
   kBatchVariant,  // batch mode: the request's input rows match, its output rows do not
+  kReordered,     // the same event with the same contents, at another place relative to the rest
+                  // (another thread's or stream's work): not a divergence
 };
+
+// How far apart (in positions of the aligned sequence: pairs, insertions and deletions) an event
+// missing from B and one missing from A may lie and still be paired as one moved event. It is a
+// bound, not a measured distance: wide enough for work that another thread issues while the main
+// thread launches a few layers, narrow enough that the pass stays linear with a small fixed memory
+// on 10M-event ranks and that an op which only looks the same (same key) far away, in a different
+// schedule, is not taken for a moved one.
+inline constexpr int64_t kReorderWindow = 4096;
+
 const char* pairStatusName(PairStatus status);
 
 struct PairDiff {
@@ -55,13 +79,41 @@ struct PairDiff {
   int64_t b = -1;  // seq in run B, -1 if absent
   PairStatus status = PairStatus::kIdentical;
   int64_t collectives_before = 0;  // collectives of run A before this pair: its causal position
+  // A moved event (see kReorderWindow): the seq of the same event on the other side. In
+  // RankDiff::differing a moved event is two rows, its place in A (b = -1) and its place in B
+  // (a = -1), each naming the other here, so that the rows stay in the order of both runs; in
+  // RankDiff::first both a and b are set and this is b again.
+  int64_t partner = -1;
+  bool moved() const { return partner >= 0; }
+};
+
+// One row of the NCCL choice table: aligned collectives of one kind and size whose algorithm,
+// protocol or channel count differ between the runs, and what happened to their outputs (batch
+// mode: the request's rows; run to run: the whole output) in those calls.
+struct CollectiveChoiceChange {
+  db::CollOp op = db::CollOp::kUnknown;
+  db::DType dtype = db::DType::kUnknown;
+  int64_t count_a = 0, count_b = 0;              // elements
+  std::string algo_a, proto_a, algo_b, proto_b;  // "?" where NCCL did not say
+  int32_t channels_a = -1, channels_b = -1;
+  int64_t calls = 0;
+  // Calls whose outputs matched; differed with the same inputs (batch-variant or nondeterministic);
+  // differed because their inputs already did (propagated); or could not be compared (no
+  // fingerprints or row digests).
+  int64_t unchanged = 0, changed = 0, inputs_differed = 0, unknown = 0;
+  std::vector<int32_t> ranks;  // ranks where it was seen, ascending
+
+  // "unchanged" (every call), "changed" (some call, with the same inputs) or "unknown".
+  const char* rows() const;
 };
 
 struct RankDiff {
   int32_t rank = -1;
   int64_t events_a = 0, events_b = 0;
-  std::map<PairStatus, int64_t> counts;  // pairs per status
-  std::vector<PairDiff> differing;       // every non-identical pair, in order (A's order)
+  std::map<PairStatus, int64_t> counts;  // pairs per status (a moved event counts once)
+  // Every non-identical pair (reordered ones included), in the alignment's order, which is the
+  // order of both runs.
+  std::vector<PairDiff> differing;
   std::optional<PairDiff> first;         // where divergence begins on this rank
   bool exact_alignment = true;
   int64_t anchors_a = 0, anchors_b = 0, anchors_matched = 0;  // library ops, and how many aligned
@@ -79,6 +131,14 @@ struct RankDiff {
   std::string landmark;
   // Both runs recorded deep windows (run to run, not batch mode): their launches compared.
   std::optional<DeepDiff> deep;
+  // Aligned (or moved) collectives whose NCCL algorithm, protocol or channels differ.
+  std::vector<CollectiveChoiceChange> collective_choices;
+
+  int64_t count(PairStatus status) const;
+  // Moved events whose contents match (counts[kReordered]).
+  int64_t reordered() const { return count(PairStatus::kReordered); }
+  // The events that differ: the rows of `differing` that are not reordered, a moved event once.
+  int64_t differingEvents() const;
 };
 
 // One row of the kernel-selection table: what ran in A and in B for the same op, and how often.
@@ -93,6 +153,9 @@ struct RunDiff {
   std::vector<RankDiff> ranks;
   std::optional<int32_t> origin_rank;  // the rank where divergence began, in causal order
   std::vector<SelectionChange> selection_changes;
+  // Every rank's collective_choices merged (calls summed, ranks joined), ordered by op, dtype,
+  // sizes and choices.
+  std::vector<CollectiveChoiceChange> collective_choice_changes;
   std::vector<std::string> warnings;   // ranks missing on one side, inexact alignments, ...
   bool unfingerprinted = false;        // a run has no fingerprints: only choices can differ
   bool identical() const { return !origin_rank.has_value(); }
@@ -107,7 +170,9 @@ struct DiffOptions {
 // In batch mode only library ops (whose rows are compared) can be where divergence begins; kernel
 // differences are expected between batch sizes and only feed the kernel-selection table. Markers
 // (NVTX ranges) are aligned like kernels but never differ: a pair of markers is identical, and a
-// marker present in one run only counts as a schedule difference that cannot be `first`.
+// marker present in one run only counts as a schedule difference that cannot be `first`. Events
+// present in one run only that are the same event moved (see kReorderWindow) are classified as a
+// pair: reordered if their contents match, else as their contents say.
 RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch = false);
 
 // The token dimension if the runs look like one program at two batch sizes: their GEMMs have the
