@@ -73,7 +73,7 @@ TEST(ReplayGpu, RacyReductionHasManyOutputsFixedOrdersOne) {
   ASSERT_TRUE(r.isOk()) << r.status().message();
   print(*r);
   for (const auto& i : r->impls) {
-    if (!i.gpu || i.name == "nccl") continue;
+    if (!i.gpu || i.name == "nccl" || i.name == "det-allreduce") continue;  // need 8 GPUs
     ASSERT_TRUE(i.ran()) << i.name << ": " << i.skipped << i.error;
     EXPECT_EQ(i.runs, 20) << i.name;
     if (i.name == "planted-racy") {
@@ -90,6 +90,7 @@ TEST(ReplayGpu, RacyReductionHasManyOutputsFixedOrdersOne) {
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   if (gpus < 8) {
     EXPECT_EQ(find(*r, "nccl").skipped, fmt::format("needs 8 GPUs, this machine has {}", gpus));
+    EXPECT_EQ(find(*r, "det-allreduce").skipped, fmt::format("needs 8 GPUs, this machine has {}", gpus));
   }
 }
 
@@ -108,6 +109,36 @@ TEST(ReplayGpu, OneRankAllReduceThroughNccl) {
   ASSERT_TRUE(nccl.ran()) << nccl.skipped << nccl.error;
   EXPECT_EQ(nccl.matches_recorded, 3);  // a one-rank sum is the input
   EXPECT_EQ(find(*r, "rank/gpu").matches_recorded, 3);
+}
+
+// On a machine with several GPUs, a recorded AllReduce is replayed across them by NCCL and by
+// kernels' deterministic all-reduce; the latter gives rank/gpu's bits, the same every run (a
+// count that does not divide by the ranks exercises its remainder path).
+TEST(ReplayGpu, AllReduceAcrossGpusDeterministicEqualsRankOrder) {
+  DETRACE_REQUIRE_GPU();
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << gpus;
+  const int world = std::min(gpus, 8);
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  TempDir dir;
+  db::Run run = allReduceRun(dir, world, (int64_t{1} << 20) + 3, rng.seed());
+  replay::ReplayOptions options;
+  options.repeat = 5;
+  options.impls = {"nccl", "det-allreduce", "rank"};
+  auto r = replay::replayEvent(run, {world - 1, 0}, options);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  print(*r);
+  const ImplResult& det = find(*r, "det-allreduce");
+  const ImplResult& nccl = find(*r, "nccl");
+  ASSERT_TRUE(det.ran()) << det.skipped << det.error;
+  ASSERT_TRUE(nccl.ran()) << nccl.skipped << nccl.error;
+  EXPECT_EQ(det.runs, 5);
+  EXPECT_EQ(det.distinct, 1);
+  EXPECT_EQ(det.digest, find(*r, "rank/gpu").digest);
+  EXPECT_EQ(det.digest, find(*r, "rank/cpu").digest);
+  EXPECT_EQ(nccl.runs, 5);
 }
 
 // Device buffers for making recorded GEMM outputs with kernels/.
