@@ -5,8 +5,9 @@
 // implementation: 3 warm-up batches, then R timed batches of K back-to-back calls; a batch starts
 // on every rank after a host barrier and is timed with CUDA events on each rank's stream; its time
 // is the slowest rank's. The figure is the median batch time / K. Bus bandwidth is NCCL-tests'
-// definition for all-reduce, 2 (n-1)/n x bytes / time, so the columns compare directly. Both of
-// the deterministic all-reduce's algorithms are measured (AllReduceAlgo kSliced and kGather).
+// definition for all-reduce, 2 (n-1)/n x bytes / time, so the columns compare directly. Measured:
+// NCCL's all-reduce, the deterministic all-reduce over NCCL both ways (AllReduceAlgo kSliced and
+// kGather) and PeerAllReduce (one thread enqueues every rank's work; same timing otherwise).
 //
 //   bench_allreduce [--max-mib N] [--reps R] [--ngpu N]
 #include <cuda_runtime_api.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "detrace/kernels/allreduce.h"
+#include "detrace/kernels/peer_allreduce.h"
 
 namespace dk = detrace::kernels;
 
@@ -90,6 +92,47 @@ double timeCalls(std::vector<Rank>& ranks, const Call& call, size_t count, int k
   return slowest[slowest.size() / 2] * 1e3 / k;
 }
 
+// PeerAllReduce (one thread enqueues on every rank's stream): the median over `reps` of the
+// slowest rank's time for `k` calls, in microseconds per call.
+double timePeer(std::vector<Rank>& ranks, dk::PeerAllReduce& peer, size_t count, int k, int reps) {
+  const size_t n = ranks.size();
+  std::vector<const void*> sends;
+  std::vector<void*> recvs;
+  std::vector<cudaStream_t> streams;
+  for (Rank& rk : ranks) {
+    sends.push_back(rk.send);
+    recvs.push_back(rk.recv);
+    streams.push_back(rk.stream);
+  }
+  std::vector<double> slowest;
+  for (int rep = -3; rep < reps; ++rep) {
+    for (size_t r = 0; r < n; ++r) {
+      CHECK_CUDA(cudaSetDevice(static_cast<int>(r)));
+      CHECK_CUDA(cudaEventRecord(ranks[r].start, ranks[r].stream));
+    }
+    for (int i = 0; i < k; ++i) {
+      const detrace::Status s = peer.run(sends.data(), recvs.data(), count, dk::DType::kBF16,
+                                         dk::ReduceOrder::kRankOrder, 0, streams.data());
+      if (!s.isOk()) {
+        std::fprintf(stderr, "bench_allreduce: %s\n", s.message().c_str());
+        std::exit(1);
+      }
+    }
+    double worst = 0;
+    for (size_t r = 0; r < n; ++r) {
+      CHECK_CUDA(cudaSetDevice(static_cast<int>(r)));
+      CHECK_CUDA(cudaEventRecord(ranks[r].stop, ranks[r].stream));
+      CHECK_CUDA(cudaEventSynchronize(ranks[r].stop));
+      float t = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&t, ranks[r].start, ranks[r].stop));
+      worst = std::max<double>(worst, t);
+    }
+    if (rep >= 0) slowest.push_back(worst);
+  }
+  std::sort(slowest.begin(), slowest.end());
+  return slowest[slowest.size() / 2] * 1e3 / k;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,14 +193,21 @@ int main(int argc, char** argv) {
     };
   };
   const Call sliced = det(dk::AllReduceAlgo::kSliced), gather = det(dk::AllReduceAlgo::kGather);
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(r);
+  auto peer = dk::PeerAllReduce::create(devices);
+  if (!peer.isOk()) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", peer.status().message().c_str());
+    return 1;
+  }
   int nccl_version = 0;
   CHECK_NCCL(ncclGetVersion(&nccl_version));
   std::printf("bench_allreduce: %d GPU(s), NCCL %d, bf16 sum, median of %d batches; bus bandwidth "
               "= 2(n-1)/n x bytes / time\n", n, nccl_version, reps);
-  std::printf("%10s  %9s %9s  %9s %9s %7s  %9s %9s %7s  %7s\n", "size", "nccl us", "GB/s",
-              "sliced us", "GB/s", "vs nccl", "gather us", "GB/s", "vs nccl", "auto");
+  std::printf("%10s  %9s %9s  %9s %9s %7s  %9s %9s %7s  %7s  %9s %9s %7s\n", "size", "nccl us",
+              "GB/s", "sliced us", "GB/s", "vs nccl", "gather us", "GB/s", "vs nccl", "auto",
+              "peer us", "GB/s", "vs nccl");
   const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-  const char* auto_name = n == 2 ? "gather" : "sliced";  // AllReduceAlgo::kAuto's choice
   for (size_t bytes = kMiB; bytes <= max_bytes; bytes *= 2) {
     const size_t count = bytes / 2;
     const int k = static_cast<int>(std::clamp<size_t>(256 * kMiB / bytes, 1, 20));
@@ -165,14 +215,18 @@ int main(int argc, char** argv) {
     const double t_nccl = timeCalls(ranks, nccl, count, k, reps);
     const double t_sliced = timeCalls(ranks, sliced, count, k, reps);
     const double t_gather = timeCalls(ranks, gather, count, k, reps);
-    const double t_auto = n == 2 ? t_gather : t_sliced;
-    std::printf("%7zu MiB  %9.1f %9.1f  %9.1f %9.1f %6.1f%%  %9.1f %9.1f %6.1f%%  %6.1f%%\n",
+    // AllReduceAlgo::kAuto's choice: gather while the peers' bytes are at most 4 MiB.
+    const double t_auto = bytes * static_cast<size_t>(n - 1) <= 4 * kMiB ? t_gather : t_sliced;
+    const double t_peer = timePeer(ranks, **peer, count, k, reps);
+    std::printf("%7zu MiB  %9.1f %9.1f  %9.1f %9.1f %6.1f%%  %9.1f %9.1f %6.1f%%  %6.1f%%  %9.1f %9.1f %6.1f%%\n",
                 bytes / kMiB, t_nccl, bw(t_nccl), t_sliced, bw(t_sliced), 100 * t_nccl / t_sliced,
-                t_gather, bw(t_gather), 100 * t_nccl / t_gather, 100 * t_nccl / t_auto);
+                t_gather, bw(t_gather), 100 * t_nccl / t_gather, 100 * t_nccl / t_auto, t_peer,
+                bw(t_peer), 100 * t_nccl / t_peer);
     std::fflush(stdout);
   }
-  std::printf("vs nccl: the deterministic all-reduce's bus bandwidth as a share of NCCL's; auto = "
-              "%s at %d GPU(s) (AllReduceAlgo::kAuto)\n", auto_name, n);
+  std::printf("vs nccl: the deterministic all-reduce's bus bandwidth as a share of NCCL's; auto: "
+              "AllReduceAlgo::kAuto's choice (gather up to 4 MiB from the peers, sliced above); "
+              "peer: PeerAllReduce (one process, peer loads and copies, no NCCL)\n");
   for (int r = 0; r < n; ++r) {
     Rank& rk = ranks[static_cast<size_t>(r)];
     CHECK_CUDA(cudaSetDevice(r));

@@ -32,9 +32,14 @@ ncclDataType_t ncclTypeOf(DType dtype) {
 }  // namespace
 
 namespace {
-AllReduceAlgo resolve(AllReduceAlgo algo, int nranks) {
+// One NCCL call beats two while latency dominates: kGather up to 4 MiB gathered from the peers.
+constexpr size_t kGatherMaxBytes = size_t{4} << 20;
+
+AllReduceAlgo resolve(AllReduceAlgo algo, size_t count, DType dtype, int nranks) {
   if (algo != AllReduceAlgo::kAuto) return algo;
-  return nranks == 2 ? AllReduceAlgo::kGather : AllReduceAlgo::kSliced;
+  const size_t peers = static_cast<size_t>(nranks > 1 ? nranks - 1 : 1);
+  return count * dtypeSize(dtype) * peers <= kGatherMaxBytes ? AllReduceAlgo::kGather
+                                                             : AllReduceAlgo::kSliced;
 }
 }  // namespace
 
@@ -43,7 +48,7 @@ size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nrank
   const size_t n = static_cast<size_t>(nranks < 1 ? 1 : nranks);
   const size_t sliced = (count + n * n) * dtypeSize(dtype);  // exchanged slices + gathered tail
   const size_t gather = count * n * dtypeSize(dtype);         // every rank's whole buffer
-  switch (resolve(algo, nranks)) {
+  switch (resolve(algo, count, dtype, nranks)) {
     case AllReduceAlgo::kGather: return gather;
     default: return sliced;
   }
@@ -62,27 +67,52 @@ Status gatherReduce(const char* in, char* out, size_t count, DType dtype, Reduce
 }
 
 // kSliced, three steps on `stream`:
-//   1. ncclAlltoAll: rank r receives slice r of every rank's send buffer (ws[q] = rank q's);
+//   1. grouped ncclSend/ncclRecv with every peer: rank r receives slice r of each peer's send
+//      buffer (ws[q] = rank q's; its own slice is read where it is, or copied to ws[r] when
+//      recv == send, since step 2 writes there);
 //   2. fixedOrderReduce of those n slices into recv's slice r (the same order on every rank);
 //   3. ncclAllGather, in place: every rank gets every reduced slice.
 // The count % n elements left over are all-gathered whole (n-1 elements from each rank at most)
-// and reduced on every rank alike. Step 1 and the tail's gather read `send` before steps 2 and 3
-// write `recv`, so recv may equal send.
+// and reduced on every rank alike. Steps 1 and the tail's gather read `send` before steps 2 and 3
+// write `recv`.
 Status slicedReduce(const char* in, char* out, size_t count, DType dtype, ReduceOrder order,
                     int start, ncclComm_t comm, cudaStream_t stream, char* ws, int nranks,
                     int rank) {
   const size_t n = static_cast<size_t>(nranks), esize = dtypeSize(dtype);
-  const size_t slice = count / n, tail = count % n, main = slice * n;
+  const size_t slice = count / n, tail = count % n, main = slice * n, bytes = slice * esize;
+  const auto r = static_cast<size_t>(rank);
   const ncclDataType_t type = ncclTypeOf(dtype);
   char* tail_ws = ws + main * esize;
-  if (slice > 0) DETRACE_NCCL_RETURN_IF_ERROR(ncclAlltoAll(in, ws, slice, type, comm, stream));
+  const bool in_place = in == out;
+  if (slice > 0) {
+    DETRACE_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    for (size_t q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const int peer = static_cast<int>(q);
+      ncclResult_t sent = ncclSend(in + q * bytes, slice, type, peer, comm, stream);
+      ncclResult_t got = sent == ncclSuccess ? ncclRecv(ws + q * bytes, slice, type, peer, comm, stream)
+                                             : sent;
+      if (got != ncclSuccess) {
+        (void)ncclGroupEnd();
+        return ncclError(got, "ncclSend/ncclRecv");
+      }
+    }
+    DETRACE_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+    if (in_place) {
+      const cudaError_t e = cudaMemcpyAsync(ws + r * bytes, in + r * bytes, bytes,
+                                            cudaMemcpyDeviceToDevice, stream);
+      if (e != cudaSuccess) {
+        return makeError(ErrorCode::kInternal, "cudaMemcpyAsync failed: {}", cudaGetErrorString(e));
+      }
+    }
+  }
   if (tail > 0) {
     DETRACE_NCCL_RETURN_IF_ERROR(ncclAllGather(in + main * esize, tail_ws, tail, type, comm, stream));
   }
   const void* inputs[kMaxReduceRanks];
-  char* mine = out + static_cast<size_t>(rank) * slice * esize;
+  char* mine = out + r * bytes;
   if (slice > 0) {
-    for (size_t q = 0; q < n; ++q) inputs[q] = ws + q * slice * esize;
+    for (size_t q = 0; q < n; ++q) inputs[q] = q == r && !in_place ? in + r * bytes : ws + q * bytes;
     DETRACE_RETURN_IF_ERROR(fixedOrderReduce(inputs, nranks, mine, slice, dtype, order, start, stream));
   }
   if (tail > 0) {
@@ -107,7 +137,7 @@ Status deterministicAllReduce(const void* send, void* recv, size_t count, DType 
                      "deterministicAllReduce supports up to {} ranks, the communicator has {}",
                      kMaxReduceRanks, nranks);
   }
-  algo = resolve(algo, nranks);
+  algo = resolve(algo, count, dtype, nranks);
   const size_t need = deterministicAllReduceWorkspaceBytes(count, dtype, nranks, algo);
   if (workspace == nullptr || workspace_bytes < need) {
     return makeError(ErrorCode::kInvalidArgument,

@@ -23,15 +23,17 @@
 namespace detrace::kernels {
 
 // How the bytes move (the sums, and so the result, are the same either way):
-//   kSliced  all-to-all, rank r reduces slice r, in-place all-gather: each rank sends
-//            2 (n-1)/n of the buffer, like a ring all-reduce;
+//   kSliced  rank r receives slice r of every peer's buffer (grouped send/recv), reduces it, and
+//            the reduced slices are all-gathered in place: each rank sends 2 (n-1)/n of the
+//            buffer, like a ring all-reduce;
 //   kGather  all-gather of whole buffers, every rank reduces all of it: each rank sends (n-1)
-//            buffers, the same bytes as kSliced at n = 2 in one NCCL call instead of two;
-//   kAuto    kGather for 2 ranks, kSliced above (bench/kernels/bench_allreduce measured both).
+//            buffers, in one NCCL call instead of two;
+//   kAuto    kGather while the bytes gathered from the peers are at most 4 MiB, kSliced above
+//            (bench/kernels/bench_allreduce measured both on 2 H200s).
 enum class AllReduceAlgo { kAuto, kSliced, kGather };
 
 // Bytes of the workspace deterministicAllReduce needs with `algo` (kAuto: the one it picks for
-// nranks).
+// this count, dtype and nranks).
 size_t deterministicAllReduceWorkspaceBytes(size_t count, DType dtype, int nranks,
                                             AllReduceAlgo algo = AllReduceAlgo::kAuto);
 
