@@ -3,8 +3,7 @@
 // (ncclCommInitAll), each GPU fed its rank's captured send buffer. Its algorithm and protocol are
 // NCCL's choice here, which need not be the recorded one; with one rank it is a one-rank
 // collective. The communicators and buffers are made on first use and kept for the repeats.
-// For an AllReduce, also kernels' deterministic all-reduce across the same GPUs ("det-allreduce",
-// one thread per rank): its result must equal the single-GPU fixed rank-order sum.
+// (det-allreduce, kernels' PeerAllReduce across the same GPUs, is in replay_peer.cc.)
 #if DETRACE_REPLAY_HAVE_KERNELS
 
 #include <fmt/format.h>
@@ -15,9 +14,6 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <thread>
-
-#include "detrace/kernels/allreduce.h"
 #endif
 
 namespace detrace::replay::detail {
@@ -46,14 +42,11 @@ struct NcclWorld {
   std::vector<ncclComm_t> comms;
   std::vector<void*> send, recv;
 
-  std::vector<void*> ws;  // deterministicAllReduce's workspaces, made on its first run
-
   ~NcclWorld() {
     for (size_t r = 0; r < comms.size(); ++r) {
       (void)cudaSetDevice(static_cast<int>(r));
       if (send[r] != nullptr) (void)cudaFree(send[r]);
       if (recv[r] != nullptr) (void)cudaFree(recv[r]);
-      if (r < ws.size() && ws[r] != nullptr) (void)cudaFree(ws[r]);
       if (comms[r] != nullptr) (void)ncclCommDestroy(comms[r]);
     }
     (void)cudaSetDevice(0);
@@ -80,11 +73,6 @@ struct NcclWorld {
     comms = made;  // last: a failure above leaves prepare() to run again from scratch
     return Status::ok();
   }
-  kernels::DType kernelType() const {
-    return p->dtype == db::DType::kF32 ? kernels::DType::kF32
-           : p->dtype == db::DType::kF16 ? kernels::DType::kF16
-                                         : kernels::DType::kBF16;
-  }
   Result<Bytes> output() {
     Bytes out(static_cast<size_t>(p->count) * static_cast<size_t>(db::dtypeSize(p->dtype)));
     DETRACE_REPLAY_CUDA_N(cudaSetDevice(p->out_rank));
@@ -92,49 +80,6 @@ struct NcclWorld {
                                      out.size(), cudaMemcpyDeviceToHost));
     DETRACE_REPLAY_CUDA_N(cudaSetDevice(0));
     return out;
-  }
-  // kernels::deterministicAllReduce in rank order, one thread per rank (its NCCL calls and local
-  // reduction are enqueued in turn on each rank's stream, which one thread cannot do for all).
-  Result<Bytes> runDeterministic() {
-    DETRACE_RETURN_IF_ERROR(prepare());
-    const int n = p->nranks;
-    const auto count = static_cast<size_t>(p->count);
-    const size_t ws_bytes = kernels::deterministicAllReduceWorkspaceBytes(count, kernelType(), n);
-    if (ws.empty()) {
-      std::vector<void*> made(static_cast<size_t>(n), nullptr);
-      for (int r = 0; r < n; ++r) {
-        DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-        const cudaError_t e = cudaMalloc(&made[static_cast<size_t>(r)], ws_bytes);
-        if (e != cudaSuccess) {
-          for (void* m : made) (void)cudaFree(m);
-          return cudaCall(e, "cudaMalloc");
-        }
-      }
-      ws = made;
-    }
-    for (int r = 0; r < n; ++r) {
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaMemset(recv[static_cast<size_t>(r)], 0xFF, recvBytes()));
-      DETRACE_REPLAY_CUDA_N(cudaDeviceSynchronize());
-    }
-    std::vector<Status> results(static_cast<size_t>(n), Status::ok());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        const auto i = static_cast<size_t>(r);
-        Status st = cudaCall(cudaSetDevice(r), "cudaSetDevice");
-        if (st.isOk()) {
-          st = kernels::deterministicAllReduce(send[i], recv[i], count, kernelType(),
-                                               kernels::ReduceOrder::kRankOrder, 0, comms[i],
-                                               nullptr, ws[i], ws_bytes);
-        }
-        if (st.isOk()) st = cudaCall(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        results[i] = st;
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const Status& st : results) DETRACE_RETURN_IF_ERROR(st);
-    return output();
   }
   Result<Bytes> run() {
     DETRACE_RETURN_IF_ERROR(prepare());
@@ -192,29 +137,6 @@ Impl ncclImpl(std::shared_ptr<const CollectiveProblem> p, const std::string& una
   auto world = std::make_shared<NcclWorld>();
   world->p = p;
   impl.run = [world]() { return world->run(); };
-#else
-  if (impl.skipped.empty()) impl.skipped = "detrace was built without NCCL";
-#endif
-  return impl;
-}
-
-std::optional<Impl> deterministicAllReduceImpl(std::shared_ptr<const CollectiveProblem> p,
-                                               const std::string& unavailable) {
-  if (p->op != db::CollOp::kAllReduce) return std::nullopt;
-  Impl impl;
-  impl.name = "det-allreduce";
-  impl.description = fmt::format(
-      "kernels' deterministic all-reduce over {} local GPU(s): all-to-all, rank-order sum, "
-      "all-gather (equals rank/gpu)", p->nranks);
-  impl.gpu = true;
-  impl.skipped = unavailable;
-#if defined(DETRACE_HAVE_NCCL)
-  if (impl.skipped.empty() && gpuCount() < p->nranks) {
-    impl.skipped = fmt::format("needs {} GPUs, this machine has {}", p->nranks, gpuCount());
-  }
-  auto world = std::make_shared<NcclWorld>();
-  world->p = p;
-  impl.run = [world]() { return world->runDeterministic(); };
 #else
   if (impl.skipped.empty()) impl.skipped = "detrace was built without NCCL";
 #endif

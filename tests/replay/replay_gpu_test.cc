@@ -112,7 +112,7 @@ TEST(ReplayGpu, OneRankAllReduceThroughNccl) {
 }
 
 // On a machine with several GPUs, a recorded AllReduce is replayed across them by NCCL and by
-// kernels' deterministic all-reduce; the latter gives rank/gpu's bits, the same every run (a
+// kernels' PeerAllReduce (det-allreduce); the latter gives rank/gpu's bits, the same every run (a
 // count that does not divide by the ranks exercises its remainder path).
 TEST(ReplayGpu, AllReduceAcrossGpusDeterministicEqualsRankOrder) {
   DETRACE_REQUIRE_GPU();
