@@ -34,11 +34,11 @@ struct Case {
 //                       entering through unfingerprinted kernels
 //   h4k-bs1, h4k-bs64   the request alone and in a batch of 64: cuBLAS picks a split-K kernel at
 //                       n=1 and a plain one at n=64, and the request's rows change
-// and, from scripts/device-multigpu on 2 H200s (examples/torch/tp_nccl.py under torchrun):
+// and, from scripts/device-multigpu on 2 and 4 H200s (examples/torch/tp_nccl.py under torchrun):
 //   tp2-nccl-a, -b      TP=2 over NCCL, the same run twice: identical, some of NCCL's copies
 //                       placed elsewhere among the events; torchrun's agent left an empty file
-//   tp2-nccl-bs1, -bs64 TP=2 at bs=1 and bs=64: NCCL's channels grow with the message, the
-//                       request's rows do not change
+//   tp4-nccl-bs1, -bs64 TP=4 over NCCL (4 GPUs) at bs=1 and bs=64: NCCL's channels grow with
+//                       the message (1 -> 16) and the request's rows change at the first all-reduce
 //   tp4-ipc-racy-a, -b  TP=4 (two ranks per GPU) with the one-shot IPC all-reduce declared through
 //                       detrace/annotate.h, planted arrival-order sums on rank 3, --capture full
 constexpr Case kCases[] = {
@@ -55,8 +55,8 @@ constexpr Case kCases[] = {
     {"diff_tp_racy_graph", "diff tp-racy-graph-a tp-racy-graph-b", 1},
     {"info_tp2_nccl", "info tp2-nccl-a", 0},
     {"diff_tp2_nccl", "diff tp2-nccl-a tp2-nccl-b", 0},
-    {"diff_tp2_nccl_batch", "diff tp2-nccl-bs1 tp2-nccl-bs64", 0},
-    {"diff_tp2_nccl_batch_json", "diff tp2-nccl-bs1 tp2-nccl-bs64 --json", 0},
+    {"diff_tp4_nccl_batch", "diff tp4-nccl-bs1 tp4-nccl-bs64", 1},
+    {"diff_tp4_nccl_batch_json", "diff tp4-nccl-bs1 tp4-nccl-bs64 --json", 1},
     {"diff_tp4_ipc_racy", "diff tp4-ipc-racy-a tp4-ipc-racy-b", 1},
     {"diff_tp4_ipc_racy_json", "diff tp4-ipc-racy-a tp4-ipc-racy-b --json", 1},
     {"replay_tp4_ipc_racy", "replay tp4-ipc-racy-a --rank 3 --event 51 --no-gpu --repeat 3", 0},
