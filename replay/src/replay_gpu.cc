@@ -17,7 +17,6 @@
 #include "replay_internal.h"
 
 namespace detrace::replay::detail {
-namespace {
 
 Status cudaStatus(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return Status::ok();
@@ -26,7 +25,8 @@ Status cudaStatus(cudaError_t e, const char* call) {
                              : ErrorCode::kInternal;
   return makeError(code, "{} failed: {} ({})", call, cudaGetErrorName(e), cudaGetErrorString(e));
 }
-#define DETRACE_REPLAY_CUDA(call) DETRACE_RETURN_IF_ERROR(cudaStatus((call), #call))
+
+namespace {
 
 void freeDevice(void* p) { (void)cudaFree(p); }
 using DeviceBuffer = ScopedResource<void*, freeDevice>;

@@ -16,6 +16,8 @@
 #include <variant>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "detrace/base/status.h"
 #include "detrace/db/records.h"
 #include "detrace/db/run.h"
@@ -25,6 +27,10 @@
 namespace detrace::replay::detail {
 
 using Bytes = std::vector<uint8_t>;
+
+// A CUDA runtime call's result as a Status naming the call (replay_gpu.cc).
+Status cudaStatus(cudaError_t e, const char* call);
+#define DETRACE_REPLAY_CUDA(call) DETRACE_RETURN_IF_ERROR(::detrace::replay::detail::cudaStatus((call), #call))
 
 // db::DType (trace) -> kernels::DType (fp32, fp16, bf16; the loaders only let those through).
 inline kernels::DType kernelDType(db::DType t) {

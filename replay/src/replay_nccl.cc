@@ -25,12 +25,7 @@ Status ncclStatus(ncclResult_t r, const char* call) {
   if (r == ncclSuccess) return Status::ok();
   return makeError(ErrorCode::kInternal, "{} failed: {}", call, ncclGetErrorString(r));
 }
-Status cudaCall(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return Status::ok();
-  return makeError(ErrorCode::kInternal, "{} failed: {}", call, cudaGetErrorString(e));
-}
 #define DETRACE_REPLAY_NCCL(call) DETRACE_RETURN_IF_ERROR(ncclStatus((call), #call))
-#define DETRACE_REPLAY_CUDA_N(call) DETRACE_RETURN_IF_ERROR(cudaCall((call), #call))
 
 ncclDataType_t ncclType(db::DType t) {
   return t == db::DType::kF32 ? ncclFloat32 : t == db::DType::kF16 ? ncclFloat16 : ncclBfloat16;
@@ -64,10 +59,10 @@ struct NcclWorld {
     recv.assign(static_cast<size_t>(n), nullptr);
     for (int r = 0; r < n; ++r) {
       const Bytes& in = p->inputs[static_cast<size_t>(r)];
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaMalloc(&send[static_cast<size_t>(r)], in.size()));
-      DETRACE_REPLAY_CUDA_N(cudaMalloc(&recv[static_cast<size_t>(r)], recvBytes()));
-      DETRACE_REPLAY_CUDA_N(cudaMemcpy(send[static_cast<size_t>(r)], in.data(), in.size(),
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaMalloc(&send[static_cast<size_t>(r)], in.size()));
+      DETRACE_REPLAY_CUDA(cudaMalloc(&recv[static_cast<size_t>(r)], recvBytes()));
+      DETRACE_REPLAY_CUDA(cudaMemcpy(send[static_cast<size_t>(r)], in.data(), in.size(),
                                        cudaMemcpyHostToDevice));
     }
     comms = made;  // last: a failure above leaves prepare() to run again from scratch
@@ -75,10 +70,10 @@ struct NcclWorld {
   }
   Result<Bytes> output() {
     Bytes out(static_cast<size_t>(p->count) * static_cast<size_t>(db::dtypeSize(p->dtype)));
-    DETRACE_REPLAY_CUDA_N(cudaSetDevice(p->out_rank));
-    DETRACE_REPLAY_CUDA_N(cudaMemcpy(out.data(), recv[static_cast<size_t>(p->out_rank)],
+    DETRACE_REPLAY_CUDA(cudaSetDevice(p->out_rank));
+    DETRACE_REPLAY_CUDA(cudaMemcpy(out.data(), recv[static_cast<size_t>(p->out_rank)],
                                      out.size(), cudaMemcpyDeviceToHost));
-    DETRACE_REPLAY_CUDA_N(cudaSetDevice(0));
+    DETRACE_REPLAY_CUDA(cudaSetDevice(0));
     return out;
   }
   Result<Bytes> run() {
@@ -86,8 +81,8 @@ struct NcclWorld {
     const int n = p->nranks;
     const auto count = static_cast<size_t>(p->count);
     for (int r = 0; r < n; ++r) {
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaMemset(recv[static_cast<size_t>(r)], 0xFF, recvBytes()));
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaMemset(recv[static_cast<size_t>(r)], 0xFF, recvBytes()));
     }
     DETRACE_REPLAY_NCCL(ncclGroupStart());
     for (int r = 0; r < n; ++r) {
@@ -113,8 +108,8 @@ struct NcclWorld {
     }
     DETRACE_REPLAY_NCCL(ncclGroupEnd());
     for (int r = 0; r < n; ++r) {
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaDeviceSynchronize());
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaDeviceSynchronize());
     }
     return output();
   }

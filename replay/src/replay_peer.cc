@@ -12,11 +12,6 @@
 namespace detrace::replay::detail {
 namespace {
 
-Status cudaCall(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return Status::ok();
-  return makeError(ErrorCode::kInternal, "{} failed: {}", call, cudaGetErrorString(e));
-}
-#define DETRACE_REPLAY_CUDA_N(call) DETRACE_RETURN_IF_ERROR(cudaCall((call), #call))
 
 // The buffers, streams and PeerAllReduce, made on first use and kept for the repeats.
 struct PeerWorld {
@@ -48,11 +43,11 @@ struct PeerWorld {
     for (int r = 0; r < n; ++r) {
       const auto i = static_cast<size_t>(r);
       const Bytes& in = p->inputs[i];
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-      DETRACE_REPLAY_CUDA_N(cudaMalloc(&send[i], in.size()));
-      DETRACE_REPLAY_CUDA_N(cudaMalloc(&recv[i], bytes()));
-      DETRACE_REPLAY_CUDA_N(cudaMemcpy(send[i], in.data(), in.size(), cudaMemcpyHostToDevice));
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+      DETRACE_REPLAY_CUDA(cudaMalloc(&send[i], in.size()));
+      DETRACE_REPLAY_CUDA(cudaMalloc(&recv[i], bytes()));
+      DETRACE_REPLAY_CUDA(cudaMemcpy(send[i], in.data(), in.size(), cudaMemcpyHostToDevice));
     }
     peer = std::move(made);  // last: a failure above leaves prepare() to run again
     return Status::ok();
@@ -61,25 +56,23 @@ struct PeerWorld {
     DETRACE_RETURN_IF_ERROR(prepare());
     const int n = p->nranks;
     for (int r = 0; r < n; ++r) {
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaMemset(recv[static_cast<size_t>(r)], 0xFF, bytes()));
-      DETRACE_REPLAY_CUDA_N(cudaDeviceSynchronize());
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaMemset(recv[static_cast<size_t>(r)], 0xFF, bytes()));
+      DETRACE_REPLAY_CUDA(cudaDeviceSynchronize());
     }
-    const kernels::DType t = p->dtype == db::DType::kF32   ? kernels::DType::kF32
-                             : p->dtype == db::DType::kF16 ? kernels::DType::kF16
-                                                           : kernels::DType::kBF16;
     std::vector<const void*> sends(send.begin(), send.end());
-    DETRACE_RETURN_IF_ERROR(peer->run(sends.data(), recv.data(), static_cast<size_t>(p->count), t,
+    DETRACE_RETURN_IF_ERROR(peer->run(sends.data(), recv.data(), static_cast<size_t>(p->count),
+                                      kernelDType(p->dtype),
                                       kernels::ReduceOrder::kRankOrder, 0, streams.data()));
     for (int r = 0; r < n; ++r) {
-      DETRACE_REPLAY_CUDA_N(cudaSetDevice(r));
-      DETRACE_REPLAY_CUDA_N(cudaStreamSynchronize(streams[static_cast<size_t>(r)]));
+      DETRACE_REPLAY_CUDA(cudaSetDevice(r));
+      DETRACE_REPLAY_CUDA(cudaStreamSynchronize(streams[static_cast<size_t>(r)]));
     }
     Bytes out(bytes());
-    DETRACE_REPLAY_CUDA_N(cudaSetDevice(p->out_rank));
-    DETRACE_REPLAY_CUDA_N(cudaMemcpy(out.data(), recv[static_cast<size_t>(p->out_rank)], out.size(),
+    DETRACE_REPLAY_CUDA(cudaSetDevice(p->out_rank));
+    DETRACE_REPLAY_CUDA(cudaMemcpy(out.data(), recv[static_cast<size_t>(p->out_rank)], out.size(),
                                      cudaMemcpyDeviceToHost));
-    DETRACE_REPLAY_CUDA_N(cudaSetDevice(0));
+    DETRACE_REPLAY_CUDA(cudaSetDevice(0));
     return out;
   }
 };
