@@ -5,6 +5,7 @@
 
 #include "detrace/kernels/allreduce.h"
 #include "kernels_gpu_util.h"
+#include "rank_inputs.h"
 
 #if defined(DETRACE_HAVE_NCCL)
 
@@ -12,6 +13,8 @@ namespace detrace::kernels {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::RankInputs;
+using testing::randomRankInputs;
 
 class AllReduceGpuTest : public testing::GpuTest {};
 
@@ -71,19 +74,9 @@ TEST_F(AllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
                                         << in_place << " ranks " << n << " algo "
                                         << static_cast<int>(algo));
         const size_t bytes = count * dtypeSize(dtype);
-        std::vector<std::vector<unsigned char>> inputs(static_cast<size_t>(n));
-        for (auto& in : inputs) {
-          const auto noise = randomBytes(count);
-          in.resize(bytes);
-          for (size_t i = 0; i < count; ++i) {
-            storeFromFloat(in.data(), i, dtype, static_cast<float>(static_cast<int>(noise[i]) - 128) / 7.0f);
-          }
-        }
-        std::vector<unsigned char> want(bytes);
-        std::vector<const void*> ptrs;
-        for (const auto& in : inputs) ptrs.push_back(in.data());
-        ASSERT_TRUE(fixedOrderReduceCpu(ptrs.data(), n, want.data(), count, dtype, ReduceOrder::kRing,
-                                        1).isOk());
+        const RankInputs data = randomRankInputs(rng_, n, count, dtype, ReduceOrder::kRing, 1);
+        const auto& inputs = data.inputs;
+        const auto& want = data.sum;
         std::vector<std::vector<unsigned char>> got(static_cast<size_t>(n));
         std::vector<std::string> errors(static_cast<size_t>(n));
         std::vector<std::thread> threads;

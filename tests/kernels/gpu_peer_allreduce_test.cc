@@ -4,11 +4,14 @@
 
 #include "detrace/kernels/peer_allreduce.h"
 #include "kernels_gpu_util.h"
+#include "rank_inputs.h"
 
 namespace detrace::kernels {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::RankInputs;
+using testing::randomRankInputs;
 
 class PeerAllReduceGpuTest : public testing::GpuTest {};
 
@@ -31,18 +34,9 @@ TEST_F(PeerAllReduceGpuTest, EveryGpuGetsTheFixedOrderSum) {
     for (size_t count : {(size_t{1} << 20) + 5, size_t{3}}) {
       SCOPED_TRACE(::testing::Message() << dtypeName(dtype) << " count " << count << " ranks " << n);
       const size_t bytes = count * dtypeSize(dtype);
-      std::vector<std::vector<unsigned char>> inputs(static_cast<size_t>(n));
-      for (auto& in : inputs) {
-        const auto noise = randomBytes(count);
-        in.resize(bytes);
-        for (size_t i = 0; i < count; ++i) {
-          storeFromFloat(in.data(), i, dtype, static_cast<float>(static_cast<int>(noise[i]) - 128) / 7.0f);
-        }
-      }
-      std::vector<unsigned char> want(bytes);
-      std::vector<const void*> host;
-      for (const auto& in : inputs) host.push_back(in.data());
-      ASSERT_TRUE(fixedOrderReduceCpu(host.data(), n, want.data(), count, dtype, ReduceOrder::kTree, 0).isOk());
+      const RankInputs data = randomRankInputs(rng_, n, count, dtype, ReduceOrder::kTree, 0);
+      const auto& inputs = data.inputs;
+      const auto& want = data.sum;
       std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
       std::vector<const void*> sends;
       std::vector<void*> recvs;

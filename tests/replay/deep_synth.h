@@ -22,6 +22,7 @@
 
 #include "detrace/db/run.h"
 #include "detrace/db/writer.h"
+#include "synth_mix.h"
 
 namespace detrace::testing::deep {
 
@@ -51,12 +52,6 @@ struct RunSpec {
   uint64_t seed = 1;                   // the program's input
   std::map<int, int64_t> sizes;        // allocation sizes that differ in this run
 };
-
-inline uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
-  x ^= x >> 29;
-  return x * 0xBF58476D1CE4E5B9ULL;
-}
 
 // The memory of one simulated run.
 class Memory {

@@ -15,17 +15,14 @@
 #include "detrace/replay/diff_report.h"
 
 #include "../db/test_util.h"
+#include "synth_mix.h"
 
 namespace detrace::replay {
 namespace {
 
 using testing::TempDir;
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
-  x ^= x >> 29;
-  return x * 0xBF58476D1CE4E5B9ULL;
-}
+using testing::mix;
 
 // An operand: its digest, and per-row digests for batch mode (empty: none).
 struct Data {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../db/test_util.h"
+#include "synth_mix.h"
 #include "detrace/db/run.h"
 #include "detrace/db/writer.h"
 #include "detrace/replay/diff_report.h"
@@ -15,11 +16,7 @@ namespace {
 
 using testing::TempDir;
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL);
-  x ^= x >> 29;
-  return x * 0xBF58476D1CE4E5B9ULL;
-}
+using testing::mix;
 
 struct Plant {
   int32_t rank = -1, layer = -1;
