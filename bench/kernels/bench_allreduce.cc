@@ -196,17 +196,21 @@ int main(int argc, char** argv) {
   std::vector<int> devices;
   for (int r = 0; r < n; ++r) devices.push_back(r);
   auto peer = dk::PeerAllReduce::create(devices);
-  if (!peer.isOk()) {
-    std::fprintf(stderr, "bench_allreduce: %s\n", peer.status().message().c_str());
+  setenv("DETRACE_PEER_MODE", "copies", 1);  // the same, gathered by the copy engines
+  auto copies = dk::PeerAllReduce::create(devices);
+  unsetenv("DETRACE_PEER_MODE");
+  if (!peer.isOk() || !copies.isOk()) {
+    std::fprintf(stderr, "bench_allreduce: %s\n",
+                 (peer.isOk() ? copies.status() : peer.status()).message().c_str());
     return 1;
   }
   int nccl_version = 0;
   CHECK_NCCL(ncclGetVersion(&nccl_version));
   std::printf("bench_allreduce: %d GPU(s), NCCL %d, bf16 sum, median of %d batches; bus bandwidth "
               "= 2(n-1)/n x bytes / time\n", n, nccl_version, reps);
-  std::printf("%10s  %9s %9s  %9s %9s %7s  %9s %9s %7s  %7s  %9s %9s %7s\n", "size", "nccl us",
-              "GB/s", "sliced us", "GB/s", "vs nccl", "gather us", "GB/s", "vs nccl", "auto",
-              "peer us", "GB/s", "vs nccl");
+  std::printf("%10s  %9s %9s  %9s %9s %7s  %9s %9s %7s  %7s  %9s %9s %7s  %9s %7s\n", "size",
+              "nccl us", "GB/s", "sliced us", "GB/s", "vs nccl", "gather us", "GB/s", "vs nccl",
+              "auto", "peer us", "GB/s", "vs nccl", "copies us", "vs nccl");
   const double bus = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   for (size_t bytes = kMiB; bytes <= max_bytes; bytes *= 2) {
     const size_t count = bytes / 2;
@@ -218,15 +222,20 @@ int main(int argc, char** argv) {
     // AllReduceAlgo::kAuto's choice: gather while the peers' bytes are at most 4 MiB.
     const double t_auto = bytes * static_cast<size_t>(n - 1) <= 4 * kMiB ? t_gather : t_sliced;
     const double t_peer = timePeer(ranks, **peer, count, k, reps);
-    std::printf("%7zu MiB  %9.1f %9.1f  %9.1f %9.1f %6.1f%%  %9.1f %9.1f %6.1f%%  %6.1f%%  %9.1f %9.1f %6.1f%%\n",
+    const double t_copies = timePeer(ranks, **copies, count, k, reps);
+    std::printf("%7zu MiB  %9.1f %9.1f  %9.1f %9.1f %6.1f%%  %9.1f %9.1f %6.1f%%  %6.1f%%  %9.1f %9.1f "
+                "%6.1f%%  %9.1f %6.1f%%\n",
                 bytes / kMiB, t_nccl, bw(t_nccl), t_sliced, bw(t_sliced), 100 * t_nccl / t_sliced,
                 t_gather, bw(t_gather), 100 * t_nccl / t_gather, 100 * t_nccl / t_auto, t_peer,
-                bw(t_peer), 100 * t_nccl / t_peer);
+                bw(t_peer), 100 * t_nccl / t_peer, t_copies, 100 * t_nccl / t_copies);
     std::fflush(stdout);
   }
   std::printf("vs nccl: the deterministic all-reduce's bus bandwidth as a share of NCCL's; auto: "
               "AllReduceAlgo::kAuto's choice (gather up to 4 MiB from the peers, sliced above); "
-              "peer: PeerAllReduce (one process, peer loads and copies, no NCCL)\n");
+              "peer: PeerAllReduce (one process, no NCCL; %s: one fused kernel per GPU, peer loads and "
+              "stores, loads in flight per thread: DETRACE_PEER_LOADS, default 8); copies: "
+              "PeerAllReduce's copy-engine path (DETRACE_PEER_MODE=copies)\n",
+              (*peer)->fused() ? "fused" : "NOT fused");
   for (int r = 0; r < n; ++r) {
     Rank& rk = ranks[static_cast<size_t>(r)];
     CHECK_CUDA(cudaSetDevice(r));

@@ -1,11 +1,25 @@
-// PeerAllReduce (peer_allreduce.h): reduce-scatter by direct peer loads, all-gather by peer copies.
+// PeerAllReduce (peer_allreduce.h): the fused kernel (peer_reduce.h) on distinct GPUs, else
+// reduce-scatter by direct peer loads and all-gather by peer copies.
 #include "detrace/kernels/peer_allreduce.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
 #include "cuda_status.h"
+#include "peer_reduce.h"
 
 #define PEER_CUDA(call) DETRACE_CUDA_RETURN_IF_ERROR(call)
 
 namespace detrace::kernels {
+namespace {
+
+bool copiesForced() {
+  const char* e = std::getenv("DETRACE_PEER_MODE");
+  return e != nullptr && std::strcmp(e, "copies") == 0;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(std::vector<int> devices) {
   const int n = static_cast<int>(devices.size());
@@ -14,6 +28,8 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(std::vector<int> de
                      kMaxReduceRanks, n);
   }
   std::unique_ptr<PeerAllReduce> p(new PeerAllReduce(devices));
+  const bool distinct = std::set<int>(devices.begin(), devices.end()).size() == devices.size();
+  p->fused_ = distinct && n <= detail::kMaxPeerRanks && !copiesForced();
   for (int r = 0; r < n; ++r) {
     PEER_CUDA(cudaSetDevice(devices[static_cast<size_t>(r)]));
     for (int q = 0; q < n; ++q) {
@@ -31,6 +47,13 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(std::vector<int> de
         PEER_CUDA(e);
       }
     }
+    if (p->fused_) {
+      void* flags = nullptr;
+      PEER_CUDA(cudaMalloc(&flags, sizeof(detail::PeerFlags)));
+      p->flags_.push_back(static_cast<detail::PeerFlags*>(flags));
+      PEER_CUDA(cudaMemset(flags, 0, sizeof(detail::PeerFlags)));
+      continue;
+    }
     for (auto* events : {&p->ready_, &p->reduced_, &p->done_}) {
       cudaEvent_t ev = nullptr;
       PEER_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -42,6 +65,10 @@ Result<std::unique_ptr<PeerAllReduce>> PeerAllReduce::create(std::vector<int> de
 }
 
 PeerAllReduce::~PeerAllReduce() {
+  for (size_t r = 0; r < flags_.size(); ++r) {  // cudaFree waits for the kernels using them
+    (void)cudaSetDevice(devices_[r]);
+    (void)cudaFree(flags_[r]);
+  }
   for (size_t r = 0; r < ready_.size(); ++r) {
     (void)cudaSetDevice(devices_[r]);
     (void)cudaEventDestroy(ready_[r]);
@@ -79,6 +106,20 @@ Status PeerAllReduce::run(const void* const* sends, void* const* recvs, size_t c
     }
   }
   if (count == 0) return Status::ok();
+  if (!fused_) return runCopies(sends, recvs, count, dtype, order, start, streams);
+  DETRACE_RETURN_IF_ERROR(detail::checkReduceArgs(sends, static_cast<int>(n), recvs[0], order, start));
+  if (++epoch_ == 0) epoch_ = 1;  // 0 is the flags' initial value
+  const detail::PeerLaunch launch{devices_.data(), sends, recvs, flags_.data(), streams,
+                                  static_cast<int>(n), count, dtype, order, start, epoch_};
+  const Status s = detail::launchPeerAllReduce(launch);
+  PEER_CUDA(cudaSetDevice(devices_[0]));
+  return s;
+}
+
+Status PeerAllReduce::runCopies(const void* const* sends, void* const* recvs, size_t count,
+                                DType dtype, ReduceOrder order, int start,
+                                const cudaStream_t* streams) {
+  const size_t n = devices_.size();
   const size_t esize = dtypeSize(dtype), slice = count / n, tail = count % n, bytes = slice * esize;
   const size_t main = slice * n;
   DETRACE_RETURN_IF_ERROR(signal(ready_, streams));  // every input is written

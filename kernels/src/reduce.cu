@@ -19,28 +19,17 @@
 
 #include "cuda_status.h"
 #include "detrace/kernels/reduce.h"
-#include "reduce_tree.h"
-#include "convert.cuh"
+#include "reduce_device.cuh"
 
 namespace detrace::kernels {
-namespace detail {
-
-template <int V>
-struct FVec {
-  float v[V];
-};
-
-template <int V>
-__device__ __forceinline__ void treeAdd(const FVec<V>& left, FVec<V>& right) {
-#pragma unroll
-  for (int e = 0; e < V; ++e) right.v[e] = __fadd_rn(left.v[e], right.v[e]);
-}
-
-}  // namespace detail
-
 namespace {
 
 using detail::FVec;
+using detail::Pack;
+using detail::reduceGroup;
+using detail::reduceGroupN;
+using detail::storePack;
+using detail::toFloat;
 
 constexpr int kThreads = 256;
 
@@ -51,147 +40,6 @@ struct ReduceParams {
   uint64_t vectors;  // count / V when every pointer is 16-byte aligned, else 0
   int nranks;
 };
-
-using detail::fromFloat;
-using detail::toFloat;
-
-// V elements of T loaded or stored as one access (16 bytes in the vector path).
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-// The raw 16-, 4- or 2-byte word holding V elements of T, loaded through the read-only path.
-template <typename T, int V>
-using RawOf = std::conditional_t<sizeof(T) * V == 16, uint4,
-                                 std::conditional_t<sizeof(T) * V == 4, unsigned int, unsigned short>>;
-
-template <typename T, int V>
-__device__ __forceinline__ RawOf<T, V> loadRaw(const void* base, uint64_t elem) {
-  return __ldg(reinterpret_cast<const RawOf<T, V>*>(static_cast<const T*>(base) + elem));
-}
-
-// Exact conversions of raw words to floats (bf16: the high half of an fp32; fp16: cvt).
-__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, __nv_bfloat16) {
-  x[0] = __uint_as_float(w << 16);
-  x[1] = __uint_as_float(w & 0xffff0000u);
-}
-__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, __half) {
-  x[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)));
-  x[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
-}
-__device__ __forceinline__ void wordToFloats(unsigned int w, float* x, float) {
-  x[0] = __uint_as_float(w);
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void rawToFloats(const RawOf<T, V>& r, float (&x)[V]) {
-  if constexpr (sizeof(T) * V == 16) {
-    constexpr int kPerWord = 4 / sizeof(T);
-    wordToFloats(r.x, x + 0 * kPerWord, T{});
-    wordToFloats(r.y, x + 1 * kPerWord, T{});
-    wordToFloats(r.z, x + 2 * kPerWord, T{});
-    wordToFloats(r.w, x + 3 * kPerWord, T{});
-  } else if constexpr (sizeof(T) == 4) {
-    wordToFloats(r, x, T{});
-  } else {
-    float two[2];
-    wordToFloats(static_cast<unsigned int>(r), two, T{});
-    x[0] = two[0];
-  }
-}
-
-// Reduces kVecs independent vectors (element offsets elem[u], valid[u]) at once: all loads of a
-// batch of ranks for all kVecs vectors are issued before any add, so a thread keeps
-// kBatch * kVecs = 8 loads in flight whatever N is (few ranks: more vectors per thread).
-// kTreeLevels: 0 for the sequential orders, else the tree depth instantiated.
-template <typename T, int V, int kTreeLevels, int kVecs>
-__device__ __forceinline__ void reduceGroup(const ReduceParams& p, const uint64_t (&elem)[kVecs],
-                                            const bool (&valid)[kVecs], FVec<V> (&acc)[kVecs]) {
-  constexpr bool kTree = kTreeLevels > 0;
-  constexpr int kBatch = 8 / kVecs;
-  detail::TreeSum<FVec<V>, kTree ? kTreeLevels : 1> tree[kVecs];
-  for (int k0 = 0; k0 < p.nranks; k0 += kBatch) {
-    RawOf<T, V> raw[kBatch][kVecs];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-#pragma unroll
-      for (int u = 0; u < kVecs; ++u) {
-        raw[b][u] = RawOf<T, V>{};
-        if (k0 + b < p.nranks && valid[u]) raw[b][u] = loadRaw<T, V>(p.src[k0 + b], elem[u]);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int k = k0 + b;
-      if (k >= p.nranks) break;
-#pragma unroll
-      for (int u = 0; u < kVecs; ++u) {
-        FVec<V> x;
-        rawToFloats<T, V>(raw[b][u], x.v);
-        if constexpr (kTree) {
-          tree[u].push(k, x);
-        } else if (k == 0) {
-          acc[u] = x;
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) acc[u].v[e] = __fadd_rn(acc[u].v[e], x.v[e]);
-        }
-      }
-    }
-  }
-  if constexpr (kTree) {
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) acc[u] = tree[u].finish(p.nranks);
-  }
-}
-
-// The same reduction for a rank count known at compile time (kN): every load of the kN ranks x
-// kVecs vectors is issued up front, and the tree's shape is resolved by the compiler (no
-// run-time level selects), so the thread holds only raw words and the running sums.
-template <typename T, int V, int kN, bool kTree, int kVecs>
-__device__ __forceinline__ void reduceGroupN(const ReduceParams& p, const uint64_t (&elem)[kVecs],
-                                             const bool (&valid)[kVecs], FVec<V> (&acc)[kVecs]) {
-  RawOf<T, V> raw[kN][kVecs];
-#pragma unroll
-  for (int k = 0; k < kN; ++k) {
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      raw[k][u] = RawOf<T, V>{};
-      if (valid[u]) raw[k][u] = loadRaw<T, V>(p.src[k], elem[u]);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kVecs; ++u) {
-    if constexpr (kTree) {
-      detail::TreeSum<FVec<V>, detail::treeLevelsFor(kN)> tree;
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        FVec<V> x;
-        rawToFloats<T, V>(raw[k][u], x.v);
-        tree.push(k, x);
-      }
-      acc[u] = tree.finish(kN);
-    } else {
-      rawToFloats<T, V>(raw[0][u], acc[u].v);
-#pragma unroll
-      for (int k = 1; k < kN; ++k) {
-        FVec<V> x;
-        rawToFloats<T, V>(raw[k][u], x.v);
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[u].v[e] = __fadd_rn(acc[u].v[e], x.v[e]);
-      }
-    }
-  }
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void storePack(void* base, uint64_t elem, const FVec<V>& acc) {
-  Pack<T, V> out;
-#pragma unroll
-  for (int e = 0; e < V; ++e) out.v[e] = fromFloat<T>(acc.v[e]);
-  *reinterpret_cast<Pack<T, V>*>(static_cast<T*>(base) + elem) = out;
-}
 
 template <typename T, int kTreeLevels, int kVecs>
 __global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __grid_constant__ ReduceParams p) {
@@ -210,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __gr
       elem[u] = valid[u] ? v * V : 0;
     }
     FVec<V> acc[kVecs];
-    reduceGroup<T, V, kTreeLevels, kVecs>(p, elem, valid, acc);
+    reduceGroup<T, V, kTreeLevels, kVecs>(p.src, p.nranks, elem, valid, acc);
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) {
       if (valid[u]) storePack<T, V>(p.out, elem[u], acc[u]);
@@ -220,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __gr
     const uint64_t elem[1] = {e};
     const bool valid[1] = {true};
     FVec<1> acc[1];
-    reduceGroup<T, 1, kTreeLevels, 1>(p, elem, valid, acc);
+    reduceGroup<T, 1, kTreeLevels, 1>(p.src, p.nranks, elem, valid, acc);
     storePack<T, 1>(p.out, e, acc[0]);
   }
 }
@@ -243,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
       elem[u] = valid[u] ? v * V : 0;
     }
     FVec<V> acc[kVecs];
-    reduceGroupN<T, V, kN, kTree, kVecs>(p, elem, valid, acc);
+    reduceGroupN<T, V, kN, kTree, kVecs>(p.src, elem, valid, acc);
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) {
       if (valid[u]) storePack<T, V>(p.out, elem[u], acc[u]);
@@ -254,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t elem[1] = {e};
     const bool valid[1] = {true};
     FVec<1> acc[1];
-    reduceGroup<T, 1, kLevels, 1>(p, elem, valid, acc);
+    reduceGroup<T, 1, kLevels, 1>(p.src, p.nranks, elem, valid, acc);
     storePack<T, 1>(p.out, e, acc[0]);
   }
 }
