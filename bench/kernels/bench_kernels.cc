@@ -284,7 +284,7 @@ class Bench {
 
   // One launch of each digest shape, for a profiler (bench_kernels --profile).
   void profileOnce() {
-    for (uint64_t size : {4 * kKiB, 16 * kMiB, 1 * kGiB}) {
+    for (uint64_t size : {4 * kKiB, 16 * kMiB, 256 * kMiB, 1 * kGiB}) {
       CHECK_STATUS(digester_[0].digest(reinterpret_cast<CUdeviceptr>(pool_), size, slots_, stream_));
     }
     CHECK_STATUS(digester_[0].digestRows(reinterpret_cast<CUdeviceptr>(pool_), 2048, 8 * kKiB,

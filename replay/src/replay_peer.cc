@@ -86,7 +86,7 @@ std::optional<Impl> deterministicAllReduceImpl(std::shared_ptr<const CollectiveP
   impl.name = "det-allreduce";
   impl.description = fmt::format(
       "kernels' PeerAllReduce over {} local GPU(s): each sums its slice from peer memory in rank "
-      "order, peer copies gather (equals rank/gpu)", p->nranks);
+      "order and stores it into every GPU's output (equals rank/gpu)", p->nranks);
   impl.gpu = true;
   impl.skipped = unavailable;
   if (impl.skipped.empty() && gpuCount() < p->nranks) {
