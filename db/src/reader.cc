@@ -65,7 +65,7 @@ Status forEachRow(sqlite3* db, const std::string& sql, F&& row) {
 }
 
 enum CachedStmt { kEventBySeq, kCollectiveBySeq, kGemmBySeq, kMarkerBySeq, kOperandsBySeq,
-                  kCaptureById, kLaunchParamsBySeq, kCachedCount };
+                  kCaptureById, kLaunchParamsBySeq, kGraphOpBySeq, kCachedCount };
 
 }  // namespace
 
@@ -148,9 +148,9 @@ Status TraceReader::load() {
                  }));
   // Tables added within schema version 1 (schema.cc) may be missing from older files.
   return forEachRow(
-      db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'launch_params'",
-      [&](sqlite3_stmt*) {
-        has_launch_params_ = true;
+      db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('launch_params', 'graph_ops')",
+      [&](sqlite3_stmt* s) {
+        (colText(s, 0) == "launch_params" ? has_launch_params_ : has_graph_ops_) = true;
         return Status::ok();
       });
 }
@@ -264,13 +264,49 @@ Result<std::optional<T>> readDetail(sqlite3* db, Result<sqlite3_stmt*> stmt, int
 
 template <typename T, typename ReadFn>
 Result<std::vector<std::pair<int64_t, T>>> readAllDetails(sqlite3* db, std::string_view table,
-                                                          ReadFn read) {
+                                                          ReadFn read, int64_t limit = INT64_MAX) {
   std::vector<std::pair<int64_t, T>> out;
-  DETRACE_RETURN_IF_ERROR(forEachRow(db, detailSql(table, false), [&](sqlite3_stmt* s) {
+  std::string sql = detailSql(table, false);
+  if (limit != INT64_MAX) sql += fmt::format(" LIMIT {}", limit);
+  DETRACE_RETURN_IF_ERROR(forEachRow(db, sql, [&](sqlite3_stmt* s) {
     out.emplace_back(sqlite3_column_int64(s, 0), read(s, 1));
     return Status::ok();
   }));
   return out;
+}
+
+// Runs `sql`, whose two parameters are a seq range, and calls row(stmt) for each row.
+template <typename F>
+Status forEachRowIn(sqlite3* db, const std::string& sql, int64_t from, int64_t to, F&& row) {
+  DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db, sql));
+  sqlite3_bind_int64(s.get(), 1, from);
+  sqlite3_bind_int64(s.get(), 2, to);
+  for (;;) {
+    int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return Status::ok();
+    if (rc != SQLITE_ROW) return sqliteStatus(db, rc, fmt::format("reading \"{:.50}\"", sql));
+    DETRACE_RETURN_IF_ERROR(row(s.get()));
+  }
+}
+
+template <typename T, typename ReadFn>
+Status forEachDetail(sqlite3* db, std::string_view table, int64_t from, int64_t to, ReadFn read,
+                     const std::function<Status(int64_t, const T&)>& fn) {
+  std::string sql = fmt::format("SELECT {} FROM {} WHERE seq >= ? AND seq < ? ORDER BY seq",
+                                columnList(table), table);
+  return forEachRowIn(db, sql, from, to, [&](sqlite3_stmt* s) {
+    return fn(sqlite3_column_int64(s, 0), read(s, 1));
+  });
+}
+
+Result<int64_t> countRows(sqlite3* db, std::string_view table) {
+  int64_t n = 0;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db, fmt::format("SELECT count(*) FROM {}", table),
+                                     [&](sqlite3_stmt* s) {
+                                       n = sqlite3_column_int64(s, 0);
+                                       return Status::ok();
+                                     }));
+  return n;
 }
 }  // namespace
 
@@ -293,9 +329,22 @@ Result<std::vector<std::pair<int64_t, Collective>>> TraceReader::collectives() {
   return readAllDetails<Collective>(db_.get(), "collectives", readCollective);
 }
 
-Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms() {
-  return readAllDetails<Gemm>(db_.get(), "gemms", readGemm);
+Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms(int64_t limit) {
+  return readAllDetails<Gemm>(db_.get(), "gemms", readGemm, limit);
 }
+
+Status TraceReader::forEachCollective(int64_t from, int64_t to,
+                                      const std::function<Status(int64_t, const Collective&)>& fn) {
+  return forEachDetail<Collective>(db_.get(), "collectives", from, to, readCollective, fn);
+}
+
+Status TraceReader::forEachGemm(int64_t from, int64_t to,
+                                const std::function<Status(int64_t, const Gemm&)>& fn) {
+  return forEachDetail<Gemm>(db_.get(), "gemms", from, to, readGemm, fn);
+}
+
+Result<int64_t> TraceReader::gemmCount() { return countRows(db_.get(), "gemms"); }
+Result<int64_t> TraceReader::collectiveCount() { return countRows(db_.get(), "collectives"); }
 
 Result<std::vector<Operand>> TraceReader::operands(int64_t seq) {
   static const std::string sql = fmt::format(
@@ -327,10 +376,17 @@ Result<std::vector<Operand>> TraceReader::allOperands() {
 }
 
 Status TraceReader::forEachOperandFingerprint(const std::function<Status(Operand&)>& fn) {
+  return forEachOperandFingerprint(INT64_MIN, INT64_MAX, fn);
+}
+
+Status TraceReader::forEachOperandFingerprint(int64_t from, int64_t to,
+                                              const std::function<Status(Operand&)>& fn) {
   Operand o;
-  return forEachRow(
-      db_.get(), "SELECT seq, slot, role, rows, digest, row_digests FROM operands ORDER BY seq, slot, id",
-      [&](sqlite3_stmt* s) -> Status {
+  return forEachRowIn(
+      db_.get(),
+      "SELECT seq, slot, role, rows, digest, row_digests FROM operands WHERE seq >= ? AND seq < ? "
+      "ORDER BY seq, slot, id",
+      from, to, [&](sqlite3_stmt* s) -> Status {
         o.seq = sqlite3_column_int64(s, 0);
         o.slot = sqlite3_column_int(s, 1);
         o.role = static_cast<OperandRole>(sqlite3_column_int(s, 2));
@@ -352,11 +408,18 @@ Result<std::vector<Operand>> TraceReader::allOperandFingerprints() {
 }
 
 Status TraceReader::forEachEventSkeleton(const std::function<Status(const EventSkeleton&)>& fn) {
-  return forEachRow(db_.get(), "SELECT seq, kind, name, parent_seq FROM events ORDER BY seq",
-                    [&](sqlite3_stmt* s) -> Status {
-                      return fn({sqlite3_column_int64(s, 0), static_cast<EventKind>(sqlite3_column_int(s, 1)),
-                                 colOpt(s, 2), colOpt(s, 3)});
-                    });
+  return forEachEventSkeleton(INT64_MIN, INT64_MAX, fn);
+}
+
+Status TraceReader::forEachEventSkeleton(int64_t from, int64_t to,
+                                         const std::function<Status(const EventSkeleton&)>& fn) {
+  return forEachRowIn(
+      db_.get(),
+      "SELECT seq, kind, name, parent_seq FROM events WHERE seq >= ? AND seq < ? ORDER BY seq",
+      from, to, [&](sqlite3_stmt* s) -> Status {
+        return fn({sqlite3_column_int64(s, 0), static_cast<EventKind>(sqlite3_column_int(s, 1)),
+                   colOpt(s, 2), colOpt(s, 3)});
+      });
 }
 
 Result<std::vector<TraceReader::EventSkeleton>> TraceReader::eventSkeletons() {
@@ -388,6 +451,37 @@ Status TraceReader::forEachLaunchParams(const std::function<Status(const LaunchP
       db_.get(),
       fmt::format("SELECT {} FROM launch_params ORDER BY seq", columnList("launch_params")),
       [&](sqlite3_stmt* s) { return fn(readLaunchParams(s)); });
+}
+
+Result<std::optional<GraphOp>> TraceReader::graphOp(int64_t seq) {
+  if (!has_graph_ops_) return std::optional<GraphOp>();
+  static const std::string sql =
+      fmt::format("SELECT {} FROM graph_ops WHERE seq = ?", columnList("graph_ops"));
+  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kGraphOpBySeq, sql.c_str()));
+  sqlite3_bind_int64(s, 1, seq);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return std::optional<GraphOp>();
+  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading a graph op");
+  return std::optional<GraphOp>(readGraphOp(s));
+}
+
+Status TraceReader::forEachGraphOp(const std::function<Status(const GraphOp&)>& fn) {
+  if (!has_graph_ops_) return Status::ok();
+  return forEachRow(db_.get(),
+                    fmt::format("SELECT {} FROM graph_ops ORDER BY seq", columnList("graph_ops")),
+                    [&](sqlite3_stmt* s) { return fn(readGraphOp(s)); });
+}
+
+Result<int64_t> TraceReader::graphOpsBefore(int64_t seq) {
+  if (!has_graph_ops_) return int64_t{0};
+  int64_t n = 0;
+  DETRACE_RETURN_IF_ERROR(forEachRow(
+      db_.get(), fmt::format("SELECT count(*) FROM graph_ops WHERE seq < {}", seq),
+      [&](sqlite3_stmt* s) {
+        n = sqlite3_column_int64(s, 0);
+        return Status::ok();
+      }));
+  return n;
 }
 
 Result<std::vector<uint8_t>> TraceReader::captureBytes(int64_t operand_id) {

@@ -243,6 +243,22 @@ LaunchParams readLaunchParams(sqlite3_stmt* s) {
   return p;
 }
 
+void bindGraphOp(sqlite3_stmt* s, const GraphOp& g) {
+  bindInt(s, 1, g.seq);
+  bindOpt(s, 2, g.template_seq);
+  bindOpt(s, 3, g.replay);
+  bindInt(s, 4, g.graph_exec);
+}
+
+GraphOp readGraphOp(sqlite3_stmt* s) {
+  GraphOp g;
+  g.seq = sqlite3_column_int64(s, 0);
+  g.template_seq = colOpt(s, 1);
+  g.replay = colOpt(s, 2);
+  g.graph_exec = sqlite3_column_int64(s, 3);
+  return g;
+}
+
 void bindOperandFields(sqlite3_stmt* s, const Operand& o) {
   bindInt(s, 1, o.id);
   bindInt(s, 2, o.seq);

@@ -33,6 +33,7 @@ void bindOperandFields(sqlite3_stmt* s, const Operand& o);
 inline constexpr int kOperandCaptureColumn = 16;  // 1-based bind index of operands.capture (last)
 
 void bindLaunchParams(sqlite3_stmt* s, const LaunchParams& p);
+void bindGraphOp(sqlite3_stmt* s, const GraphOp& g);
 
 // Reads a row whose columns start at `first` in declaration order.
 Event readEvent(sqlite3_stmt* s, int first = 0);
@@ -42,6 +43,7 @@ Marker readMarker(sqlite3_stmt* s, int first);          // first = index of `mar
 StreamInfo readStream(sqlite3_stmt* s);
 RankInfo readRank(sqlite3_stmt* s);
 LaunchParams readLaunchParams(sqlite3_stmt* s);  // all columns, seq first
+GraphOp readGraphOp(sqlite3_stmt* s);            // all columns, seq first
 // Reads the operand columns before `capture` (select them with operandFieldList()).
 std::string operandFieldList();
 Result<Operand> readOperandFields(sqlite3_stmt* s);

@@ -2,7 +2,7 @@
 // One file holds one recorded process (one rank). Integer columns that do not apply are NULL.
 // Timestamps are nanoseconds on CUPTI's clock (cuptiGetTimestamp), which the host and GPU
 // timestamps share. Digests are unsigned 64-bit values stored bit-cast in INTEGER columns.
-// A table added without changing the meaning of the others (launch_params) keeps the version:
+// A table added without changing the meaning of the others (launch_params, graph_ops) keeps the version:
 // older files simply lack it, and the reader treats a missing one as empty.
 #include "detrace/db/schema.h"
 
@@ -161,6 +161,17 @@ constexpr ColumnDef kLaunchParams[] = {
     {"bytes", "BLOB", "", "The launch's parameter bytes laid out by layout"},
 };
 
+constexpr ColumnDef kGraphOps[] = {
+    {"seq", "INTEGER", "PRIMARY KEY", "events.seq of a GEMM or collective as one launch of a CUDA "
+                                      "graph replayed it (its fingerprints are this replay's)"},
+    {"template_seq", "INTEGER", "", "events.seq of the call captured into the graph (recorded at "
+                                    "capture, without fingerprints); NULL if not known"},
+    {"replay", "INTEGER", "", "Launch number of the executable graph, from 0, over the launches "
+                              "the tracer recorded"},
+    {"graph_exec", "INTEGER", "", "CUgraphExec value in the recorded process (tells executable "
+                                  "graphs apart)"},
+};
+
 constexpr ColumnDef kStats[] = {
     {"key", "TEXT", "PRIMARY KEY", "Counter name (events_written, events_dropped, operands_dropped, "
                                    "bytes_captured, recorder_overhead_ns, ...)"},
@@ -185,6 +196,10 @@ constexpr TableDef kTables[] = {
      "launch, one operand slot per allocation, named by the words (arg0,arg3+8). Traces written "
      "before this table existed lack it and read as having none",
      kLaunchParams, {}},
+    {"graph_ops", "Library ops replayed by CUDA graph launches (docs/architecture.md, \"Graph "
+     "replays\"): one row per op and launch. Traces written before this table existed lack it and "
+     "read as having none",
+     kGraphOps, {}},
     {"stats", "Recorder counters: drops, bytes, overhead", kStats, {}},
 };
 

@@ -28,7 +28,7 @@ struct CollectiveRow { int64_t seq; Collective c; };
 struct GemmRow { int64_t seq; Gemm g; };
 struct MarkerRow { int64_t seq; Marker m; };
 using ColdRecord = std::variant<StringRow, MetaRow, RankInfo, StreamInfo, CollectiveRow, GemmRow,
-                                MarkerRow, Operand, LaunchParams>;
+                                MarkerRow, Operand, LaunchParams, GraphOp>;
 
 // Everything taken from the queue for one transaction.
 struct Batch {
@@ -47,7 +47,7 @@ struct TransparentHash {
 constexpr int kEventsPerInsert = 32;
 
 enum Stmt { kBegin, kCommit, kRollback, kEvent, kEventMany, kCollective, kGemm, kMarker, kOperand, kString,
-            kStream, kMeta, kRank, kStat, kLaunchParams, kStmtCount };
+            kStream, kMeta, kRank, kStat, kLaunchParams, kGraphOp, kStmtCount };
 
 // A second launch_params row for one seq replaces the first instead of failing the whole batch.
 std::string upsertSql(const TableDef& table) {
@@ -163,7 +163,7 @@ Status TraceWriter::Impl::open() {
       insertSql(schemaTable("streams")),
       "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", insertSql(schemaTable("ranks")),
       "INSERT OR REPLACE INTO stats (key, value) VALUES (?, ?)",
-      upsertSql(schemaTable("launch_params"))};
+      upsertSql(schemaTable("launch_params")), upsertSql(schemaTable("graph_ops"))};
   for (int i = 0; i < kStmtCount; ++i) {
     DETRACE_ASSIGN_OR_RETURN(stmts_[i], prepare(db_.get(), sql[i], /*persistent=*/true));
   }
@@ -209,7 +209,8 @@ bool TraceWriter::Impl::appendCold(ColdRecord record, size_t bytes) {
   std::unique_lock lk(mu_);
   bool is_operand = std::holds_alternative<Operand>(record);
   const auto* params = std::get_if<LaunchParams>(&record);
-  if ((params && params->seq < 0) || closing_ || !error_.isOk() ||
+  const auto* graph_op = std::get_if<GraphOp>(&record);
+  if ((params && params->seq < 0) || (graph_op && graph_op->seq < 0) || closing_ || !error_.isOk() ||
       !waitForSpaceLocked(lk, true, bytes)) {
     if (is_operand) ++counters_.operands_dropped;
     if (params) ++counters_.launch_params_dropped;
@@ -364,6 +365,9 @@ Status TraceWriter::Impl::writeCold(ColdRecord& record) {
         } else if constexpr (std::is_same_v<T, MarkerRow>) {
           bindMarker(stmts_[kMarker].get(), r.seq, r.m);
           return step(kMarker, "inserting a marker");
+        } else if constexpr (std::is_same_v<T, GraphOp>) {
+          bindGraphOp(stmts_[kGraphOp].get(), r);
+          return step(kGraphOp, "inserting a graph op");
         } else if constexpr (std::is_same_v<T, LaunchParams>) {
           sqlite3_stmt* s = stmts_[kLaunchParams].get();
           bindLaunchParams(s, r);
@@ -524,6 +528,7 @@ bool TraceWriter::appendLaunchParams(LaunchParams params) {
   size_t bytes = sizeof(LaunchParams) + params.layout.size() + params.bytes.size();
   return impl_->appendCold(std::move(params), bytes);
 }
+bool TraceWriter::appendGraphOp(const GraphOp& op) { return impl_->appendCold(op, sizeof(GraphOp)); }
 void TraceWriter::addStat(std::string_view key, int64_t delta) { impl_->addStat(key, delta); }
 Status TraceWriter::flush() { return impl_->flush(); }
 Status TraceWriter::close() { return impl_->close(); }

@@ -409,3 +409,36 @@ DETRACE_DIGEST_KERNEL(detrace_digest_a8, 16, 4, 8)
 DETRACE_DIGEST_KERNEL(detrace_digest_a8_l2hint, 16, 4, kAlign8L2Hint)
 DETRACE_DIGEST_KERNEL(detrace_digest_a4, 16, 4, 4)
 DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
+
+// The same kernels for launches captured into a CUDA graph, whose every replay must write its
+// digests somewhere else: p.out is the device address of a word that holds the destination's base
+// (stored before each replay by detrace_store_words), and the digests go to that base plus
+// p.out_offset words. A base of 0 (a replay the tracer does not record) skips the digest: every
+// thread reads the same word, so the whole grid returns before any barrier. Separate entry points,
+// so the kernels above are compiled exactly as before.
+#define DETRACE_DIGEST_KERNEL_VIA(name, batch, min_blocks, align)                           \
+  extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
+      name(const dd::DigestParams p) {                                                    \
+    const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out); \
+    if (base == 0) return;                                                                \
+    dd::DigestParams q = p;                                                               \
+    q.out = base + 8ull * p.out_offset;                                                   \
+    if (q.mode == dd::kEmpty) {                                                           \
+      emptyRows(q);                                                                       \
+    } else {                                                                              \
+      digestAligned<align, batch>(q);                                                     \
+    }                                                                                     \
+  }
+
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_via, 16, 4, 8)
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_l2hint_via, 16, 4, kAlign8L2Hint)
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a4_via, 16, 4, 4)
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a1_via, 8, 3, 1)
+
+// Stores p.value[i] to the device word p.addr[i] for i < p.count (one block). Launched on a stream
+// just before a CUDA graph (the destinations of its *_via digests) and just after it (0: the graph's
+// next, unrecorded, replays skip their digests).
+extern "C" __global__ void detrace_store_words(const dd::StoreParams p) {
+  const uint32_t i = threadIdx.x;
+  if (i < p.count) *reinterpret_cast<volatile unsigned long long*>(p.addr[i]) = p.value[i];
+}

@@ -154,6 +154,7 @@ Result<Digester> Digester::create() {
                                        &per_sm, d.kernels_[a], detail::kBlockThreads, 0));
     d.grid_caps_[a] = std::max(1, sms * per_sm);
   }
+  DETRACE_RETURN_IF_ERROR(d.loadViaKernels(sms));
   return d;
 }
 
@@ -218,6 +219,108 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   p.slots = reinterpret_cast<uint64_t>(workspace);
   planPasses(p);
   return launch(&p, stream);
+}
+
+// ---- CUDA graph replays: the *_via entry points and detrace_store_words ----
+
+Status Digester::loadViaKernels(int sms) {
+  const detail::DriverApi& cu = *cu_;
+  CUmodule module = module_.get();
+  // The 8-byte-aligned one follows DETRACE_DIGEST_L2HINT like digest()'s default kernel.
+  const char* names[kAlignments] = {
+      l2HintLoads() ? "detrace_digest_a8_l2hint_via" : "detrace_digest_a8_via",
+      "detrace_digest_a4_via", "detrace_digest_a1_via"};
+  for (int a = 0; a < kAlignments; ++a) {
+    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&via_kernels_[a], module, names[a]));
+    int per_sm = 0;
+    DETRACE_CU_RETURN_IF_ERROR(cu, OccupancyMaxActiveBlocksPerMultiprocessor(
+                                       &per_sm, via_kernels_[a], detail::kBlockThreads, 0));
+    via_grid_caps_[a] = std::max(1, sms * per_sm);
+  }
+  DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&store_words_, module, "detrace_store_words"));
+  return Status::ok();
+}
+
+Status Digester::launchVia(const void* params, CUstream stream) const {
+  const auto& p = *static_cast<const detail::DigestParams*>(params);
+  const int a = p.align == 8 ? 0 : p.align == 4 ? 1 : 2;
+  const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(via_grid_caps_[a]));
+  void* args[] = {const_cast<void*>(params)};
+  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(via_kernels_[a], static_cast<unsigned>(blocks), 1,
+                                                1, detail::kBlockThreads, 1, 1, 0, stream, args,
+                                                nullptr));
+  return Status::ok();
+}
+
+Status Digester::digestVia(CUdeviceptr src, uint64_t len, DigestSlot* slot,
+                           const uint64_t* out_cell, uint32_t out_offset, CUstream stream) const {
+  if (slot == nullptr || out_cell == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "Digester::digestVia needs a DigestSlot and an out cell");
+  }
+  if (len != 0 && src == 0) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestVia got a null source");
+  }
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  detail::DigestParams p{};
+  p.base = src;
+  p.row_bytes = len;
+  p.row_stride = 0;
+  p.rows = 1;
+  p.out = reinterpret_cast<uint64_t>(out_cell);
+  p.out_offset = out_offset;
+  p.slots = reinterpret_cast<uint64_t>(slot);
+  planPasses(p);
+  return launchVia(&p, stream);
+}
+
+Status Digester::digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
+                               uint64_t row_stride, const uint64_t* out_cell, uint32_t out_offset,
+                               DigestSlot* workspace, CUstream stream) const {
+  if (rows == 0) return Status::ok();
+  if (out_cell == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestRowsVia needs an out cell");
+  }
+  if (row_bytes > kDigestRowBytesWithoutWorkspace && workspace == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "rows of {} bytes need a workspace of {} zeroed DigestSlots", row_bytes, rows);
+  }
+  if (row_bytes != 0 && base == 0) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestRowsVia got a null base");
+  }
+  if (row_bytes / kDigestChunkBytes >= (uint64_t{1} << 31)) {
+    return makeError(ErrorCode::kInvalidArgument, "rows of {} bytes are too long", row_bytes);
+  }
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  detail::DigestParams p{};
+  p.base = base;
+  p.row_bytes = row_bytes;
+  p.row_stride = row_stride;
+  p.rows = rows;
+  p.out = reinterpret_cast<uint64_t>(out_cell);
+  p.out_offset = out_offset;
+  p.slots = reinterpret_cast<uint64_t>(workspace);
+  planPasses(p);
+  return launchVia(&p, stream);
+}
+
+Status Digester::storeWords(const uint64_t* const* addr, const uint64_t* values, uint32_t n,
+                            CUstream stream) const {
+  static_assert(kMaxStores == static_cast<uint32_t>(detail::kMaxStores),
+                "digest.h and digest_params.h disagree");
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  for (uint32_t first = 0; first < n; first += kMaxStores) {
+    detail::StoreParams p{};
+    p.count = std::min(kMaxStores, n - first);
+    for (uint32_t i = 0; i < p.count; ++i) {
+      p.addr[i] = reinterpret_cast<uint64_t>(addr[first + i]);
+      p.value[i] = values[first + i];
+    }
+    void* args[] = {&p};
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(store_words_, 1, 1, 1, 32, 1, 1, 0, stream,
+                                                  args, nullptr));
+  }
+  return Status::ok();
 }
 
 }  // namespace detrace::kernels

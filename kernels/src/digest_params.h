@@ -44,7 +44,20 @@ struct DigestParams {
   uint32_t rows_per_group;  // packed modes: rows in a warp (kPackedWarp) or block (kPackedBlock)
   uint32_t tiles_per_row;   // kSplit: ceil(G / 64)
   uint32_t prefetch;        // PrefetchMode
+  // The *_via kernels only (graph replays): `out` is the device address of a word holding the
+  // destination's base address (0: skip this digest), and the digests go to that base plus
+  // out_offset words. The other kernels ignore it (0).
+  uint32_t out_offset;
+};
+
+// Stores of detrace_store_words: value[i] to the device word at addr[i], i < count. Used to point
+// the *_via digests of a CUDA graph at the destination of one replay, before the graph runs.
+inline constexpr int kMaxStores = 30;
+struct StoreParams {
+  uint32_t count;
   uint32_t pad;
+  uint64_t addr[kMaxStores];
+  uint64_t value[kMaxStores];
 };
 
 // Launches of at most this many passes (16 MiB) prefetch their chunks into L2: they are bound by

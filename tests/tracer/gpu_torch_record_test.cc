@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <gtest/gtest.h>
@@ -181,13 +182,37 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
   }
   ASSERT_FALSE(names.empty()) << "no kernel replayed from a CUDA graph was recorded";
   for (const auto& [name, n] : names) EXPECT_EQ(n % replays, 0) << name << " ran " << n << " times";
-  // The all-reduces and GEMMs captured into the graph are recorded once, at capture.
+  // The all-reduces and GEMMs captured into the graph are recorded once, at capture (without
+  // fingerprints), and every replay adds each of them again, with fingerprints of its own.
   auto colls = t.collectives();
   ASSERT_TRUE(colls.isOk());
   EXPECT_GE(colls->size(), static_cast<size_t>(2 * 2));  // warm-up passes + capture, 2 layers
+  std::map<int64_t, int> per_template;
+  std::map<int64_t, std::set<int64_t>> replays_of;
+  size_t graph_ops = 0, fingerprinted = 0;
+  ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
+    ++graph_ops;
+    ++per_template[g.template_seq];
+    replays_of[g.template_seq].insert(g.replay);
+    auto ops = t.operands(g.seq);
+    bool all = ops.isOk() && !ops->empty();
+    if (ops.isOk()) {
+      for (const db::Operand& o : *ops) all = all && o.has_digest;
+    }
+    fingerprinted += all ? 1 : 0;
+    return Status::ok();
+  }).isOk());
+  ASSERT_GT(graph_ops, 0u) << "no replayed GEMM or all-reduce";
+  for (const auto& [tmpl, n] : per_template) {
+    EXPECT_GE(tmpl, 0) << "the captured call is in the trace";
+    EXPECT_EQ(n, replays) << "captured op at " << tmpl;
+    EXPECT_EQ(replays_of[tmpl].size(), static_cast<size_t>(replays));
+  }
+  EXPECT_EQ(fingerprinted, graph_ops) << "replayed ops without fingerprints";
   auto stats = t.stats();
   ASSERT_TRUE(stats.isOk());
-  EXPECT_GT((*stats)["fingerprints_skipped_graph_capture"], 0);
+  EXPECT_EQ((*stats)["graph_replays_fingerprinted"], replays);
+  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
   EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
 }
 

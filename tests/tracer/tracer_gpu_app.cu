@@ -3,12 +3,16 @@
 // two-kernel CUDA graph replayed three times. The phases are NVTX ranges "step 0", "step 1" (with a
 // nested "layer 0") and "step 2". A and B hold exact patterns (fillA/fillB below, mirrored by the
 // test) so that D = A * B is exact in fp32 whatever the summation order. It prints nothing the
-// test depends on.
+// test depends on. `tracer_gpu_app graph DIR` runs another program instead: GEMMs and an
+// all-reduce captured into CUDA graphs and replayed (graph_gpu_app.cuh, for gpu_graph_test.cc).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <cstdio>
+#include <cstring>
+
+#include "graph_gpu_app.cuh"
 
 #define CK(call)                                                                    \
   do {                                                                              \
@@ -41,7 +45,8 @@ __global__ void fill_kernel(float* x, int n, int mod, float scale, float offset)
   if (i < n) x[i] = static_cast<float>(i % mod) * scale + offset;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   const int n = 1 << 16;
   float *a = nullptr, *b = nullptr;
   CK(cudaMalloc(&a, n * sizeof(float)));

@@ -61,6 +61,14 @@ int64_t CommRegistry::nextSeq(const void* comm) {
   return it == comms_.end() ? -1 : it->second.seq++;
 }
 
+int64_t CommRegistry::nextSeqFor(int64_t id, int32_t rank) {
+  std::lock_guard lk(mu_);
+  for (auto& [comm, e] : comms_) {
+    if (e.info.id == id && e.info.rank == rank) return e.seq++;
+  }
+  return -1;
+}
+
 std::optional<CommInfo> CommRegistry::widest() const {
   std::lock_guard lk(mu_);
   std::optional<CommInfo> best;

@@ -81,6 +81,10 @@ thread_local int t_runtime_depth = 0;
 std::atomic<uint64_t> g_capture_epoch{0};
 thread_local uint64_t t_capture_epoch = 0;
 thread_local uint64_t t_driver_token = 0;
+// A graph launch whose captured ops' digests were pointed at their results (beginReplay): its API
+// exit, in the same domain, closes them (endReplay).
+thread_local bool t_replay_open = false;
+thread_local bool t_replay_runtime = false;
 
 int64_t cuptiNow() {
   uint64_t t = 0;
@@ -242,6 +246,16 @@ bool isCapturing(int64_t stream) {
          status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+// The stream a launch API's `stream` argument means for the tracer's own launches: 0 passed to a
+// per-thread-default-stream entry point (the _ptsz callbacks) is that thread's stream.
+CUstream launchStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, int64_t stream) {
+  const bool ptsz = domain == CUPTI_CB_DOMAIN_RUNTIME_API
+                        ? cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000
+                        : cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  if (stream == 0 && ptsz) return CU_STREAM_PER_THREAD;
+  return reinterpret_cast<CUstream>(stream);
+}
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
@@ -250,6 +264,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_runtime_token = 0;
     t_driver_token = 0;
     deep::resetThread();
+    // A graph launch whose exit was never seen: its digests' end is unknown, and the fingerprinter
+    // gives that replay up after a timeout.
+    t_replay_open = false;
   }
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
@@ -295,17 +312,31 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       return;
     }
     launch.stream = w->stream(stream, launch.device);
+    Fingerprinter::ReplayPlan replay;
+    bool replays = false;
     if (kind.graph) {
       launch.is_graph = true;
       launch.graph_key = exec;
       launch.expected_activities = expectedGraphRecords(exec);
       launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
+      // Library ops captured into the graph with their digests: this launch replays them.
+      replays = !isCapturing(stream) && Fingerprinter::get().planReplay(exec, replay);
+      if (replays) {
+        launch.graph_ops = replay.ops;
+        launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
+        launch.graph_replay = replay.replay;
+      }
     } else if (cb->symbolName != nullptr) {
       // Known at API time: names the event even if its activity record never comes.
       launch.name = kernelName(*w, cb->symbolName);
     }
     launch.notify_written = deep;
     uint64_t token = buffer->addLaunch(launch, currentParent());
+    if (replays) {
+      Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
+      t_replay_open = true;
+      t_replay_runtime = runtime;
+    }
     if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
     if (runtime) {
       ++t_runtime_depth;
@@ -331,14 +362,19 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
              *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
     deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
   }
+  if (t_replay_open && t_replay_runtime == runtime) {  // after the graph: close its digests
+    t_replay_open = false;
+    Fingerprinter::get().endReplay(failed);
+  }
   if (failed && token != 0) {
     if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
   }
 }
 
 // Activity records expected from one launch of a graph: its kernel, memcpy and memset nodes,
-// child graphs included; -1 if it has nodes we cannot count (conditional nodes).
-int32_t countGraphRecords(CUgraph graph, int depth) {
+// child graphs included; -1 if it has nodes we cannot count (conditional nodes). The child graphs
+// met on the way are added to `children` (where captured digests may hide).
+int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& children) {
   using GetNodes = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
   using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
   using ChildGraph = CUresult (*)(CUgraphNode, CUgraph*);
@@ -360,7 +396,9 @@ int32_t countGraphRecords(CUgraph graph, int depth) {
       case CU_GRAPH_NODE_TYPE_MEMSET: ++total; break;
       case CU_GRAPH_NODE_TYPE_GRAPH: {
         CUgraph sub = nullptr;
-        int32_t c = child(node, &sub) == CUDA_SUCCESS ? countGraphRecords(sub, depth + 1) : -1;
+        if (child(node, &sub) != CUDA_SUCCESS) return -1;
+        if (children.size() < 1024) children.push_back(sub);
+        int32_t c = countGraphRecords(sub, depth + 1, children);
         if (c < 0) return -1;
         total += c;
         break;
@@ -376,11 +414,24 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr || g->graph == nullptr) return;
-    int32_t records = countGraphRecords(g->graph, 0);
+    std::vector<CUgraph> graphs{g->graph};
+    int32_t records = countGraphRecords(g->graph, 0, graphs);
+    // Library ops captured with their digests into this graph (or a child): its launches replay them.
+    Fingerprinter::get().noteExec(reinterpret_cast<uint64_t>(g->graphExec), data->context, graphs);
     std::lock_guard lk(g_cache_mu);
     if (g_graph_records.size() < kMaxGraphs || g_graph_records.count(reinterpret_cast<uint64_t>(g->graphExec))) {
       g_graph_records[reinterpret_cast<uint64_t>(g->graphExec)] = records;
     }
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING) {
+    auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+    if (g == nullptr) return;
+    Fingerprinter::get().forgetExec(reinterpret_cast<uint64_t>(g->graphExec));
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
+    auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+    if (g != nullptr) Fingerprinter::get().noteGraphCloned(g->originalGraph, g->graph);
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING) {
+    auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+    if (g != nullptr) Fingerprinter::get().forgetGraph(g->graph);
   } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
     deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
@@ -392,6 +443,15 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   }
 }
 
+// cuGraphExecUpdate (and the runtime's, which calls it): the executable graph gets another graph's
+// nodes, whose captured digests it would then share with that graph's own executable graph.
+void onGraphExecUpdate(const CUpti_CallbackData* cb) {
+  if (cb->callbackSite != CUPTI_API_ENTER || cb->functionParams == nullptr) return;
+  // Both versions' parameters begin with hGraphExec, hGraph.
+  const auto* p = static_cast<const cuGraphExecUpdate_v2_params*>(cb->functionParams);
+  Fingerprinter::get().noteExecUpdated(reinterpret_cast<uint64_t>(p->hGraphExec), p->hGraph);
+}
+
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
   try {
@@ -399,6 +459,9 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_NVTX) {
       onNvtxCallback(cbid, data);
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate ||
+                                                       cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2)) {
+      onGraphExecUpdate(static_cast<const CUpti_CallbackData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {
       deep::onMemoryApi(cbid, static_cast<const CUpti_CallbackData*>(data));
     } else {
@@ -460,7 +523,16 @@ bool decode(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      if (isSelfKernel(k->name)) return false;
+      if (isSelfKernel(k->name)) {
+        // A digest captured into a graph: it counts towards its launch's records and marks
+        // where the captured ops ran (reorder_buffer.h). The tracer's other kernels are dropped.
+        if (k->graphId == 0) return false;
+        a.own = true;
+        a.correlation_id = k->correlationId;
+        a.gpu_start_ns = static_cast<int64_t>(k->start);
+        a.gpu_end_ns = static_cast<int64_t>(k->end);
+        return true;
+      }
       a.correlation_id = k->correlationId;
       a.kind = db::EventKind::kKernel;
       a.name = kernelName(w, k->name);
@@ -666,6 +738,16 @@ void activitiesOff() {
 bool enableCallbacks() {
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
+  // Where the digests captured into graphs go (graph_fingerprints.cc): copies and ends of graphs.
+  for (CUpti_CallbackId id : {CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING, CUPTI_CBID_RESOURCE_GRAPH_CLONED,
+                              CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING}) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id),
+                       "graph callback");
+  }
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate, CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2}) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
+                       "graph update callback");
+  }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
   // Deep mode tracks allocations from the start, whatever the capture switch says.

@@ -1,5 +1,7 @@
 // See fingerprinter.h. Runs inside the traced program: bounded memory (allocated once per
 // context), no host synchronisation on the program's threads, every failure counted, never thrown.
+// The CUDA-graph half (captured digests, replays) is graph_fingerprints.cc; both share
+// fingerprinter_state.h.
 #include "fingerprinter.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "detrace/kernels/digest.h"
 
+#include "fingerprinter_state.h"
 #include "log.h"
 #include "next_symbol.h"
 #include "relaxed_capture.h"
@@ -26,85 +29,40 @@
 #include "session.h"
 
 namespace detrace::tracer {
+namespace fp {
 namespace {
 
-constexpr uint32_t kEntries = 8192;           // operand results in flight, per context
-constexpr uint32_t kDeepEntries = 1u << 16;   // the same in deep mode (many launches per poll)
 constexpr size_t kMaxPendingParams = 1u << 16;  // deep launches' parameters awaiting their seq
 constexpr size_t kMaxPendingParamBytes = size_t{64} << 20;
 constexpr int kDeepWaitSpins = 3000;            // enqueueDeep(): 3000 x 1 ms at most for room
-constexpr uint64_t kArenaDigests = 1u << 21;  // row digests in flight (16 MiB pinned)
-constexpr int64_t kMaxRows = 1 << 16;         // rows per operand; more: whole digest only
 constexpr int kPollSpinsAtExit = 200;         // finish(): 200 x 10 ms at most
 
-// Driver entry points, found in the program's libcuda (never linked).
-struct Driver {
-  using CtxGet = CUresult (*)(CUcontext*);
-  using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
-  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
-  using HostAlloc = CUresult (*)(void**, size_t, unsigned int);
-  using HostDevPtr = CUresult (*)(CUdeviceptr*, void*, unsigned int);
-  using EventCreate = CUresult (*)(CUevent*, unsigned int);
-  using EventRecord = CUresult (*)(CUevent, CUstream);
-  using EventQuery = CUresult (*)(CUevent);
-  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
-  CtxGet ctx_get = nullptr;
-  CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
-  MemAlloc mem_alloc = nullptr;
-  MemsetD8 memset_d8 = nullptr;
-  HostAlloc host_alloc = nullptr;
-  HostDevPtr host_dev_ptr = nullptr;
-  EventCreate event_create = nullptr;
-  EventRecord event_record = nullptr;
-  EventQuery event_query = nullptr;
-  IsCapturing is_capturing = nullptr;
-  CopyDtoH copy_dtoh = nullptr;  // optional: only full capture needs it
-  bool ok = false;
+}  // namespace
 
-  static const Driver& get() {
-    static const Driver d = [] {
-      Driver x;
-      auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
-      x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
-      x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
-      x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
-      x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
-      x.host_alloc = reinterpret_cast<HostAlloc>(sym("cuMemHostAlloc"));
-      x.host_dev_ptr = reinterpret_cast<HostDevPtr>(sym("cuMemHostGetDevicePointer_v2"));
-      x.event_create = reinterpret_cast<EventCreate>(sym("cuEventCreate"));
-      x.event_record = reinterpret_cast<EventRecord>(sym("cuEventRecord"));
-      x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
-      x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
-      x.copy_dtoh = reinterpret_cast<CopyDtoH>(sym("cuMemcpyDtoHAsync_v2"));
-      x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
-             x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
-      return x;
-    }();
-    return d;
-  }
-  CUresult setCurrent(CUcontext c) const {
-    return reinterpret_cast<CUresult (*)(CUcontext)>(ctx_set)(c);
-  }
-};
-
-// Per-context digest machinery and result memory, created on first use in that context.
-struct Context {
-  CUcontext ctx = nullptr;
-  std::unique_ptr<kernels::Digester> digester;
-  uint32_t entries = kEntries;
-  kernels::DigestSlot* slots = nullptr;  // device, `entries`, zeroed once (reused by the kernel)
-  volatile uint64_t* whole = nullptr;    // mapped host, `entries`
-  CUdeviceptr whole_dev = 0;
-  volatile uint64_t* arena = nullptr;  // mapped host, kArenaDigests
-  CUdeviceptr arena_dev = 0;
-  std::vector<CUevent> free_events;
-  uint32_t next_entry = 0, used_entries = 0;
-  uint64_t arena_head = 0, arena_used = 0;
-  uint8_t* staging = nullptr;  // pinned host memory for full capture (nullptr: none)
-  bool staging_tried = false;  // allocateStagingLocked ran (once per context, failed or not)
-  uint64_t staging_size = 0, staging_head = 0, staging_used = 0;
-};
+const Driver& Driver::get() {
+  static const Driver d = [] {
+    Driver x;
+    auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
+    x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
+    x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
+    x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
+    x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
+    x.host_alloc = reinterpret_cast<HostAlloc>(sym("cuMemHostAlloc"));
+    x.host_dev_ptr = reinterpret_cast<HostDevPtr>(sym("cuMemHostGetDevicePointer_v2"));
+    x.event_create = reinterpret_cast<EventCreate>(sym("cuEventCreate"));
+    x.event_record = reinterpret_cast<EventRecord>(sym("cuEventRecord"));
+    x.event_query = reinterpret_cast<EventQuery>(sym("cuEventQuery"));
+    x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
+    x.copy_dtoh = reinterpret_cast<CopyDtoH>(sym("cuMemcpyDtoHAsync_v2"));
+    // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
+    x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
+    x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
+    x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
+           x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
+    return x;
+  }();
+  return d;
+}
 
 // Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
 bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off,
@@ -119,105 +77,6 @@ bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint
   used += skip + n;
   return true;
 }
-
-struct Pending {
-  uint64_t token = 0;
-  Context* ctx = nullptr;
-  OperandSpec spec;
-  uint32_t entry = 0;
-  uint64_t arena_off = 0, arena_len = 0;     // row digests (arena_len = rows) or 0
-  uint64_t arena_skip = 0;                   // arena slots skipped to keep this range contiguous
-  uint64_t copy_off = 0, copy_reserved = 0;  // full capture: staging offset, bytes held (+ skip)
-  bool copied = false;                       // the copy was queued: write its bytes
-  CUevent event = nullptr;  // shared by the operands of one enqueue(); last one owns it
-  bool owns_event = false;
-  bool done = false;
-  bool failed = false;  // no result will come (launch or event failed)
-  int64_t seq = db::kUnset;
-};
-
-// Sequence numbers of written library ops by token (a ring: library ops are few, and a result is
-// collected within a poll period of its op). Its own leaf mutex: noteSeq() runs under the reorder
-// buffer's lock, so it must not take State::mu.
-class SeqRing {
- public:
-  void put(uint64_t token, int64_t seq) {
-    std::lock_guard lk(mu_);
-    ring_[token % kSize] = {token, seq};
-  }
-  int64_t get(uint64_t token) {
-    std::lock_guard lk(mu_);
-    const auto& e = ring_[token % kSize];
-    return e.first == token ? e.second : db::kUnset;
-  }
-
- private:
-  static constexpr size_t kSize = 1 << 16;
-  std::mutex mu_;
-  std::vector<std::pair<uint64_t, int64_t>> ring_ =
-      std::vector<std::pair<uint64_t, int64_t>>(kSize);
-};
-
-// Tokens of the ops whose operands are copied (full capture), a ring like SeqRing.
-class CopyMarks {
- public:
-  void put(uint64_t token) {
-    std::lock_guard lk(mu_);
-    ring_[token % kSize] = token;
-  }
-  bool has(uint64_t token) {
-    std::lock_guard lk(mu_);
-    return ring_[token % kSize] == token;
-  }
-
- private:
-  static constexpr size_t kSize = 1 << 12;
-  std::mutex mu_;
-  std::vector<uint64_t> ring_ = std::vector<uint64_t>(kSize, 0);
-};
-
-// A deep launch's parameters, written once its sequence number is known.
-struct PendingParams {
-  uint64_t token = 0;
-  db::LaunchParams params;
-};
-
-class State {
- public:
-  std::mutex mu;
-  std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
-  std::deque<Pending> pending;
-  std::deque<PendingParams> pending_params;
-  size_t pending_params_bytes = 0;
-  int64_t params_written = 0, params_lost = 0;
-  // Look-back: tokens whose results wait (held) or are thrown away (dropped, a bounded FIFO).
-  std::unordered_set<uint64_t> held, dropped;
-  std::deque<uint64_t> dropped_order;
-  int64_t lookback_dropped = 0;
-  // What to do with the head of a queue for `token`: write it, wait, or throw it away.
-  enum class Verdict { kWrite, kWait, kDrop };
-  Verdict verdictLocked(uint64_t token, bool final) {
-    if (held.count(token)) return final ? Verdict::kDrop : Verdict::kWait;
-    return dropped.count(token) ? Verdict::kDrop : Verdict::kWrite;
-  }
-  SeqRing seqs;
-  CopyMarks marked;
-  bool disabled = false;
-  int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
-  int64_t copied_bytes = 0, copies = 0;  // full capture: bytes copied so far (the budget)
-  int64_t copy_skipped_budget = 0, copy_skipped_staging = 0, copy_failed = 0;
-
-  Context* contextLocked(CUcontext c);
-  bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
-  void releaseHeadLocked();
-  void allocateStagingLocked(Context& cx);
-  void copyLocked(Context& cx, Pending& p, CUstream stream);
-  void drainLocked(bool final, db::TraceWriter* w);
-  void drainParamsLocked(bool final, db::TraceWriter* w);
-  // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
-  void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
-                     CUstream stream, const std::vector<OperandSpec>& specs, bool wait);
-};
 
 std::atomic<State*> g_state{nullptr};
 
@@ -264,6 +123,13 @@ Context* State::contextLocked(CUcontext c) {
             static_cast<size_t>((sizeof(uint64_t) * (entries + kArenaDigests)) >> 20));
     disabled = true;
     return nullptr;
+  }
+  // CUDA graphs: the cells and DigestSlots of captured digests, zeroed once like `slots`; without
+  // them this context's graphs get no fingerprints, and the rest works on.
+  CUdeviceptr pool = 0;
+  if (d.mem_alloc(&pool, kGraphPoolBytes) == CUDA_SUCCESS &&
+      d.memset_d8(pool, 0, kGraphPoolBytes) == CUDA_SUCCESS) {
+    cx->graph_pool = pool;
   }
   cx->slots = reinterpret_cast<kernels::DigestSlot*>(slots);
   cx->whole = static_cast<volatile uint64_t*>(whole);
@@ -337,6 +203,11 @@ bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& 
 
 void State::releaseHeadLocked() {
   Pending& p = pending.front();
+  if (p.replay) {
+    releaseReplayLocked(p);
+    pending.pop_front();
+    return;
+  }
   Context& cx = *p.ctx;
   --cx.used_entries;
   cx.arena_used -= p.arena_skip + p.arena_len;
@@ -346,6 +217,8 @@ void State::releaseHeadLocked() {
   if (p.owns_event && p.event) cx.free_events.push_back(p.event);
   pending.pop_front();
 }
+
+namespace {
 
 db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
   db::Operand o;
@@ -376,6 +249,8 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
   }
   return o;
 }
+
+}  // namespace
 
 // Writes the deep launches' parameters whose sequence numbers are known, in FIFO order.
 void State::drainParamsLocked(bool final, db::TraceWriter* w) {
@@ -419,8 +294,20 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
       if (current != callers) d.setCurrent(callers);
     }
   } restore{d, current, callers};
+  auto makeCurrent = [&](CUcontext c) {
+    if (current != c) {
+      d.setCurrent(c);
+      current = c;
+    }
+  };
   while (!pending.empty()) {
     Pending& p = pending.front();
+    if (p.replay) {  // a graph launch's digests (graph_fingerprints.cc)
+      makeCurrent(p.ctx->ctx);
+      if (drainReplayLocked(p, final, w) == ReplayStep::kWait) return;
+      releaseHeadLocked();
+      continue;
+    }
     if (p.failed) {
       ++lost;
       releaseHeadLocked();
@@ -429,10 +316,7 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
     Verdict verdict = verdictLocked(p.token, final);
     if (verdict == Verdict::kWait) return;
     if (!p.done) {
-      if (current != p.ctx->ctx) {
-        d.setCurrent(p.ctx->ctx);
-        current = p.ctx->ctx;
-      }
+      makeCurrent(p.ctx->ctx);
       CUresult r = d.event_query(p.event);
       if (r == CUDA_ERROR_NOT_READY && !final) return;
       p.done = r == CUDA_SUCCESS;
@@ -450,7 +334,8 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
     // Results may complete before the op's slot is written; wait for its sequence number.
     if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
     if (p.seq == db::kUnset && !final) return;
-    if (p.seq >= 0 && w != nullptr) {  // kSeqDropped: the op itself was dropped
+    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
+    if (p.seq >= 0 && w != nullptr) {
       (void)w->appendOperand(toOperand(p, *w));
       ++written;
     } else {
@@ -460,7 +345,13 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
   }
 }
 
-}  // namespace
+}  // namespace fp
+
+using fp::Context;
+using fp::Driver;
+using fp::Pending;
+using fp::State;
+using fp::state;
 
 Fingerprinter& Fingerprinter::get() {
   static Fingerprinter f;
@@ -480,7 +371,7 @@ bool Fingerprinter::enabled() const {
   return driver_ok && !state().disabled;
 }
 
-void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
                           CUstream stream, const std::vector<OperandSpec>& specs, bool wait) {
   const Driver& d = Driver::get();
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
@@ -553,8 +444,10 @@ void State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUco
 
 namespace {
 
+// `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
+// (`inputs`) or outputs.
 void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                  bool wait) {
+                  bool wait, bool inputs, bool deep) {
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext ctx = nullptr;
@@ -562,8 +455,11 @@ void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
       capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    // Captured into a CUDA graph: the digests are captured with the op and run at every replay.
     std::lock_guard lk(s.mu);
-    ++s.skipped_capture;
+    bool captured = !deep && capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
+                    s.captureLocked(token, ctx, stream, specs, inputs);
+    if (!captured) ++s.skipped_capture;
     return;
   }
   std::unique_lock lk(s.mu);
@@ -572,11 +468,11 @@ void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec
 
 }  // namespace
 
-void Fingerprinter::enqueue(uint64_t token, CUstream stream,
-                            const std::vector<OperandSpec>& specs) noexcept {
+void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+                            bool inputs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   try {
-    enqueueSpecs(token, stream, specs, false);
+    enqueueSpecs(token, stream, specs, false, inputs, false);
   } catch (...) {
     Session::get().fail("taking fingerprints");
   }
@@ -586,7 +482,7 @@ void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
                                 const std::vector<OperandSpec>& specs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   try {
-    enqueueSpecs(token, stream, specs, true);
+    enqueueSpecs(token, stream, specs, true, true, true);
   } catch (...) {
     Session::get().fail("taking deep-window fingerprints");
   }
@@ -598,13 +494,13 @@ void Fingerprinter::attachParams(uint64_t token, std::string layout,
   try {
     State& s = state();
     std::lock_guard lk(s.mu);
-    if (s.pending_params.size() >= kMaxPendingParams ||
-        s.pending_params_bytes + bytes.size() > kMaxPendingParamBytes) {
+    if (s.pending_params.size() >= fp::kMaxPendingParams ||
+        s.pending_params_bytes + bytes.size() > fp::kMaxPendingParamBytes) {
       ++s.params_lost;
       return;
     }
     s.pending_params_bytes += bytes.size();
-    PendingParams p;
+    fp::PendingParams p;
     p.token = token;
     p.params.layout = std::move(layout);
     p.params.bytes = std::move(bytes);
@@ -623,7 +519,7 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
       bool is_out = spec.role != db::OperandRole::kInput;
       if (inputs ? is_in : is_out) chosen.push_back(spec);
     }
-    Fingerprinter::get().enqueue(token, stream, chosen);
+    Fingerprinter::get().enqueue(token, stream, chosen, inputs);
   } catch (...) {
   }
 }
@@ -648,10 +544,15 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
       RelaxedCaptureScope relaxed;  // the program's own thread: its mode is given back below
       for (Pending& p : s.pending) {
         if (p.ctx != cx) continue;
+        if (p.replay) {  // a graph launch's digests: its result memory goes with the context
+          ++s.graph_replays_lost;
+          --s.pending_replays;
+          continue;
+        }
         if (!p.failed && !p.done) p.done = d.event_query(p.event) == CUDA_SUCCESS;
         if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
-        if (!p.failed && p.done && p.seq != db::kUnset && w != nullptr) {
-          (void)w->appendOperand(toOperand(p, *w));
+        if (!p.failed && p.done && p.seq >= 0 && w != nullptr) {
+          (void)w->appendOperand(fp::toOperand(p, *w));
           ++s.written;
         } else {
           ++s.lost;
@@ -659,6 +560,7 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
       }
     }
     std::erase_if(s.pending, [cx](const Pending& p) { return p.ctx == cx; });
+    s.forgetGraphsLocked(cx);
     // Its memory and module die with the context: leak the bookkeeping, never touch them again.
     (void)it->second.release();
     s.contexts.erase(it);
@@ -668,7 +570,7 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
 
 void Fingerprinter::resetAfterFork() noexcept {
   try {
-    g_state.store(new State(), std::memory_order_release);  // the parent's is leaked on purpose
+    fp::g_state.store(new State(), std::memory_order_release);  // the parent's is leaked on purpose
   } catch (...) {
   }
 }
@@ -715,7 +617,9 @@ void Fingerprinter::markCopy(uint64_t token) noexcept {
 
 void Fingerprinter::noteSeq(uint64_t token, int64_t seq) noexcept {
   try {
-    state().seqs.put(token, seq);
+    State& s = state();
+    s.seqs.put(token, seq);
+    s.template_seqs.put(token, seq);
   } catch (...) {
   }
 }
@@ -734,7 +638,7 @@ void Fingerprinter::poll() noexcept {
 void Fingerprinter::finish(db::TraceWriter* w) noexcept {
   try {
     State& s = state();
-    for (int i = 0; i < kPollSpinsAtExit; ++i) {
+    for (int i = 0; i < fp::kPollSpinsAtExit; ++i) {
       {
         std::lock_guard lk(s.mu);
         s.drainLocked(false, w);
@@ -753,6 +657,15 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);
+    if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
+      w->addStat("graph_fingerprint_ops_captured", s.graph_ops_captured);
+      w->addStat("graph_fingerprint_operands_captured", s.graph_operands_captured);
+      w->addStat("graph_replays_fingerprinted", s.graph_replays);
+      w->addStat("graph_replays_skipped_ring_full", s.graph_replays_ring_full);
+      w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
+      w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
+      w->addStat("graph_replays_lost", s.graph_replays_lost);
+    }
     if (Session::get().policy().deep) {
       w->addStat("deep_params_written", s.params_written);
       w->addStat("deep_params_lost", s.params_lost);

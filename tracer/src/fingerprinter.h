@@ -6,8 +6,20 @@
 // them. The tracer's flusher thread calls poll(), which turns finished results into operand rows
 // once the op's sequence number is known (noteSeq(), from the reorder buffer). Memory is allocated
 // once per CUDA context: a ring of kEntries results and an arena of row digests. When the ring is
-// full, or the stream is being captured into a CUDA graph (results would be written at every
-// replay), the op simply gets no fingerprints, and the skip is counted.
+// full the op simply gets no fingerprints, and the skip is counted.
+//
+// CUDA graphs (graph_fingerprints.cc). An op called while its stream is being captured into a
+// graph runs only when the graph is launched, as often as it is launched. So its digest kernels
+// are captured with it, in the *Via form: each reads, when it runs, where its results go from a
+// device word of its capture (0: nowhere). The call is recorded once, at capture, as the op's
+// template. At every graph launch the tracer sees, on the launching thread: the reorder buffer
+// takes a slot for each op the graph replays (written among the launch's kernels, with the
+// template's details), the op results of the launch get a contiguous range of a pinned ring, one
+// small kernel stores that range into the capture's word on the launch's stream before the graph,
+// and after it another stores 0 and an event marks the end. The flusher writes each replayed op's
+// operands once the event has passed and the op has its sequence number. No atomics on the GPU,
+// no host waits; a full ring, a graph instantiated twice or an unknown capture leaves the word 0:
+// the replay's digest kernels return at once and the replay's ops have no fingerprints (counted).
 //
 // In full capture mode the operands of ops marked with markCopy() are also copied with
 // cuMemcpyDtoHAsync into a pinned staging ring (allocated once per context, at most
@@ -21,21 +33,31 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "detrace/db/writer.h"
 #include "detrace/tracer/operand_specs.h"
+#include "detrace/tracer/reorder_buffer.h"
 
 namespace detrace::tracer {
+
+namespace fp {
+struct ExecInfo;
+}  // namespace fp
 
 class Fingerprinter {
  public:
   static Fingerprinter& get();
   // False when DETRACE_DIGEST=0 or the digest kernels cannot run (no driver, old GPU).
   bool enabled() const;
-  // Enqueues digests of `specs` on `stream` for op `token`. Never blocks; never throws.
-  void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // Enqueues digests of `specs` on `stream` for op `token`, its inputs (taken before its kernels)
+  // or outputs; on a stream being captured into a CUDA graph, captures them. Never blocks; never
+  // throws.
+  void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+               bool inputs = true) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
@@ -58,6 +80,38 @@ class Fingerprinter {
   // The CUDA context `ctx` is being destroyed (its memory goes with it): writes its finished
   // results that can be written now, drops the rest (counted as lost) and forgets the context.
   void forgetContext(CUcontext ctx) noexcept;
+
+  // ---- CUDA graphs (graph_fingerprints.cc) ----
+  // The calling thread's library op `token` was just recorded (recordLibraryOp): kept, so that a
+  // captured call's digests can make it a template.
+  static void noteOp(uint64_t token, const LibraryOp& op) noexcept;
+  // NCCL reported its choices for call `token` after its digests were captured: the template
+  // gets them too.
+  void amendCaptured(uint64_t token, const std::function<void(LibraryOp&)>& update) noexcept;
+  // CUPTI resource callbacks: a graph was cloned (its captures come along); an executable graph
+  // was made in `ctx` from `graphs` (the graph and every child graph in it); an executable graph
+  // or a graph is about to be destroyed.
+  void noteGraphCloned(CUgraph original, CUgraph clone) noexcept;
+  void noteExec(uint64_t exec, CUcontext ctx, const std::vector<CUgraph>& graphs) noexcept;
+  // cuGraphExecUpdate(exec, graph) is about to give `exec` the nodes of `graph`: its launches are
+  // no longer followed, and `graph`'s captures count it among their executable graphs.
+  void noteExecUpdated(uint64_t exec, CUgraph graph) noexcept;
+  void forgetExec(uint64_t exec) noexcept;
+  void forgetGraph(CUgraph graph) noexcept;
+  // A launch of executable graph `exec`, at its API entry on the launching thread: planReplay()
+  // says what the graph replays (false: nothing recorded), for the reorder buffer; then
+  // beginReplay() with the launch's slot token points the replay's digests at its results on
+  // `stream` (before the graph), and endReplay() at the API's exit marks their end (after it).
+  struct ReplayPlan {
+    std::shared_ptr<const GraphOpTemplates> ops;
+    std::vector<int64_t> comm_seqs;  // per op: a collective's number for this launch
+    int64_t replay = -1;             // the executable graph's launch number
+    std::shared_ptr<fp::ExecInfo> exec;
+  };
+  bool planReplay(uint64_t exec, ReplayPlan& plan) noexcept;
+  void beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept;
+  void endReplay(bool failed) noexcept;
+
   // After fork(), in the child: the parent's state (pinned memory, held locks) is unusable here.
   static void resetAfterFork() noexcept;
   // At exit, after the reorder buffer's flush: waits (bounded) for outstanding digests, writes

@@ -66,6 +66,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     op.event.cpu_ns = s.now();
     if (!fill(*w, op)) return 0;
     uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
+    Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
     if (s.policy().level == CaptureLevel::kFull) {
       const auto* c = std::get_if<db::Collective>(&op.detail);
       std::string name = c != nullptr ? db::collOpName(c->op) : (api != nullptr ? api : "gemm");

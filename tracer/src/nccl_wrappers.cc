@@ -147,14 +147,16 @@ void settle() noexcept {
         if (*choice->algo) algo = w->intern(choice->algo);
         if (*choice->proto) proto = w->intern(choice->proto);
       }
-      buffer->completeLibraryOp(p.token, [&](LibraryOp& op) {
+      auto update = [&](LibraryOp& op) {
         if (choice == nullptr) return;
         auto* coll = std::get_if<db::Collective>(&op.detail);
         if (coll == nullptr) return;
         coll->algo = algo;
         coll->proto = proto;
         coll->channels = choice->channels;
-      });
+      };
+      buffer->completeLibraryOp(p.token, update);
+      Fingerprinter::get().amendCaptured(p.token, update);  // a call captured into a CUDA graph
     }
   } catch (...) {
   }

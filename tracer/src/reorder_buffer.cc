@@ -15,7 +15,9 @@ uint64_t ReorderBuffer::pushLocked(Slot slot) {
   if (pending_.size() >= std::max<size_t>(options_.capacity, 1)) {
     writeHeadLocked(Reason::kOverflow);
   }
-  slot.token = next_token_++;
+  slot.token = next_token_;
+  // A graph launch's replayed ops take the tokens after its own (tokens are then not dense).
+  next_token_ += 1 + (slot.launch.graph_ops ? slot.launch.graph_ops->size() : 0);
   for (uint64_t id : slot.correlation_ids) {
     if (id != 0) by_correlation_[id] = slot.token;
   }
@@ -25,8 +27,12 @@ uint64_t ReorderBuffer::pushLocked(Slot slot) {
 
 ReorderBuffer::Slot* ReorderBuffer::findLocked(uint64_t token) {
   if (pending_.empty() || token < pending_.front().token) return nullptr;
+  // Tokens increase along the FIFO; they are dense unless a graph launch replays library ops.
   uint64_t index = token - pending_.front().token;
-  return index < pending_.size() ? &pending_[index] : nullptr;
+  if (index < pending_.size() && pending_[index].token == token) return &pending_[index];
+  auto it = std::lower_bound(pending_.begin(), pending_.end(), token,
+                             [](const Slot& s, uint64_t t) { return s.token < t; });
+  return it != pending_.end() && it->token == token ? &*it : nullptr;
 }
 
 uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
@@ -106,6 +112,10 @@ void ReorderBuffer::addActivity(const Activity& activity) {
   }
   auto it = by_correlation_.find(activity.correlation_id);
   Slot* slot = it == by_correlation_.end() ? nullptr : findLocked(it->second);
+  if (activity.own && (slot == nullptr || slot->is_library || !slot->launch.is_graph)) {
+    ++stats_.own_records;  // a digest of a graph launch the buffer holds no slot for
+    return;
+  }
   if (slot != nullptr && !slot->is_library && !slot->launch.is_graph &&
       slot->launch.kind == db::EventKind::kKernel && activity.kind != db::EventKind::kKernel) {
     ++stats_.own_records;  // issued inside the launch's callback: the tracer's, not the program's
@@ -131,15 +141,19 @@ void ReorderBuffer::addActivity(const Activity& activity) {
   }
   ++stats_.matched;
   if (slot->launch.is_graph) {
-    if (slot->records.size() < options_.max_group_records) {
+    ++slot->received;
+    if (activity.own) {
+      ++stats_.own_records;
+      if (slot->launch.graph_ops && slot->own_starts.size() < options_.max_group_records) {
+        slot->own_starts.push_back(activity.gpu_start_ns);
+      }
+    } else if (slot->records.size() < options_.max_group_records) {
       slot->records.push_back(activity);
     } else {
       ++stats_.group_records_dropped;
     }
     int32_t expected = slot->launch.expected_activities;
-    if (expected >= 0 && slot->records.size() >= static_cast<size_t>(expected)) {
-      slot->state = State::kComplete;
-    }
+    if (expected >= 0 && slot->received >= expected) slot->state = State::kComplete;
   } else {
     slot->records.assign(1, activity);
     slot->state = State::kComplete;
@@ -175,9 +189,9 @@ void ReorderBuffer::writeHeadLocked(Reason reason) {
     if (reason == Reason::kFlush) ++stats_.flushed_incomplete;
     if (reason == Reason::kOverflow) ++stats_.overflowed;
     // A graph whose record count was unknown: remember what arrived for its next launch.
-    if (head.launch.is_graph && head.launch.expected_activities < 0 && !head.records.empty() &&
+    if (head.launch.is_graph && head.launch.expected_activities < 0 && head.received > 0 &&
         graph_records_.size() < options_.max_remembered_graphs) {
-      graph_records_.emplace(head.launch.graph_key, static_cast<int32_t>(head.records.size()));
+      graph_records_.emplace(head.launch.graph_key, static_cast<int32_t>(head.received));
     }
     for (uint64_t id : head.correlation_ids) {
       if (id == 0) continue;
@@ -216,6 +230,14 @@ db::Event ReorderBuffer::baseEventLocked(const Slot& slot) const {
     e.launch.api = slot.launch.api;
   }
   return e;
+}
+
+// A graph's records in GPU order (node id breaks ties).
+static void sortByGpuStart(std::vector<Activity>& records) {
+  std::stable_sort(records.begin(), records.end(), [](const Activity& a, const Activity& b) {
+    return a.gpu_start_ns != b.gpu_start_ns ? a.gpu_start_ns < b.gpu_start_ns
+                                            : a.graph_node_id < b.graph_node_id;
+  });
 }
 
 // Fills what the activity record knows into an event made from the API slot.
@@ -262,6 +284,10 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
     return;
   }
   db::Event base = baseEventLocked(slot);
+  if (slot.launch.graph_ops && !slot.launch.graph_ops->empty()) {
+    writeGraphLocked(slot, base);
+    return;
+  }
   auto notify = [&](std::optional<int64_t> seq) {
     if (slot.launch.notify_written && options_.on_written)
       options_.on_written(slot.token, seq.value_or(kSeqDropped));
@@ -273,10 +299,7 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
     return;
   }
   // Graph records in GPU order (node id breaks ties); a plain launch has one record.
-  std::stable_sort(slot.records.begin(), slot.records.end(), [](const Activity& a, const Activity& b) {
-    return a.gpu_start_ns != b.gpu_start_ns ? a.gpu_start_ns < b.gpu_start_ns
-                                            : a.graph_node_id < b.graph_node_id;
-  });
+  sortByGpuStart(slot.records);
   std::optional<int64_t> first;
   for (const Activity& a : slot.records) {
     db::Event e = base;
@@ -286,6 +309,128 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
   }
   rememberSeqLocked(slot.token, first);
   notify(first);
+}
+
+// Where the replayed ops of a graph launch go among its records (in GPU order): op i is written
+// just before record place[i] (records.size(): after the last), and a record belongs to the op
+// whose kernel it is (owner, -1: none). The tracer's own kernels bracket each op's kernels in the
+// graph: own_before of them (its input digests), then its kernels, then own_after (its output
+// digests). So in a graph whose captured ops ran one after another, op i's kernels are the
+// records that start after exactly anchor_i own kernels, anchor_i being the own kernels of the ops
+// before it plus its own_before. Ops on concurrent branches may be placed among each other's
+// kernels; ops whose own kernels did not all come are written after the last record.
+struct GraphPlacement {
+  std::vector<size_t> place;
+  std::vector<int32_t> owner;
+};
+
+static GraphPlacement placeGraphOps(const GraphOpTemplates& ops, const std::vector<Activity>& records,
+                                    std::vector<int64_t> own_starts) {
+  GraphPlacement p;
+  p.place.assign(ops.size(), records.size());
+  p.owner.assign(records.size(), -1);
+  std::sort(own_starts.begin(), own_starts.end());
+  std::vector<int64_t> anchor(ops.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    anchor[i] = total + std::max(ops[i].own_before, 0);
+    total = anchor[i] + std::max(ops[i].own_after, 0);
+  }
+  size_t own = 0, next = 0;  // own kernels started so far; the next op to place
+  for (size_t r = 0; r < records.size(); ++r) {
+    while (own < own_starts.size() && own_starts[own] <= records[r].gpu_start_ns) ++own;
+    const auto seen = static_cast<int64_t>(own);
+    while (next < ops.size() && anchor[next] <= seen) p.place[next++] = r;
+    // The last op placed owns the record if no own kernel ran since it was placed.
+    if (next > 0 && anchor[next - 1] == seen) p.owner[r] = static_cast<int32_t>(next - 1);
+  }
+  return p;
+}
+
+void ReorderBuffer::writeGraphLocked(Slot& slot, const db::Event& base) {
+  const GraphOpTemplates& ops = *slot.launch.graph_ops;
+  auto count = [this](std::optional<int64_t> seq) {
+    if (!seq) ++stats_.sink_dropped;
+    return seq;
+  };
+  sortByGpuStart(slot.records);
+  GraphPlacement placed = placeGraphOps(ops, slot.records, std::move(slot.own_starts));
+  // Each op's GPU time: from its first kernel's start to its last kernel's end.
+  std::vector<int64_t> start(ops.size(), db::kUnset), end(ops.size(), db::kUnset);
+  for (size_t r = 0; r < slot.records.size(); ++r) {
+    int32_t o = placed.owner[r];
+    if (o < 0) continue;
+    const Activity& a = slot.records[r];
+    if (start[o] == db::kUnset || a.gpu_start_ns < start[o]) start[o] = a.gpu_start_ns;
+    if (end[o] == db::kUnset || a.gpu_end_ns > end[o]) end[o] = a.gpu_end_ns;
+  }
+  std::optional<int64_t> first;
+  std::vector<std::optional<int64_t>> op_seq(ops.size());
+  size_t next_op = 0;
+  auto writeOpsUpTo = [&](size_t r) {
+    for (; next_op < ops.size() && placed.place[next_op] <= r; ++next_op) {
+      op_seq[next_op] = writeGraphOpLocked(slot, next_op, base, start[next_op], end[next_op]);
+      if (!first) first = op_seq[next_op];
+    }
+  };
+  if (slot.records.empty()) {  // no GPU records (timeout, flush): the launch, then its ops
+    first = count(sink_.append(base));
+  }
+  for (size_t r = 0; r < slot.records.size(); ++r) {
+    writeOpsUpTo(r);
+    db::Event e = base;
+    applyActivity(e, slot.records[r]);
+    if (int32_t o = placed.owner[r]; o >= 0 && op_seq[o]) e.parent_seq = *op_seq[o];
+    auto seq = count(sink_.append(e));
+    if (!first) first = seq;
+  }
+  writeOpsUpTo(SIZE_MAX);
+  rememberSeqLocked(slot.token, first);
+  if (slot.launch.notify_written && options_.on_written) {
+    options_.on_written(slot.token, first.value_or(kSeqDropped));
+  }
+}
+
+std::optional<int64_t> ReorderBuffer::writeGraphOpLocked(const Slot& slot, size_t i,
+                                                         const db::Event& base, int64_t gpu_start,
+                                                         int64_t gpu_end) {
+  const GraphOpTemplate& t = (*slot.launch.graph_ops)[i];
+  db::Event e = t.op.event;
+  e.cpu_ns = slot.launch.cpu_ns;
+  if (base.stream != db::kUnset) e.stream = base.stream;
+  e.correlation_id = base.correlation_id;  // the graph launch's, like its kernels'
+  e.parent_seq = base.parent_seq;
+  e.gpu_start_ns = gpu_start;
+  e.gpu_end_ns = gpu_end;
+  std::optional<int64_t> seq;
+  if (const auto* c = std::get_if<db::Collective>(&t.op.detail)) {
+    db::Collective coll = *c;
+    if (i < slot.launch.graph_op_comm_seqs.size() && slot.launch.graph_op_comm_seqs[i] != db::kUnset) {
+      coll.comm_seq = slot.launch.graph_op_comm_seqs[i];
+    }
+    seq = sink_.appendCollective(e, coll);
+  } else if (const auto* g = std::get_if<db::Gemm>(&t.op.detail)) {
+    seq = sink_.appendGemm(e, *g);
+  } else {
+    seq = sink_.appendMarker(e, std::get<db::Marker>(t.op.detail));
+  }
+  if (!seq) ++stats_.sink_dropped;
+  ++stats_.graph_ops;
+  if (seq) {
+    db::GraphOp row;
+    row.seq = *seq;
+    row.template_seq = t.template_seq;
+    if (row.template_seq == db::kUnset && t.template_token != 0) {
+      row.template_seq = seqOfLocked(t.template_token).value_or(db::kUnset);
+    }
+    row.replay = slot.launch.graph_replay;
+    row.graph_exec = static_cast<int64_t>(slot.launch.graph_key);
+    if (!sink_.appendGraphOp(row)) ++stats_.graph_op_rows_dropped;
+  }
+  uint64_t token = slot.token + 1 + i;
+  rememberSeqLocked(token, seq);
+  if (options_.on_written) options_.on_written(token, seq.value_or(kSeqDropped));
+  return seq;
 }
 
 void ReorderBuffer::rememberSeqLocked(uint64_t token, std::optional<int64_t> seq) {

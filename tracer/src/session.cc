@@ -36,6 +36,7 @@ class WriterSink final : public EventSink {
   std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
     return w_.appendMarker(e, m);
   }
+  bool appendGraphOp(const db::GraphOp& op) override { return w_.appendGraphOp(op); }
 
  private:
   db::TraceWriter& w_;
@@ -479,6 +480,8 @@ void Session::finish() {
       {"tracer_launches_failed", s.failed_launches},
       {"tracer_graph_records_dropped", s.group_records_dropped},
       {"tracer_own_records_dropped", s.own_records},
+      {"tracer_graph_ops", s.graph_ops},
+      {"tracer_graph_op_rows_dropped", s.graph_op_rows_dropped},
   };
   for (const auto& [key, value] : counters) writer_->addStat(key, value);
   Status st = writer_->close();

@@ -84,7 +84,16 @@ class TraceReader {
   Result<std::optional<Marker>> marker(int64_t seq);
   // All details of a type, by seq, in sequence order (library ops are few: thousands, not millions).
   Result<std::vector<std::pair<int64_t, Collective>>> collectives();
-  Result<std::vector<std::pair<int64_t, Gemm>>> gemms();
+  Result<std::vector<std::pair<int64_t, Gemm>>> gemms(int64_t limit = INT64_MAX);
+  // The details with from <= seq < to, in sequence order, one at a time (a long trace read in
+  // chunks). An error from `fn` stops the scan and is returned.
+  Status forEachCollective(int64_t from, int64_t to,
+                           const std::function<Status(int64_t seq, const Collective&)>& fn);
+  Status forEachGemm(int64_t from, int64_t to,
+                     const std::function<Status(int64_t seq, const Gemm&)>& fn);
+  // Rows of the gemms and collectives tables.
+  Result<int64_t> gemmCount();
+  Result<int64_t> collectiveCount();
 
   // The operands of an event, in slot order, without captured bytes (capture_bytes says whether
   // any were captured); captureBytes() decompresses one operand's bytes.
@@ -99,6 +108,9 @@ class TraceReader {
   // The same, one operand at a time (nothing accumulated): `fn` may keep what it needs. An error
   // from `fn` stops the scan and is returned.
   Status forEachOperandFingerprint(const std::function<Status(Operand&)>& fn);
+  // The same for the operands of events with from <= seq < to.
+  Status forEachOperandFingerprint(int64_t from, int64_t to,
+                                   const std::function<Status(Operand&)>& fn);
 
   // A deep-window launch's parameters, or nullopt if the launch has none recorded (also for traces
   // written before the launch_params table existed).
@@ -106,6 +118,13 @@ class TraceReader {
   // Every recorded launch's parameters, in sequence order, one at a time; nothing for traces
   // without the table. An error from `fn` stops the scan and is returned.
   Status forEachLaunchParams(const std::function<Status(const LaunchParams&)>& fn);
+
+  // CUDA graph replays (GraphOp): the row of a replayed op, or nullopt if `seq` is not one (also
+  // for traces written before the graph_ops table existed); every row in sequence order; and how
+  // many replayed ops precede `seq` (library-op numbering counts calls, not replays).
+  Result<std::optional<GraphOp>> graphOp(int64_t seq);
+  Status forEachGraphOp(const std::function<Status(const GraphOp&)>& fn);
+  Result<int64_t> graphOpsBefore(int64_t seq);
 
   // The few columns analysis walks over every event for, in sequence order.
   struct EventSkeleton {
@@ -115,8 +134,10 @@ class TraceReader {
     int64_t parent_seq;
   };
   Result<std::vector<EventSkeleton>> eventSkeletons();
-  // The same, one event at a time, in sequence order.
+  // The same, one event at a time, in sequence order; optionally only from <= seq < to.
   Status forEachEventSkeleton(const std::function<Status(const EventSkeleton&)>& fn);
+  Status forEachEventSkeleton(int64_t from, int64_t to,
+                              const std::function<Status(const EventSkeleton&)>& fn);
 
  private:
   TraceReader() = default;
@@ -131,6 +152,7 @@ class TraceReader {
   std::vector<std::string> strings_;  // index = id
   std::vector<StreamInfo> streams_;
   bool has_launch_params_ = false;  // older version-1 files lack the table
+  bool has_graph_ops_ = false;      // likewise
 };
 
 }  // namespace detrace::db

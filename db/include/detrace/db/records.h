@@ -182,6 +182,19 @@ struct LaunchParams {
   bool operator==(const LaunchParams&) const = default;
 };
 
+// A library op as one launch of an executable CUDA graph replayed it. The call (a GEMM or
+// collective) was captured into the graph once and recorded then, without fingerprints: its
+// template. Every recorded launch of the graph adds an event per captured op (same kind and
+// details, with its own fingerprints), placed among that launch's kernels, and a row here.
+struct GraphOp {
+  int64_t seq = kUnset;           // events.seq of the op as this launch replayed it
+  int64_t template_seq = kUnset;  // events.seq of the captured call; kUnset if it is not known
+  int64_t replay = kUnset;        // launch number of the executable graph (0 = first recorded)
+  int64_t graph_exec = 0;         // the CUgraphExec value in the recorded process
+
+  bool operator==(const GraphOp&) const = default;
+};
+
 struct StreamInfo {
   int64_t id = kUnset;
   int64_t handle = 0;  // the CUstream value in the recorded process

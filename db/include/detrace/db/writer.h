@@ -79,6 +79,9 @@ class TraceWriter {
   // an operand: never blocks under kDrop; false, and counted, if it was dropped. A second record
   // for the same seq replaces the first.
   bool appendLaunchParams(LaunchParams params);
+  // Stores a graph replay's op (op.seq: an appended GEMM or collective event). Queued like an
+  // operand; false if it was dropped (the caller counts). A second row for one seq replaces it.
+  bool appendGraphOp(const GraphOp& op);
 
   // Adds `delta` to a counter in the stats table (e.g. recorder_overhead_ns).
   void addStat(std::string_view key, int64_t delta);

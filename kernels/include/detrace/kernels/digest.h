@@ -85,6 +85,27 @@ class Digester {
   Status digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                     uint64_t* out, DigestSlot* workspace, CUstream stream) const;
 
+  // ---- CUDA graph replays ----
+  // digest() and digestRows() with the destination read when the kernel runs: `out_cell` is a
+  // device word holding the base address (device or mapped host memory) of the destination, and
+  // the digests go to that base plus `out_offset` uint64_t words; a base of 0 skips the digest
+  // (the kernel returns at once). For launches captured into a CUDA graph: the captured kernels
+  // keep their parameters at every replay, and storeWords() before each replay points them at that
+  // replay's results. `slot` / `workspace` as above (each captured call needs its own: replays of
+  // one graph run one after another, so its slots are reused in order).
+  Status digestVia(CUdeviceptr src, uint64_t len, DigestSlot* slot, const uint64_t* out_cell,
+                   uint32_t out_offset, CUstream stream) const;
+  Status digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
+                       const uint64_t* out_cell, uint32_t out_offset, DigestSlot* workspace,
+                       CUstream stream) const;
+
+  // Enqueues a small kernel on `stream` that stores values[i] to the device word addr[i], for
+  // i < n (one launch per kMaxStores words): how the destinations of the *Via digests are set,
+  // stream-ordered, before a graph replay and cleared after it.
+  static constexpr uint32_t kMaxStores = 30;
+  Status storeWords(const uint64_t* const* addr, const uint64_t* values, uint32_t n,
+                    CUstream stream) const;
+
   // Largest grid (resident 256-thread blocks) the 8-byte-aligned kernel is launched with (for
   // tests and benchmarks).
   int gridCap() const { return grid_caps_[0]; }
@@ -94,11 +115,16 @@ class Digester {
 
   Digester() = default;
   Status launch(const void* params, CUstream stream) const;
+  Status launchVia(const void* params, CUstream stream) const;  // the *_via entry points
+  Status loadViaKernels(int sms);  // at create(): the *_via entry points and detrace_store_words
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
   ScopedResource<CUmodule, detail::unloadModule> module_;
   CUfunction kernels_[kAlignments] = {};
+  CUfunction via_kernels_[kAlignments] = {};  // the *_via entry points (graph replays)
+  CUfunction store_words_ = nullptr;
   int grid_caps_[kAlignments] = {};
+  int via_grid_caps_[kAlignments] = {};
   CUcontext context_ = nullptr;
 };
 

@@ -41,6 +41,9 @@ class CommRegistry {
   std::optional<CommInfo> find(const void* comm) const;
   // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
   int64_t nextSeq(const void* comm);
+  // The same for the communicator known by its id and this process's rank in it (a CUDA graph
+  // replaying a captured collective: the handle is not at hand), or -1 if none is registered.
+  int64_t nextSeqFor(int64_t id, int32_t rank);
   // The communicator with the most ranks: it defines this process's rank and world size.
   std::optional<CommInfo> widest() const;
 

@@ -13,6 +13,12 @@
 //    caller expects (counted from the graph's nodes) or, when that is unknown, at the timeout or
 //    flush; the count seen then is remembered for the next launch of the same executable graph.
 //    Its records are written in GPU start order.
+//  - A graph launch may replay library ops captured into the graph (GEMMs, collectives recorded
+//    once, at capture, as templates): the launch carries them (GraphOpTemplate) and takes one
+//    token per op after its own, and each is written as an event of its own kind among the
+//    launch's records, just before the kernels it ran. Where that is comes from the tracer's own
+//    kernels captured around each op (its digests, `own` records): they arrive like the graph's
+//    other records, count towards its completion, mark the op's place and are never written.
 //  - A slot older than the timeout, or any slot at flush(), is written without GPU times.
 //  - When `capacity` slots are pending, the oldest is written as it is (counted) to make room.
 //  - An activity record with no slot (e.g. a launch the callbacks did not see) is written when it
@@ -29,6 +35,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -50,7 +57,31 @@ class EventSink {
                                                   const db::Collective& collective) = 0;
   virtual std::optional<int64_t> appendGemm(const db::Event& event, const db::Gemm& gemm) = 0;
   virtual std::optional<int64_t> appendMarker(const db::Event& event, const db::Marker& marker) = 0;
+  // Links an appended op to the graph launch that replayed it (graph_ops); false if dropped.
+  // Sinks that keep no such rows accept and ignore them.
+  virtual bool appendGraphOp(const db::GraphOp& op) {
+    (void)op;
+    return true;
+  }
 };
+
+// A library op (GEMM or collective) recorded at API time: complete when added. NVTX markers take
+// the same path, so that they sit between the launches they separate.
+struct LibraryOp {
+  db::Event event;
+  std::variant<db::Collective, db::Gemm, db::Marker> detail;
+};
+
+// A library op captured into a CUDA graph, as every launch of the graph replays it.
+struct GraphOpTemplate {
+  LibraryOp op;            // the captured call (its cpu_ns, stream and correlation id are replaced
+                           // by the launch's)
+  uint64_t template_token = 0;          // the captured call's own slot (written at capture)
+  int64_t template_seq = db::kUnset;    // its seq, if known (else looked up by token)
+  int32_t own_before = 0;  // the tracer's own kernels the graph runs just before the op's kernels
+  int32_t own_after = 0;   // ... and just after them
+};
+using GraphOpTemplates = std::vector<GraphOpTemplate>;
 
 // A launch seen at API time (CUPTI callback): its place in the order and what the API knows.
 struct ApiLaunch {
@@ -65,6 +96,13 @@ struct ApiLaunch {
   uint64_t graph_key = 0;            // the executable graph (to remember its record count)
   int32_t expected_activities = -1;  // graph launches: records to wait for; -1 unknown
   bool notify_written = false;       // call on_written with its seq (deep-window launches)
+  // Graph launches: the library ops the graph replays, in capture order (null: none). Op i takes
+  // the token after the launch's + i, and on_written reports its seq.
+  std::shared_ptr<const GraphOpTemplates> graph_ops;
+  // Per op of graph_ops, this launch's per-communicator number for a collective (kUnset: keep
+  // the template's); empty when the graph replays no collective.
+  std::vector<int64_t> graph_op_comm_seqs;
+  int64_t graph_replay = db::kUnset;  // launch number of this executable graph (graph_ops.replay)
 };
 
 // A decoded activity record (kernel, memcpy or memset), completing a slot.
@@ -80,13 +118,9 @@ struct Activity {
   int64_t graph_node_id = db::kUnset;
   bool has_launch = false;
   db::LaunchInfo launch;
-};
-
-// A library op (GEMM or collective) recorded at API time: complete when added. NVTX markers take
-// the same path, so that they sit between the launches they separate.
-struct LibraryOp {
-  db::Event event;
-  std::variant<db::Collective, db::Gemm, db::Marker> detail;
+  // The tracer's own kernel (a digest captured into a graph, named detrace_*): it counts towards
+  // its graph launch's records and marks where captured ops ran, and is never written.
+  bool own = false;
 };
 
 // on_written's seq for an op or launch that the sink dropped (it has no sequence number).
@@ -100,9 +134,9 @@ struct ReorderOptions {
   // Drop activity records with no slot instead of writing them (counted as unmatched): a
   // recording window skips launches on purpose, and their GPU records must not leak in.
   bool drop_unmatched = false;
-  // Called (with the buffer's lock held) when a library op, or a launch with notify_written, is
-  // written with its sequence number (a launch's first record's), or kSeqDropped if the sink
-  // dropped it.
+  // Called (with the buffer's lock held) when a library op (graph-replayed ones included), or a
+  // launch with notify_written, is written with its sequence number (a launch's first record's),
+  // or kSeqDropped if the sink dropped it.
   void (*on_written)(uint64_t token, int64_t seq) = nullptr;
 };
 
@@ -120,7 +154,9 @@ struct ReorderStats {
   int64_t failed_launches = 0;     // launches whose API call failed
   int64_t group_records_dropped = 0;
   int64_t sink_dropped = 0;        // events the sink refused (writer queue full)
-  int64_t own_records = 0;         // the tracer's own memsets/memcpys (dropped)
+  int64_t own_records = 0;         // the tracer's own memsets/memcpys/kernels (dropped)
+  int64_t graph_ops = 0;           // library ops written for graph launches that replayed them
+  int64_t graph_op_rows_dropped = 0;  // their graph_ops rows the sink refused
 };
 
 class ReorderBuffer {
@@ -128,7 +164,8 @@ class ReorderBuffer {
   explicit ReorderBuffer(EventSink& sink, ReorderOptions options = {});
 
   // Takes the next slot in API order. `parent` is the token of the library op whose call made
-  // this launch (0: none). Returns the slot's token (> 0).
+  // this launch (0: none). Returns the slot's token (> 0); a graph launch with graph_ops takes the
+  // tokens after it too, one per op.
   uint64_t addLaunch(const ApiLaunch& launch, uint64_t parent = 0);
   // Another correlation id that also names the slot (a driver launch nested in a runtime one).
   void addAlias(uint64_t token, uint64_t correlation_id);
@@ -170,6 +207,8 @@ class ReorderBuffer {
     uint64_t correlation_ids[2] = {0, 0};
     ApiLaunch launch;
     std::vector<Activity> records;  // 1 for a plain launch once matched; n for a graph
+    std::vector<int64_t> own_starts;  // graphs: GPU starts of the tracer's own kernels
+    int64_t received = 0;             // graphs: records that arrived (kept, dropped or own)
     std::optional<LibraryOp> op;
   };
   enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
@@ -179,6 +218,9 @@ class ReorderBuffer {
   void drainLocked();
   void writeHeadLocked(Reason reason);
   void writeSlotLocked(Slot& slot);
+  void writeGraphLocked(Slot& slot, const db::Event& base);
+  std::optional<int64_t> writeGraphOpLocked(const Slot& slot, size_t i, const db::Event& base,
+                                            int64_t gpu_start, int64_t gpu_end);
   db::Event baseEventLocked(const Slot& slot) const;
   void rememberSeqLocked(uint64_t token, std::optional<int64_t> seq);
   std::optional<int64_t> seqOfLocked(uint64_t token) const;

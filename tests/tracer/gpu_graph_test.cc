@@ -1,0 +1,325 @@
+// Records `tracer_gpu_app graph DIR` (tests/tracer/graph_gpu_app.cuh: a cuBLASLt matmul and a
+// cublasGemmEx captured into one CUDA graph, a world-size-1 ncclAllReduce into another, each graph
+// launched 4 times with new inputs and poisoned outputs) and checks that every launch gave every
+// captured op its own fingerprints: one replayed event per op and launch, linked to the call
+// recorded at capture (graph_ops), whose operands' digests and row digests equal the CPU twin's
+// digests of the bytes the program copied back after that launch. First, the digest kernels those
+// graphs capture (Digester::digestVia, digestRowsVia, storeWords) against the CPU twin, directly.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <xxhash.h>
+
+#include <gtest/gtest.h>
+
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+#include "detrace/kernels/digest.h"
+
+#include "../db/test_util.h"
+#include "../kernels/kernels_gpu_util.h"
+#include "common/gpu_test.h"
+#include "common/shell.h"
+
+namespace detrace {
+namespace {
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The operand's digest computed on the CPU from its bytes (docs/digest.md); its row digests too.
+uint64_t cpuDigest(const db::Operand& o, const std::vector<uint8_t>& bytes,
+                   std::vector<uint64_t>& rows) {
+  rows.clear();
+  if (o.rows <= 0) return kernels::digestCpu(bytes.data(), bytes.size());
+  rows.resize(static_cast<size_t>(o.rows));
+  kernels::digestRowsCpu(bytes.data(), static_cast<uint32_t>(o.rows),
+                         static_cast<uint64_t>(o.row_bytes), static_cast<uint64_t>(o.row_stride),
+                         rows.data());
+  return XXH64(rows.data(), rows.size() * sizeof(uint64_t), static_cast<uint64_t>(o.rows));
+}
+
+struct Recording {
+  std::unique_ptr<db::TraceReader> reader;
+  std::vector<db::Event> events;   // events[seq]
+  std::map<std::string, int> app;  // graph.txt: replays, nccl
+  std::string dir;
+};
+
+void recordGraphApp(const testing::TempDir& tmp, Recording& r) {
+  r.dir = tmp.file("out");
+  std::filesystem::create_directories(r.dir);
+  const std::string run = tmp.file("run");
+  testing::ShellOutput o = testing::runShell(
+      fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app graph {2}",
+                  DETRACE_BINARY_DIR, run, r.dir));
+  ASSERT_EQ(o.status, 0) << o.out;
+  std::ifstream info(r.dir + "/graph.txt");
+  std::string key;
+  int value = 0;
+  while (info >> key >> value) r.app[key] = value;
+  ASSERT_EQ(r.app["replays"], 4) << o.out;
+  auto opened = db::Run::open(run);
+  ASSERT_TRUE(opened.isOk()) << opened.status().message();
+  auto reader = opened->openRank(opened->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  r.reader = std::move(*reader);
+  auto cursor = r.reader->events();
+  ASSERT_TRUE(cursor.isOk());
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    ASSERT_EQ(cursor->event().seq, static_cast<int64_t>(r.events.size()));
+    r.events.push_back(cursor->event());
+  }
+}
+
+// The file (under the app's DIR) holding each operand's bytes after launch `replay`, by op kind.
+std::string expectedFile(const std::string& op, const std::string& operand, int replay) {
+  const std::string p = "replay" + std::to_string(replay) + "_";
+  if (op == "cublasLtMatmul") {  // D1 = A X
+    if (operand == "A") return "A";
+    return p + (operand == "B" ? "X" : "D1");
+  }
+  if (op == "cublasGemmEx") {  // Y = W D1
+    if (operand == "A") return "W";
+    return p + (operand == "B" ? "D1" : "Y");
+  }
+  return p + (operand == "send" ? "Y" : "Z");  // Z = all-reduce of Y over one rank
+}
+
+// The *Via digests write where their cell points when they run (0: nowhere), and storeWords sets
+// cells on a stream, more than one launch's worth too.
+class ViaDigestTest : public testing::GpuTest {};
+
+TEST_F(ViaDigestTest, WriteWhereTheirCellPointsWhenTheyRun) {
+  using kernels::DigestSlot;
+  using testing::DeviceBuffer;
+  if (IsSkipped() || HasFatalFailure()) return;
+  auto made = kernels::Digester::create();
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  const kernels::Digester& d = *made;
+  const std::vector<unsigned char> host = randomBytes((3u << 20) + 64);
+  DeviceBuffer buf(host.size()), cells(64 * 8), out(1 << 16 << 3), slots(8 * sizeof(DigestSlot));
+  ASSERT_TRUE(buf.ok() && cells.ok() && out.ok() && slots.ok());
+  buf.upload(host.data(), host.size());
+  slots.poison(0);  // zeroed once, as DigestSlot's contract says
+  cells.poison(0);
+  auto cell = [&](int i) { return reinterpret_cast<const uint64_t*>(cells.get() + 8 * i); };
+  auto setCell = [&](int i, uint64_t v) {
+    const uint64_t* a[] = {cell(i)};
+    ASSERT_TRUE(d.storeWords(a, &v, 1, nullptr).isOk());
+  };
+  auto word = [&](size_t i) {
+    uint64_t v = 0;
+    EXPECT_EQ(cudaMemcpy(&v, out.get() + 8 * i, 8, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  };
+  const auto base = reinterpret_cast<CUdeviceptr>(buf.get());
+  const uint64_t out_addr = reinterpret_cast<uint64_t>(out.get());
+  // Whole buffers of every mode (one block, split over blocks through the slot) and alignment.
+  int k = 0;
+  for (uint64_t len : {0ull, 100ull, 4096ull, 65536ull + 1, (1ull << 20) + 3, 3ull << 20}) {
+    for (uint64_t shift : {0ull, 4ull, 1ull}) {
+      SCOPED_TRACE(fmt::format("len {} at +{}", len, shift));
+      out.poison();
+      setCell(1, out_addr + 8 * 100);  // this "replay" writes at word 100 + 7
+      auto* slot = reinterpret_cast<DigestSlot*>(slots.get()) + (k++ % 8);
+      ASSERT_TRUE(d.digestVia(base + shift, len, slot, cell(1), 7, nullptr).isOk());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(word(107), kernels::digestCpu(host.data() + shift, len));
+      EXPECT_EQ(word(106), ~0ull) << "wrote outside its word";
+      // A replay the tracer did not see: cell 0, nothing written, the slot left clean.
+      out.poison();
+      setCell(1, 0);
+      ASSERT_TRUE(d.digestVia(base + shift, len, slot, cell(1), 7, nullptr).isOk());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(word(107), ~0ull);
+      DigestSlot left{};
+      ASSERT_EQ(cudaMemcpy(&left, slot, sizeof left, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(left.sum, 0u);
+      EXPECT_EQ(left.done_chunks, 0u);
+    }
+  }
+  // Rows: packed in warps, packed in blocks, odd strides and bases.
+  struct RowCase {
+    uint32_t rows;
+    uint64_t row_bytes, stride, shift;
+  };
+  for (const RowCase& c : {RowCase{64, 1000, 1024, 0}, RowCase{37, 8192, 8196, 4},
+                           RowCase{9, 65536, 65537, 1}, RowCase{3000, 768, 768, 0}}) {
+    SCOPED_TRACE(fmt::format("{} rows of {} every {} at +{}", c.rows, c.row_bytes, c.stride, c.shift));
+    out.poison();
+    setCell(2, out_addr + 8 * 10);
+    ASSERT_TRUE(d.digestRowsVia(base + c.shift, c.rows, c.row_bytes, c.stride, cell(2), 3, nullptr,
+                                nullptr)
+                    .isOk());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint64_t> cpu(c.rows), gpu(c.rows);
+    kernels::digestRowsCpu(host.data() + c.shift, c.rows, c.row_bytes, c.stride, cpu.data());
+    ASSERT_EQ(cudaMemcpy(gpu.data(), out.get() + 8 * 13, 8 * c.rows, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(gpu, cpu);
+    EXPECT_EQ(word(12), ~0ull);
+    EXPECT_EQ(word(13 + c.rows), ~0ull);
+  }
+  // storeWords: 40 words, two launches' worth.
+  std::vector<const uint64_t*> addrs;
+  std::vector<uint64_t> values;
+  for (int i = 0; i < 40; ++i) {
+    addrs.push_back(cell(20 + i));
+    values.push_back(0x1000 + static_cast<uint64_t>(i) * 3);
+  }
+  ASSERT_TRUE(d.storeWords(addrs.data(), values.data(), 40, nullptr).isOk());
+  std::vector<uint64_t> back(40);
+  ASSERT_EQ(cudaMemcpy(back.data(), cells.get() + 8 * 20, 8 * 40, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, values);
+}
+
+TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r));
+  db::TraceReader& t = *r.reader;
+  const int replays = r.app["replays"];
+  const bool nccl = r.app["nccl"] == 1;
+  if (!nccl) {
+    std::printf(
+        "note: libnccl.so.2 was not loadable or NCCL could not be captured; only the GEMMs "
+        "are checked\n");
+  }
+  const size_t ops_per_replay = 2 + (nccl ? 1 : 0);
+
+  std::vector<db::GraphOp> rows;
+  ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
+                 rows.push_back(g);
+                 return Status::ok();
+               }).isOk());
+  ASSERT_EQ(rows.size(), static_cast<size_t>(replays) * ops_per_replay);
+
+  std::map<std::string, std::set<int64_t>> templates;      // op name -> template seqs
+  std::map<std::string, std::vector<uint64_t>> x_digests;  // per op: its first input, per replay
+  std::map<std::string, int> checked;                      // op/operand -> operands checked
+  int64_t last_comm_seq = -1;
+  for (const db::GraphOp& g : rows) {
+    SCOPED_TRACE(fmt::format("replayed op at seq {} (replay {})", g.seq, g.replay));
+    ASSERT_GE(g.seq, 0);
+    ASSERT_LT(g.seq, static_cast<int64_t>(r.events.size()));
+    ASSERT_GE(g.replay, 0);
+    ASSERT_LT(g.replay, replays);
+    const db::Event& e = r.events[static_cast<size_t>(g.seq)];
+    std::string op;
+    // The replayed op is a library op of its template's kind and details.
+    ASSERT_GE(g.template_seq, 0) << "the captured call is in the trace";
+    ASSERT_LT(g.template_seq, g.seq);
+    const db::Event& tmpl = r.events[static_cast<size_t>(g.template_seq)];
+    EXPECT_EQ(tmpl.kind, e.kind);
+    if (e.kind == db::EventKind::kGemm) {
+      auto gemm = t.gemm(g.seq);
+      auto tgemm = t.gemm(g.template_seq);
+      ASSERT_TRUE(gemm.isOk() && gemm->has_value() && tgemm.isOk() && tgemm->has_value());
+      op = t.str((*gemm)->api);
+      EXPECT_EQ((*gemm)->m, (*tgemm)->m);
+      EXPECT_EQ((*gemm)->n, (*tgemm)->n);
+      EXPECT_EQ((*gemm)->k, (*tgemm)->k);
+      EXPECT_EQ((*gemm)->api, (*tgemm)->api);
+      // Placed before its kernels: the graph's next events name it as their parent.
+      int children = 0;
+      for (size_t s = static_cast<size_t>(g.seq) + 1;
+           s < r.events.size() && s < static_cast<size_t>(g.seq) + 64; ++s) {
+        if (r.events[s].parent_seq != g.seq) continue;
+        ++children;
+        EXPECT_NE(r.events[s].graph_id, db::kUnset) << "a child replayed from the graph";
+        EXPECT_EQ(r.events[s].correlation_id, e.correlation_id) << "the same graph launch";
+      }
+      EXPECT_GE(children, 1) << op << ": no kernel of the replay names it as parent";
+    } else {
+      ASSERT_EQ(e.kind, db::EventKind::kCollective);
+      auto coll = t.collective(g.seq);
+      auto tcoll = t.collective(g.template_seq);
+      ASSERT_TRUE(coll.isOk() && coll->has_value() && tcoll.isOk() && tcoll->has_value());
+      op = "AllReduce";
+      EXPECT_EQ((*coll)->op, db::CollOp::kAllReduce);
+      EXPECT_EQ((*coll)->comm_id, (*tcoll)->comm_id);
+      EXPECT_EQ((*coll)->count, (*tcoll)->count);
+      // Each replay is the communicator's next call: numbers after the captured call's, increasing.
+      EXPECT_GT((*coll)->comm_seq, (*tcoll)->comm_seq);
+      EXPECT_GT((*coll)->comm_seq, last_comm_seq);
+      last_comm_seq = (*coll)->comm_seq;
+    }
+    templates[op].insert(g.template_seq);
+    // The captured call itself has no fingerprints: what it saw was only ever the capture.
+    auto tops = t.operands(g.template_seq);
+    ASSERT_TRUE(tops.isOk());
+    for (const db::Operand& o : *tops)
+      EXPECT_FALSE(o.has_digest) << "template operand " << t.str(o.name);
+
+    // This replay's fingerprints: every operand, whole and per row, equal to the CPU twin's.
+    auto ops = t.operands(g.seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    ASSERT_EQ(ops->size(), e.kind == db::EventKind::kGemm ? 3u : 2u) << op;
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      const std::string file = expectedFile(op, name, static_cast<int>(g.replay));
+      std::vector<uint8_t> bytes = readFile(r.dir + "/" + file + ".bin");
+      ASSERT_FALSE(bytes.empty()) << file;
+      ASSERT_EQ(o.bytes, static_cast<int64_t>(bytes.size())) << op << " " << name;
+      ASSERT_TRUE(o.has_digest) << op << " " << name;
+      EXPECT_GT(o.rows, 0) << op << " " << name << ": rows are fingerprinted too";
+      std::vector<uint64_t> cpu_rows;
+      EXPECT_EQ(o.digest, cpuDigest(o, bytes, cpu_rows)) << op << " " << name << " of " << file;
+      EXPECT_EQ(o.row_digests, cpu_rows) << op << " " << name << " of " << file;
+      if (name == "B" || name == "send") x_digests[op].push_back(o.digest);
+      ++checked[op + " " + name];
+    }
+  }
+  // One template per captured op, replayed `replays` times, each replay with its own data.
+  EXPECT_EQ(templates["cublasLtMatmul"].size(), 1u);
+  EXPECT_EQ(templates["cublasGemmEx"].size(), 1u);
+  EXPECT_EQ(templates["AllReduce"].size(), nccl ? 1u : 0u);
+  for (const auto& [op, digests] : x_digests) {
+    EXPECT_EQ(std::set<uint64_t>(digests.begin(), digests.end()).size(),
+              static_cast<size_t>(replays))
+        << op << ": the replays' inputs differ, so must their fingerprints";
+  }
+  for (const char* key : {"cublasLtMatmul A", "cublasLtMatmul B", "cublasLtMatmul D",
+                          "cublasGemmEx A", "cublasGemmEx B", "cublasGemmEx D"}) {
+    EXPECT_EQ(checked[key], replays) << key;
+  }
+  if (nccl) {
+    EXPECT_EQ(checked["AllReduce send"], replays);
+    EXPECT_EQ(checked["AllReduce recv"], replays);
+  }
+
+  // The tracer's own kernels (digests, their destinations) are never events.
+  for (const db::Event& e : r.events) {
+    EXPECT_NE(t.str(e.name).rfind("detrace_", 0), 0u) << "event " << e.seq << " is the tracer's";
+  }
+  auto stats = t.stats();
+  ASSERT_TRUE(stats.isOk());
+  const int64_t launches = replays * (nccl ? 2 : 1);
+  EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
+  // The all-reduce's call may have been captured even where its graph failed (nccl 0).
+  EXPECT_GE((*stats)["graph_fingerprint_ops_captured"], static_cast<int64_t>(ops_per_replay));
+  EXPECT_LE((*stats)["graph_fingerprint_ops_captured"], 3);
+  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
+  EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
+  EXPECT_EQ((*stats)["graph_replays_skipped_shared"], 0);
+  EXPECT_EQ((*stats)["graph_replays_skipped_unsupported"], 0);
+  if (nccl) {
+    EXPECT_EQ((*stats)["fingerprints_skipped_graph_capture"], 0);
+  }
+  EXPECT_EQ((*stats)["fingerprints_lost"], 0);
+  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0)
+      << "the graphs' own kernels count to their records";
+  EXPECT_EQ((*stats)["tracer_graph_ops"], static_cast<int64_t>(rows.size()));
+  EXPECT_EQ((*stats)["events_dropped"], 0);
+}
+
+}  // namespace
+}  // namespace detrace

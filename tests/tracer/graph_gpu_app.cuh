@@ -1,0 +1,195 @@
+// `tracer_gpu_app graph DIR`: library ops captured into CUDA graphs, for gpu_graph_test.cc.
+//
+// A chain of two GEMMs, y = W (A x), on one stream: a cuBLASLt matmul (D1 = A X) and a classic
+// cublasGemmEx (Y = W D1), both fp32, column major. Then, if libnccl can be loaded, a world-size-1
+// ncclAllReduce (Z = sum of Y over one rank). Each is run once eagerly (warm-up: cuBLAS and NCCL
+// set themselves up, the tracer its result memory), then captured: the GEMMs into one graph, the
+// all-reduce into a second one, and both graphs are launched kReplays times. Before every launch X
+// gets new values (replay r's pattern) and D1, Y and Z are poisoned (0xff bytes), so a digest taken
+// at the wrong moment cannot match. After every launch the program copies X, D1, Y and Z back and
+// writes them to DIR/replay<r>_<name>.bin (A and W, constant, to DIR/A.bin and DIR/W.bin), and
+// DIR/graph.txt says what ran. cuBLAS and NCCL are loaded with dlopen(RTLD_GLOBAL) and called
+// through the global scope, so the tracer's LD_PRELOAD wrappers see the calls (the app links only
+// cudart and cuBLASLt).
+#pragma once
+
+#include <cublas_api.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace graph_app {
+
+constexpr int kM = 256, kK = 128, kN = 64, kM2 = 192;  // D1: kM x kN, Y: kM2 x kN
+constexpr int kReplays = 4;
+
+#define GK(call)                                                                          \
+  do {                                                                                    \
+    auto e_ = (call);                                                                     \
+    if (static_cast<int>(e_) != 0) {                                                      \
+      std::fprintf(stderr, "tracer_gpu_app graph: %s failed (%d)\n", #call, static_cast<int>(e_)); \
+      return 1;                                                                           \
+    }                                                                                     \
+  } while (0)
+
+__global__ void fill(float* x, int n, int mul, int add, int mod, int shift) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<float>((i * mul + add) % mod - shift);
+}
+
+// NCCL's C API, declared here (the app is built without NCCL's headers).
+using NcclComm = struct ncclComm*;
+constexpr int kNcclFloat32 = 7, kNcclSum = 0;
+using NcclCommInitAll = int (*)(NcclComm*, int, const int*);
+using NcclAllReduce = int (*)(const void*, void*, size_t, int, int, NcclComm, cudaStream_t);
+
+// cublasGemmEx (C++ overloads it with a 64-bit variant).
+using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                  int, const void*, const void*, cudaDataType, int, const void*,
+                                  cudaDataType, int, const void*, void*, cudaDataType, int,
+                                  cublasComputeType_t, cublasGemmAlgo_t);
+
+template <typename Fn>
+Fn global(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));  // the tracer's wrapper comes first
+}
+
+bool dump(const std::string& dir, const std::string& name, const float* dev, size_t n) {
+  std::vector<float> host(n);
+  if (cudaMemcpy(host.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  FILE* f = std::fopen((dir + "/" + name + ".bin").c_str(), "wb");
+  if (f == nullptr) return false;
+  bool ok = std::fwrite(host.data(), sizeof(float), n, f) == n;
+  return std::fclose(f) == 0 && ok;
+}
+
+struct Gemms {
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lx = nullptr, ld = nullptr;
+  cublasHandle_t blas = nullptr;
+  GemmEx gemm_ex = nullptr;
+  float *A = nullptr, *X = nullptr, *D1 = nullptr, *W = nullptr, *Y = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 4 << 20;
+  cudaStream_t s = nullptr;
+
+  // D1 = A X (cuBLASLt), then Y = W D1 (cublasGemmEx).
+  int run() {
+    const float alpha = 1.0f, beta = 0.0f;
+    GK(cublasLtMatmul(lt, desc, &alpha, A, la, X, lx, &beta, D1, ld, D1, ld, nullptr, ws, ws_bytes, s));
+    GK(gemm_ex(blas, CUBLAS_OP_N, CUBLAS_OP_N, kM2, kN, kM, &alpha, W, CUDA_R_32F, kM2, D1,
+               CUDA_R_32F, kM, &beta, Y, CUDA_R_32F, kM2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+  }
+};
+
+inline int graphMain(const std::string& dir) {
+  Gemms g;
+  GK(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking));
+  GK(cudaMalloc(&g.A, kM * kK * sizeof(float)));
+  GK(cudaMalloc(&g.X, kK * kN * sizeof(float)));
+  GK(cudaMalloc(&g.D1, kM * kN * sizeof(float)));
+  GK(cudaMalloc(&g.W, kM2 * kM * sizeof(float)));
+  GK(cudaMalloc(&g.Y, kM2 * kN * sizeof(float)));
+  float* Z = nullptr;
+  GK(cudaMalloc(&Z, kM2 * kN * sizeof(float)));
+  GK(cudaMalloc(&g.ws, g.ws_bytes));
+  fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 1, 0, 17, 8);
+  fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 1, 0, 11, 5);
+  fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 3, 1, 13, 6);
+  GK(cudaGetLastError());
+
+  GK(cublasLtCreate(&g.lt));
+  GK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  GK(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_32F, kM, kK, kM));
+  GK(cublasLtMatrixLayoutCreate(&g.lx, CUDA_R_32F, kK, kN, kK));
+  GK(cublasLtMatrixLayoutCreate(&g.ld, CUDA_R_32F, kM, kN, kM));
+  void* blas_lib = nullptr;
+  for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+    if ((blas_lib = dlopen(name, RTLD_NOW | RTLD_GLOBAL)) != nullptr) break;
+  }
+  if (blas_lib == nullptr) {
+    std::fprintf(stderr, "tracer_gpu_app graph: cannot load libcublas: %s\n", dlerror());
+    return 1;
+  }
+  auto create = global<decltype(&cublasCreate_v2)>("cublasCreate_v2");
+  auto set_stream = global<decltype(&cublasSetStream_v2)>("cublasSetStream_v2");
+  auto set_ws = global<decltype(&cublasSetWorkspace_v2)>("cublasSetWorkspace_v2");
+  g.gemm_ex = global<GemmEx>("cublasGemmEx");
+  if (!create || !set_stream || !set_ws || !g.gemm_ex) return 1;
+  GK(create(&g.blas));
+  GK(set_stream(g.blas, g.s));
+  void* blas_ws = nullptr;
+  GK(cudaMalloc(&blas_ws, g.ws_bytes));
+  GK(set_ws(g.blas, blas_ws, g.ws_bytes));  // no allocation inside the capture
+
+  // NCCL, one rank: optional (the test reads graph.txt to know).
+  NcclComm comm = nullptr;
+  NcclAllReduce all_reduce = nullptr;
+  if (dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) != nullptr) {
+    auto init_all = global<NcclCommInitAll>("ncclCommInitAll");
+    all_reduce = global<NcclAllReduce>("ncclAllReduce");
+    const int dev0 = 0;
+    if (!init_all || !all_reduce || init_all(&comm, 1, &dev0) != 0) all_reduce = nullptr;
+  }
+  auto reduce = [&]() { return all_reduce(g.Y, Z, kM2 * kN, kNcclFloat32, kNcclSum, comm, g.s); };
+
+  // Warm-up, eagerly.
+  if (g.run() != 0) return 1;
+  if (all_reduce != nullptr) GK(reduce());
+  GK(cudaStreamSynchronize(g.s));
+
+  // Capture: the GEMMs into one graph, the all-reduce into another.
+  cudaGraph_t gemm_graph = nullptr, reduce_graph = nullptr;
+  cudaGraphExec_t gemm_exec = nullptr, reduce_exec = nullptr;
+  GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
+  if (g.run() != 0) return 1;
+  GK(cudaStreamEndCapture(g.s, &gemm_graph));
+  GK(cudaGraphInstantiate(&gemm_exec, gemm_graph, 0));
+  bool nccl_graph = false;
+  if (all_reduce != nullptr) {
+    GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
+    int r = reduce();
+    cudaError_t end = cudaStreamEndCapture(g.s, &reduce_graph);
+    nccl_graph = r == 0 && end == cudaSuccess &&
+                 cudaGraphInstantiate(&reduce_exec, reduce_graph, 0) == cudaSuccess;
+    if (!nccl_graph) std::fprintf(stderr, "tracer_gpu_app graph: NCCL under graph capture failed\n");
+    (void)cudaGetLastError();
+  }
+
+  if (!dump(dir, "A", g.A, kM * kK) || !dump(dir, "W", g.W, kM2 * kM)) return 1;
+  for (int r = 0; r < kReplays; ++r) {
+    fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 5 + 2 * r, 3 * r + 1, 29, 14);
+    GK(cudaGetLastError());
+    GK(cudaMemsetAsync(g.D1, 0xff, kM * kN * sizeof(float), g.s));
+    GK(cudaMemsetAsync(g.Y, 0xff, kM2 * kN * sizeof(float), g.s));
+    GK(cudaMemsetAsync(Z, 0xff, kM2 * kN * sizeof(float), g.s));
+    GK(cudaGraphLaunch(gemm_exec, g.s));
+    if (nccl_graph) GK(cudaGraphLaunch(reduce_exec, g.s));
+    GK(cudaStreamSynchronize(g.s));
+    const std::string p = "replay" + std::to_string(r) + "_";
+    if (!dump(dir, p + "X", g.X, kK * kN) || !dump(dir, p + "D1", g.D1, kM * kN) ||
+        !dump(dir, p + "Y", g.Y, kM2 * kN) || (nccl_graph && !dump(dir, p + "Z", Z, kM2 * kN))) {
+      return 1;
+    }
+  }
+  FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
+  if (f == nullptr) return 1;
+  std::fprintf(f, "replays %d\nnccl %d\n", kReplays, nccl_graph ? 1 : 0);
+  std::fclose(f);
+  GK(cudaGraphExecDestroy(gemm_exec));
+  GK(cudaGraphDestroy(gemm_graph));
+  if (nccl_graph) {
+    GK(cudaGraphExecDestroy(reduce_exec));
+    GK(cudaGraphDestroy(reduce_graph));
+  }
+  std::printf("tracer_gpu_app graph: done (nccl %d)\n", nccl_graph ? 1 : 0);
+  return 0;
+}
+
+#undef GK
+
+}  // namespace graph_app

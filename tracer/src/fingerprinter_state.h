@@ -1,0 +1,325 @@
+// The Fingerprinter's internals, shared by its two halves: fingerprinter.cc (digests enqueued on a
+// running stream, their results, the flusher's drain) and graph_fingerprints.cc (digests captured
+// into CUDA graphs and the results of each replay). Not an interface: see fingerprinter.h.
+//
+// Locking: State::mu guards everything here but SeqRing and TemplateSeqs, which have leaf mutexes
+// of their own (noteSeq() runs under the reorder buffer's lock and must not take State::mu).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <cuda.h>
+
+#include "detrace/db/records.h"
+#include "detrace/db/writer.h"
+#include "detrace/kernels/digest.h"
+#include "detrace/tracer/operand_specs.h"
+#include "detrace/tracer/reorder_buffer.h"
+
+namespace detrace::tracer::fp {
+
+// Operand results in flight per context (more in deep mode: many launches per poll), row digests
+// in flight (16 MiB pinned), and rows per operand (more: whole digest only).
+inline constexpr uint32_t kEntries = 8192;
+inline constexpr uint32_t kDeepEntries = 1u << 16;
+inline constexpr uint64_t kArenaDigests = 1u << 21;
+inline constexpr int64_t kMaxRows = 1 << 16;
+// CUDA graphs: device memory for captured ops (each capture's result pointer, and a DigestSlot per
+// whole-buffer digest of more than 64 KiB), allocated with the context; the replays' results go to
+// a pinned ring allocated at the first instantiation of a graph holding captured digests.
+inline constexpr uint64_t kGraphPoolBytes = uint64_t{1} << 20;
+inline constexpr uint64_t kGraphResultsMinBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kGraphResultsMaxBytes = uint64_t{1} << 30;
+inline constexpr size_t kMaxPendingReplays = 4096;
+
+// Driver entry points, found in the program's libcuda (never linked).
+struct Driver {
+  using CtxGet = CUresult (*)(CUcontext*);
+  using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using HostAlloc = CUresult (*)(void**, size_t, unsigned int);
+  using HostDevPtr = CUresult (*)(CUdeviceptr*, void*, unsigned int);
+  using EventCreate = CUresult (*)(CUevent*, unsigned int);
+  using EventRecord = CUresult (*)(CUevent, CUstream);
+  using EventQuery = CUresult (*)(CUevent);
+  using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
+  using CaptureInfo = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                                   const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+  using StreamWaitEvent = CUresult (*)(CUstream, CUevent, unsigned int);
+  CtxGet ctx_get = nullptr;
+  CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
+  MemAlloc mem_alloc = nullptr;
+  MemsetD8 memset_d8 = nullptr;
+  HostAlloc host_alloc = nullptr;
+  HostDevPtr host_dev_ptr = nullptr;
+  EventCreate event_create = nullptr;
+  EventRecord event_record = nullptr;
+  EventQuery event_query = nullptr;
+  IsCapturing is_capturing = nullptr;
+  CopyDtoH copy_dtoh = nullptr;        // optional: only full capture needs it
+  CaptureInfo capture_info = nullptr;  // optional: only CUDA graphs need these two
+  StreamWaitEvent stream_wait_event = nullptr;
+  bool ok = false;
+
+  static const Driver& get();
+  CUresult setCurrent(CUcontext c) const {
+    return reinterpret_cast<CUresult (*)(CUcontext)>(ctx_set)(c);
+  }
+};
+
+// Per-context digest machinery and result memory, created on first use in that context.
+struct Context {
+  CUcontext ctx = nullptr;
+  std::unique_ptr<kernels::Digester> digester;
+  uint32_t entries = kEntries;
+  kernels::DigestSlot* slots = nullptr;  // device, `entries`, zeroed once (reused by the kernel)
+  volatile uint64_t* whole = nullptr;    // mapped host, `entries`
+  CUdeviceptr whole_dev = 0;
+  volatile uint64_t* arena = nullptr;  // mapped host, kArenaDigests
+  CUdeviceptr arena_dev = 0;
+  std::vector<CUevent> free_events;
+  uint32_t next_entry = 0, used_entries = 0;
+  uint64_t arena_head = 0, arena_used = 0;
+  uint8_t* staging = nullptr;  // pinned host memory for full capture (nullptr: none)
+  bool staging_tried = false;  // allocateStagingLocked ran (once per context, failed or not)
+  uint64_t staging_size = 0, staging_head = 0, staging_used = 0;
+  // CUDA graphs (graph_fingerprints.cc).
+  CUdeviceptr graph_pool = 0;  // device, kGraphPoolBytes, zeroed once: cells and DigestSlots
+  uint64_t graph_pool_used = 0;
+  volatile uint64_t* graph_results = nullptr;  // mapped host ring of replays' digests (words)
+  CUdeviceptr graph_results_dev = 0;
+  uint64_t graph_words = 0, graph_head = 0, graph_used = 0;
+  bool graph_results_tried = false;
+  bool graph_broken = false;  // a replay's results went astray: no more graph fingerprints here
+};
+
+// Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
+bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint64_t& off,
+                 uint64_t& skip);
+
+// ---- CUDA graphs ----
+
+// An operand of an op captured into a graph: where a replay's digests of it go.
+struct CapturedOperand {
+  OperandSpec spec;
+  uint32_t offset = 0;  // first word in its capture's results
+  uint32_t rows = 0;    // row digests (words), or 0: one word, the whole digest
+};
+
+struct Capture;
+
+// A library op captured into a graph (its template: the call as recorded at capture).
+struct CapturedOp {
+  Capture* capture = nullptr;
+  uint64_t token = 0;  // the captured call's slot
+  LibraryOp op;        // its event and details (NCCL's choices amended in)
+  std::vector<CapturedOperand> operands;
+  int32_t own_before = 0, own_after = 0;  // digest kernels captured before and after its call
+};
+
+// One stream capture (cuStreamGetCaptureInfo's id) holding captured digests.
+struct Capture {
+  uint64_t id = 0;
+  Context* ctx = nullptr;
+  CUgraph graph = nullptr;  // the graph it was captured into
+  CUdeviceptr cell = 0;     // device word: where the running replay's results go (0: nowhere)
+  uint32_t words = 0;       // results of one replay
+  std::vector<std::unique_ptr<CapturedOp>> ops;  // in call order
+  int32_t execs = 0;                             // live executable graphs that contain it
+};
+
+// An executable graph holding captured digests.
+struct ExecInfo {
+  uint64_t handle = 0;
+  Context* ctx = nullptr;
+  std::vector<Capture*> captures;
+  // Built at the first launch (captures are complete by then): the replayed ops in order, their
+  // first word in a replay's results (their capture's offset), and the collectives' communicators.
+  std::shared_ptr<const GraphOpTemplates> templates;
+  std::vector<const CapturedOp*> ops;
+  std::vector<uint32_t> op_base;
+  std::vector<uint32_t> capture_base;
+  bool seqs_known = false;  // every template's seq was known when `templates` was built
+  bool updated = false;     // cuGraphExecUpdate gave it another graph's nodes: not replayed
+  uint32_t words = 0;       // the captures' words when it was made (they must not grow after)
+  int64_t launches = 0;
+  CUstream last_stream = nullptr;
+  CUevent done = nullptr;  // after each launch's clean-up: orders a launch on another stream
+  bool done_recorded = false;
+};
+
+// One launch of an executable graph whose replayed ops' digests land in the graph results ring.
+struct Replay {
+  std::shared_ptr<ExecInfo> exec;
+  Context* ctx = nullptr;
+  uint64_t first_token = 0;             // op i's token: first_token + i
+  uint64_t off = 0, skip = 0, len = 0;  // its words in ctx->graph_results (len 0: none reserved)
+  CUevent event = nullptr;              // recorded after the launch (endReplay)
+  int64_t begun_ns = 0;
+  bool ended = false;   // endReplay ran: event recorded, or the launch failed
+  bool failed = false;  // no results will come
+  bool leak = false;    // its words may still be written: never hand them out again
+};
+
+// One queued result: an operand's digests (eager), or a graph replay's (replay != nullptr).
+struct Pending {
+  uint64_t token = 0;
+  Context* ctx = nullptr;
+  OperandSpec spec;
+  uint32_t entry = 0;
+  uint64_t arena_off = 0, arena_len = 0;     // row digests (arena_len = rows) or 0
+  uint64_t arena_skip = 0;                   // arena slots skipped to keep this range contiguous
+  uint64_t copy_off = 0, copy_reserved = 0;  // full capture: staging offset, bytes held (+ skip)
+  bool copied = false;                       // the copy was queued: write its bytes
+  CUevent event = nullptr;  // shared by the operands of one enqueue(); last one owns it
+  bool owns_event = false;
+  bool done = false;
+  bool failed = false;  // no result will come (launch or event failed)
+  int64_t seq = db::kUnset;
+  std::shared_ptr<Replay> replay;
+};
+
+// What SeqRing::get says of a token whose op has no sequence number yet and never will here.
+inline constexpr int64_t kSeqForgotten = -3;
+
+// Sequence numbers of written library ops by token (a ring: a result is collected within a poll
+// period of its op). Its own leaf mutex: noteSeq() runs under the reorder buffer's lock.
+class SeqRing {
+ public:
+  void put(uint64_t token, int64_t seq) {
+    std::lock_guard lk(mu_);
+    ring_[token % kSize] = {token, seq};
+  }
+  // The seq; db::kUnset while not known yet; kSeqForgotten when a later token took its place.
+  int64_t get(uint64_t token) {
+    std::lock_guard lk(mu_);
+    const auto& e = ring_[token % kSize];
+    if (e.first == token) return e.second;
+    return e.first > token ? kSeqForgotten : db::kUnset;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 16;
+  std::mutex mu_;
+  std::vector<std::pair<uint64_t, int64_t>> ring_ =
+      std::vector<std::pair<uint64_t, int64_t>>(kSize);
+};
+
+// Tokens of the ops whose operands are copied (full capture), a ring like SeqRing.
+class CopyMarks {
+ public:
+  void put(uint64_t token) {
+    std::lock_guard lk(mu_);
+    ring_[token % kSize] = token;
+  }
+  bool has(uint64_t token) {
+    std::lock_guard lk(mu_);
+    return ring_[token % kSize] == token;
+  }
+
+ private:
+  static constexpr size_t kSize = 1 << 12;
+  std::mutex mu_;
+  std::vector<uint64_t> ring_ = std::vector<uint64_t>(kSize, 0);
+};
+
+// Sequence numbers of captured calls (graph templates), kept from noteSeq() until the graph's
+// first launch asks (bounded; a leaf mutex like SeqRing's).
+class TemplateSeqs {
+ public:
+  void expect(uint64_t token);
+  void put(uint64_t token, int64_t seq);
+  int64_t get(uint64_t token);  // db::kUnset if not known (kSeqDropped: not in the trace)
+
+ private:
+  static constexpr size_t kMax = 1 << 16;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, int64_t> seqs_;
+  std::deque<uint64_t> order_;
+};
+
+// A deep launch's parameters, written once its sequence number is known.
+struct PendingParams {
+  uint64_t token = 0;
+  db::LaunchParams params;
+};
+
+class State {
+ public:
+  std::mutex mu;
+  std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
+  std::deque<Pending> pending;
+  std::deque<PendingParams> pending_params;
+  size_t pending_params_bytes = 0;
+  int64_t params_written = 0, params_lost = 0;
+  // Look-back: tokens whose results wait (held) or are thrown away (dropped, a bounded FIFO).
+  std::unordered_set<uint64_t> held, dropped;
+  std::deque<uint64_t> dropped_order;
+  int64_t lookback_dropped = 0;
+  // What to do with the head of a queue for `token`: write it, wait, or throw it away.
+  enum class Verdict { kWrite, kWait, kDrop };
+  Verdict verdictLocked(uint64_t token, bool final) {
+    if (held.count(token)) return final ? Verdict::kDrop : Verdict::kWait;
+    return dropped.count(token) ? Verdict::kDrop : Verdict::kWrite;
+  }
+  SeqRing seqs;
+  CopyMarks marked;
+  TemplateSeqs template_seqs;
+  bool disabled = false;
+  int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
+  int64_t copied_bytes = 0, copies = 0;  // full capture: bytes copied so far (the budget)
+  int64_t copy_skipped_budget = 0, copy_skipped_staging = 0, copy_failed = 0;
+
+  // ---- CUDA graphs (graph_fingerprints.cc) ----
+  std::unordered_map<uint64_t, std::unique_ptr<Capture>> captures;  // by capture id
+  std::unordered_map<CUgraph, std::vector<Capture*>> graph_captures;
+  std::unordered_map<uint64_t, std::shared_ptr<ExecInfo>> execs;
+  std::unordered_map<uint64_t, CapturedOp*> captured_ops;  // by token, while its call runs
+  std::deque<uint64_t> captured_order;                     // bounds captured_ops (oldest first)
+  size_t pending_replays = 0;
+  int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
+  int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
+  int64_t graph_replays_unsupported = 0;
+
+  Context* contextLocked(CUcontext c);
+  bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
+  void releaseHeadLocked();
+  void allocateStagingLocked(Context& cx);
+  void copyLocked(Context& cx, Pending& p, CUstream stream);
+  void drainLocked(bool final, db::TraceWriter* w);
+  void drainParamsLocked(bool final, db::TraceWriter* w);
+  // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
+  void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+                     CUstream stream, const std::vector<OperandSpec>& specs, bool wait);
+
+  // Graphs: captures digests of `specs` (inputs: before the op's kernels) into the graph that
+  // `stream` is being captured into; false if they cannot be (counted by the caller).
+  bool captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
+                     const std::vector<OperandSpec>& specs, bool inputs);
+  // A replay whose digests are done (or will never come): writes its operands, if it may.
+  enum class ReplayStep { kWritten, kWait };
+  ReplayStep drainReplayLocked(Pending& p, bool final, db::TraceWriter* w);
+  void releaseReplayLocked(Pending& p);
+  void forgetGraphsLocked(Context* cx);
+};
+
+State& state();
+
+// The calling thread's last recorded library op (recordLibraryOp() keeps it for the digests that
+// follow: a captured call becomes a template with it).
+struct LastOp {
+  uint64_t token = 0;
+  LibraryOp op;
+};
+LastOp& lastOp();
+
+}  // namespace detrace::tracer::fp

@@ -1,0 +1,620 @@
+// Fingerprints of library ops captured into CUDA graphs (the design is in fingerprinter.h). Runs
+// inside the traced program like fingerprinter.cc: nothing allocated per op or per launch but
+// bookkeeping (the device pool comes with the context, the results ring with the first executable
+// graph that needs it), no host waits, every skip counted.
+//
+// At capture (the op's call, on the capturing thread): the digest kernels go into the graph in
+// their *Via form, reading their destination from the capture's cell (a device word) plus a fixed
+// offset. At each launch of an executable graph holding such captures (the CUPTI launch callback,
+// on the launching thread): one stream-ordered kernel stores each capture's share of a range of the
+// pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
+// does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
+// of one executable graph are ordered by CUDA; a launch on another stream than the previous one
+// also waits for the previous launch's clean-up. Two executable graphs made from one capture would
+// share its cell: their replays get no fingerprints (counted as shared).
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include <xxhash.h>
+
+#include <time.h>
+
+#include "fingerprinter.h"
+#include "fingerprinter_state.h"
+#include "log.h"
+#include "relaxed_capture.h"
+#include "self_launch.h"
+#include "session.h"
+
+namespace detrace::tracer {
+namespace fp {
+namespace {
+
+constexpr size_t kMaxCapturedOps = 4096;                  // captured calls awaiting NCCL's choices
+constexpr int64_t kReplayExitTimeoutNs = 10'000'000'000;  // a launch whose API exit never came
+constexpr uint64_t kPoolDummySlot = 0;  // a DigestSlot no kernel touches (buffers <= 64 KiB)
+constexpr uint64_t kPoolFirstFree = 32;
+
+thread_local bool t_has_captured = false;  // this thread captured a call (amendCaptured's filter)
+
+int64_t monotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// `bytes` of the context's graph pool (8-byte aligned), or 0 when it is used up.
+CUdeviceptr poolTake(Context& cx, uint64_t bytes) {
+  uint64_t at = (std::max(cx.graph_pool_used, kPoolFirstFree) + 7) & ~uint64_t{7};
+  if (cx.graph_pool == 0 || at + bytes > kGraphPoolBytes) return 0;
+  cx.graph_pool_used = at + bytes;
+  return cx.graph_pool + at;
+}
+
+// The rows an operand's digests cover (0: the whole buffer only), as for eager digests.
+uint32_t rowsOf(const OperandSpec& spec) {
+  bool rows = spec.rows > 0 && spec.rows <= kMaxRows &&
+              static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace;
+  return rows ? static_cast<uint32_t>(spec.rows) : 0;
+}
+
+// The ops of an executable graph in replay order, with where each one's digests go. Rebuilt at
+// later launches while some captured call has no sequence number yet (still in the reorder buffer
+// at the first launch).
+void buildTemplates(ExecInfo& e, TemplateSeqs& seqs) {
+  auto templates = std::make_shared<GraphOpTemplates>();
+  e.ops.clear();
+  e.op_base.clear();
+  e.seqs_known = true;
+  for (size_t k = 0; k < e.captures.size(); ++k) {
+    for (const auto& op : e.captures[k]->ops) {
+      GraphOpTemplate t;
+      t.op = op->op;
+      t.template_token = op->token;
+      const int64_t seq = seqs.get(op->token);  // kSeqDropped: the call is not in the trace
+      e.seqs_known = e.seqs_known && seq != db::kUnset;
+      t.template_seq = seq >= 0 ? seq : db::kUnset;
+      t.own_before = op->own_before;
+      t.own_after = op->own_after;
+      templates->push_back(std::move(t));
+      e.ops.push_back(op.get());
+      e.op_base.push_back(e.capture_base[k]);
+    }
+  }
+  e.templates = std::move(templates);
+}
+
+// Pins the results ring of a context (at the first executable graph that needs one): large
+// enough for a few replays of that graph, DETRACE_GRAPH_RESULTS_MB if set.
+void allocateGraphResults(Context& cx, uint64_t words) {
+  const Driver& d = Driver::get();
+  CUcontext current = nullptr;
+  if (d.ctx_get(&current) != CUDA_SUCCESS || current != cx.ctx) return;  // try at the next one
+  cx.graph_results_tried = true;
+  uint64_t bytes =
+      std::clamp<uint64_t>(4 * words * 8, kGraphResultsMinBytes, kGraphResultsMaxBytes);
+  if (const char* v = std::getenv("DETRACE_GRAPH_RESULTS_MB"); v && std::atoll(v) > 0) {
+    bytes = static_cast<uint64_t>(std::atoll(v)) << 20;
+  }
+  RelaxedCaptureScope relaxed;  // another thread may be capturing a graph
+  SelfLaunchScope self;         // the tracer's memory: not the program's (deep mode)
+  void* host = nullptr;
+  if (d.host_alloc(&host, bytes, CU_MEMHOSTALLOC_DEVICEMAP) != CUDA_SUCCESS ||
+      d.host_dev_ptr(&cx.graph_results_dev, host, 0) != CUDA_SUCCESS) {
+    logLine("CUDA graph replays get no fingerprints: could not pin %llu MiB for their results",
+            static_cast<unsigned long long>(bytes >> 20));
+    return;
+  }
+  cx.graph_results = static_cast<volatile uint64_t*>(host);
+  cx.graph_words = bytes / 8;
+}
+
+db::Operand replayedOperand(const CapturedOperand& c, int64_t seq, const volatile uint64_t* words,
+                            db::TraceWriter& w) {
+  const OperandSpec& spec = c.spec;
+  db::Operand o;
+  o.seq = seq;
+  o.slot = spec.slot;
+  o.name = w.intern(spec.name);
+  o.role = spec.role;
+  o.dtype = spec.dtype;
+  o.shape = spec.shape;
+  o.address = static_cast<int64_t>(spec.address);
+  o.bytes = static_cast<int64_t>(spec.bytes);
+  o.has_digest = true;
+  if (c.rows > 0) {
+    o.rows = spec.rows;
+    o.row_bytes = spec.row_bytes;
+    o.row_stride = spec.row_stride;
+    o.row_digests.resize(c.rows);
+    for (uint32_t i = 0; i < c.rows; ++i) o.row_digests[i] = words[c.offset + i];
+    // As for eager digests: the whole digest of an operand with rows is XXH64 of its row digests.
+    o.digest = XXH64(o.row_digests.data(), o.row_digests.size() * sizeof(uint64_t), c.rows);
+  } else {
+    o.digest = words[c.offset];
+  }
+  return o;
+}
+
+}  // namespace
+
+// ---- templates' sequence numbers ----
+
+void TemplateSeqs::expect(uint64_t token) {
+  std::lock_guard lk(mu_);
+  if (!seqs_.emplace(token, db::kUnset).second) return;
+  order_.push_back(token);
+  if (order_.size() > kMax) {
+    seqs_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+void TemplateSeqs::put(uint64_t token, int64_t seq) {
+  std::lock_guard lk(mu_);
+  if (seqs_.empty()) return;
+  if (auto it = seqs_.find(token); it != seqs_.end()) it->second = seq;
+}
+
+int64_t TemplateSeqs::get(uint64_t token) {
+  std::lock_guard lk(mu_);
+  auto it = seqs_.find(token);
+  return it == seqs_.end() ? db::kUnset : it->second;
+}
+
+LastOp& lastOp() {
+  static thread_local LastOp last;
+  return last;
+}
+
+// ---- capture ----
+
+bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
+                          const std::vector<OperandSpec>& specs, bool inputs) {
+  const Driver& d = Driver::get();
+  auto cit = contexts.find(ctx);  // made now it would allocate during the capture: not here
+  if (d.capture_info == nullptr || cit == contexts.end()) return false;
+  Context& cx = *cit->second;
+  if (cx.graph_pool == 0 || cx.graph_broken) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  if (d.capture_info(stream, &status, &id, &graph, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph == nullptr) {
+    return false;
+  }
+  // The captured call: its template (made from the call just recorded on this thread).
+  CapturedOp* op = nullptr;
+  if (auto it = captured_ops.find(token); it != captured_ops.end()) op = it->second;
+  if (op == nullptr && lastOp().token != token) return false;
+  Capture* cap = nullptr;
+  if (auto it = captures.find(id); it != captures.end()) {
+    cap = it->second.get();
+  } else {
+    CUdeviceptr cell = poolTake(cx, sizeof(uint64_t));  // zero: no replay running
+    if (cell == 0) return false;
+    auto made = std::make_unique<Capture>();
+    made->id = id;
+    made->ctx = &cx;
+    made->graph = graph;
+    made->cell = cell;
+    cap = made.get();
+    captures.emplace(id, std::move(made));
+    graph_captures[graph].push_back(cap);
+  }
+  if (op != nullptr && op->capture != cap) return false;  // its halves in two captures
+  if (op == nullptr) {
+    auto made = std::make_unique<CapturedOp>();
+    made->capture = cap;
+    made->token = token;
+    made->op = lastOp().op;
+    op = made.get();
+    cap->ops.push_back(std::move(made));
+    captured_ops[token] = op;
+    captured_order.push_back(token);
+    if (captured_order.size() > kMaxCapturedOps) {
+      captured_ops.erase(captured_order.front());
+      captured_order.pop_front();
+    }
+    template_seqs.expect(token);
+    t_has_captured = true;
+    ++graph_ops_captured;
+  }
+  SelfLaunchScope self;  // our kernels stay out of the trace
+  const auto* cell = reinterpret_cast<const uint64_t*>(cap->cell);
+  for (const OperandSpec& spec : specs) {
+    CapturedOperand c;
+    c.spec = spec;
+    c.rows = rowsOf(spec);
+    uint64_t words = c.rows > 0 ? c.rows : 1;
+    if (cap->words + words > (uint64_t{1} << 31)) return true;  // an absurd capture: the rest go
+    c.offset = cap->words;
+    Status st = Status::ok();
+    if (c.rows > 0) {
+      st = cx.digester->digestRowsVia(spec.address, c.rows, static_cast<uint64_t>(spec.row_bytes),
+                                      static_cast<uint64_t>(spec.row_stride), cell, c.offset,
+                                      nullptr, stream);
+    } else {
+      CUdeviceptr slot = spec.bytes > kernels::kDigestRowBytesWithoutWorkspace
+                             ? poolTake(cx, sizeof(kernels::DigestSlot))
+                             : cx.graph_pool + kPoolDummySlot;
+      if (slot == 0) {
+        ++skipped_full;
+        continue;
+      }
+      st = cx.digester->digestVia(spec.address, spec.bytes,
+                                  reinterpret_cast<kernels::DigestSlot*>(slot), cell, c.offset,
+                                  stream);
+    }
+    if (!st.isOk()) {
+      ++skipped_error;
+      continue;
+    }
+    cap->words += static_cast<uint32_t>(words);
+    ++(inputs ? op->own_before : op->own_after);
+    op->operands.push_back(std::move(c));
+    ++graph_operands_captured;
+  }
+  return true;
+}
+
+void State::forgetGraphsLocked(Context* cx) {
+  for (auto it = execs.begin(); it != execs.end();) {
+    it = it->second->ctx == cx ? execs.erase(it) : std::next(it);
+  }
+  for (auto it = graph_captures.begin(); it != graph_captures.end();) {
+    std::erase_if(it->second, [cx](const Capture* c) { return c->ctx == cx; });
+    it = it->second.empty() ? graph_captures.erase(it) : std::next(it);
+  }
+  std::erase_if(captured_ops, [cx](const auto& kv) { return kv.second->capture->ctx == cx; });
+  // Replays still queued hold their ExecInfo (and through it these captures): leak the captures.
+  for (auto it = captures.begin(); it != captures.end();) {
+    if (it->second->ctx == cx) {
+      (void)it->second.release();
+      it = captures.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---- replays: results ----
+
+State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWriter* w) {
+  Replay& r = *p.replay;
+  if (r.failed) {
+    ++graph_replays_lost;
+    return ReplayStep::kWritten;
+  }
+  if (!r.ended) {
+    if (!final && monotonicNs() - r.begun_ns < kReplayExitTimeoutNs) return ReplayStep::kWait;
+    // The launch's API exit never came (capture switched off in between): the digests may still
+    // land in its words, and its cell may still point there. Give those up for good.
+    r.leak = true;
+    if (!r.ctx->graph_broken) {
+      r.ctx->graph_broken = true;
+      logLine(
+          "CUDA graph replays get no more fingerprints in this context: a replay's end was not "
+          "seen");
+    }
+    ++graph_replays_lost;
+    return ReplayStep::kWritten;
+  }
+  CUresult q = Driver::get().event_query(r.event);
+  if (q == CUDA_ERROR_NOT_READY && !final) return ReplayStep::kWait;
+  if (q != CUDA_SUCCESS) {
+    r.leak = true;  // the graph may still be writing
+    ++graph_replays_lost;
+    return ReplayStep::kWritten;
+  }
+  const ExecInfo& e = *r.exec;
+  std::vector<int64_t> seqs_of(e.ops.size());
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    seqs_of[i] = seqs.get(r.first_token + i);
+    if (seqs_of[i] == db::kUnset && !final) return ReplayStep::kWait;
+  }
+  const volatile uint64_t* words = r.ctx->graph_results + r.off;
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    for (const CapturedOperand& c : e.ops[i]->operands) {
+      // kSeqDropped / kSeqForgotten: the replayed op is not in the trace.
+      if (seqs_of[i] >= 0 && w != nullptr) {
+        (void)w->appendOperand(replayedOperand(c, seqs_of[i], words + e.op_base[i], *w));
+        ++written;
+      } else {
+        ++lost;
+      }
+    }
+  }
+  return ReplayStep::kWritten;
+}
+
+void State::releaseReplayLocked(Pending& p) {
+  Replay& r = *p.replay;
+  Context& cx = *r.ctx;
+  if (r.len > 0 && !r.leak) cx.graph_used -= r.skip + r.len;
+  if (r.event != nullptr && !r.leak) cx.free_events.push_back(r.event);
+  --pending_replays;
+}
+
+}  // namespace fp
+
+using fp::State;
+using fp::state;
+
+namespace {
+
+// The launch in progress on this thread (between beginReplay and endReplay), and its stream.
+struct ThreadReplay {
+  std::shared_ptr<fp::Replay> replay;
+  CUstream stream = nullptr;
+};
+thread_local ThreadReplay t_replay;
+
+}  // namespace
+
+void Fingerprinter::noteOp(uint64_t token, const LibraryOp& op) noexcept {
+  fp::LastOp& last = fp::lastOp();
+  last.token = token;
+  last.op = op;
+}
+
+void Fingerprinter::amendCaptured(uint64_t token,
+                                  const std::function<void(LibraryOp&)>& update) noexcept {
+  if (!fp::t_has_captured || token == 0 || !update) return;
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    if (auto it = s.captured_ops.find(token); it != s.captured_ops.end()) update(it->second->op);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::noteGraphCloned(CUgraph original, CUgraph clone) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.graph_captures.find(original);
+    if (it == s.graph_captures.end() || original == clone) return;
+    std::vector<fp::Capture*> caps = it->second;
+    s.graph_captures[clone] = std::move(caps);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::noteExec(uint64_t exec, CUcontext ctx,
+                             const std::vector<CUgraph>& graphs) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    if (auto old = s.execs.find(exec); old != s.execs.end()) {  // a reused handle
+      for (fp::Capture* c : old->second->captures) --c->execs;
+      s.execs.erase(old);
+    }
+    auto e = std::make_shared<fp::ExecInfo>();
+    e->handle = exec;
+    for (CUgraph g : graphs) {
+      auto it = s.graph_captures.find(g);
+      if (it == s.graph_captures.end()) continue;
+      for (fp::Capture* c : it->second) {
+        // One context's captures (CUPTI names the graph's context; if it does not, the first's).
+        CUcontext want = ctx != nullptr ? ctx : e->captures.empty() ? c->ctx->ctx : e->ctx->ctx;
+        if (c->ctx->ctx != want || c->ops.empty()) continue;
+        if (e->captures.empty()) e->ctx = c->ctx;
+        if (std::find(e->captures.begin(), e->captures.end(), c) != e->captures.end()) continue;
+        e->capture_base.push_back(e->words);
+        e->words += c->words;
+        e->captures.push_back(c);
+      }
+    }
+    if (e->captures.empty()) return;
+    for (fp::Capture* c : e->captures) ++c->execs;
+    if (e->ctx->graph_results == nullptr && !e->ctx->graph_results_tried) {
+      fp::allocateGraphResults(*e->ctx, e->words);
+    }
+    s.execs.emplace(exec, std::move(e));
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::noteExecUpdated(uint64_t exec, CUgraph graph) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    if (auto old = s.execs.find(exec); old != s.execs.end()) {
+      for (fp::Capture* c : old->second->captures) --c->execs;
+      s.execs.erase(old);
+    }
+    auto it = s.graph_captures.find(graph);
+    if (it == s.graph_captures.end()) return;
+    auto e = std::make_shared<fp::ExecInfo>();
+    e->handle = exec;
+    e->updated = true;
+    e->captures = it->second;
+    e->ctx = e->captures.empty() ? nullptr : e->captures.front()->ctx;
+    for (fp::Capture* c : e->captures) ++c->execs;  // their own executable graph now shares them
+    s.execs.emplace(exec, std::move(e));
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::forgetExec(uint64_t exec) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.execs.find(exec);
+    if (it == s.execs.end()) return;
+    for (fp::Capture* c : it->second->captures) --c->execs;
+    s.execs.erase(it);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::forgetGraph(CUgraph graph) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    s.graph_captures.erase(graph);
+  } catch (...) {
+  }
+}
+
+bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.execs.find(exec);
+    if (it == s.execs.end() || it->second->updated) return false;
+    fp::ExecInfo& e = *it->second;
+    // While a captured call's seq is unknown, the templates are remade (a few launches at most).
+    constexpr int64_t kMaxRebuilds = 64;
+    if (!e.templates || (!e.seqs_known && e.launches < kMaxRebuilds)) {
+      fp::buildTemplates(e, s.template_seqs);
+    }
+    if (e.templates->empty()) return false;
+    plan.ops = e.templates;
+    plan.exec = it->second;
+    plan.replay = e.launches++;
+    plan.comm_seqs.clear();
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+      const auto* c = std::get_if<db::Collective>(&e.ops[i]->op.detail);
+      if (c == nullptr) continue;
+      if (plan.comm_seqs.empty()) plan.comm_seqs.assign(e.ops.size(), db::kUnset);
+      // The replay is the collective's next call on its communicator, on every rank alike.
+      plan.comm_seqs[i] = Session::get().comms().nextSeqFor(c->comm_id, c->comm_rank);
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept {
+  try {
+    t_replay = {};
+    if (!plan.exec || token == 0) return;
+    const fp::Driver& d = fp::Driver::get();
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    fp::ExecInfo& e = *plan.exec;
+    fp::Context& cx = *e.ctx;
+    auto alive = s.contexts.find(cx.ctx);
+    CUcontext current = nullptr;
+    uint64_t words_now = 0;  // a capture that grew after instantiation: its layout moved
+    for (const fp::Capture* c : e.captures) words_now += c->words;
+    if (alive == s.contexts.end() || alive->second.get() != &cx || cx.graph_broken ||
+        cx.graph_results == nullptr || e.words == 0 || words_now != e.words ||
+        d.stream_wait_event == nullptr || d.ctx_get(&current) != CUDA_SUCCESS ||
+        current != cx.ctx) {
+      ++s.graph_replays_unsupported;
+      return;
+    }
+    for (const fp::Capture* c : e.captures) {
+      if (c->execs > 1) {  // another executable graph reads the same cell
+        ++s.graph_replays_shared;
+        return;
+      }
+    }
+    uint64_t off = 0, skip = 0;
+    if (s.pending_replays >= fp::kMaxPendingReplays ||
+        !fp::reserveRing(cx.graph_words, cx.graph_head, cx.graph_used, e.words, off, skip)) {
+      ++s.graph_replays_ring_full;
+      return;
+    }
+    auto r = std::make_shared<fp::Replay>();
+    r->exec = plan.exec;
+    r->ctx = &cx;
+    r->first_token = token + 1;
+    r->off = off;
+    r->skip = skip;
+    r->len = e.words;
+    r->begun_ns = fp::monotonicNs();
+    std::vector<const uint64_t*> cells;
+    std::vector<uint64_t> values;
+    for (size_t k = 0; k < e.captures.size(); ++k) {
+      cells.push_back(reinterpret_cast<const uint64_t*>(e.captures[k]->cell));
+      values.push_back(cx.graph_results_dev + (off + e.capture_base[k]) * sizeof(uint64_t));
+    }
+    fp::Pending p;
+    p.ctx = &cx;
+    p.replay = r;
+    s.pending.push_back(std::move(p));  // released in FIFO order, whatever happens below
+    ++s.pending_replays;
+    SelfLaunchScope self;
+    // A launch on another stream than the graph's previous one: its cells must not change before
+    // that launch (and its clean-up) is done. CUDA orders the graphs themselves; this orders ours.
+    if (e.last_stream != stream && e.done_recorded &&
+        d.stream_wait_event(stream, e.done, 0) != CUDA_SUCCESS) {
+      r->failed = r->ended = true;  // nothing stored: the drain counts it and frees its words
+      return;
+    }
+    if (!cx.digester
+             ->storeWords(cells.data(), values.data(), static_cast<uint32_t>(cells.size()), stream)
+             .isOk()) {
+      // Some cells may point at its words (one launch per 30 cells): never hand them out again.
+      r->failed = r->ended = r->leak = true;
+      cx.graph_broken = true;
+      return;
+    }
+    ++s.graph_replays;
+    t_replay = {r, stream};
+  } catch (...) {
+    t_replay = {};
+  }
+}
+
+void Fingerprinter::endReplay(bool failed) noexcept {
+  try {
+    ThreadReplay current = std::exchange(t_replay, {});
+    if (!current.replay) return;
+    const fp::Driver& d = fp::Driver::get();
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    fp::Replay& r = *current.replay;
+    fp::ExecInfo& e = *r.exec;
+    fp::Context& cx = *r.ctx;
+    auto alive = s.contexts.find(cx.ctx);
+    if (alive == s.contexts.end() || alive->second.get() != &cx) return;  // context gone
+    SelfLaunchScope self;
+    std::vector<const uint64_t*> cells;
+    for (const fp::Capture* c : e.captures)
+      cells.push_back(reinterpret_cast<const uint64_t*>(c->cell));
+    std::vector<uint64_t> zeros(cells.size(), 0);
+    bool reset = cx.digester
+                     ->storeWords(cells.data(), zeros.data(), static_cast<uint32_t>(cells.size()),
+                                  current.stream)
+                     .isOk();
+    CUevent ev = nullptr;
+    if (!cx.free_events.empty()) {
+      ev = cx.free_events.back();
+      cx.free_events.pop_back();
+    } else if (d.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      ev = nullptr;
+    }
+    bool marked = ev != nullptr && d.event_record(ev, current.stream) == CUDA_SUCCESS;
+    r.event = marked ? ev : nullptr;
+    if (ev != nullptr && !marked) cx.free_events.push_back(ev);
+    if (e.done == nullptr && d.event_create(&e.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      e.done = nullptr;
+    }
+    e.done_recorded = e.done != nullptr && d.event_record(e.done, current.stream) == CUDA_SUCCESS;
+    e.last_stream = current.stream;
+    r.ended = true;
+    if (!reset || !marked) {
+      // The cells may still point at these words, or their end cannot be seen: never reuse them.
+      r.failed = true;
+      r.leak = true;
+      if (!cx.graph_broken) {
+        cx.graph_broken = true;
+        logLine(
+            "CUDA graph replays get no more fingerprints in this context: a replay could not be "
+            "closed");
+      }
+    } else if (failed) {
+      r.failed = true;  // the launch failed: no digests ran; its words are free after the reset
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace detrace::tracer
