@@ -115,6 +115,7 @@ void addDiffCommand(CLI::App& app, Runner& run) {
         runs.push_back(std::move(*r));
       }
       replay::DiffOptions options;
+      options.keep_differing = false;  // the report prints counts: memory stays bounded
       if (opts->rank >= 0) options.rank = opts->rank;
       if (opts->batch != "auto") options.batch = opts->batch == "on";
       return runs.size() == 2 ? diffTwo(*opts, runs, options) : diffMany(*opts, runs, options);

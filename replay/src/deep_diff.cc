@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "detrace/replay/aligned_rows.h"
 #include "detrace/replay/diff.h"
 
 namespace detrace::replay {
@@ -37,105 +36,84 @@ bool comparable(const DeepLaunch& a, const DeepLaunch& b) {
   return true;
 }
 
-// Walks run A's deep launches in order, each with its aligned partner in B.
-class DeepWalker {
- public:
-  DeepWalker(const RankOps& a, const RankOps& b, const RankDiff& diff, db::TraceReader& ra,
-             db::TraceReader& rb)
-      : a_(a), b_(b), rows_(diff), ra_(ra), rb_(rb) {}
+}  // namespace
 
-  Result<DeepDiff> run() {
-    out_.window = ra_.metaValue("deep_window");
-    out_.launches_a = deepLaunchCount(a_);
-    out_.launches_b = deepLaunchCount(b_);
-    int64_t index = 0;
-    for (int64_t seq = 0; seq < a_.size(); ++seq) {
-      if (!isDeepLaunch(a_, seq)) continue;
-      DETRACE_RETURN_IF_ERROR(visit(seq, index++));
-    }
-    return std::move(out_);
-  }
+DeepComparer::DeepComparer(db::TraceReader& ra, db::TraceReader& rb) : ra_(ra), rb_(rb) {
+  out_.window = ra_.metaValue("deep_window");
+}
 
- private:
-  // The deep launch of B aligned with A's `seq`, or -1.
-  int64_t partnerOf(int64_t seq) const {
-    AlignedRow row = rows_.at(rows_.rowOfA(seq));
-    if (!isDeepLaunch(b_, row.b)) return -1;
-    // An inexact alignment may pair unrelated kernels by position.
-    return a_.ops[static_cast<size_t>(seq)].key == b_.ops[static_cast<size_t>(row.b)].key ? row.b
-                                                                                          : -1;
-  }
-
-  // Every digest of the pair matches, as the loaded per-op fingerprints (slot and digest of each
-  // row, in order) show: clean, without reading the rows. Allocations of other sizes differ in
-  // their digests, so such pairs are read, and found not comparable.
-  bool knownClean(int64_t seq, int64_t seq_b) const {
-    const OpExtra* x = a_.extra(a_.ops[static_cast<size_t>(seq)]);
-    const OpExtra* y = b_.extra(b_.ops[static_cast<size_t>(seq_b)]);
-    return x->has_inputs && y->has_inputs && x->inputs == y->inputs && x->has_outputs &&
-           y->has_outputs && x->outputs == y->outputs;
-  }
-
-  Status visit(int64_t seq, int64_t index) {
-    int64_t seq_b = partnerOf(seq);
-    if (seq_b < 0) {
-      ++out_.unpaired;
-      return Status::ok();
-    }
-    ++out_.compared;
-    if (knownClean(seq, seq_b)) {
-      ++out_.counts[DeepStatus::kClean];
-      return Status::ok();
-    }
-    DETRACE_ASSIGN_OR_RETURN(auto rows_a, ra_.operands(seq));
-    DETRACE_ASSIGN_OR_RETURN(auto rows_b, rb_.operands(seq_b));
-    DeepLaunch la = deepLaunchOf(a_, seq, rows_a), lb = deepLaunchOf(b_, seq_b, rows_b);
-    DeepVerdict v = classifyDeep(la, lb);
-    ++out_.counts[v.status];
-    if (out_.compared == 1) out_.before_window = v.status == DeepStatus::kPropagated;
-    note(la, lb, v, index);
+Status DeepComparer::visit(const RankOps& a, const RankOps& b, int64_t seq, int64_t seq_b) {
+  if (!isDeepLaunch(a, seq)) return Status::ok();
+  const int64_t index = index_++;
+  // An inexact alignment may pair unrelated kernels by position.
+  if (!isDeepLaunch(b, seq_b) || a.at(seq)->key != b.at(seq_b)->key) {
+    ++out_.unpaired;
     return Status::ok();
   }
+  ++out_.compared;
+  if (knownClean(*a.extra(*a.at(seq)), *b.extra(*b.at(seq_b)))) {
+    ++out_.counts[DeepStatus::kClean];
+    return Status::ok();
+  }
+  DETRACE_ASSIGN_OR_RETURN(auto rows_a, ra_.operands(seq));
+  DETRACE_ASSIGN_OR_RETURN(auto rows_b, rb_.operands(seq_b));
+  DeepLaunch la = deepLaunchOf(a, seq, rows_a), lb = deepLaunchOf(b, seq_b, rows_b);
+  DeepVerdict v = classifyDeep(la, lb);
+  ++out_.counts[v.status];
+  if (out_.compared == 1) out_.before_window = v.status == DeepStatus::kPropagated;
+  note(a, la, lb, v, index);
+  return Status::ok();
+}
 
-  // Keeps the launches the report names.
-  void note(const DeepLaunch& la, const DeepLaunch& lb, const DeepVerdict& v, int64_t index) {
-    if (v.status == DeepStatus::kOrigin) {
-      if (!out_.origin) {
-        out_.origin = named(la, lb, v, index);
-      } else if (out_.other_origins.size() < DeepDiff::kMaxOtherOrigins) {
-        out_.other_origins.push_back(named(la, lb, v, index));
-      }
-    }
-    if (v.status == DeepStatus::kPropagated && !out_.first_propagated) {
-      out_.first_propagated = named(la, lb, v, index);
+std::optional<DeepDiff> DeepComparer::finish(const RankOps& a, const RankOps& b) {
+  out_.launches_a = deepLaunchCount(a);
+  out_.launches_b = deepLaunchCount(b);
+  if (out_.launches_a == 0 && out_.launches_b == 0) return std::nullopt;
+  return std::move(out_);
+}
+
+// Every digest of the pair matches, as the loaded per-op fingerprints (slot and digest of each
+// row, in order) show: clean, without reading the rows. Allocations of other sizes differ in their
+// digests, so such pairs are read, and found not comparable.
+bool DeepComparer::knownClean(const OpExtra& x, const OpExtra& y) {
+  return x.has_inputs && y.has_inputs && x.inputs == y.inputs && x.has_outputs && y.has_outputs &&
+         x.outputs == y.outputs;
+}
+
+// Keeps the launches the report names.
+void DeepComparer::note(const RankOps& a, const DeepLaunch& la, const DeepLaunch& lb,
+                        const DeepVerdict& v, int64_t index) {
+  if (v.status == DeepStatus::kOrigin) {
+    if (!out_.origin) {
+      out_.origin = named(a, la, lb, v, index);
+    } else if (out_.other_origins.size() < DeepDiff::kMaxOtherOrigins) {
+      out_.other_origins.push_back(named(a, la, lb, v, index));
     }
   }
-
-  DeepNamed named(const DeepLaunch& la, const DeepLaunch& lb, const DeepVerdict& v,
-                  int64_t index) const {
-    DeepNamed n;
-    n.a = la.seq;
-    n.b = lb.seq;
-    n.index = index;
-    n.status = v.status;
-    n.kernel = shortKernelName(a_.name(a_.ops[static_cast<size_t>(la.seq)].name));
-    for (size_t i = 0; i < la.targets.size(); ++i) {
-      const DeepTarget& t = la.targets[i];
-      bool differs = std::find(v.differing.begin(), v.differing.end(), i) != v.differing.end();
-      n.memory.push_back({t.args, t.bytes, t.address, lb.targets[i].address, differs});
-    }
-    n.position = positionAt(a_, la.seq);
-    n.landmark = landmarkAt(a_, la.seq);
-    return n;
+  if (v.status == DeepStatus::kPropagated && !out_.first_propagated) {
+    out_.first_propagated = named(a, la, lb, v, index);
   }
+}
 
-  const RankOps& a_;
-  const RankOps& b_;
-  AlignedRows rows_;
-  db::TraceReader& ra_;
-  db::TraceReader& rb_;
-  DeepDiff out_;
-};
+DeepNamed DeepComparer::named(const RankOps& a, const DeepLaunch& la, const DeepLaunch& lb,
+                              const DeepVerdict& v, int64_t index) {
+  DeepNamed n;
+  n.a = la.seq;
+  n.b = lb.seq;
+  n.index = index;
+  n.status = v.status;
+  n.kernel = shortKernelName(a.name(a.at(la.seq)->name));
+  for (size_t i = 0; i < la.targets.size(); ++i) {
+    const DeepTarget& t = la.targets[i];
+    bool differs = std::find(v.differing.begin(), v.differing.end(), i) != v.differing.end();
+    n.memory.push_back({t.args, t.bytes, t.address, lb.targets[i].address, differs});
+  }
+  n.position = positionAt(a, la.seq);
+  n.landmark = landmarkAt(a, la.seq);
+  return n;
+}
+
+namespace {
 
 // "a", "a and b", "a, b and c".
 std::string joinAnd(const std::vector<std::string>& items) {
@@ -310,18 +288,7 @@ int64_t DeepDiff::count(DeepStatus s) const {
   return it == counts.end() ? 0 : it->second;
 }
 
-int64_t deepLaunchCount(const RankOps& ops) {
-  int64_t n = 0;
-  for (int64_t seq = 0; seq < ops.size(); ++seq) n += isDeepLaunch(ops, seq);
-  return n;
-}
-
-Result<std::optional<DeepDiff>> diffDeep(const RankOps& a, const RankOps& b, const RankDiff& diff,
-                                         db::TraceReader& ra, db::TraceReader& rb) {
-  if (deepLaunchCount(a) == 0 && deepLaunchCount(b) == 0) return std::optional<DeepDiff>();
-  DETRACE_ASSIGN_OR_RETURN(DeepDiff d, DeepWalker(a, b, diff, ra, rb).run());
-  return std::optional<DeepDiff>(std::move(d));
-}
+int64_t deepLaunchCount(const RankOps& ops) { return ops.deep_launch_count; }
 
 std::string deepVerdictText(const DeepDiff& d, const std::string& a, const std::string& b) {
   if (d.before_window && d.first_propagated) return beforeWindowText(d, a, b);

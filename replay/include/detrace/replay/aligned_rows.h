@@ -1,11 +1,11 @@
 // Every aligned pair of one rank, as rows a viewer can page through, rebuilt from a RankDiff.
 //
-// diffRank() keeps only the differing pairs; the identical pairs between two of them are implied:
-// an alignment is monotone in both runs and covers every event exactly once, so between two
-// consecutive differing pairs the remaining events of A and of B pair up one to one, in order.
-// AlignedRows indexes the differing pairs by row so that row -> (seq in A, seq in B, status) and
-// seq -> row are O(log d) with d differing pairs: a 10M-event rank with few differences costs a few
-// bytes, not 10M rows.
+// A diff keeps only the differing pairs (DiffOptions::keep_differing, the default, keeps them all);
+// the identical pairs between two of them are implied: an alignment is monotone in both runs and
+// covers every event exactly once, so between two consecutive differing pairs the remaining events
+// of A and of B pair up one to one, in order. AlignedRows indexes the differing pairs by row so
+// that row -> (seq in A, seq in B, status) and seq -> row are O(log d) with d differing pairs: a
+// 10M-event rank with few differences costs a few bytes, not 10M rows.
 #pragma once
 
 #include <cstdint>

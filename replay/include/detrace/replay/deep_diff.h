@@ -32,8 +32,6 @@
 
 namespace detrace::replay {
 
-struct RankDiff;
-
 // One device allocation a launch's parameters point into.
 struct DeepTarget {
   int32_t slot = 0;
@@ -102,13 +100,34 @@ struct DeepDiff {
   int64_t count(DeepStatus s) const;
 };
 
-// Counts the deep launches of a rank (kernel events with operand rows).
+// Counts the deep launches of a rank (kernel events with operand rows), as its loader read them.
 int64_t deepLaunchCount(const RankOps& ops);
 
-// Compares the deep launches of one rank of two runs, whose events `diff` aligned; `ra` and `rb`
-// are those runs' readers (for the operand rows). nullopt when neither run has deep launches.
-Result<std::optional<DeepDiff>> diffDeep(const RankOps& a, const RankOps& b, const RankDiff& diff,
-                                         db::TraceReader& ra, db::TraceReader& rb);
+// Compares the deep launches of one rank of two runs as the diff walks its alignment; `ra` and
+// `rb` are those runs' readers (for the operand rows).
+class DeepComparer {
+ public:
+  DeepComparer(db::TraceReader& ra, db::TraceReader& rb);
+  // The next event of A in sequence order (`a`'s window holds it), with the event of B aligned
+  // with it, or -1: a deep launch is compared with its partner, or counted unpaired.
+  Status visit(const RankOps& a, const RankOps& b, int64_t seq, int64_t seq_b);
+  // What the walk found so far.
+  const DeepDiff& current() const { return out_; }
+  // At the end: nullopt when neither run has deep launches.
+  std::optional<DeepDiff> finish(const RankOps& a, const RankOps& b);
+
+ private:
+  static bool knownClean(const OpExtra& x, const OpExtra& y);
+  void note(const RankOps& a, const DeepLaunch& la, const DeepLaunch& lb, const DeepVerdict& v,
+            int64_t index);
+  static DeepNamed named(const RankOps& a, const DeepLaunch& la, const DeepLaunch& lb,
+                         const DeepVerdict& v, int64_t index);
+
+  db::TraceReader& ra_;
+  db::TraceReader& rb_;
+  DeepDiff out_;
+  int64_t index_ = 0;  // deep launches of A visited
+};
 
 // The verdict in one paragraph, naming the runs `a` and `b` ("A", "deep-a", ...): "Divergence
 // begins at kernel `k` (event 7 in A / 7 in B, launch 3 of 6 in the deep window): its memory

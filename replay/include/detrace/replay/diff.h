@@ -35,11 +35,23 @@
 // Kernels recorded in a deep window (`detrace record --deep`) carry their allocations' digests
 // before and after the launch as inputs and outputs, so they are classified like library ops; when
 // both runs have them, deep_diff.h names the launch where divergence begins (RankDiff::deep).
+//
+// Memory. Each rank of each run is read a chunk of events at a time (DiffOptions::chunk_events,
+// RankLoader in ops.h) and forgotten once classified: a diff holds a few chunks of each run and
+// what the report needs (counts, the first divergence, the tables), whatever the runs' length; with
+// the default chunk about 270k events of each run, 59 MiB peak RSS in bench_diff at 1M and at 10M
+// events. Library ops are aligned a window at a time (alignWindow in align.h), which gives the
+// whole-run alignment wherever the runs fall back into step after each difference within the
+// window; where they do not within 16 chunks, that stretch is aligned on its own
+// (RankDiff::forced_windows, and a warning). Runs of up to two chunks are aligned in one piece.
+// RankDiff::differing, every differing pair, grows with the differences: it is kept only when asked
+// (DiffOptions::keep_differing; the viewer pages through it).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -112,11 +124,17 @@ struct RankDiff {
   int64_t events_a = 0, events_b = 0;
   std::map<PairStatus, int64_t> counts;  // pairs per status (a moved event counts once)
   // Every non-identical pair (reordered ones included), in the alignment's order, which is the
-  // order of both runs.
+  // order of both runs; empty unless DiffOptions::keep_differing.
   std::vector<PairDiff> differing;
+  int64_t differing_events = 0;  // differingEvents()
   std::optional<PairDiff> first;         // where divergence begins on this rank
   bool exact_alignment = true;
   int64_t anchors_a = 0, anchors_b = 0, anchors_matched = 0;  // library ops, and how many aligned
+  int64_t peak_window = 0;  // the most events of one run held at once: the diff's memory follows it
+  // Windows aligned as if the runs ended there, because the runs did not fall back into step
+  // within the longest lookahead (rank_differ.cc): there the alignment may differ from a
+  // whole-run one.
+  int64_t forced_windows = 0;
   // Filled by diffRuns: what `first` is on each side, and why it was classified so.
   std::string first_a, first_b, why;
   // When divergence was already in `first`'s inputs: the last event before it whose outputs still
@@ -137,8 +155,8 @@ struct RankDiff {
   int64_t count(PairStatus status) const;
   // Moved events whose contents match (counts[kReordered]).
   int64_t reordered() const { return count(PairStatus::kReordered); }
-  // The events that differ: the rows of `differing` that are not reordered, a moved event once.
-  int64_t differingEvents() const;
+  // The events that differ: the non-identical pairs that are not reordered, a moved event once.
+  int64_t differingEvents() const { return differing_events; }
 };
 
 // One row of the kernel-selection table: what ran in A and in B for the same op, and how often.
@@ -161,26 +179,40 @@ struct RunDiff {
   bool identical() const { return !origin_rank.has_value(); }
 };
 
+// Events read from a trace at a time (DiffOptions::chunk_events).
+inline constexpr int64_t kDiffChunkEvents = 65536;
+
 struct DiffOptions {
   std::optional<int32_t> rank;   // compare only this rank
   std::optional<bool> batch;     // force batch-size mode on/off; unset = detect from GEMM shapes
+  // Keep every differing pair in RankDiff::differing (the viewer pages through them). Off, only
+  // counts, the first divergence and the tables are kept, and memory stays bounded however many
+  // events differ (`detrace diff`).
+  bool keep_differing = true;
+  // Events read from each trace at a time: the diff holds about two chunks ahead of each run's
+  // last aligned event (see the top of this file). Tests make it small.
+  int64_t chunk_events = kDiffChunkEvents;
 };
 
-// Aligns and classifies one rank of two runs (loaded with KeyOptions::batch_dim set in batch mode).
-// In batch mode only library ops (whose rows are compared) can be where divergence begins; kernel
-// differences are expected between batch sizes and only feed the kernel-selection table. Markers
-// (NVTX ranges) are aligned like kernels but never differ: a pair of markers is identical, and a
-// marker present in one run only counts as a schedule difference that cannot be `first`. Events
-// present in one run only that are the same event moved (see kReorderWindow) are classified as a
-// pair: reordered if their contents match, else as their contents say.
-RankDiff diffRank(const RankOps& a, const RankOps& b, bool batch = false);
+// Each rank of two runs is aligned and classified a window at a time (see the top of this file;
+// loaded with KeyOptions::batch_dim set in batch mode). In batch mode only library ops (whose rows
+// are compared) can be where divergence begins; kernel differences are expected between batch
+// sizes and only feed the kernel-selection table. Markers (NVTX ranges) are aligned like kernels
+// but never differ: a pair of markers is identical, and a marker present in one run only counts as
+// a schedule difference that cannot be `first`. Events present in one run only that are the same
+// event moved (see kReorderWindow) are classified as a pair: reordered if their contents match,
+// else as their contents say.
 
-// The token dimension if the runs look like one program at two batch sizes: their GEMMs have the
-// same k in the same order, and exactly one of m and n differs for some; kNone otherwise.
+// How many of the runs' first GEMMs batchDimOf compares.
+inline constexpr size_t kBatchDimGemms = 256;
+
+// The token dimension if the runs look like one program at two batch sizes: their first GEMMs
+// have the same k in the same order, and exactly one of m and n differs for some; kNone otherwise.
+BatchDim batchDimOf(std::span<const GemmInfo> a, std::span<const GemmInfo> b);
 BatchDim batchDimOf(const RankOps& a, const RankOps& b);
 
-// Diffs every rank present in both runs (or only options.rank). Ranks are loaded, compared and
-// dropped one at a time, so memory follows the largest rank, not the world size.
+// Diffs every rank present in both runs (or only options.rank). Ranks are compared one at a time,
+// so memory follows one rank's windows, not the world size or the runs' length.
 Result<RunDiff> diffRuns(const db::Run& a, const db::Run& b, const DiffOptions& options = {});
 
 // Many runs: groups them into classes of runs that diff as identical ("3 distinct behaviours over

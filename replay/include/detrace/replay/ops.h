@@ -6,10 +6,16 @@
 // one 24-byte OpRecord; only library ops (GEMMs, collectives) and fingerprinted ops carry an
 // OpExtra; a kernel's choice comes from a per-name table. Per-row digests, which only batch-size
 // mode compares, are loaded only when asked for (KeyOptions::rows), into one flat array.
+//
+// Windows: a RankLoader reads a rank a chunk of events at a time and forgets the events the diff
+// is done with, so a RankOps may hold only the events [base, end()) of its rank. Indices stored in
+// the records (OpRecord::extra, OpExtra::detail, rows, RowOperand) count from the rank's start;
+// the accessors below map them into the window. What the forgotten events still tell (the NVTX
+// ranges open, the last GEMM, the kernels since the last fingerprinted op) is kept in `prelude`.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,12 +37,12 @@ struct KeyOptions {
   bool rows = false;
 };
 
-// One event. Its sequence number is its index in RankOps::ops (sequence numbers are dense).
+// One event. Its sequence number is base + its index in RankOps::ops (sequence numbers are dense).
 struct OpRecord {
   uint64_t key = 0;     // alignment key: kind + kernel name family, or op + shape class
   int32_t name = 0;     // strings id (kernel name, API or marker text); 0 = none
   int32_t parent = -1;  // seq of the library op that launched it
-  int32_t extra = -1;   // index into RankOps::extras (library ops and fingerprinted ops), or -1
+  int32_t extra = -1;   // its OpExtra (library ops and fingerprinted ops): RankOps::extra(), or -1
   uint8_t kind_ = static_cast<uint8_t>(db::EventKind::kOther);  // a db::EventKind, in one byte
   bool anchor = false;  // a library op (GEMM, collective): the alignment's fixed points
 
@@ -48,8 +54,8 @@ static_assert(sizeof(OpRecord) == 24, "one OpRecord per event: keep it small");
 struct OpExtra {
   uint64_t choice = 0;  // library ops: the cuBLASLt algorithm / NCCL algo+proto+channels
   uint64_t inputs = 0, outputs = 0;  // combined digests of the input and output operands
-  int32_t detail = -1;  // index into RankOps::gemms or ::collectives
-  int32_t rows_begin = 0, rows_end = 0;  // its operands in RankOps::row_operands (KeyOptions::rows)
+  int32_t detail = -1;  // the GEMM's or collective's number in its rank (RankOps::gemm(), ...)
+  int32_t rows_begin = 0, rows_end = 0;  // its operands: RankOps::rowOperand() (KeyOptions::rows)
   bool has_inputs = false, has_outputs = false;
 };
 
@@ -65,7 +71,7 @@ struct GemmInfo {
   db::DType c_dtype = db::DType::kUnknown, d_dtype = db::DType::kUnknown;
 };
 
-// An operand's per-row digests (batch-size mode): row_digests[begin, end) of its RankOps.
+// An operand's per-row digests (batch-size mode): RankOps::rows() maps [begin, end).
 struct RowOperand {
   int32_t slot = 0;
   db::OperandRole role = db::OperandRole::kInput;
@@ -81,9 +87,43 @@ struct MarkerRecord {
   int32_t name = 0;     // strings id of its text
 };
 
+struct RankOps;
+
+// The NVTX ranges open, and the last step marker, as markers are replayed in sequence order.
+// Ranges are matched by (domain, range id) when an end carries an id that is open, else an end
+// closes the innermost open range (push/pop).
+struct MarkerState {
+  struct Open {
+    int64_t domain = -1, value = -1;
+    int32_t name = 0;
+  };
+  std::vector<Open> open;
+  std::optional<MarkerRecord> step;
+  void apply(const MarkerRecord& m);
+};
+
+// The kernels that ran after the fingerprinted library op `from` (-1: since the start) and that it
+// or a later library op did not launch: how many, and the first four distinct names. The stretch a
+// divergence found in an op's inputs came through.
+struct KernelsSince {
+  int64_t from = -1;
+  int64_t count = 0;
+  std::vector<int32_t> names;  // string ids, distinct texts
+  void add(const RankOps& r, const OpRecord& op);
+};
+
+// What a window keeps of its rank's events before `base`.
+struct OpsPrelude {
+  MarkerState markers;
+  int32_t last_gemm = -1;  // OpExtra::detail of the last GEMM, -1 if none
+  KernelsSince since;      // since the last library op whose outputs were fingerprinted
+};
+
 struct RankOps {
   int32_t rank = -1;
-  std::vector<OpRecord> ops;  // ops[seq]
+  int64_t base = 0;    // seq of ops[0]
+  int64_t events = 0;  // events of the rank, in the window or not
+  std::vector<OpRecord> ops;  // ops[seq - base]
   std::vector<OpExtra> extras;
   std::vector<GemmInfo> gemms;
   std::vector<db::Collective> collectives;
@@ -91,20 +131,33 @@ struct RankOps {
   std::vector<uint64_t> name_choices;  // by string id: the choice signature of a kernel of that name
   std::vector<RowOperand> row_operands;  // by op, in slot order (KeyOptions::rows only)
   std::vector<uint64_t> row_digests;
-  std::vector<MarkerRecord> markers;
-  int64_t gemm_count = 0, collective_count = 0;
+  std::vector<MarkerRecord> markers;   // in the window, in sequence order
+  // The rank's numbers of the first extra, GEMM, collective, row operand and row digest held.
+  int64_t extra_base = 0, gemm_base = 0, collective_base = 0, row_base = 0, digest_base = 0;
+  OpsPrelude prelude;
+  int64_t gemm_count = 0, collective_count = 0;  // in the rank
+  // Counted as the rank is read: library ops (the alignment's anchors) and deep-window launches
+  // (kernels with operand rows).
+  int64_t anchor_count = 0, deep_launch_count = 0;
   bool fingerprinted = false;  // some operand has a digest or row digests
 
   const std::string& name(int64_t id) const;
-  int64_t size() const { return static_cast<int64_t>(ops.size()); }
-  // The op at `seq`, or nullptr if out of range.
-  const OpRecord* at(int64_t seq) const;
+  // Events of the rank. The window holds [base, end()).
+  int64_t size() const { return events; }
+  int64_t end() const { return base + static_cast<int64_t>(ops.size()); }
+  // The op at `seq`, or nullptr if it is not in the window.
+  const OpRecord* at(int64_t seq) const {
+    return seq >= base && seq < end() ? &ops[static_cast<size_t>(seq - base)] : nullptr;
+  }
   // Its extra record, or nullptr.
-  const OpExtra* extra(const OpRecord& op) const;
+  const OpExtra* extra(const OpRecord& op) const {
+    return op.extra >= 0 ? &extras[static_cast<size_t>(op.extra - extra_base)] : nullptr;
+  }
   // What ran it: a library op's algorithm signature, else its name's.
   uint64_t choice(const OpRecord& op) const;
   const GemmInfo* gemm(const OpRecord& op) const;
   const db::Collective* collective(const OpRecord& op) const;
+  const RowOperand& rowOperand(int64_t i) const;
   std::span<const uint64_t> rows(const RowOperand& o) const;
 };
 
@@ -114,22 +167,46 @@ struct RankOps {
 // functor keep PyTorch's elementwise kernels (silu vs add) apart.
 std::string kernelFamily(const std::string& name);
 
+// The whole rank in one RankOps.
 Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOptions& options = {});
 
-// For two loads running at once (diffRuns loads both runs' ranks in parallel): the largest
-// transient of a load, every operand of the trace, is read under `heavy`, so the two loads take
-// turns with it; one load reads it first and the other last, so they rarely wait.
-struct LoadSchedule {
-  std::mutex* heavy = nullptr;
-  bool operands_last = false;
+// Reads a rank into a RankOps window, in sequence order, a chunk of events at a time, and forgets
+// what the caller is done with: memory follows the window, not the rank.
+class RankLoader {
+ public:
+  static Result<RankLoader> open(db::TraceReader& reader, int32_t rank, const KeyOptions& options);
+
+  const RankOps& ops() const { return r_; }
+  // Every event of the rank has been read (it may since have been dropped).
+  bool done() const { return loaded_all_; }
+  // Reads chunks of `chunk` events until the window reaches `seq` (exclusive) or the rank's end.
+  Status loadTo(int64_t seq, int64_t chunk);
+  // Forgets the events before `seq`, folding what they tell into the prelude.
+  void dropBefore(int64_t seq);
+  RankOps take() && { return std::move(r_); }
+
+ private:
+  Status loadChunk(int64_t from, int64_t to);
+  Status loadEvents(int64_t from, int64_t to);
+  Status addEvent(const db::TraceReader::EventSkeleton& e);
+  uint64_t familyKey(db::EventKind kind, int32_t name);
+  void fold(int64_t seq, const OpRecord& op);
+
+  db::TraceReader* reader_ = nullptr;
+  KeyOptions options_;
+  RankOps r_;
+  bool loaded_all_ = false;
+  std::vector<uint64_t> family_;  // by string id: the hash of its kernel-name family, 0 = not yet
+  // The seq of each record in the window's extras, row operands, GEMMs and collectives.
+  std::vector<int64_t> extra_seqs_, row_seqs_, gemm_seqs_, collective_seqs_;
 };
-Result<RankOps> loadRankOps(db::TraceReader& reader, int32_t rank, const KeyOptions& options,
-                            const LoadSchedule& schedule);
+
+// The first `n` GEMMs of a rank, in sequence order (batchDimOf looks at them).
+Result<std::vector<GemmInfo>> loadFirstGemms(db::TraceReader& reader, size_t n);
 
 // Where an event sits in its program: the texts of the NVTX ranges (and the last step marker)
-// open at `seq`, outermost first, e.g. {"step 3", "layer 5"}; empty if the trace has none.
-// Ranges are matched by (domain, range id) when an end carries an id that is open, else an end
-// closes the innermost open range (push/pop).
+// open at `seq`, outermost first, e.g. {"step 3", "layer 5"}; empty if the trace has none
+// (MarkerState says how ranges are matched). `seq` must not be before the window.
 std::vector<std::string> positionAt(const RankOps& ops, int64_t seq);
 
 // A landmark that needs no markers: "GEMM 6 of 40", "collective 2 of 8", or for other events
