@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -147,6 +148,7 @@ Status Bisector::diffDigestRuns(const std::string& a, const std::string& b) {
   DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(a));
   DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(b));
   DiffOptions d;
+  d.keep_differing = false;
   d.batch = o_.batch;
   DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
   BisectStep step{"diff", "detrace diff " + shellQuote(a) + " " + shellQuote(b), since(t0), ""};
@@ -268,6 +270,7 @@ Status Bisector::recordDeep(const std::string& window) {
   DETRACE_ASSIGN_OR_RETURN(db::Run run_a, db::Run::open(a));
   DETRACE_ASSIGN_OR_RETURN(db::Run run_b, db::Run::open(b));
   DiffOptions d;
+  d.keep_differing = false;
   d.batch = false;
   d.rank = r_.rank;
   DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
@@ -402,37 +405,58 @@ Result<BisectResult> Bisector::run() {
 
 }  // namespace
 
-Result<int64_t> libraryOpIndex(const db::Run& run, int32_t rank, int64_t seq) {
-  DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
-  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader->gemms());
-  DETRACE_ASSIGN_OR_RETURN(auto colls, reader->collectives());
-  bool found = false;
-  int64_t index = 0;
+namespace {
+
+// The rank's library ops as called, in order: GEMMs and collectives without the replays of
+// captured ones (graph_ops rows), which is what `detrace record --capture-range` counts. `replays`
+// gets the replayed ops.
+Result<std::vector<int64_t>> calledLibraryOps(db::TraceReader& reader,
+                                              std::map<int64_t, db::GraphOp>* replays = nullptr) {
+  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader.gemms());
+  DETRACE_ASSIGN_OR_RETURN(auto colls, reader.collectives());
+  std::map<int64_t, db::GraphOp> replayed;
+  DETRACE_RETURN_IF_ERROR(reader.forEachGraphOp([&](const db::GraphOp& g) {
+    replayed.emplace(g.seq, g);
+    return Status::ok();
+  }));
+  std::vector<int64_t> seqs;
   for (const auto& [s, g] : gemms) {
-    index += s < seq;
-    found |= s == seq;
+    if (!replayed.count(s)) seqs.push_back(s);
   }
   for (const auto& [s, c] : colls) {
-    index += s < seq;
-    found |= s == seq;
+    if (!replayed.count(s)) seqs.push_back(s);
   }
-  if (!found) {
+  std::sort(seqs.begin(), seqs.end());
+  if (replays != nullptr) *replays = std::move(replayed);
+  return seqs;
+}
+
+}  // namespace
+
+Result<int64_t> libraryOpIndex(const db::Run& run, int32_t rank, int64_t seq) {
+  DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
+  std::map<int64_t, db::GraphOp> replays;
+  DETRACE_ASSIGN_OR_RETURN(auto seqs, calledLibraryOps(*reader, &replays));
+  if (auto it = replays.find(seq); it != replays.end()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "event {} of rank {} is replay {} of a CUDA graph, of the op captured at event "
+                     "{}: operands of graph replays are not copied, so it cannot be re-recorded or "
+                     "replayed; replay the run without CUDA graphs, or the captured call",
+                     seq, rank, it->second.replay, it->second.template_seq);
+  }
+  const auto pos = std::lower_bound(seqs.begin(), seqs.end(), seq);
+  if (pos == seqs.end() || *pos != seq) {
     return makeError(ErrorCode::kInvalidArgument,
                      "event {} of rank {} is not a GEMM or collective: only library ops can be captured "
                      "and replayed",
                      seq, rank);
   }
-  return index;
+  return pos - seqs.begin();
 }
 
 Result<int64_t> libraryOpSeq(const db::Run& run, int32_t rank, int64_t index) {
   DETRACE_ASSIGN_OR_RETURN(auto reader, run.openRank(rank));
-  DETRACE_ASSIGN_OR_RETURN(auto gemms, reader->gemms());
-  DETRACE_ASSIGN_OR_RETURN(auto colls, reader->collectives());
-  std::vector<int64_t> seqs;
-  for (const auto& [s, g] : gemms) seqs.push_back(s);
-  for (const auto& [s, c] : colls) seqs.push_back(s);
-  std::sort(seqs.begin(), seqs.end());
+  DETRACE_ASSIGN_OR_RETURN(auto seqs, calledLibraryOps(*reader));
   if (index < 0 || index >= static_cast<int64_t>(seqs.size())) {
     return makeError(ErrorCode::kNotFound, "rank {} of {} has {} library ops, not {}", rank, run.path(),
                      seqs.size(), index + 1);

@@ -50,14 +50,16 @@ std::string collectiveDescription(const db::TraceReader& r, const db::Collective
 }
 
 // "library op #i": GEMMs and collectives are numbered per process in call order, which is what
-// `detrace record --capture-range` counts.
+// `detrace record --capture-range` counts (calls only: not the replays of ops captured into a CUDA
+// graph).
 Result<int64_t> libraryOpIndex(db::TraceReader& r, int64_t seq) {
   DETRACE_ASSIGN_OR_RETURN(auto gemms, r.gemms());
   DETRACE_ASSIGN_OR_RETURN(auto colls, r.collectives());
+  DETRACE_ASSIGN_OR_RETURN(int64_t replays, r.graphOpsBefore(seq));
   int64_t index = 0;
   for (const auto& g : gemms) index += g.first < seq ? 1 : 0;
   for (const auto& c : colls) index += c.first < seq ? 1 : 0;
-  return index;
+  return index - replays;
 }
 
 std::string recordedCommand(const db::Run& run) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "../db/test_util.h"
+#include "detrace/replay/bisect.h"
 #include "detrace/replay/replay.h"
 #include "detrace/replay/replay_metrics.h"
 
@@ -474,6 +475,51 @@ TEST_F(ReplayToy, ProgressCountsEveryRun) {
   EXPECT_EQ(last_total, 3 * 3 + 1);  // 3 ranks: rank, reversed, ring2 three times; fp64 once
   EXPECT_EQ(last_done, last_total);
   EXPECT_EQ(calls, last_total + 1);
+}
+
+// A GEMM captured into a CUDA graph and replayed twice (graph_ops rows), between two calls:
+// library-op numbering counts calls, like `detrace record --capture-range`, so the second call is
+// op 1, not 3, and a replayed op is refused with the reason.
+TEST(ReplayGraphOps, LibraryOpNumberingCountsCallsNotReplays) {
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  std::mt19937 gen(rng.seed());
+  TempDir dir;
+  synth::GemmSpec spec;
+  synth::GemmData data;
+  data.a = synth::randomBf16(gen, synth::extentElems(spec.m, spec.k, spec.lda));
+  data.b = synth::randomBf16(gen, synth::extentElems(spec.k, spec.n, spec.ldb));
+  data.d = synth::computeD(spec, data.a, data.b);
+  auto w = db::TraceWriter::create(dir.file("proc-1.dtrace"));
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  (*w)->setRank({0, 1, 0, 0, 1, "h", "GPU", ""});
+  const int64_t captured = synth::appendGemm(**w, spec, data, false);
+  synth::appendKernel(**w, "cudaGraphLaunch");
+  std::vector<int64_t> replayed;
+  for (int64_t k = 0; k < 2; ++k) {
+    replayed.push_back(synth::appendGemm(**w, spec, data, false));
+    ASSERT_TRUE((*w)->appendGraphOp({replayed.back(), captured, k, 0x1234}));
+  }
+  const int64_t second = synth::appendGemm(**w, spec, data, false);
+  ASSERT_TRUE((*w)->close().isOk());
+  auto run = db::Run::open(dir.path().string());
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+
+  auto index = replay::libraryOpIndex(*run, 0, second);
+  ASSERT_TRUE(index.isOk()) << index.status().message();
+  EXPECT_EQ(*index, 1);
+  auto seq = replay::libraryOpSeq(*run, 0, 1);
+  ASSERT_TRUE(seq.isOk()) << seq.status().message();
+  EXPECT_EQ(*seq, second);
+  EXPECT_FALSE(replay::libraryOpSeq(*run, 0, 2).isOk());  // two calls only
+  auto refused = replay::libraryOpIndex(*run, 0, replayed[1]);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find(fmt::format("is replay 1 of a CUDA graph, of the op captured at event {}", captured)),
+            std::string::npos) << refused.status().message();
+  auto not_captured = replay::replayEvent(*run, {0, second}, cpuOnly());
+  ASSERT_FALSE(not_captured.isOk());
+  EXPECT_NE(not_captured.status().message().find("--capture-range 1 "), std::string::npos)
+      << not_captured.status().message();
 }
 
 #else
