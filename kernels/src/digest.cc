@@ -116,6 +116,30 @@ uint64_t gridFor(uint64_t passes, uint64_t cap) {
   return ceilDiv(passes, ceilDiv(passes, cap));
 }
 
+// The checks and launch parameters shared by digestRows and digestRowsVia (`out` left to them).
+Status planRows(const char* who, CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
+                uint64_t row_stride, DigestSlot* workspace, detail::DigestParams& p) {
+  if (row_bytes > kDigestRowBytesWithoutWorkspace && workspace == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "rows of {} bytes need a workspace of {} zeroed DigestSlots (rows longer "
+                     "than {} bytes are hashed by several blocks)",
+                     row_bytes, rows, kDigestRowBytesWithoutWorkspace);
+  }
+  if (row_bytes != 0 && base == 0) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::{} got a null base", who);
+  }
+  if (row_bytes / kDigestChunkBytes >= (uint64_t{1} << 31)) {
+    return makeError(ErrorCode::kInvalidArgument, "rows of {} bytes are too long", row_bytes);
+  }
+  p.base = base;
+  p.row_bytes = row_bytes;
+  p.row_stride = row_stride;
+  p.rows = rows;
+  p.slots = reinterpret_cast<uint64_t>(workspace);
+  planPasses(p);
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace detail {
@@ -197,27 +221,10 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   if (out == nullptr) {
     return makeError(ErrorCode::kInvalidArgument, "Digester::digestRows needs an output array");
   }
-  if (row_bytes > kDigestRowBytesWithoutWorkspace && workspace == nullptr) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "rows of {} bytes need a workspace of {} zeroed DigestSlots (rows longer "
-                     "than {} bytes are hashed by several blocks)",
-                     row_bytes, rows, kDigestRowBytesWithoutWorkspace);
-  }
-  if (row_bytes != 0 && base == 0) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digestRows got a null base");
-  }
-  if (row_bytes / kDigestChunkBytes >= (uint64_t{1} << 31)) {
-    return makeError(ErrorCode::kInvalidArgument, "rows of {} bytes are too long", row_bytes);
-  }
-  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   detail::DigestParams p{};
-  p.base = base;
-  p.row_bytes = row_bytes;
-  p.row_stride = row_stride;
-  p.rows = rows;
+  DETRACE_RETURN_IF_ERROR(planRows("digestRows", base, rows, row_bytes, row_stride, workspace, p));
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out);
-  p.slots = reinterpret_cast<uint64_t>(workspace);
-  planPasses(p);
   return launch(&p, stream);
 }
 
@@ -281,26 +288,11 @@ Status Digester::digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_byt
   if (out_cell == nullptr) {
     return makeError(ErrorCode::kInvalidArgument, "Digester::digestRowsVia needs an out cell");
   }
-  if (row_bytes > kDigestRowBytesWithoutWorkspace && workspace == nullptr) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "rows of {} bytes need a workspace of {} zeroed DigestSlots", row_bytes, rows);
-  }
-  if (row_bytes != 0 && base == 0) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digestRowsVia got a null base");
-  }
-  if (row_bytes / kDigestChunkBytes >= (uint64_t{1} << 31)) {
-    return makeError(ErrorCode::kInvalidArgument, "rows of {} bytes are too long", row_bytes);
-  }
-  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   detail::DigestParams p{};
-  p.base = base;
-  p.row_bytes = row_bytes;
-  p.row_stride = row_stride;
-  p.rows = rows;
+  DETRACE_RETURN_IF_ERROR(planRows("digestRowsVia", base, rows, row_bytes, row_stride, workspace, p));
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out_cell);
   p.out_offset = out_offset;
-  p.slots = reinterpret_cast<uint64_t>(workspace);
-  planPasses(p);
   return launchVia(&p, stream);
 }
 
