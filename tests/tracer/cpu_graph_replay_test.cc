@@ -16,41 +16,14 @@
 #include "detrace/tracer/reorder_buffer.h"
 
 #include "../db/test_util.h"
+#include "fake_sink.h"
 
 namespace detrace::tracer {
 namespace {
 
 using db::EventKind;
 
-struct FakeSink : EventSink {
-  struct Row {
-    db::Event e;
-    std::optional<db::Collective> coll;
-    std::optional<db::Gemm> gemm;
-  };
-  std::vector<Row> rows;
-  std::vector<db::GraphOp> graph_ops;
-
-  std::optional<int64_t> push(Row r) {
-    r.e.seq = static_cast<int64_t>(rows.size());
-    rows.push_back(std::move(r));
-    return rows.back().e.seq;
-  }
-  std::optional<int64_t> append(const db::Event& e) override { return push({e, {}, {}}); }
-  std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
-    return push({e, c, {}});
-  }
-  std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
-    return push({e, {}, g});
-  }
-  std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker&) override {
-    return push({e, {}, {}});
-  }
-  bool appendGraphOp(const db::GraphOp& op) override {
-    graph_ops.push_back(op);
-    return true;
-  }
-};
+using testing::FakeSink;
 
 std::vector<std::pair<uint64_t, int64_t>> g_written;
 void noteWritten(uint64_t token, int64_t seq) { g_written.emplace_back(token, seq); }

@@ -11,39 +11,14 @@
 
 #include "detrace/tracer/comm_registry.h"
 #include "detrace/tracer/reorder_buffer.h"
+#include "fake_sink.h"
 
 namespace detrace::tracer {
 namespace {
 
 using db::EventKind;
 
-struct FakeSink : EventSink {
-  struct Row {
-    db::Event e;
-    std::optional<db::Collective> coll;
-    std::optional<db::Gemm> gemm;
-    std::optional<db::Marker> marker = {};
-  };
-  std::vector<Row> rows;
-  size_t capacity = SIZE_MAX;  // refuse appends beyond this (a full writer queue)
-
-  std::optional<int64_t> push(Row r) {
-    if (rows.size() >= capacity) return std::nullopt;
-    r.e.seq = static_cast<int64_t>(rows.size());
-    rows.push_back(std::move(r));
-    return rows.back().e.seq;
-  }
-  std::optional<int64_t> append(const db::Event& e) override { return push({e, {}, {}}); }
-  std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
-    return push({e, c, {}});
-  }
-  std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
-    return push({e, {}, g});
-  }
-  std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
-    return push({e, {}, {}, m});
-  }
-};
+using testing::FakeSink;
 
 ApiLaunch launch(uint64_t corr, int64_t cpu_ns, int64_t stream = 1) {
   ApiLaunch l;
