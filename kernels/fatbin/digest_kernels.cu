@@ -388,6 +388,15 @@ __device__ __forceinline__ void digestAligned(const dd::DigestParams& p) {
   }
 }
 
+template <int kAlign, int kBatch>
+__device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
+  if (p.mode == dd::kEmpty) {
+    emptyRows(p);
+  } else {
+    digestAligned<kAlign, kBatch>(p);
+  }
+}
+
 }  // namespace
 
 // Three entry points, one per chunk alignment (8, 4, 1): separate kernels rather than a switch
@@ -398,11 +407,7 @@ __device__ __forceinline__ void digestAligned(const dd::DigestParams& p) {
 #define DETRACE_DIGEST_KERNEL(name, batch, min_blocks, align)                               \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
       name(const dd::DigestParams p) {                                                    \
-    if (p.mode == dd::kEmpty) {                                                           \
-      emptyRows(p);                                                                       \
-    } else {                                                                              \
-      digestAligned<align, batch>(p);                                                     \
-    }                                                                                     \
+    digestAny<align, batch>(p);                                                           \
   }
 
 DETRACE_DIGEST_KERNEL(detrace_digest_a8, 16, 4, 8)
@@ -423,11 +428,7 @@ DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
     if (base == 0) return;                                                                \
     dd::DigestParams q = p;                                                               \
     q.out = base + 8ull * p.out_offset;                                                   \
-    if (q.mode == dd::kEmpty) {                                                           \
-      emptyRows(q);                                                                       \
-    } else {                                                                              \
-      digestAligned<align, batch>(q);                                                     \
-    }                                                                                     \
+    digestAny<align, batch>(q);                                                           \
   }
 
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_via, 16, 4, 8)

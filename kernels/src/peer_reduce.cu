@@ -78,12 +78,7 @@ __global__ void __launch_bounds__(kThreads) peerAllReduceKernel(const __grid_con
   for (uint64_t v0 = p.vbegin + tid; v0 < p.vend; v0 += stride * kVecs) {
     uint64_t elem[kVecs];
     bool valid[kVecs];
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const uint64_t v = v0 + u * stride;
-      valid[u] = v < p.vend;
-      elem[u] = valid[u] ? v * V : 0;
-    }
+    vectorGroup<V, kVecs>(v0, stride, p.vend, elem, valid);
     FVec<V> acc[kVecs];
     if constexpr (kN > 0) {
       reduceGroupN<T, V, kN, kTree, kVecs>(p.src, elem, valid, acc);
@@ -117,8 +112,6 @@ int peerLoads() {
   }();
   return loads;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Fills every rank's parameters except `rank`, `vbegin/vend`, `ebegin/eend`.
 PeerParams commonParams(const PeerLaunch& a) {

@@ -28,6 +28,8 @@ using detail::FVec;
 using detail::Pack;
 using detail::reduceGroup;
 using detail::reduceGroupN;
+using detail::vectorGroup;
+using detail::aligned16;
 using detail::storePack;
 using detail::toFloat;
 
@@ -51,12 +53,7 @@ __global__ void __launch_bounds__(kThreads, 2) fixedOrderReduceKernel(const __gr
   for (uint64_t v0 = tid; v0 < p.vectors; v0 += stride * kVecs) {
     uint64_t elem[kVecs];
     bool valid[kVecs];
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const uint64_t v = v0 + u * stride;
-      valid[u] = v < p.vectors;
-      elem[u] = valid[u] ? v * V : 0;
-    }
+    vectorGroup<V, kVecs>(v0, stride, p.vectors, elem, valid);
     FVec<V> acc[kVecs];
     reduceGroup<T, V, kTreeLevels, kVecs>(p.src, p.nranks, elem, valid, acc);
 #pragma unroll
@@ -84,12 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   for (uint64_t v0 = tid; v0 < p.vectors; v0 += stride * kVecs) {
     uint64_t elem[kVecs];
     bool valid[kVecs];
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const uint64_t v = v0 + u * stride;
-      valid[u] = v < p.vectors;
-      elem[u] = valid[u] ? v * V : 0;
-    }
+    vectorGroup<V, kVecs>(v0, stride, p.vectors, elem, valid);
     FVec<V> acc[kVecs];
     reduceGroupN<T, V, kN, kTree, kVecs>(p.src, elem, valid, acc);
 #pragma unroll
@@ -155,8 +147,6 @@ __global__ void __launch_bounds__(kThreads) racyReduceKernel(const __grid_consta
   const float b = pair ? toFloat(src[i + 1]) : 0.0f;
   atomicAddPair<T>(static_cast<T*>(p.out), i, a, b, pair);
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 Status smCount(int* sms) {
   int device = 0;

@@ -157,6 +157,21 @@ __device__ __forceinline__ void reduceGroupN(const void* const* src, const uint6
   }
 }
 
+// A thread's kVecs vectors v0, v0 + stride, ... below `end`: their first elements (V per vector)
+// and whether each exists.
+template <int V, int kVecs>
+__device__ __forceinline__ void vectorGroup(uint64_t v0, uint64_t stride, uint64_t end,
+                                            uint64_t (&elem)[kVecs], bool (&valid)[kVecs]) {
+#pragma unroll
+  for (int u = 0; u < kVecs; ++u) {
+    const uint64_t v = v0 + u * stride;
+    valid[u] = v < end;
+    elem[u] = valid[u] ? v * V : 0;
+  }
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 template <typename T, int V>
 __device__ __forceinline__ void storePack(void* base, uint64_t elem, const FVec<V>& acc) {
   Pack<T, V> out;
