@@ -268,20 +268,28 @@ __device__ uint64_t blockSum(uint64_t v, uint64_t* red) {
   return s;
 }
 
-// kSplit: every pass is a tile of 64 chunks of one row.
+// kSplit: every pass is a tile of 64 chunks of one row. Which passes a block runs: see SchedMode.
 template <int kAlign, int kBatch>
 __device__ void splitRows(const dd::DigestParams& p) {
   __shared__ uint64_t red[kWarps];
   const uint32_t q = threadIdx.x / 4, quad_lane = threadIdx.x % 4;
   const uint32_t g = p.chunks_per_row, tpr = p.tiles_per_row;
+  // kSchedStrided: passes blockIdx.x, + gridDim.x, ...; kSchedContiguous: one run of consecutive
+  // passes per block, so that a block leaves a row (a barrier and an atomic) once per row it
+  // touches rather than once per pass.
+  const bool contiguous = p.sched == dd::kSchedContiguous;
+  const uint64_t per_block = (p.passes + gridDim.x - 1) / gridDim.x;
+  const uint64_t first_pass = contiguous ? blockIdx.x * per_block : blockIdx.x;
+  const uint64_t end_pass = contiguous ? min(first_pass + per_block, p.passes) : p.passes;
+  const uint64_t stride = contiguous ? 1 : gridDim.x;
   // The pass's (row, tile) advance by a fixed step: no division in the loop.
-  uint64_t row = blockIdx.x / tpr;
-  uint32_t tile = blockIdx.x % tpr;
-  const uint64_t step_rows = gridDim.x / tpr;
-  const uint32_t step_tiles = gridDim.x % tpr;
+  uint64_t row = first_pass / tpr;
+  uint32_t tile = static_cast<uint32_t>(first_pass % tpr);
+  const uint64_t step_rows = stride / tpr;
+  const uint32_t step_tiles = static_cast<uint32_t>(stride % tpr);
   uint64_t run_row = row, run_sum = 0;
   uint32_t run_chunks = 0;  // block-uniform
-  for (uint64_t pass = blockIdx.x; pass < p.passes; pass += gridDim.x) {
+  for (uint64_t pass = first_pass; pass < end_pass; pass += stride) {
     if (row != run_row) {
       const uint64_t s = blockSum(run_sum, red);
       if (threadIdx.x == 0) addToRow(p, run_row, s, run_chunks);
@@ -299,9 +307,9 @@ __device__ void splitRows(const dd::DigestParams& p) {
     }
     if (p.prefetch == dd::kPrefetchNextPass) {
       // Ask L2 for this pass's chunk (first pass only) and for the next pass's, one pass ahead.
-      if (pass == blockIdx.x) prefetchChunk(c, quad_lane);
+      if (pass == first_pass) prefetchChunk(c, quad_lane);
       const uint32_t next_index = next_tile * dd::kPassChunks + q;
-      if (pass + gridDim.x < p.passes && next_index < g) {
+      if (pass + stride < end_pass && next_index < g) {
         prefetchChunk(chunkAt(p, next_row, next_index, true), quad_lane);
       }
     }

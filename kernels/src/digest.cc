@@ -64,6 +64,21 @@ PrefetchPolicy prefetchPolicy() {
   return policy;
 }
 
+// DETRACE_DIGEST_SCHED=strided|contiguous forces one pass order for every kSplit launch (for
+// measurements); by default several rows are contiguous and one row is strided (digest_params.h).
+int schedFromEnv() {
+  const char* e = std::getenv("DETRACE_DIGEST_SCHED");
+  if (e != nullptr && std::strcmp(e, "strided") == 0) return detail::kSchedStrided;
+  if (e != nullptr && std::strcmp(e, "contiguous") == 0) return detail::kSchedContiguous;
+  return -1;
+}
+
+uint32_t splitSched(uint32_t rows) {
+  static const int forced = schedFromEnv();
+  if (forced >= 0) return static_cast<uint32_t>(forced);
+  return rows > 1 ? detail::kSchedContiguous : detail::kSchedStrided;
+}
+
 bool l2HintLoads() {
   const char* e = std::getenv("DETRACE_DIGEST_L2HINT");
   if (e == nullptr || *e == '\0') return detail::kDigestL2HintDefault;
@@ -93,6 +108,7 @@ void planPasses(detail::DigestParams& p) {
     p.mode = detail::kSplit;
     p.tiles_per_row = static_cast<uint32_t>(ceilDiv(g, detail::kPassChunks));
     p.passes = static_cast<uint64_t>(p.rows) * p.tiles_per_row;
+    p.sched = splitSched(p.rows);
   }
   // Chunk starts are base + r * row_stride + i * 1024: their common alignment is base's and,
   // with more than one row, row_stride's.
