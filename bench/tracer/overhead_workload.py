@@ -8,11 +8,18 @@ a warm-up and bracketed by torch.cuda.synchronize().
           with a KV cache, batch 1, bf16
 
 --kineto runs the timed loops under torch.profiler (CPU + CUDA activities), for comparison.
+
+--toggle DETRACE (the process runs under `detrace record --paused`): each rep times one loop
+paused and one loop capturing at --toggle-capture, switching with `detrace attach PID start|stop`
+between them (outside the timed region, each switch followed by one untimed loop), so both sides
+of the ratio run in the same process; the result is the median of the per-rep ratios.
 """
 import argparse
 import contextlib
 import json
+import os
 import statistics
+import subprocess
 import time
 
 import torch
@@ -49,17 +56,51 @@ def decode_loop(iters: int):
     return run
 
 
+def timed(run) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def toggled(args, iters: int, run) -> None:
+    def attach(*action: str) -> None:
+        subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
+                       stdout=subprocess.DEVNULL)
+
+    off, on = [], []
+    for _ in range(args.reps):
+        off.append(timed(run))
+        attach("start", "--capture", args.toggle_capture)
+        run()  # untimed: the first loop after a start meets new names and fresh buffers
+        on.append(timed(run))
+        attach("stop")
+        run()
+    ratios = [b / a for a, b in zip(off, on)]
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
+                                  "seconds": statistics.median(on),
+                                  "paused_seconds": statistics.median(off),
+                                  "ratio": statistics.median(ratios), "ratios": ratios}),
+          flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workload", choices=["launch", "decode"], required=True)
     p.add_argument("--iters", type=int, default=0, help="default: 20000 launches / 64 tokens")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--kineto", action="store_true")
+    p.add_argument("--toggle", metavar="DETRACE", help="detrace binary: time paused vs capturing")
+    p.add_argument("--toggle-capture", default="meta", choices=["meta", "digest"])
     args = p.parse_args()
     iters = args.iters or (20000 if args.workload == "launch" else 64)
     run = launch_loop(iters) if args.workload == "launch" else decode_loop(iters)
     run()  # warm-up: allocator, cuBLAS handles, kernels loaded
     torch.cuda.synchronize()
+    if args.toggle:
+        toggled(args, iters, run)
+        return
     prof = contextlib.nullcontext()
     if args.kineto:
         from torch.profiler import ProfilerActivity, profile

@@ -125,7 +125,12 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
     }
     env.push_back(std::move(kv));
   }
-  env.push_back("LD_PRELOAD=" + preload);
+  // Overhead diagnostics (bench_overhead --diag): DETRACE_DIAG_NO_PRELOAD=1 leaves the NCCL and
+  // cuBLAS interposers out (CUPTI injection only).
+  if (const char* d = std::getenv("DETRACE_DIAG_NO_PRELOAD"); d != nullptr && std::strcmp(d, "1") == 0) {
+    preload = preload.size() > lib.size() ? preload.substr(lib.size() + 1) : std::string();
+  }
+  if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
   for (std::string& kv : tracerEnvironment(options, lib, out_dir)) env.push_back(std::move(kv));
   return env;
 }
