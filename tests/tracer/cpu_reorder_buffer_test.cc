@@ -196,6 +196,13 @@ TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.correlation_id, 10);
   EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 5);
+  // Counted apart (stats: whether GPU records carry the runtime's or the driver's id).
+  uint64_t u = rb.addLaunch(launch(12, 2));
+  rb.addAlias(u, 13);
+  rb.addActivity(kernel(12, 6));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(rb.stats().matched, 2);
+  EXPECT_EQ(rb.stats().matched_by_alias, 1);
 }
 
 TEST(ReorderBuffer, GraphLaunchExpandsInGpuOrderAndLearnsItsSize) {

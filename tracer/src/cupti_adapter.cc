@@ -30,6 +30,7 @@
 #include "control.h"
 #include "cupti_api.h"
 #include "deep.h"
+#include "diag_timing.h"
 #include "library_ops.h"
 #include "log.h"
 #include "fingerprinter.h"
@@ -306,7 +307,12 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     int64_t stream = 0;
     uint64_t exec = 0;
     launchTarget(domain, cbid, cb->functionParams, stream, exec);
-    if (!kind.graph && isCapturing(stream)) {
+    bool capturing = false;
+    if (!kind.graph) {
+      DiagScope timing(DiagSite::kCaptureCheck);
+      capturing = isCapturing(stream);
+    }
+    if (capturing) {
       // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
       s.addStat("launches_captured", 1);
       return;
@@ -452,8 +458,21 @@ void onGraphExecUpdate(const CUpti_CallbackData* cb) {
   Fingerprinter::get().noteExecUpdated(reinterpret_cast<uint64_t>(p->hGraphExec), p->hGraph);
 }
 
+// The diagnostics site of a callback (diag_timing.h), from the thread's launch nesting as it was
+// when the callback began.
+DiagSite callbackSite(CUpti_CallbackDomain domain, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) {
+    return DiagSite::kOtherCallback;
+  }
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API && t_runtime_depth > 0) return DiagSite::kNestedDriver;
+  return static_cast<const CUpti_CallbackData*>(data)->callbackSite == CUPTI_API_ENTER
+             ? DiagSite::kLaunchEnter
+             : DiagSite::kLaunchExit;
+}
+
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
+  DiagScope timing(diagTimingOn() ? callbackSite(domain, data) : DiagSite::kOtherCallback);
   try {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
@@ -607,6 +626,7 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
 }
 
 void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
+  DiagScope timing(DiagSite::kActivityBuffer);
   try {
     // Not buffer()/writer(): records of launches made before a capture stop still count.
     Session& s = Session::get();
@@ -666,6 +686,7 @@ void finalFlush() {
     g_active = false;
     int64_t refused = g_buffers_refused.load();
     if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
+    diagWriteStats();
   } catch (...) {
   }
 }
@@ -743,8 +764,27 @@ bool setActivities(bool on) {
   return true;
 }
 
+// cuGraphExecUpdate callbacks (graph_fingerprints.cc: an executable graph given other nodes stops
+// being followed). They matter only for graphs holding captured digests, which exist only once
+// capture has been on, so they are turned on at the first start and stay on. Not at load: any
+// driver-API callback makes CUPTI intercept every driver call of the process, which a tracer that
+// is loaded paused (`record --paused`) and never started must not cost.
+bool enableGraphUpdateCallbacks() {
+  static bool on = false;  // captureOn runs under the session's capture lock
+  if (on) return true;
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate, CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2}) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
+                       "graph update callback");
+  }
+  on = true;
+  return true;
+}
+
 void captureOn() {
   g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
+  if (!enableGraphUpdateCallbacks()) {
+    logLine("executable graphs updated with cudaGraphExecUpdate are not noticed (CUPTI refused the callback)");
+  }
   if (!setActivities(true) || !setLaunchCallbacks(1)) {
     logLine("kernels are not recorded (CUPTI refused to turn tracing on); NCCL and cuBLAS calls still are");
   }
@@ -756,8 +796,9 @@ void activitiesOff() {
   g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
-// The callbacks that stay on whatever the capture switch says (they are rare): graph
-// instantiation (to count a graph's records), context teardown and NVTX.
+// The callbacks that stay on whatever the capture switch says (they are rare, and none is in the
+// runtime or driver API domains): graph instantiation (to count a graph's records), context
+// teardown and NVTX.
 bool enableCallbacks() {
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
@@ -766,10 +807,6 @@ bool enableCallbacks() {
                               CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING}) {
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id),
                        "graph callback");
-  }
-  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate, CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2}) {
-    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
-                       "graph update callback");
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");

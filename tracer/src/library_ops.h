@@ -46,6 +46,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete = true, const char* api = nu
 
 }  // namespace detrace::tracer
 
+#include "diag_timing.h"
 #include "fingerprinter.h"
 #include "session.h"
 #include "log.h"
@@ -54,6 +55,7 @@ namespace detrace::tracer {
 
 template <typename Fill>
 uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
+  DiagScope timing(DiagSite::kLibraryOp);
   try {
     Session& s = Session::get();
     ReorderBuffer* buffer = s.buffer();

@@ -140,6 +140,9 @@ void ReorderBuffer::addActivity(const Activity& activity) {
     return;
   }
   ++stats_.matched;
+  if (slot->correlation_ids[1] != 0 && slot->correlation_ids[1] == activity.correlation_id) {
+    ++stats_.matched_by_alias;
+  }
   if (slot->launch.is_graph) {
     ++slot->received;
     if (activity.own) {

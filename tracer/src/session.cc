@@ -473,6 +473,7 @@ void Session::finish() {
       {"tracer_library_ops", s.library_ops},
       {"tracer_activities", s.activities},
       {"tracer_activities_unmatched", s.unmatched},
+      {"tracer_activities_matched_by_alias", s.matched_by_alias},
       {"tracer_activities_late", s.late},
       {"tracer_slots_timed_out", s.timed_out},
       {"tracer_slots_incomplete_at_exit", s.flushed_incomplete},

@@ -146,6 +146,7 @@ struct ReorderStats {
   int64_t library_ops = 0;         // GEMMs and collectives
   int64_t activities = 0;          // activity records received
   int64_t matched = 0;             // records that completed a slot
+  int64_t matched_by_alias = 0;    // ... found through the slot's alias (its nested driver call)
   int64_t unmatched = 0;           // records with no slot, written on arrival
   int64_t late = 0;                // records whose slot was already written (dropped)
   int64_t timed_out = 0;           // slots written without (all) GPU records after the timeout

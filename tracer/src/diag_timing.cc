@@ -1,0 +1,68 @@
+// Overhead diagnostics: see diag_timing.h.
+#include "diag_timing.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "session.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr int kSites = static_cast<int>(DiagSite::kCount);
+std::atomic<int64_t> g_ns[kSites];
+std::atomic<int64_t> g_calls[kSites];
+
+const char* siteName(int site) {
+  switch (static_cast<DiagSite>(site)) {
+    case DiagSite::kLaunchEnter: return "launch_enter";
+    case DiagSite::kLaunchExit: return "launch_exit";
+    case DiagSite::kNestedDriver: return "nested_driver";
+    case DiagSite::kCaptureCheck: return "capture_check";
+    case DiagSite::kOtherCallback: return "other_callback";
+    case DiagSite::kLibraryOp: return "library_op";
+    case DiagSite::kActivityBuffer: return "activity_buffer";
+    case DiagSite::kCount: break;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+bool diagTimingOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETRACE_DIAG_TIMING");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+int64_t diagNowNs() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+void diagAdd(DiagSite site, int64_t ns) {
+  const int i = static_cast<int>(site);
+  if (i < 0 || i >= kSites) return;
+  g_ns[i].fetch_add(ns, std::memory_order_relaxed);
+  g_calls[i].fetch_add(1, std::memory_order_relaxed);
+}
+
+void diagWriteStats() {
+  if (!diagTimingOn()) return;
+  Session& s = Session::get();
+  for (int i = 0; i < kSites; ++i) {
+    const int64_t calls = g_calls[i].exchange(0, std::memory_order_relaxed);
+    const int64_t ns = g_ns[i].exchange(0, std::memory_order_relaxed);
+    if (calls == 0) continue;
+    s.addStat((std::string("diag_") + siteName(i) + "_ns").c_str(), ns);
+    s.addStat((std::string("diag_") + siteName(i) + "_calls").c_str(), calls);
+  }
+}
+
+}  // namespace detrace::tracer

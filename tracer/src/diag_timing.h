@@ -1,0 +1,46 @@
+// Overhead diagnostics: where the tracer's time goes on the program's threads.
+//
+// With DETRACE_DIAG_TIMING=1 (read once), each DiagScope adds the wall time it spans and one call
+// to its site's counters; at the end of the recording they are written to the trace's stats table
+// as diag_<site>_ns and diag_<site>_calls (`detrace info --json`, bench_overhead --diag). Off, a
+// scope costs one predictable branch. Time spent inside CUPTI before and after our callbacks, and
+// in the CUDA calls themselves, is not seen here: the difference between these sums and the
+// measured slowdown is CUPTI's.
+#pragma once
+
+#include <cstdint>
+
+namespace detrace::tracer {
+
+enum class DiagSite : int {
+  kLaunchEnter,     // a runtime or direct driver launch's API-enter callback (slot, name, stream)
+  kLaunchExit,      // its API-exit callback
+  kNestedDriver,    // the driver half of a runtime launch (alias), enter and exit
+  kCaptureCheck,    // cuStreamIsCapturing inside kLaunchEnter (included there too)
+  kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
+  kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
+  kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
+  kCount
+};
+
+bool diagTimingOn();
+int64_t diagNowNs();
+void diagAdd(DiagSite site, int64_t ns);
+// Adds every site's counters to the session's stats (called once, at the end).
+void diagWriteStats();
+
+class DiagScope {
+ public:
+  explicit DiagScope(DiagSite site) : site_(site), start_(diagTimingOn() ? diagNowNs() : -1) {}
+  ~DiagScope() {
+    if (start_ >= 0) diagAdd(site_, diagNowNs() - start_);
+  }
+  DiagScope(const DiagScope&) = delete;
+  DiagScope& operator=(const DiagScope&) = delete;
+
+ private:
+  DiagSite site_;
+  int64_t start_;
+};
+
+}  // namespace detrace::tracer
