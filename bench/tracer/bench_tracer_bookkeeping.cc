@@ -5,12 +5,19 @@
 //                     with 2 threads, the second plays CUPTI's flusher thread looking up names too
 //   LaunchBookkeeping a launch's slot, its driver alias and its GPU record through the
 //                     ReorderBuffer into a real TraceWriter (a trace file in /tmp)
+//   LaunchWithFlusher the launching thread's part alone (slot and alias, after some busy work of
+//                     its own), while a second thread plays CUPTI's flusher: it wakes periodically
+//                     and hands the buffer the GPU records of the launches made so far, so the two
+//                     threads meet on the buffer's lock
 #include <benchmark/benchmark.h>
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -116,6 +123,81 @@ void LaunchBookkeeping(benchmark::State& state) {
   ::unlink(path.c_str());
 }
 BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
+
+// The launching thread makes a launch every state.range(0) ns of its own work (a busy loop: the
+// program's and CUDA's share of a launch), then takes its slot and alias; the flusher thread wakes
+// every state.range(1) us and hands the buffer the GPU records of every launch made so far, as
+// CUPTI's buffers come. range(2) = 0 leaves the recording out (the baseline: work alone).
+// Reported: the launching thread's time per launch, work included.
+void LaunchWithFlusher(benchmark::State& state) {
+  std::string path = "/tmp/bench_tracer_flusher-" + std::to_string(getpid()) + ".dtrace";
+  auto w = db::TraceWriter::create(path, {});
+  if (!w.isOk()) {
+    state.SkipWithError(w.status().message().c_str());
+    return;
+  }
+  WriterSink sink(**w);
+  tracer::ReorderBuffer rb(sink);
+  int64_t name = (*w)->intern(names()[0]);
+  int64_t stream = (*w)->stream(0, 0);
+  const auto work = std::chrono::nanoseconds(state.range(0));
+  const auto period = std::chrono::microseconds(state.range(1));
+  std::atomic<uint64_t> launched{0};
+  std::atomic<bool> stop{false};
+  const bool record = state.range(2) != 0;
+  std::thread flusher([&] {
+    uint64_t done = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(period);
+      if (!record) continue;
+      const uint64_t upto = launched.load(std::memory_order_acquire);
+      for (; done < upto; ++done) {
+        tracer::Activity a;
+        a.correlation_id = done + 1;
+        a.name = name;
+        a.device = 0;
+        a.gpu_start_ns = static_cast<int64_t>(done);
+        a.gpu_end_ns = a.gpu_start_ns + 1;
+        a.has_launch = true;
+        rb.addActivity(a);
+      }
+    }
+  });
+  uint64_t corr = 0;
+  for (auto _ : state) {
+    const auto until = std::chrono::steady_clock::now() + work;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    ++corr;
+    if (!record) continue;
+    tracer::ApiLaunch l;
+    l.correlation_id = corr;
+    l.api = db::LaunchApi::kRuntime;
+    l.cpu_ns = static_cast<int64_t>(corr);
+    l.stream = stream;
+    l.device = 0;
+    l.name = name;
+    uint64_t token = rb.addLaunch(l);
+    rb.addAlias(token, corr + (uint64_t{1} << 40));
+    launched.store(corr, std::memory_order_release);
+  }
+  stop = true;
+  flusher.join();
+  state.SetItemsProcessed(state.iterations());
+  rb.flush();
+  (void)(*w)->close();
+  ::unlink(path.c_str());
+}
+BENCHMARK(LaunchWithFlusher)
+    ->Args({0, 1000, 1})
+    ->Args({2000, 10000, 0})
+    ->Args({2000, 10000, 1})
+    ->Args({6000, 10000, 0})
+    ->Args({6000, 10000, 1})
+    ->Iterations(200000)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->UseRealTime();
 
 }  // namespace
 

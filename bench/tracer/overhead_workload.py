@@ -6,6 +6,9 @@ a warm-up and bracketed by torch.cuda.synchronize().
   launch  a launch-bound loop of tiny kernels (x.add_(1) on 1024 floats, --iters times)
   decode  a small Qwen2 model (transformers, random weights) decoding --iters tokens greedily
           with a KV cache, batch 1, bf16
+  cxx     a C++ launch loop (tests/tracer/attach_gpu_app, --app): --iters launches of an empty
+          kernel, timing the launch calls only (batches of 256, synchronised between batches);
+          the program is this script's child, so it is recorded like the script would be
 
 --kineto runs the timed loops under torch.profiler (CPU + CUDA activities), for comparison.
 
@@ -22,10 +25,9 @@ import statistics
 import subprocess
 import time
 
-import torch
-
 
 def launch_loop(iters: int):
+    import torch
     x = torch.zeros(1024, device="cuda")
 
     def run():
@@ -35,6 +37,7 @@ def launch_loop(iters: int):
 
 
 def decode_loop(iters: int):
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
@@ -56,7 +59,35 @@ def decode_loop(iters: int):
     return run
 
 
+def cxx_times(args, iters: int) -> None:
+    """The C++ loop's own timings ("time N" answers "ns T"), warm-up first."""
+    if args.kineto or args.toggle:
+        raise SystemExit("cxx: no --kineto or --toggle (the program is not Python)")
+    app = subprocess.Popen([args.app], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(line: str) -> str:
+        app.stdin.write(line + "\n")
+        app.stdin.flush()
+        return app.stdout.readline().strip()
+
+    ready = app.stdout.readline().strip()
+    if not ready.startswith("ready "):
+        raise SystemExit(f"cxx: {args.app} said {ready!r}, not ready")
+    ask("time 2000")
+    times = []
+    for _ in range(args.reps):
+        answer = ask(f"time {iters}")
+        if not answer.startswith("ns "):
+            raise SystemExit(f"cxx: {args.app} said {answer!r}")
+        times.append(int(answer[3:]) / 1e9)
+    ask("exit")
+    app.wait()
+    print("RESULT " + json.dumps({"workload": "cxx", "iters": iters,
+                                  "seconds": statistics.median(times), "all": times}), flush=True)
+
+
 def timed(run) -> float:
+    import torch
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     run()
@@ -87,14 +118,19 @@ def toggled(args, iters: int, run) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["launch", "decode"], required=True)
+    p.add_argument("--workload", choices=["launch", "decode", "cxx"], required=True)
+    p.add_argument("--app", help="cxx: the attach_gpu_app binary")
     p.add_argument("--iters", type=int, default=0, help="default: 20000 launches / 64 tokens")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--kineto", action="store_true")
     p.add_argument("--toggle", metavar="DETRACE", help="detrace binary: time paused vs capturing")
     p.add_argument("--toggle-capture", default="meta", choices=["meta", "digest"])
     args = p.parse_args()
-    iters = args.iters or (20000 if args.workload == "launch" else 64)
+    iters = args.iters or (64 if args.workload == "decode" else 20000)
+    if args.workload == "cxx":
+        cxx_times(args, iters)
+        return
+    import torch
     run = launch_loop(iters) if args.workload == "launch" else decode_loop(iters)
     run()  # warm-up: allocator, cuBLAS handles, kernels loaded
     torch.cuda.synchronize()
