@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -82,21 +83,28 @@ struct WriterSink final : tracer::EventSink {
   db::TraceWriter& w;
 };
 
-void LaunchBookkeeping(benchmark::State& state) {
-  std::string path = "/tmp/bench_tracer_bookkeeping-" + std::to_string(getpid()) + ".dtrace";
-  auto w = db::TraceWriter::create(path, {});
-  if (!w.isOk()) {
-    state.SkipWithError(w.status().message().c_str());
-    return;
+// A trace in /tmp and a ReorderBuffer writing into it: what the tracer holds while recording.
+struct BenchTrace {
+  explicit BenchTrace(const char* what)
+      : path(std::string("/tmp/") + what + "-" + std::to_string(getpid()) + ".dtrace") {
+    auto w = db::TraceWriter::create(path, {});
+    if (!w.isOk()) {
+      error = w.status().message();
+      return;
+    }
+    writer = std::move(*w);
+    sink = std::make_unique<WriterSink>(*writer);
+    buffer = std::make_unique<tracer::ReorderBuffer>(*sink);
+    name = writer->intern(names()[0]);
+    stream = writer->stream(0, 0);
   }
-  WriterSink sink(**w);
-  tracer::ReorderBuffer rb(sink);
-  int64_t name = (*w)->intern(names()[0]);
-  int64_t stream = (*w)->stream(0, 0);
-  uint64_t corr = 0;
-  constexpr uint64_t kInFlight = 64;  // GPU records arrive this many launches late
-  for (auto _ : state) {
-    ++corr;
+  ~BenchTrace() {
+    if (buffer) buffer->flush();
+    if (writer) (void)writer->close();
+    ::unlink(path.c_str());
+  }
+  // A launch's slot and its driver alias, as the API-enter callbacks take them.
+  void launch(uint64_t corr) {
     tracer::ApiLaunch l;
     l.correlation_id = corr;
     l.api = db::LaunchApi::kRuntime;
@@ -104,23 +112,42 @@ void LaunchBookkeeping(benchmark::State& state) {
     l.stream = stream;
     l.device = 0;
     l.name = name;
-    uint64_t token = rb.addLaunch(l);
-    rb.addAlias(token, corr + (uint64_t{1} << 40));
-    if (corr > kInFlight) {
-      tracer::Activity a;
-      a.correlation_id = corr - kInFlight;
-      a.name = name;
-      a.device = 0;
-      a.gpu_start_ns = static_cast<int64_t>(corr);
-      a.gpu_end_ns = a.gpu_start_ns + 1;
-      a.has_launch = true;
-      rb.addActivity(a);
-    }
+    uint64_t token = buffer->addLaunch(l);
+    buffer->addAlias(token, corr + (uint64_t{1} << 40));
+  }
+  // The GPU record of launch `corr`.
+  tracer::Activity record(uint64_t corr) const {
+    tracer::Activity a;
+    a.correlation_id = corr;
+    a.name = name;
+    a.device = 0;
+    a.gpu_start_ns = static_cast<int64_t>(corr);
+    a.gpu_end_ns = a.gpu_start_ns + 1;
+    a.has_launch = true;
+    return a;
+  }
+
+  std::string path, error;
+  std::unique_ptr<db::TraceWriter> writer;
+  std::unique_ptr<WriterSink> sink;
+  std::unique_ptr<tracer::ReorderBuffer> buffer;
+  int64_t name = 0, stream = 0;
+};
+
+void LaunchBookkeeping(benchmark::State& state) {
+  BenchTrace t("bench_tracer_bookkeeping");
+  if (!t.error.empty()) {
+    state.SkipWithError(t.error.c_str());
+    return;
+  }
+  uint64_t corr = 0;
+  constexpr uint64_t kInFlight = 64;  // GPU records arrive this many launches late
+  for (auto _ : state) {
+    ++corr;
+    t.launch(corr);
+    if (corr > kInFlight) t.buffer->addActivity(t.record(corr - kInFlight));
   }
   state.SetItemsProcessed(state.iterations());
-  rb.flush();
-  (void)(*w)->close();
-  ::unlink(path.c_str());
 }
 BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
 
@@ -130,37 +157,23 @@ BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregat
 // CUPTI's buffers come. range(2) = 0 leaves the recording out (the baseline: work alone).
 // Reported: the launching thread's time per launch, work included.
 void LaunchWithFlusher(benchmark::State& state) {
-  std::string path = "/tmp/bench_tracer_flusher-" + std::to_string(getpid()) + ".dtrace";
-  auto w = db::TraceWriter::create(path, {});
-  if (!w.isOk()) {
-    state.SkipWithError(w.status().message().c_str());
+  BenchTrace t("bench_tracer_flusher");
+  if (!t.error.empty()) {
+    state.SkipWithError(t.error.c_str());
     return;
   }
-  WriterSink sink(**w);
-  tracer::ReorderBuffer rb(sink);
-  int64_t name = (*w)->intern(names()[0]);
-  int64_t stream = (*w)->stream(0, 0);
   const auto work = std::chrono::nanoseconds(state.range(0));
   const auto period = std::chrono::microseconds(state.range(1));
+  const bool record = state.range(2) != 0;
   std::atomic<uint64_t> launched{0};
   std::atomic<bool> stop{false};
-  const bool record = state.range(2) != 0;
   std::thread flusher([&] {
     uint64_t done = 0;
     while (!stop.load(std::memory_order_relaxed)) {
       std::this_thread::sleep_for(period);
       if (!record) continue;
       const uint64_t upto = launched.load(std::memory_order_acquire);
-      for (; done < upto; ++done) {
-        tracer::Activity a;
-        a.correlation_id = done + 1;
-        a.name = name;
-        a.device = 0;
-        a.gpu_start_ns = static_cast<int64_t>(done);
-        a.gpu_end_ns = a.gpu_start_ns + 1;
-        a.has_launch = true;
-        rb.addActivity(a);
-      }
+      for (; done < upto; ++done) t.buffer->addActivity(t.record(done + 1));
     }
   });
   uint64_t corr = 0;
@@ -170,23 +183,12 @@ void LaunchWithFlusher(benchmark::State& state) {
     }
     ++corr;
     if (!record) continue;
-    tracer::ApiLaunch l;
-    l.correlation_id = corr;
-    l.api = db::LaunchApi::kRuntime;
-    l.cpu_ns = static_cast<int64_t>(corr);
-    l.stream = stream;
-    l.device = 0;
-    l.name = name;
-    uint64_t token = rb.addLaunch(l);
-    rb.addAlias(token, corr + (uint64_t{1} << 40));
+    t.launch(corr);
     launched.store(corr, std::memory_order_release);
   }
   stop = true;
   flusher.join();
   state.SetItemsProcessed(state.iterations());
-  rb.flush();
-  (void)(*w)->close();
-  ::unlink(path.c_str());
 }
 BENCHMARK(LaunchWithFlusher)
     ->Args({0, 1000, 1})
