@@ -302,8 +302,11 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     ApiLaunch launch;
     launch.correlation_id = cb->correlationId;
     launch.api = kind.api;
-    launch.cpu_ns = cuptiNow();
-    launch.device = deviceOf(cb->context, cb->contextUid);
+    {
+      DiagScope timing(DiagSite::kEnterClock);
+      launch.cpu_ns = cuptiNow();
+      launch.device = deviceOf(cb->context, cb->contextUid);
+    }
     int64_t stream = 0;
     uint64_t exec = 0;
     launchTarget(domain, cbid, cb->functionParams, stream, exec);
@@ -317,7 +320,10 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       s.addStat("launches_captured", 1);
       return;
     }
-    launch.stream = w->stream(stream, launch.device);
+    {
+      DiagScope timing(DiagSite::kEnterStream);
+      launch.stream = w->stream(stream, launch.device);
+    }
     Fingerprinter::ReplayPlan replay;
     bool replays = false;
     if (kind.graph) {
@@ -334,10 +340,15 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       }
     } else if (cb->symbolName != nullptr) {
       // Known at API time: names the event even if its activity record never comes.
+      DiagScope timing(DiagSite::kEnterName);
       launch.name = kernelName(*w, cb->symbolName);
     }
     launch.notify_written = deep;
-    uint64_t token = buffer->addLaunch(launch, currentParent());
+    uint64_t token = 0;
+    {
+      DiagScope timing(DiagSite::kEnterSlot);
+      token = buffer->addLaunch(launch, currentParent());
+    }
     if (replays) {
       Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
       t_replay_open = true;

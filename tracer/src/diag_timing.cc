@@ -22,6 +22,10 @@ const char* siteName(int site) {
     case DiagSite::kLaunchExit: return "launch_exit";
     case DiagSite::kNestedDriver: return "nested_driver";
     case DiagSite::kCaptureCheck: return "capture_check";
+    case DiagSite::kEnterClock: return "enter_clock";
+    case DiagSite::kEnterStream: return "enter_stream";
+    case DiagSite::kEnterName: return "enter_name";
+    case DiagSite::kEnterSlot: return "enter_slot";
     case DiagSite::kOtherCallback: return "other_callback";
     case DiagSite::kLibraryOp: return "library_op";
     case DiagSite::kActivityBuffer: return "activity_buffer";

@@ -17,6 +17,10 @@ enum class DiagSite : int {
   kLaunchExit,      // its API-exit callback
   kNestedDriver,    // the driver half of a runtime launch (alias), enter and exit
   kCaptureCheck,    // cuStreamIsCapturing inside kLaunchEnter (included there too)
+  kEnterClock,      // ... CUPTI's timestamp and the context's device (included in kLaunchEnter)
+  kEnterStream,     // ... the stream's id from the TraceWriter (included in kLaunchEnter)
+  kEnterName,       // ... the kernel's name id (included in kLaunchEnter)
+  kEnterSlot,       // ... the ReorderBuffer slot (included in kLaunchEnter)
   kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
   kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
