@@ -55,9 +55,9 @@ struct DigestParams {
 // Which passes a kSplit block runs: kSchedStrided, passes blockIdx.x, + gridDim.x, ... (a row's
 // tiles spread over many blocks, each leaving the row after one pass: a barrier and two atomics
 // per pass); kSchedContiguous, one run of ceil(passes / grid) consecutive passes (a block leaves a
-// row once per row it touches). Measured on the H200 (bench_kernels --digest, two passes each):
-// rows of 1 MiB 3.01-3.04 TB/s strided against 3.61-3.64 contiguous at 256 MiB, 3.20-3.23 against
-// 3.97-4.01 at 1 GiB; one row (the whole-buffer digest) 3.62-3.67 / 4.02 strided against
+// row once per row it touches). Measured on the H200 (bench_kernels --digest, docs/digest.md):
+// rows of 1 MiB 3.02-3.04 TB/s strided against 3.61-3.64 contiguous at 256 MiB, 3.16-3.23 against
+// 3.97-4.01 at 1 GiB; one row (the whole-buffer digest) 3.57-3.67 / 3.94-4.02 strided against
 // 3.61-3.67 / 3.98-4.00 contiguous. So contiguous for several rows, strided for one.
 enum SchedMode : uint32_t { kSchedStrided = 0, kSchedContiguous = 1 };
 
