@@ -5,6 +5,7 @@
 //                     with 2 threads, the second plays CUPTI's flusher thread looking up names too
 //   LaunchBookkeeping a launch's slot, its driver alias and its GPU record through the
 //                     ReorderBuffer into a real TraceWriter (a trace file in /tmp)
+//   UnmatchedRecords  GPU records that have no slot (launches a recording window left out)
 //   LaunchWithFlusher the launching thread's part alone (slot and alias, after some busy work of
 //                     its own), while a second thread plays CUPTI's flusher: it wakes periodically
 //                     and hands the buffer the GPU records of the launches made so far, so the two
@@ -150,6 +151,22 @@ void LaunchBookkeeping(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
+
+// GPU records with no slot, as a recording window (--window, attach start --window) produces for
+// every launch it leaves out: each is checked against the slots written without their records
+// (a late record is dropped, not written) and then dropped.
+void UnmatchedRecords(benchmark::State& state) {
+  BenchTrace t("bench_tracer_unmatched");
+  if (!t.error.empty()) {
+    state.SkipWithError(t.error.c_str());
+    return;
+  }
+  t.buffer->setDropUnmatched(true);
+  uint64_t corr = 1;
+  for (auto _ : state) t.buffer->addActivity(t.record(++corr));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(UnmatchedRecords)->Iterations(200000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // The launching thread makes a launch every state.range(0) ns of its own work (a busy loop: the
 // program's and CUDA's share of a launch), then takes its slot and alias; the flusher thread wakes

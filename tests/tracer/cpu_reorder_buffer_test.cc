@@ -284,6 +284,31 @@ TEST(ReorderBuffer, TimeoutWritesWithoutGpuTimesAndLateRecordsAreCounted) {
   EXPECT_EQ(rb.stats().timed_out, 1);
 }
 
+// A record is late (dropped) when its slot is among the last 4096 written without their records;
+// older ones are forgotten, and their records are then written as records with no slot.
+TEST(ReorderBuffer, LateRecordsAreRememberedForTheLast4096IncompleteSlots) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.addLaunch(launch(1, 100));
+  rb.flush();  // written without its record
+  rb.addActivity(kernel(1, 5));
+  EXPECT_EQ(rb.stats().late, 1);
+  constexpr uint64_t kMore = 4096;
+  for (uint64_t i = 0; i < kMore; ++i) rb.addLaunch(launch(1000 + i, 200));
+  rb.flush();  // 4096 more: slot 1 falls out of what is remembered
+  EXPECT_EQ(rb.stats().flushed_incomplete, static_cast<int64_t>(1 + kMore));
+  const size_t rows = sink.rows.size();
+  rb.addActivity(kernel(1, 6));  // forgotten: written, with no slot
+  EXPECT_EQ(rb.stats().late, 1);
+  EXPECT_EQ(rb.stats().unmatched, 1);
+  ASSERT_EQ(sink.rows.size(), rows + 1);
+  EXPECT_EQ(sink.rows.back().e.gpu_start_ns, 6);
+  rb.addActivity(kernel(1000, 7));  // the oldest still remembered
+  rb.addActivity(kernel(1000 + kMore - 1, 8));  // the newest
+  EXPECT_EQ(rb.stats().late, 3);
+  EXPECT_EQ(sink.rows.size(), rows + 1);
+}
+
 TEST(ReorderBuffer, UnmatchedRecordsAreWrittenOnArrival) {
   FakeSink sink;
   ReorderBuffer rb(sink);

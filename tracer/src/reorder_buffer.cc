@@ -123,8 +123,7 @@ void ReorderBuffer::addActivity(const Activity& activity) {
   }
   if (slot == nullptr) {
     bool late = activity.correlation_id != 0 &&
-                std::find(written_incomplete_.begin(), written_incomplete_.end(),
-                          activity.correlation_id) != written_incomplete_.end();
+                written_incomplete_ids_.count(activity.correlation_id) > 0;
     if (late) {
       ++stats_.late;
       return;
@@ -185,6 +184,18 @@ void ReorderBuffer::drainLocked() {
   }
 }
 
+void ReorderBuffer::rememberIncompleteLocked(uint64_t correlation_id) {
+  uint64_t& cell = written_incomplete_[written_incomplete_next_];
+  if (cell != 0) {
+    if (auto it = written_incomplete_ids_.find(cell); it != written_incomplete_ids_.end()) {
+      written_incomplete_ids_.erase(it);  // one copy: the id may be in the ring twice
+    }
+  }
+  cell = correlation_id;
+  written_incomplete_ids_.insert(correlation_id);
+  written_incomplete_next_ = (written_incomplete_next_ + 1) % written_incomplete_.size();
+}
+
 void ReorderBuffer::writeHeadLocked(Reason reason) {
   Slot& head = pending_.front();
   if (head.state != State::kComplete) {
@@ -197,9 +208,7 @@ void ReorderBuffer::writeHeadLocked(Reason reason) {
       graph_records_.emplace(head.launch.graph_key, static_cast<int32_t>(head.received));
     }
     for (uint64_t id : head.correlation_ids) {
-      if (id == 0) continue;
-      written_incomplete_[written_incomplete_next_] = id;
-      written_incomplete_next_ = (written_incomplete_next_ + 1) % written_incomplete_.size();
+      if (id != 0) rememberIncompleteLocked(id);
     }
   }
   forgetCorrelationsLocked(head);

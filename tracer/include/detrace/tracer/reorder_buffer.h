@@ -226,6 +226,7 @@ class ReorderBuffer {
   void rememberSeqLocked(uint64_t token, std::optional<int64_t> seq);
   std::optional<int64_t> seqOfLocked(uint64_t token) const;
   void forgetCorrelationsLocked(const Slot& slot);
+  void rememberIncompleteLocked(uint64_t correlation_id);
 
   EventSink& sink_;
   ReorderOptions options_;  // fixed but for drop_unmatched (changed under mu_)
@@ -236,7 +237,11 @@ class ReorderBuffer {
   std::unordered_map<uint64_t, int32_t> graph_records_;    // graph key -> records per launch
   static constexpr size_t kRing = 4096;
   std::vector<std::pair<uint64_t, int64_t>> seq_ring_;  // token % kRing -> (token, seq)
-  std::vector<uint64_t> written_incomplete_;            // ring of correlation ids: late records
+  // Correlation ids of the last kRing slots written without (all) their GPU records: a record
+  // that comes for one later is late (dropped). The ring keeps the order, the multiset the lookup
+  // (a record with no slot is checked against it: every launch a recording window leaves out).
+  std::vector<uint64_t> written_incomplete_;
+  std::unordered_multiset<uint64_t> written_incomplete_ids_;
   std::unordered_set<uint64_t> ignored_;  // the tracer's own memset/memcpy calls (bounded FIFO)
   std::deque<uint64_t> ignored_order_;
   size_t written_incomplete_next_ = 0;
