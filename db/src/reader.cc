@@ -250,15 +250,17 @@ std::string detailSql(std::string_view table, bool one) {
   return fmt::format("SELECT {} FROM {}{}", cols, table, one ? " WHERE seq = ?" : " ORDER BY seq");
 }
 
+// The row of event `seq` that a cached `... WHERE seq = ?` statement selects, if there is one;
+// read(stmt, 1) decodes it (the columns after seq).
 template <typename T, typename ReadFn>
 Result<std::optional<T>> readDetail(sqlite3* db, Result<sqlite3_stmt*> stmt, int64_t seq,
-                                    ReadFn read) {
+                                    ReadFn read, const char* what = "reading event details") {
   if (!stmt.isOk()) return stmt.status();
   sqlite3_stmt* s = *stmt;
   sqlite3_bind_int64(s, 1, seq);
   int rc = sqlite3_step(s);
   if (rc == SQLITE_DONE) return std::optional<T>();
-  if (rc != SQLITE_ROW) return sqliteStatus(db, rc, "reading event details");
+  if (rc != SQLITE_ROW) return sqliteStatus(db, rc, what);
   return std::optional<T>(read(s, 1));
 }
 
@@ -437,12 +439,9 @@ Result<std::optional<LaunchParams>> TraceReader::launchParams(int64_t seq) {
   if (!has_launch_params_) return std::optional<LaunchParams>();
   static const std::string sql =
       fmt::format("SELECT {} FROM launch_params WHERE seq = ?", columnList("launch_params"));
-  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kLaunchParamsBySeq, sql.c_str()));
-  sqlite3_bind_int64(s, 1, seq);
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_DONE) return std::optional<LaunchParams>();
-  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading launch parameters");
-  return std::optional<LaunchParams>(readLaunchParams(s));
+  return readDetail<LaunchParams>(  // readLaunchParams reads the whole row, seq included
+      db_.get(), cached(kLaunchParamsBySeq, sql.c_str()), seq,
+      [](sqlite3_stmt* s, int) { return readLaunchParams(s); }, "reading launch parameters");
 }
 
 Status TraceReader::forEachLaunchParams(const std::function<Status(const LaunchParams&)>& fn) {
@@ -457,12 +456,9 @@ Result<std::optional<GraphOp>> TraceReader::graphOp(int64_t seq) {
   if (!has_graph_ops_) return std::optional<GraphOp>();
   static const std::string sql =
       fmt::format("SELECT {} FROM graph_ops WHERE seq = ?", columnList("graph_ops"));
-  DETRACE_ASSIGN_OR_RETURN(sqlite3_stmt * s, cached(kGraphOpBySeq, sql.c_str()));
-  sqlite3_bind_int64(s, 1, seq);
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_DONE) return std::optional<GraphOp>();
-  if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading a graph op");
-  return std::optional<GraphOp>(readGraphOp(s));
+  return readDetail<GraphOp>(  // readGraphOp reads the whole row, seq included
+      db_.get(), cached(kGraphOpBySeq, sql.c_str()), seq,
+      [](sqlite3_stmt* s, int) { return readGraphOp(s); }, "reading a graph op");
 }
 
 Status TraceReader::forEachGraphOp(const std::function<Status(const GraphOp&)>& fn) {
