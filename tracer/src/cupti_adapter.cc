@@ -748,25 +748,6 @@ bool setActivities(bool on) {
     return v != nullptr && std::string(v) == "0";
   }();
   if (on && no_records) return true;
-  // Overhead diagnostics: DETRACE_DIAG_API_RECORDS=1 also asks for API activity records of the
-  // launch functions (what an activity-only recorder would order launches by); they are ignored.
-  static const bool api_records = [] {
-    const char* v = std::getenv("DETRACE_DIAG_API_RECORDS");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  if (api_records && g_cupti.enable_runtime_api && g_cupti.enable_driver_api) {
-    for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
-                                CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-                                CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
-                                CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060}) {
-      (void)g_cupti.enable_runtime_api(id, on ? 1 : 0);
-    }
-    for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-                                CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-                                CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz}) {
-      (void)g_cupti.enable_driver_api(id, on ? 1 : 0);
-    }
-  }
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                   CUPTI_ACTIVITY_KIND_MEMSET}) {
     DETRACE_CUPTI_CALL(on ? g_cupti.activity_enable(kind) : g_cupti.activity_disable(kind),

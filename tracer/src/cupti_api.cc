@@ -61,10 +61,6 @@ bool CuptiApi::load(std::string& error) {
   get(result_string, "cuptiGetResultString");
   get(device_id, "cuptiGetDeviceId");
   get(version, "cuptiGetVersion");
-  enable_runtime_api =
-      reinterpret_cast<decltype(enable_runtime_api)>(dlsym(h, "cuptiActivityEnableRuntimeApi"));
-  enable_driver_api =
-      reinterpret_cast<decltype(enable_driver_api)>(dlsym(h, "cuptiActivityEnableDriverApi"));
   return ok;
 }
 

@@ -28,9 +28,6 @@ struct CuptiApi {
   decltype(&cuptiGetResultString) result_string = nullptr;
   decltype(&cuptiGetDeviceId) device_id = nullptr;
   decltype(&cuptiGetVersion) version = nullptr;
-  // Optional (null when this CUPTI lacks them): API activity records for chosen functions only.
-  decltype(&cuptiActivityEnableRuntimeApi) enable_runtime_api = nullptr;
-  decltype(&cuptiActivityEnableDriverApi) enable_driver_api = nullptr;
   std::string path;  // the file loaded
 
   // Loads CUPTI; false (with `error` set) if it cannot be found or lacks a function.
