@@ -25,10 +25,6 @@ static_assert(detail::kChunkBytes == kDigestChunkBytes, "digest_params.h and dig
 static_assert(kDigestRowBytesWithoutWorkspace == detail::kPassChunks * kDigestChunkBytes,
               "rows up to one block pass are finished without a workspace");
 
-// Entry points of the fatbin, one per chunk alignment (digest_kernels.cu), in Digester::Align order.
-constexpr const char* kKernelNames[] = {"detrace_digest_a8", "detrace_digest_a4",
-                                        "detrace_digest_a1"};
-
 Status checkContext(const detail::DriverApi& cu, CUcontext expected) {
   CUcontext current = nullptr;
   DETRACE_CU_RETURN_IF_ERROR(cu, CtxGetCurrent(&current));
@@ -156,6 +152,24 @@ Status planRows(const char* who, CUdeviceptr base, uint32_t rows, uint64_t row_b
   return Status::ok();
 }
 
+// The one-row launch of a whole-buffer digest (digest, digestVia); `who` names the caller.
+Status planWhole(const char* who, CUdeviceptr src, uint64_t len, DigestSlot* slot,
+                 detail::DigestParams& p) {
+  if (slot == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::{} needs a DigestSlot", who);
+  }
+  if (len != 0 && src == 0) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::{} got a null source", who);
+  }
+  p.base = src;
+  p.row_bytes = len;
+  p.row_stride = 0;
+  p.rows = 1;
+  p.slots = reinterpret_cast<uint64_t>(slot);
+  planPasses(p);
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace detail {
@@ -185,49 +199,50 @@ Result<Digester> Digester::create() {
   int sms = 0;
   DETRACE_CU_RETURN_IF_ERROR(
       cu, DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  // Each set's 8-byte-aligned kernel is its L2::256B-hint variant unless DETRACE_DIGEST_L2HINT=0.
   const bool l2_hint = l2HintLoads();
-  for (int a = 0; a < kAlignments; ++a) {
-    const char* name = a == 0 && l2_hint ? "detrace_digest_a8_l2hint" : kKernelNames[a];
-    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.kernels_[a], module, name));
-    int per_sm = 0;
-    DETRACE_CU_RETURN_IF_ERROR(cu, OccupancyMaxActiveBlocksPerMultiprocessor(
-                                       &per_sm, d.kernels_[a], detail::kBlockThreads, 0));
-    d.grid_caps_[a] = std::max(1, sms * per_sm);
-  }
-  DETRACE_RETURN_IF_ERROR(d.loadViaKernels(sms));
+  const char* const names[kAlignments] = {
+      l2_hint ? "detrace_digest_a8_l2hint" : "detrace_digest_a8", "detrace_digest_a4",
+      "detrace_digest_a1"};
+  const char* const via_names[kAlignments] = {
+      l2_hint ? "detrace_digest_a8_l2hint_via" : "detrace_digest_a8_via", "detrace_digest_a4_via",
+      "detrace_digest_a1_via"};
+  DETRACE_RETURN_IF_ERROR(d.loadKernels(names, sms, d.kernels_));
+  DETRACE_RETURN_IF_ERROR(d.loadKernels(via_names, sms, d.via_kernels_));
+  DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.store_words_, module, "detrace_store_words"));
   return d;
 }
 
-Status Digester::launch(const void* params, CUstream stream) const {
+Status Digester::loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out) {
+  for (int a = 0; a < kAlignments; ++a) {
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a]));
+    int per_sm = 0;
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, OccupancyMaxActiveBlocksPerMultiprocessor(
+                                         &per_sm, out.fns[a], detail::kBlockThreads, 0));
+    out.grid_caps[a] = std::max(1, sms * per_sm);
+  }
+  return Status::ok();
+}
+
+Status Digester::launch(const Kernels& kernels, const void* params, CUstream stream) const {
   const auto& p = *static_cast<const detail::DigestParams*>(params);
   const int a = p.align == 8 ? 0 : p.align == 4 ? 1 : 2;
   // A persistent grid: blocks loop over passes, so more blocks than are resident buy nothing.
-  const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(grid_caps_[a]));
+  const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(kernels.grid_caps[a]));
   void* args[] = {const_cast<void*>(params)};
-  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(kernels_[a], static_cast<unsigned>(blocks), 1, 1,
-                                                detail::kBlockThreads, 1, 1, 0, stream, args,
+  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(kernels.fns[a], static_cast<unsigned>(blocks), 1,
+                                                1, detail::kBlockThreads, 1, 1, 0, stream, args,
                                                 nullptr));
   return Status::ok();
 }
 
 Status Digester::digest(CUdeviceptr src, uint64_t len, DigestSlot* slot, CUstream stream,
                         uint64_t* out) const {
-  if (slot == nullptr) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digest needs a DigestSlot");
-  }
-  if (len != 0 && src == 0) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digest got a null source");
-  }
-  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   detail::DigestParams p{};
-  p.base = src;
-  p.row_bytes = len;
-  p.row_stride = 0;
-  p.rows = 1;
+  DETRACE_RETURN_IF_ERROR(planWhole("digest", src, len, slot, p));
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out != nullptr ? out : &slot->digest);
-  p.slots = reinterpret_cast<uint64_t>(slot);
-  planPasses(p);
-  return launch(&p, stream);
+  return launch(kernels_, &p, stream);
 }
 
 Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
@@ -241,60 +256,22 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   DETRACE_RETURN_IF_ERROR(planRows("digestRows", base, rows, row_bytes, row_stride, workspace, p));
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out);
-  return launch(&p, stream);
+  return launch(kernels_, &p, stream);
 }
 
 // ---- CUDA graph replays: the *_via entry points and detrace_store_words ----
 
-Status Digester::loadViaKernels(int sms) {
-  const detail::DriverApi& cu = *cu_;
-  CUmodule module = module_.get();
-  // The 8-byte-aligned one follows DETRACE_DIGEST_L2HINT like digest()'s default kernel.
-  const char* names[kAlignments] = {
-      l2HintLoads() ? "detrace_digest_a8_l2hint_via" : "detrace_digest_a8_via",
-      "detrace_digest_a4_via", "detrace_digest_a1_via"};
-  for (int a = 0; a < kAlignments; ++a) {
-    DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&via_kernels_[a], module, names[a]));
-    int per_sm = 0;
-    DETRACE_CU_RETURN_IF_ERROR(cu, OccupancyMaxActiveBlocksPerMultiprocessor(
-                                       &per_sm, via_kernels_[a], detail::kBlockThreads, 0));
-    via_grid_caps_[a] = std::max(1, sms * per_sm);
-  }
-  DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&store_words_, module, "detrace_store_words"));
-  return Status::ok();
-}
-
-Status Digester::launchVia(const void* params, CUstream stream) const {
-  const auto& p = *static_cast<const detail::DigestParams*>(params);
-  const int a = p.align == 8 ? 0 : p.align == 4 ? 1 : 2;
-  const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(via_grid_caps_[a]));
-  void* args[] = {const_cast<void*>(params)};
-  DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(via_kernels_[a], static_cast<unsigned>(blocks), 1,
-                                                1, detail::kBlockThreads, 1, 1, 0, stream, args,
-                                                nullptr));
-  return Status::ok();
-}
-
 Status Digester::digestVia(CUdeviceptr src, uint64_t len, DigestSlot* slot,
                            const uint64_t* out_cell, uint32_t out_offset, CUstream stream) const {
-  if (slot == nullptr || out_cell == nullptr) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "Digester::digestVia needs a DigestSlot and an out cell");
+  if (out_cell == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestVia needs an out cell");
   }
-  if (len != 0 && src == 0) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digestVia got a null source");
-  }
-  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   detail::DigestParams p{};
-  p.base = src;
-  p.row_bytes = len;
-  p.row_stride = 0;
-  p.rows = 1;
+  DETRACE_RETURN_IF_ERROR(planWhole("digestVia", src, len, slot, p));
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out_cell);
   p.out_offset = out_offset;
-  p.slots = reinterpret_cast<uint64_t>(slot);
-  planPasses(p);
-  return launchVia(&p, stream);
+  return launch(via_kernels_, &p, stream);
 }
 
 Status Digester::digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
@@ -309,7 +286,7 @@ Status Digester::digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_byt
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out_cell);
   p.out_offset = out_offset;
-  return launchVia(&p, stream);
+  return launch(via_kernels_, &p, stream);
 }
 
 Status Digester::storeWords(const uint64_t* const* addr, const uint64_t* values, uint32_t n,

@@ -108,23 +108,26 @@ class Digester {
 
   // Largest grid (resident 256-thread blocks) the 8-byte-aligned kernel is launched with (for
   // tests and benchmarks).
-  int gridCap() const { return grid_caps_[0]; }
+  int gridCap() const { return kernels_.grid_caps[0]; }
 
  private:
   static constexpr int kAlignments = 3;  // kernels for chunk starts aligned to 8, 4 and 1 bytes
 
+  // One entry point per alignment, and the largest grid each is launched with.
+  struct Kernels {
+    CUfunction fns[kAlignments] = {};
+    int grid_caps[kAlignments] = {};
+  };
+
   Digester() = default;
-  Status launch(const void* params, CUstream stream) const;
-  Status launchVia(const void* params, CUstream stream) const;  // the *_via entry points
-  Status loadViaKernels(int sms);  // at create(): the *_via entry points and detrace_store_words
+  Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
+  Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
   ScopedResource<CUmodule, detail::unloadModule> module_;
-  CUfunction kernels_[kAlignments] = {};
-  CUfunction via_kernels_[kAlignments] = {};  // the *_via entry points (graph replays)
+  Kernels kernels_;
+  Kernels via_kernels_;  // the *_via entry points (graph replays)
   CUfunction store_words_ = nullptr;
-  int grid_caps_[kAlignments] = {};
-  int via_grid_caps_[kAlignments] = {};
   CUcontext context_ = nullptr;
 };
 
