@@ -28,6 +28,7 @@ const char* siteName(int site) {
     case DiagSite::kEnterSlot: return "enter_slot";
     case DiagSite::kOtherCallback: return "other_callback";
     case DiagSite::kLibraryOp: return "library_op";
+    case DiagSite::kFingerprint: return "fingerprint";
     case DiagSite::kActivityBuffer: return "activity_buffer";
     case DiagSite::kCount: break;
   }

@@ -23,6 +23,7 @@ enum class DiagSite : int {
   kEnterSlot,       // ... the ReorderBuffer slot (included in kLaunchEnter)
   kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
   kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
+  kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
   kCount
 };

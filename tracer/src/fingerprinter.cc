@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "detrace/kernels/digest.h"
+#include "diag_timing.h"
 
 #include "fingerprinter_state.h"
 #include "log.h"
@@ -471,6 +472,7 @@ void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
                             bool inputs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
+  DiagScope timing(DiagSite::kFingerprint);
   try {
     enqueueSpecs(token, stream, specs, false, inputs, false);
   } catch (...) {

@@ -1,0 +1,112 @@
+// libdetrace_cupti_floor.so: the least a CUPTI-based recorder can cost, for bench_overhead --floor.
+//
+// Loaded instead of detrace through CUDA_INJECTION64_PATH, it does only what CUPTI itself charges
+// for and nothing of detrace's (no slots, names, streams, writer, file): DETRACE_FLOOR names the
+// pieces, comma-separated:
+//   subscribe  cuptiSubscribe with no callback enabled (what a paused tracer keeps);
+//   records    kernel activity records (CONCURRENT_KERNEL), counted and discarded;
+//   callbacks  empty API-enter/exit callbacks on the runtime and driver launch functions
+//              (detrace's --capture meta takes the same eight + eight);
+//   driver     empty callbacks on the driver launch functions only.
+// "records" and "callbacks" subscribe too. At exit it prints, to stderr, the records and callbacks
+// it saw (records: those in buffers completed by then), so a run can be checked to have traced
+// what it claims.
+#include <cupti.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+
+std::atomic<long long> g_records{0};
+std::atomic<long long> g_callbacks{0};
+std::atomic<long long> g_dropped{0};
+CUpti_SubscriberHandle g_subscriber = nullptr;
+std::mutex g_pool_mu;
+std::vector<uint8_t*> g_pool;
+
+bool has(const std::string& list, const char* piece) {
+  std::string padded = "," + list + ",";
+  return padded.find(std::string(",") + piece + ",") != std::string::npos;
+}
+
+void CUPTIAPI onCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {
+  g_callbacks.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  std::lock_guard lk(g_pool_mu);
+  *max_records = 0;
+  if (g_pool.empty()) {
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  } else {
+    *buffer = g_pool.back();
+    g_pool.pop_back();
+  }
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+}
+
+void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  long long n = 0;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) ++n;
+  g_records.fetch_add(n, std::memory_order_relaxed);
+  std::lock_guard lk(g_pool_mu);
+  g_pool.push_back(buffer);
+}
+
+// Records in buffers CUPTI has handed back so far (no flush at exit: a bench helper has no business
+// risking a hang there), and callbacks.
+void report() {
+  if (g_subscriber == nullptr) return;
+  std::fprintf(stderr, "cupti_floor: %lld kernel records, %lld callbacks\n", g_records.load(),
+               g_callbacks.load());
+}
+
+void enableLaunchCallbacks(bool runtime) {
+  const CUpti_CallbackId runtime_ids[] = {
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+      CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000};
+  const CUpti_CallbackId driver_ids[] = {
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
+  if (runtime) {
+    for (CUpti_CallbackId id : runtime_ids) cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+  }
+  for (CUpti_CallbackId id : driver_ids) cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
+  const char* v = std::getenv("DETRACE_FLOOR");
+  const std::string pieces = v != nullptr ? v : "";
+  const bool records = has(pieces, "records");
+  const bool callbacks = has(pieces, "callbacks");
+  const bool driver = has(pieces, "driver");
+  if (!records && !callbacks && !driver && !has(pieces, "subscribe")) return 1;
+  if (cuptiSubscribe(&g_subscriber, onCallback, nullptr) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "cupti_floor: cuptiSubscribe failed\n");
+    g_subscriber = nullptr;
+    return 1;
+  }
+  if (callbacks || driver) enableLaunchCallbacks(callbacks);
+  if (records) {
+    cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  }
+  std::atexit(report);
+  return 1;
+}
