@@ -104,8 +104,10 @@ struct BenchTrace {
     if (writer) (void)writer->close();
     ::unlink(path.c_str());
   }
-  // A launch's slot and its driver alias, as the API-enter callbacks take them.
-  void launch(uint64_t corr) {
+  // A launch's slot and its driver alias as the launch callbacks take them: a plain launch at its
+  // API exit, lock-free (addLaunchAtExit); with `locked`, as graph and deep-window launches do, at
+  // the enter with the alias added under the buffer's lock (addLaunch + addAlias).
+  void launch(uint64_t corr, bool locked = false) {
     tracer::ApiLaunch l;
     l.correlation_id = corr;
     l.api = db::LaunchApi::kRuntime;
@@ -113,8 +115,14 @@ struct BenchTrace {
     l.stream = stream;
     l.device = 0;
     l.name = name;
-    uint64_t token = buffer->addLaunch(l);
-    buffer->addAlias(token, corr + (uint64_t{1} << 40));
+    const uint64_t alias = corr + (uint64_t{1} << 40);
+    if (locked) {
+      uint64_t token = buffer->addLaunch(l);
+      buffer->addAlias(token, alias);
+      return;
+    }
+    buffer->launchEntering();
+    buffer->addLaunchAtExit(l, 0, alias, false);
   }
   // The GPU record of launch `corr`.
   tracer::Activity record(uint64_t corr) const {
@@ -141,16 +149,18 @@ void LaunchBookkeeping(benchmark::State& state) {
     state.SkipWithError(t.error.c_str());
     return;
   }
+  const bool locked = state.range(0) != 0;
   uint64_t corr = 0;
   constexpr uint64_t kInFlight = 64;  // GPU records arrive this many launches late
   for (auto _ : state) {
     ++corr;
-    t.launch(corr);
+    t.launch(corr, locked);
     if (corr > kInFlight) t.buffer->addActivity(t.record(corr - kInFlight));
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(LaunchBookkeeping)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
+// 0: the plain-launch path (at exit, lock-free); 1: the locked path of graph and deep launches.
+BENCHMARK(LaunchBookkeeping)->Arg(0)->Arg(1)->Iterations(500000)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // GPU records with no slot, as a recording window (--window, attach start --window) produces for
 // every launch it leaves out: each is checked against the slots written without their records
@@ -171,7 +181,8 @@ BENCHMARK(UnmatchedRecords)->Iterations(200000)->Repetitions(3)->ReportAggregate
 // The launching thread makes a launch every state.range(0) ns of its own work (a busy loop: the
 // program's and CUDA's share of a launch), then takes its slot and alias; the flusher thread wakes
 // every state.range(1) us and hands the buffer the GPU records of every launch made so far, as
-// CUPTI's buffers come. range(2) = 0 leaves the recording out (the baseline: work alone).
+// CUPTI's buffers come. range(2) = 0 leaves the recording out (the baseline: work alone); 1 takes
+// the plain-launch path, 2 the locked one.
 // Reported: the launching thread's time per launch, work included.
 void LaunchWithFlusher(benchmark::State& state) {
   BenchTrace t("bench_tracer_flusher");
@@ -200,7 +211,7 @@ void LaunchWithFlusher(benchmark::State& state) {
     }
     ++corr;
     if (!record) continue;
-    t.launch(corr);
+    t.launch(corr, state.range(2) == 2);
     launched.store(corr, std::memory_order_release);
   }
   stop = true;
@@ -211,8 +222,10 @@ BENCHMARK(LaunchWithFlusher)
     ->Args({0, 1000, 1})
     ->Args({2000, 10000, 0})
     ->Args({2000, 10000, 1})
+    ->Args({2000, 10000, 2})
     ->Args({6000, 10000, 0})
     ->Args({6000, 10000, 1})
+    ->Args({6000, 10000, 2})
     ->Iterations(200000)
     ->Repetitions(3)
     ->ReportAggregatesOnly(true)

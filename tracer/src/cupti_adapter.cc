@@ -16,6 +16,7 @@
 #include <cupti.h>
 #include <cxxabi.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -86,6 +87,17 @@ thread_local uint64_t t_driver_token = 0;
 // exit, in the same domain, closes them (endReplay).
 thread_local bool t_replay_open = false;
 thread_local bool t_replay_runtime = false;
+// A plain launch between its API enter and exit (the fast path: no graph, no deep window). Its
+// slot is published at the exit with the nested driver call's correlation id and the outcome, so
+// the launching thread takes no lock (ReorderBuffer::addLaunchAtExit).
+struct InFlightLaunch {
+  bool active = false;
+  bool runtime = false;
+  uint64_t parent = 0;
+  uint64_t alias = 0;
+  ApiLaunch launch;
+};
+thread_local InFlightLaunch t_in_flight;
 
 int64_t cuptiNow() {
   uint64_t t = 0;
@@ -257,6 +269,29 @@ CUstream launchStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, int64_
   return reinterpret_cast<CUstream>(stream);
 }
 
+// The streams this thread launched on lately, with their ids in the trace (a writer's ids never
+// change; the cache is emptied at every capture start, when a new writer may have come).
+struct StreamIdCache {
+  struct Entry {
+    const db::TraceWriter* writer = nullptr;
+    int64_t handle = 0;
+    int32_t device = 0;
+    int64_t id = 0;
+  };
+  std::array<Entry, 8> entries{};
+  unsigned next = 0;
+};
+thread_local StreamIdCache t_stream_ids;
+
+int64_t streamId(db::TraceWriter& w, int64_t handle, int32_t device) {
+  for (const auto& e : t_stream_ids.entries) {
+    if (e.writer == &w && e.handle == handle && e.device == device) return e.id;
+  }
+  int64_t id = w.stream(handle, device);
+  t_stream_ids.entries[t_stream_ids.next++ % t_stream_ids.entries.size()] = {&w, handle, device, id};
+  return id;
+}
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
@@ -264,6 +299,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_runtime_depth = 0;
     t_runtime_token = 0;
     t_driver_token = 0;
+    t_in_flight.active = false;
+    t_stream_ids = {};
     deep::resetThread();
     // A graph launch whose exit was never seen: its digests' end is unknown, and the fingerprinter
     // gives that replay up after a timeout.
@@ -276,7 +313,11 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   if (cb->callbackSite == CUPTI_API_ENTER) {
     if (!runtime && t_runtime_depth > 0) {
       // The driver half of a runtime launch: the same launch, another correlation id.
-      if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) b->addAlias(t_runtime_token, cb->correlationId);
+      if (t_in_flight.active && t_in_flight.runtime) {
+        if (t_in_flight.alias == 0) t_in_flight.alias = cb->correlationId;
+      } else if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) {
+        b->addAlias(t_runtime_token, cb->correlationId);
+      }
       t_driver_token = 0;
       deep::driverEnter(cbid, cb->functionParams, t_runtime_token);  // its CUfunction and parameters
       return;
@@ -322,7 +363,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     {
       DiagScope timing(DiagSite::kEnterStream);
-      launch.stream = w->stream(stream, launch.device);
+      launch.stream = streamId(*w, stream, launch.device);
     }
     Fingerprinter::ReplayPlan replay;
     bool replays = false;
@@ -344,6 +385,23 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       launch.name = kernelName(*w, cb->symbolName);
     }
     launch.notify_written = deep;
+    if (!kind.graph && !deep) {
+      // The fast path: the slot is taken at the API exit, without a lock.
+      DiagScope timing(DiagSite::kEnterSlot);
+      t_in_flight.launch = launch;
+      t_in_flight.parent = currentParent();
+      t_in_flight.alias = 0;
+      t_in_flight.runtime = runtime;
+      t_in_flight.active = true;
+      buffer->launchEntering();
+      if (runtime) {
+        ++t_runtime_depth;
+        t_runtime_token = 0;
+      } else {
+        t_driver_token = 0;
+      }
+      return;
+    }
     uint64_t token = 0;
     {
       DiagScope timing(DiagSite::kEnterSlot);
@@ -365,6 +423,24 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     return;
   }
   // API exit: a failed launch never produces a GPU record.
+  if (t_in_flight.active && t_in_flight.runtime == runtime) {
+    t_in_flight.active = false;
+    bool failed = false;
+    if (runtime) {
+      if (t_runtime_depth > 0) --t_runtime_depth;
+      failed = cb->functionReturnValue &&
+               *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
+      deep::endLaunch();
+    } else {
+      failed = cb->functionReturnValue &&
+               *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+      deep::driverExit(failed);
+    }
+    if (ReorderBuffer* b = s.buffer()) {
+      b->addLaunchAtExit(t_in_flight.launch, t_in_flight.parent, t_in_flight.alias, failed);
+    }
+    return;
+  }
   bool failed = false;
   uint64_t token = 0;
   if (runtime) {
@@ -773,6 +849,8 @@ bool enableGraphUpdateCallbacks() {
 }
 
 void captureOn() {
+  // Launches whose API exit the last stop cut off never end: forget them (see launchEntering).
+  if (ReorderBuffer* b = Session::get().startedBuffer()) b->resetInFlight();
   g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
   if (!enableGraphUpdateCallbacks()) {
     logLine("executable graphs updated with cudaGraphExecUpdate are not noticed (CUPTI refused the callback)");

@@ -2,27 +2,159 @@
 #include "detrace/tracer/reorder_buffer.h"
 
 #include <algorithm>
+#include <thread>
+#include <utility>
 
 namespace detrace::tracer {
+
+namespace {
+size_t roundUpPow2(size_t n) {
+  size_t p = 2;
+  while (p < n && p < (size_t{1} << 24)) p <<= 1;
+  return p;
+}
+}  // namespace
 
 ReorderBuffer::ReorderBuffer(EventSink& sink, ReorderOptions options)
     : sink_(sink),
       options_(options),
       seq_ring_(kRing, {0, db::kUnset}),
-      written_incomplete_(kRing, 0) {}
+      written_incomplete_(kRing, 0) {
+  const size_t cells = roundUpPow2(options_.ingress_cells);
+  cells_ = std::make_unique<Cell[]>(cells);
+  cell_mask_ = cells - 1;
+  // Tickets start at 1: cell i is first free for ticket i (cell 0 for ticket `cells`).
+  for (size_t i = 0; i < cells; ++i) cells_[i].seq.store(i == 0 ? cells : i, std::memory_order_relaxed);
+}
 
-uint64_t ReorderBuffer::pushLocked(Slot slot) {
+// ---- the way in (program threads; no lock unless the ring is full) ----
+
+ReorderBuffer::Cell& ReorderBuffer::claimCell(uint64_t ticket) {
+  Cell& cell = cells_[ticket & cell_mask_];
+  while (cell.seq.load(std::memory_order_acquire) != ticket) {
+    // Full: the reader is a lap behind. Move what is published (the oldest cell first, which is
+    // the one wanted), then wait for launching threads still writing older tickets.
+    {
+      std::lock_guard lk(mu_);
+      drainIngressLocked(64);
+    }
+    if (cell.seq.load(std::memory_order_acquire) != ticket) std::this_thread::yield();
+  }
+  return cell;
+}
+
+void ReorderBuffer::publish(Cell& cell, uint64_t ticket) {
+  cell.seq.store(ticket + 1, std::memory_order_release);
+}
+
+uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
+  // A graph launch's replayed ops take the tokens after its own (tokens are then not dense).
+  const uint64_t extra = launch.graph_ops ? launch.graph_ops->size() : 0;
+  const uint64_t token = next_ticket_.fetch_add(1 + extra, std::memory_order_relaxed);
+  Cell& cell = claimCell(token);
+  cell.what = Cell::What::kLaunch;
+  cell.launch = launch;
+  cell.parent = parent;
+  cell.alias = 0;
+  cell.failed = false;
+  publish(cell, token);
+  for (uint64_t i = 1; i <= extra; ++i) {
+    Cell& skip = claimCell(token + i);
+    skip.what = Cell::What::kSkip;
+    publish(skip, token + i);
+  }
+  return token;
+}
+
+void ReorderBuffer::launchEntering() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+
+void ReorderBuffer::resetInFlight() { in_flight_.store(0, std::memory_order_relaxed); }
+
+uint64_t ReorderBuffer::addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias,
+                                        bool failed) {
+  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
+  Cell& cell = claimCell(token);
+  cell.what = Cell::What::kLaunch;
+  cell.launch = launch;
+  cell.parent = parent;
+  cell.alias = alias;
+  cell.failed = failed;
+  publish(cell, token);
+  // After the publication: a reader that sees no launch in flight also sees this cell.
+  in_flight_.fetch_sub(1, std::memory_order_release);
+  return token;
+}
+
+uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool complete) {
+  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
+  auto copy = std::make_unique<LibraryOp>(op);
+  Cell& cell = claimCell(token);
+  cell.what = Cell::What::kLibrary;
+  cell.op = std::move(copy);
+  cell.parent = parent;
+  cell.complete = complete;
+  publish(cell, token);
+  // Library calls are rare next to launches: write what is ready now, as before the ring.
+  std::lock_guard lk(mu_);
+  drainIngressLocked();
+  drainLocked();
+  return token;
+}
+
+// ---- the way through (under mu_) ----
+
+void ReorderBuffer::drainIngressLocked(size_t max) {
+  bool moved = false;
+  for (size_t n = 0; n < max; ++n) {
+    Cell& cell = cells_[consumed_ & cell_mask_];
+    if (cell.seq.load(std::memory_order_acquire) != consumed_ + 1) break;
+    takeCellLocked(cell, consumed_);
+    cell.seq.store(consumed_ + cell_mask_ + 1, std::memory_order_release);
+    ++consumed_;
+    moved = true;
+  }
+  if (moved && !early_.empty()) resolveEarlyLocked(Settle::kFound);
+}
+
+void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
+  if (cell.what == Cell::What::kSkip) return;
+  Slot slot;
+  slot.token = token;
+  slot.parent = cell.parent;
+  if (cell.what == Cell::What::kLibrary) {
+    ++stats_.library_ops;
+    slot.is_library = true;
+    slot.state = cell.complete ? State::kComplete : State::kPending;
+    slot.launch.cpu_ns = cell.op->event.cpu_ns;  // for the timeout of an incomplete op
+    slot.op = std::move(*cell.op);
+    cell.op.reset();
+    pushLocked(std::move(slot));
+    return;
+  }
+  ++stats_.launches;
+  slot.launch = std::move(cell.launch);
+  cell.launch = ApiLaunch{};
+  slot.correlation_ids[0] = slot.launch.correlation_id;
+  slot.correlation_ids[1] = cell.alias;
+  if (slot.launch.is_graph && slot.launch.expected_activities < 0) {
+    auto it = graph_records_.find(slot.launch.graph_key);
+    if (it != graph_records_.end()) slot.launch.expected_activities = it->second;
+  }
+  if (cell.failed) {
+    ++stats_.failed_launches;
+    slot.state = State::kComplete;
+  }
+  pushLocked(std::move(slot));
+}
+
+void ReorderBuffer::pushLocked(Slot slot) {
   if (pending_.size() >= std::max<size_t>(options_.capacity, 1)) {
     writeHeadLocked(Reason::kOverflow);
   }
-  slot.token = next_token_;
-  // A graph launch's replayed ops take the tokens after its own (tokens are then not dense).
-  next_token_ += 1 + (slot.launch.graph_ops ? slot.launch.graph_ops->size() : 0);
   for (uint64_t id : slot.correlation_ids) {
     if (id != 0) by_correlation_[id] = slot.token;
   }
   pending_.push_back(std::move(slot));
-  return pending_.back().token;
 }
 
 ReorderBuffer::Slot* ReorderBuffer::findLocked(uint64_t token) {
@@ -35,31 +167,19 @@ ReorderBuffer::Slot* ReorderBuffer::findLocked(uint64_t token) {
   return it != pending_.end() && it->token == token ? &*it : nullptr;
 }
 
-uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
-  std::lock_guard lk(mu_);
-  ++stats_.launches;
-  Slot slot;
-  slot.parent = parent;
-  slot.correlation_ids[0] = launch.correlation_id;
-  slot.launch = launch;
-  if (launch.is_graph && slot.launch.expected_activities < 0) {
-    auto it = graph_records_.find(launch.graph_key);
-    if (it != graph_records_.end()) slot.launch.expected_activities = it->second;
-  }
-  uint64_t token = pushLocked(std::move(slot));
-  return token;
-}
-
 void ReorderBuffer::addAlias(uint64_t token, uint64_t correlation_id) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   Slot* slot = findLocked(token);
   if (slot == nullptr || correlation_id == 0 || slot->correlation_ids[1] != 0) return;
   slot->correlation_ids[1] = correlation_id;
   by_correlation_[correlation_id] = token;
+  if (!early_.empty()) resolveEarlyLocked(Settle::kFound);
 }
 
 void ReorderBuffer::launchFailed(uint64_t token) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   Slot* slot = findLocked(token);
   if (slot == nullptr) return;
   ++stats_.failed_launches;
@@ -67,22 +187,9 @@ void ReorderBuffer::launchFailed(uint64_t token) {
   drainLocked();
 }
 
-uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool complete) {
-  std::lock_guard lk(mu_);
-  ++stats_.library_ops;
-  Slot slot;
-  slot.is_library = true;
-  slot.parent = parent;
-  slot.state = complete ? State::kComplete : State::kPending;
-  slot.launch.cpu_ns = op.event.cpu_ns;  // for the timeout of an incomplete op
-  slot.op = op;
-  uint64_t token = pushLocked(std::move(slot));
-  drainLocked();
-  return token;
-}
-
 bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   Slot* slot = findLocked(token);
   if (slot == nullptr || !slot->is_library || !slot->op) return false;
   if (update) update(*slot->op);
@@ -104,39 +211,58 @@ void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id) {
 
 void ReorderBuffer::addActivity(const Activity& activity) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   ++stats_.activities;
   if (activity.kind != db::EventKind::kKernel && !ignored_.empty() &&
       ignored_.erase(activity.correlation_id) > 0) {
     ++stats_.own_records;
     return;
   }
+  if (!matchLocked(activity, /*final=*/false)) return;
+  drainLocked();
+}
+
+// Matches a record to its slot, or settles it as unmatched (final) or early (held for a poll).
+// Returns whether a slot may have completed.
+bool ReorderBuffer::matchLocked(const Activity& activity, bool final) {
   auto it = by_correlation_.find(activity.correlation_id);
   Slot* slot = it == by_correlation_.end() ? nullptr : findLocked(it->second);
+  if (slot == nullptr && !final && mayBeEarlyLocked(activity)) {
+    // A launch is between its API enter and exit: this may be its record, come before its slot.
+    early_.push_back(activity);
+    return false;
+  }
+  if (slot == nullptr && !final) {
+    // Launches published since this call's first drain (their API exits raced with it).
+    drainIngressLocked();
+    it = by_correlation_.find(activity.correlation_id);
+    slot = it == by_correlation_.end() ? nullptr : findLocked(it->second);
+  }
   if (activity.own && (slot == nullptr || slot->is_library || !slot->launch.is_graph)) {
     ++stats_.own_records;  // a digest of a graph launch the buffer holds no slot for
-    return;
+    return false;
   }
   if (slot != nullptr && !slot->is_library && !slot->launch.is_graph &&
       slot->launch.kind == db::EventKind::kKernel && activity.kind != db::EventKind::kKernel) {
     ++stats_.own_records;  // issued inside the launch's callback: the tracer's, not the program's
-    return;
+    return false;
   }
   if (slot == nullptr) {
     bool late = activity.correlation_id != 0 &&
                 written_incomplete_ids_.count(activity.correlation_id) > 0;
     if (late) {
       ++stats_.late;
-      return;
+      return false;
     }
     // No API slot: write it now, in arrival order (unless a window skipped its launch).
     ++stats_.unmatched;
-    if (options_.drop_unmatched) return;
+    if (options_.drop_unmatched) return false;
     Slot orphan;
     orphan.launch.correlation_id = activity.correlation_id;
     orphan.launch.kind = activity.kind;
     orphan.records.push_back(activity);
     writeSlotLocked(orphan);
-    return;
+    return false;
   }
   ++stats_.matched;
   if (slot->correlation_ids[1] != 0 && slot->correlation_ids[1] == activity.correlation_id) {
@@ -160,11 +286,49 @@ void ReorderBuffer::addActivity(const Activity& activity) {
     slot->records.assign(1, activity);
     slot->state = State::kComplete;
   }
+  return true;
+}
+
+bool ReorderBuffer::mayBeEarlyLocked(const Activity& activity) const {
+  if (early_.size() >= kMaxEarly) return false;
+  if (activity.correlation_id != 0 && written_incomplete_ids_.count(activity.correlation_id) > 0) {
+    return false;  // late, not early
+  }
+  // A launch between its API enter and exit, or a ticket taken and not yet published (the
+  // FIFO cannot go past it): the record's slot may still come.
+  return in_flight_.load(std::memory_order_acquire) > 0 ||
+         next_ticket_.load(std::memory_order_acquire) != consumed_;
+}
+
+// Tries the held records again (slots came in). kOld also settles for good those that were held
+// at the previous poll() already (a whole poll period), kAll every one (flush).
+void ReorderBuffer::resolveEarlyLocked(Settle settle) {
+  std::deque<Activity> held;
+  held.swap(early_);
+  const size_t old = early_old_;
+  size_t kept_old = 0;
+  for (size_t i = 0; i < held.size(); ++i) {
+    const Activity& a = held[i];
+    auto it = by_correlation_.find(a.correlation_id);
+    const bool found = it != by_correlation_.end() && findLocked(it->second) != nullptr;
+    if (found || settle == Settle::kAll || (settle == Settle::kOld && i < old)) {
+      (void)matchLocked(a, /*final=*/true);
+    } else {
+      early_.push_back(a);
+      if (i < old) ++kept_old;
+    }
+  }
+  early_old_ = kept_old;
   drainLocked();
 }
 
 void ReorderBuffer::poll(int64_t now_ns) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
+  if (!early_.empty()) {
+    resolveEarlyLocked(Settle::kOld);
+    early_old_ = early_.size();  // the rest are settled at the next poll
+  }
   drainLocked();
   while (!pending_.empty() && pending_.front().launch.cpu_ns != db::kUnset &&
          now_ns - pending_.front().launch.cpu_ns > options_.timeout_ns) {
@@ -175,6 +339,8 @@ void ReorderBuffer::poll(int64_t now_ns) {
 
 void ReorderBuffer::flush() {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
+  if (!early_.empty()) resolveEarlyLocked(Settle::kAll);
   while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
 }
 
@@ -461,18 +627,21 @@ void ReorderBuffer::setDropUnmatched(bool on) {
   options_.drop_unmatched = on;
 }
 
-std::optional<int64_t> ReorderBuffer::seqOf(uint64_t token) const {
+std::optional<int64_t> ReorderBuffer::seqOf(uint64_t token) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   return seqOfLocked(token);
 }
 
-ReorderStats ReorderBuffer::stats() const {
+ReorderStats ReorderBuffer::stats() {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   return stats_;
 }
 
-size_t ReorderBuffer::pending() const {
+size_t ReorderBuffer::pending() {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   return pending_.size();
 }
 

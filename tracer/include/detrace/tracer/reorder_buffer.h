@@ -27,11 +27,22 @@
 // This class knows no CUPTI types: the CUPTI adapter decodes records into the plain structs below,
 // so CPU tests drive it with fake launch, activity and library-op streams.
 //
-// Thread-safety: every method may be called from any thread (one mutex; no allocation per call
-// beyond the bounded FIFO and maps). The sink is called with the mutex held, so it must not call
-// back into the buffer.
+// The way in (the program's threads). Launches and library ops never take the buffer's mutex:
+// each takes a ticket (its token) from one atomic counter and writes itself into the ticket's cell
+// of a bounded ring; the side that takes GPU records (addActivity, poll, flush and the other
+// methods that read the FIFO) moves published cells into the FIFO, in ticket order, under the
+// mutex. So a launching thread pays an atomic add and a copy, not a lock it would share with the
+// thread decoding activity buffers. A plain launch is published once its API call has returned
+// (addLaunchAtExit: its driver alias and outcome already known, no lock afterwards either). When
+// the ring is full, the launching thread moves cells itself. Because a plain launch's slot appears
+// at API exit, an activity record that finds no slot while a launch is in flight waits for the
+// next poll() before it counts as unmatched.
+//
+// Thread-safety: every method may be called from any thread. The sink is called with the mutex
+// held, so it must not call back into the buffer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -134,6 +145,9 @@ struct ReorderOptions {
   // Drop activity records with no slot instead of writing them (counted as unmatched): a
   // recording window skips launches on purpose, and their GPU records must not leak in.
   bool drop_unmatched = false;
+  // Cells of the way-in ring (rounded up to a power of two): launches and ops published but not
+  // yet moved into the FIFO. When it is full, the launching thread moves cells itself.
+  size_t ingress_cells = size_t{1} << 14;
   // Called (with the buffer's lock held) when a library op (graph-replayed ones included), or a
   // launch with notify_written, is written with its sequence number (a launch's first record's),
   // or kSeqDropped if the sink dropped it.
@@ -168,6 +182,16 @@ class ReorderBuffer {
   // this launch (0: none). Returns the slot's token (> 0); a graph launch with graph_ops takes the
   // tokens after it too, one per op.
   uint64_t addLaunch(const ApiLaunch& launch, uint64_t parent = 0);
+  // A plain launch's API call is starting (call before the call; addLaunchAtExit ends it). While
+  // any is in flight, a GPU record with no slot waits for the next poll() (it may be that launch's,
+  // come before its slot); otherwise it is unmatched at once.
+  void launchEntering();
+  // Forgets launches whose API exit was never seen (capture stopped inside their callbacks).
+  void resetInFlight();
+  // A plain launch whose API call has returned, in one step: its slot (taken now, at API exit),
+  // the correlation id of the driver call nested in it (`alias`, 0: none) and whether the call
+  // failed. Lock-free unless the ring is full. Returns the token.
+  uint64_t addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias, bool failed);
   // Another correlation id that also names the slot (a driver launch nested in a runtime one).
   void addAlias(uint64_t token, uint64_t correlation_id);
   // The launch's API call failed: no GPU record will come; the slot is written as it is.
@@ -194,9 +218,9 @@ class ReorderBuffer {
   void setDropUnmatched(bool on);
 
   // The sequence number a written slot got (nullopt if pending, dropped or forgotten).
-  std::optional<int64_t> seqOf(uint64_t token) const;
-  ReorderStats stats() const;
-  size_t pending() const;
+  std::optional<int64_t> seqOf(uint64_t token);
+  ReorderStats stats();
+  size_t pending();
 
  private:
   enum class State : uint8_t { kPending, kComplete };
@@ -214,7 +238,29 @@ class ReorderBuffer {
   };
   enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
 
-  uint64_t pushLocked(Slot slot);
+  // A cell of the way-in ring. `seq` says whose it is: equal to a ticket, free for that ticket;
+  // ticket + 1, published by it; the reader hands it on to ticket + cells.
+  struct Cell {
+    enum class What : uint8_t { kLaunch, kLibrary, kSkip };
+    std::atomic<uint64_t> seq{0};
+    What what = What::kSkip;
+    bool failed = false;
+    bool complete = true;  // library ops
+    uint64_t parent = 0;
+    uint64_t alias = 0;
+    ApiLaunch launch;
+    std::unique_ptr<LibraryOp> op;
+  };
+
+  Cell& claimCell(uint64_t ticket);
+  void publish(Cell& cell, uint64_t ticket);
+  void drainIngressLocked(size_t max = SIZE_MAX);
+  void takeCellLocked(Cell& cell, uint64_t token);
+  void pushLocked(Slot slot);
+  bool matchLocked(const Activity& activity, bool final);
+  bool mayBeEarlyLocked(const Activity& activity) const;
+  enum class Settle { kFound, kOld, kAll };
+  void resolveEarlyLocked(Settle settle);
   Slot* findLocked(uint64_t token);
   void drainLocked();
   void writeHeadLocked(Reason reason);
@@ -230,9 +276,21 @@ class ReorderBuffer {
 
   EventSink& sink_;
   ReorderOptions options_;  // fixed but for drop_unmatched (changed under mu_)
-  mutable std::mutex mu_;
+  std::mutex mu_;
+  // The way in: tickets (tokens) from next_ticket_, cells_[ticket & cell_mask_]; consumed_ is the
+  // next ticket to move into the FIFO (under mu_).
+  std::unique_ptr<Cell[]> cells_;
+  uint64_t cell_mask_ = 0;
+  std::atomic<uint64_t> next_ticket_{1};
+  std::atomic<int64_t> in_flight_{0};  // launchEntering() not yet ended by addLaunchAtExit()
+  uint64_t consumed_ = 1;
   std::deque<Slot> pending_;
-  uint64_t next_token_ = 1;
+  // Activity records that found no slot while a launch was in flight (a plain launch's slot
+  // appears at its API exit): they wait until the next poll() (at most kMaxEarly of them) before
+  // they count as unmatched.
+  static constexpr size_t kMaxEarly = 4096;
+  std::deque<Activity> early_;
+  size_t early_old_ = 0;  // how many at the front of early_ were there at the last poll()
   std::unordered_map<uint64_t, uint64_t> by_correlation_;  // correlation id -> token
   std::unordered_map<uint64_t, int32_t> graph_records_;    // graph key -> records per launch
   static constexpr size_t kRing = 4096;

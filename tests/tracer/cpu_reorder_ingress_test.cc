@@ -1,0 +1,192 @@
+// The reorder buffer's way in: launches published at their API exit (addLaunchAtExit) without a
+// lock, records that come before their launch's slot, and a ring smaller than the traffic, with
+// several launching threads and a reader thread (no CUPTI, no GPU).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "detrace/tracer/reorder_buffer.h"
+#include "fake_sink.h"
+
+namespace detrace::tracer {
+namespace {
+
+using db::EventKind;
+using testing::FakeSink;
+
+ApiLaunch launchAt(uint64_t corr, int64_t cpu_ns, int64_t stream = 1) {
+  ApiLaunch l;
+  l.correlation_id = corr;
+  l.api = db::LaunchApi::kRuntime;
+  l.cpu_ns = cpu_ns;
+  l.stream = stream;
+  l.device = 0;
+  return l;
+}
+
+Activity record(uint64_t corr, int64_t start) {
+  Activity a;
+  a.correlation_id = corr;
+  a.kind = EventKind::kKernel;
+  a.name = 3;
+  a.device = 0;
+  a.gpu_start_ns = start;
+  a.gpu_end_ns = start + 5;
+  return a;
+}
+
+LibraryOp gemmAt(int64_t cpu_ns) {
+  LibraryOp op;
+  op.event.kind = EventKind::kGemm;
+  op.event.cpu_ns = cpu_ns;
+  op.detail = db::Gemm{};
+  return op;
+}
+
+TEST(ReorderIngress, LaunchAtExitCarriesItsAliasAndOutcome) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.launchEntering();
+  const uint64_t a = rb.addLaunchAtExit(launchAt(10, 1), 0, /*alias=*/11, /*failed=*/false);
+  rb.launchEntering();
+  const uint64_t b = rb.addLaunchAtExit(launchAt(20, 2), 0, 0, /*failed=*/true);
+  EXPECT_LT(a, b);
+  EXPECT_TRUE(sink.rows.empty()) << "the first launch waits for its GPU record";
+  rb.addActivity(record(11, 500));  // the record carries the nested driver call's id
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 10);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 500);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 20);
+  EXPECT_EQ(sink.rows[1].e.gpu_start_ns, db::kUnset) << "a failed launch has no GPU record";
+  ReorderStats s = rb.stats();
+  EXPECT_EQ(s.matched_by_alias, 1);
+  EXPECT_EQ(s.failed_launches, 1);
+  EXPECT_EQ(s.launches, 2);
+}
+
+TEST(ReorderIngress, ALaunchPublishedAtExitFollowsTheOpsItsThreadMadeBefore) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  const uint64_t op = rb.addLibraryOp(gemmAt(1));
+  rb.launchEntering();
+  rb.addLaunchAtExit(launchAt(5, 2), op, 0, false);  // a kernel the GEMM launched
+  rb.launchEntering();
+  rb.addLaunchAtExit(launchAt(6, 3), 0, 0, false);
+  rb.addActivity(record(6, 900));
+  rb.addActivity(record(5, 800));
+  ASSERT_EQ(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kGemm);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 5);
+  EXPECT_EQ(sink.rows[1].e.parent_seq, sink.rows[0].e.seq);
+  EXPECT_EQ(sink.rows[2].e.correlation_id, 6);
+}
+
+TEST(ReorderIngress, ARecordBeforeItsLaunchsExitWaitsForTheSlot) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.launchEntering();           // the API call is in progress ...
+  rb.addActivity(record(7, 40));  // ... and its GPU record already came
+  EXPECT_TRUE(sink.rows.empty());
+  EXPECT_EQ(rb.stats().unmatched, 0);
+  rb.addLaunchAtExit(launchAt(7, 1), 0, 0, false);
+  rb.poll(2);  // the slot is in: the held record completes it
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 40);
+  EXPECT_EQ(rb.stats().matched, 1);
+  EXPECT_EQ(rb.stats().unmatched, 0);
+}
+
+TEST(ReorderIngress, AHeldRecordWithNoSlotIsUnmatchedAfterAWholePollPeriod) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.launchEntering();  // never ends (capture stopped inside its callbacks)
+  rb.addActivity(record(99, 40));
+  rb.poll(1);
+  EXPECT_TRUE(sink.rows.empty()) << "held for one whole poll period first";
+  rb.poll(2);
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 99);
+  EXPECT_EQ(rb.stats().unmatched, 1);
+  rb.resetInFlight();  // forgets the launch that never ended: records are settled at once again
+  rb.addActivity(record(100, 50));
+  EXPECT_EQ(sink.rows.size(), 2u);
+}
+
+TEST(ReorderIngress, FlushSettlesHeldRecords) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.launchEntering();
+  rb.addActivity(record(3, 10));
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(rb.stats().unmatched, 1);
+}
+
+// Launching threads publish at exit through a ring of 8 cells (so they often find it full and move
+// cells themselves) while a reader thread delivers the GPU records in a shuffled order, often
+// before the launch's exit: every launch is written once, with its own record, and each thread's
+// launches keep their order. (No poll() here: it would settle records held for a whole period.)
+TEST(ReorderIngress, ASmallRingUnderManyThreadsKeepsEveryLaunchInItsThreadsOrder) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.ingress_cells = 8;
+  ReorderBuffer rb(sink, o);
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 3000;
+  std::atomic<uint64_t> next_corr{1};
+  std::vector<std::vector<uint64_t>> issued(kThreads);
+  std::atomic<bool> done{false};
+  std::vector<uint64_t> delivered_ids;
+  std::mutex delivered_mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        rb.launchEntering();
+        const uint64_t corr = next_corr.fetch_add(1);
+        issued[t].push_back(corr);
+        // The thread number rides in the stream id, to check each thread's order afterwards.
+        rb.addLaunchAtExit(launchAt(corr, static_cast<int64_t>(corr), /*stream=*/t), 0, 0, false);
+      }
+    });
+  }
+  std::thread reader([&] {
+    std::mt19937_64 rng(std::random_device{}());
+    uint64_t sent = 1;
+    while (!done.load() || sent < next_corr.load()) {
+      const uint64_t upto = next_corr.load();
+      std::vector<uint64_t> batch;
+      for (; sent < upto; ++sent) batch.push_back(sent);
+      std::shuffle(batch.begin(), batch.end(), rng);
+      for (uint64_t c : batch) rb.addActivity(record(c, static_cast<int64_t>(c) * 10));
+    }
+  });
+  for (auto& th : threads) th.join();
+  done.store(true);
+  reader.join();
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), static_cast<size_t>(kThreads * kPerThread));
+  std::vector<std::vector<int64_t>> seen(kThreads);
+  for (const auto& r : sink.rows) {
+    ASSERT_GE(r.e.stream, 0);
+    ASSERT_LT(r.e.stream, kThreads);
+    EXPECT_EQ(r.e.gpu_start_ns, r.e.correlation_id * 10) << "each launch got its own record";
+    seen[static_cast<size_t>(r.e.stream)].push_back(r.e.correlation_id);
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(seen[t].size(), issued[t].size());
+    for (size_t i = 0; i < seen[t].size(); ++i) {
+      EXPECT_EQ(seen[t][i], static_cast<int64_t>(issued[t][i])) << "thread " << t << " launch " << i;
+    }
+  }
+  ReorderStats s = rb.stats();
+  EXPECT_EQ(s.matched, kThreads * kPerThread);
+  EXPECT_EQ(s.unmatched, 0);
+  EXPECT_EQ(s.launches, kThreads * kPerThread);
+}
+
+}  // namespace
+}  // namespace detrace::tracer
