@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Workloads for the tracer's overhead benchmark (bench/tracer/bench_overhead). Prints one line
-`RESULT {"workload": ..., "seconds": ...}` with the median time of --reps timed loops, each after
-a warm-up and bracketed by torch.cuda.synchronize().
+`RESULT {"workload": ..., "seconds": ..., "cpu_seconds": ...}` with the median wall time of --reps
+timed loops, each after a warm-up and bracketed by torch.cuda.synchronize(), and the median CPU
+time of the loop's own thread over the same loops (time.thread_time: what the tracer adds to the
+launching thread, without the time other processes take the CPU from it).
 
   launch  a launch-bound loop of tiny kernels (x.add_(1) on 1024 floats, --iters times)
   decode  a small Qwen2 model (transformers, random weights) decoding --iters tokens greedily
@@ -74,16 +76,18 @@ def cxx_times(args, iters: int) -> None:
     if not ready.startswith("ready "):
         raise SystemExit(f"cxx: {args.app} said {ready!r}, not ready")
     ask("time 2000")
-    times = []
+    times, cpus = [], []
     for _ in range(args.reps):
-        answer = ask(f"time {iters}")
-        if not answer.startswith("ns "):
-            raise SystemExit(f"cxx: {args.app} said {answer!r}")
-        times.append(int(answer[3:]) / 1e9)
+        answer = ask(f"time {iters}").split()  # "ns T cpu C"
+        if len(answer) != 4 or answer[0] != "ns" or answer[2] != "cpu":
+            raise SystemExit(f"cxx: {args.app} said {' '.join(answer)!r}")
+        times.append(int(answer[1]) / 1e9)
+        cpus.append(int(answer[3]) / 1e9)
     ask("exit")
     app.wait()
     print("RESULT " + json.dumps({"workload": "cxx", "iters": iters,
-                                  "seconds": statistics.median(times), "all": times}), flush=True)
+                                  "seconds": statistics.median(times), "all": times,
+                                  "cpu_seconds": statistics.median(cpus)}), flush=True)
 
 
 def timed(run) -> float:
@@ -141,16 +145,18 @@ def main() -> None:
     if args.kineto:
         from torch.profiler import ProfilerActivity, profile
         prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-    times = []
+    times, cpus = [], []
     with prof:
         for _ in range(args.reps):
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             run()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            cpus.append(time.thread_time() - c0)
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
-                                  "seconds": statistics.median(times), "all": times}), flush=True)
+                                  "seconds": statistics.median(times), "all": times,
+                                  "cpu_seconds": statistics.median(cpus)}), flush=True)
 
 
 if __name__ == "__main__":

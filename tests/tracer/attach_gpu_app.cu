@@ -4,11 +4,14 @@
 //   launch P N     N launches of kernel P (a..e), then a device synchronize   -> "ok"
 //   time N         N launches of tiny_kernel in batches of 256 (fewer than the launch queue holds,
 //                  so the GPU never throttles the loop); prints "ns <T>", T the time spent in the
-//                  launch calls only (the CPU cost a tracer adds), synchronising between batches
+//                  launch calls only (the CPU cost a tracer adds), synchronising between batches,
+//                  and "cpu <C>", the calling thread's CPU time in those calls
 //   gemm N         N cuBLASLt matmuls (64x64 fp32, the algorithm left to cuBLASLt), then a device
 //                  synchronize -> "ok"
 //   reset-exit     cudaDeviceReset() then _exit(0): no atexit, only context teardown commits
 //   exit           normal exit
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +22,12 @@
 #include <cuda_runtime.h>
 
 #include <unistd.h>
+
+long long threadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
 
 __global__ void phase_a_kernel(int* x) { x[0] += 1; }
 __global__ void phase_b_kernel(int* x) { x[0] += 2; }
@@ -92,13 +101,16 @@ int main() {
       int n = 0;
       std::cin >> n;
       std::chrono::nanoseconds total{0};
+      long long cpu = 0;
       for (int done = 0; done < n; done += 256) {
         auto t0 = std::chrono::steady_clock::now();
+        long long c0 = threadCpuNs();
         for (int i = 0; i < 256 && done + i < n; ++i) tiny_kernel<<<1, 1>>>(x);
+        cpu += threadCpuNs() - c0;
         total += std::chrono::steady_clock::now() - t0;
         cudaDeviceSynchronize();
       }
-      std::printf("ns %lld\n", static_cast<long long>(total.count()));
+      std::printf("ns %lld cpu %lld\n", static_cast<long long>(total.count()), cpu);
     } else if (cmd == "gemm") {
       int n = 0;
       std::cin >> n;
