@@ -29,6 +29,9 @@ const char* siteName(int site) {
     case DiagSite::kOtherCallback: return "other_callback";
     case DiagSite::kLibraryOp: return "library_op";
     case DiagSite::kFingerprint: return "fingerprint";
+    case DiagSite::kFingerprintLock: return "fingerprint_lock";
+    case DiagSite::kDigestLaunch: return "digest_launch";
+    case DiagSite::kFingerprintEvent: return "fingerprint_event";
     case DiagSite::kActivityBuffer: return "activity_buffer";
     case DiagSite::kCount: break;
   }

@@ -24,6 +24,9 @@ enum class DiagSite : int {
   kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
   kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
   kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
+  kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
+  kDigestLaunch,    // ... one digest launch (included in kFingerprint)
+  kFingerprintEvent,  // ... the event recorded after an op's digests (included in kFingerprint)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
   kCount
 };

@@ -411,6 +411,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     }
     p.arena_len = static_cast<uint64_t>(rows);
     if (copy) copyLocked(*cx, p, stream);
+    DiagScope launch_timing(DiagSite::kDigestLaunch);
     Status st =
         rows > 0
             ? cx->digester->digestRows(
@@ -426,6 +427,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     }
   }
   if (pending.size() == first) return;
+  DiagScope event_timing(DiagSite::kFingerprintEvent);
   CUevent ev = nullptr;
   if (!cx->free_events.empty()) {
     ev = cx->free_events.back();
@@ -463,7 +465,11 @@ void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec
     if (!captured) ++s.skipped_capture;
     return;
   }
-  std::unique_lock lk(s.mu);
+  std::unique_lock lk(s.mu, std::defer_lock);
+  {
+    DiagScope timing(DiagSite::kFingerprintLock);
+    lk.lock();
+  }
   s.enqueueLocked(lk, token, ctx, stream, specs, wait);
 }
 
@@ -478,6 +484,13 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
   } catch (...) {
     Session::get().fail("taking fingerprints");
   }
+}
+
+bool Fingerprinter::eagerStream(CUstream stream) const noexcept {
+  const Driver& d = Driver::get();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d.is_capturing != nullptr && d.is_capturing(stream, &capture) == CUDA_SUCCESS &&
+         capture == CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
