@@ -1,8 +1,8 @@
 // NameCache: the interned string id of a kernel's name, looked up on every launch and every kernel
-// record, so it must cost almost nothing on the launching thread. A small thread-local table, its
-// slot chosen by a hash of the text (not its address: CUPTI may pass every name in one reused
-// buffer), answers without a lock or an allocation after comparing the text. Misses go to a
-// shared map under a mutex, and only then to
+// record, so it must cost almost nothing on the launching thread. CUPTI hands out the same name
+// pointer for every launch of a function; a small thread-local table keyed by that pointer answers
+// without a lock or an allocation, after checking the text (a pointer may be reused for another
+// name once a module is unloaded). Misses go to a shared map under a mutex, and only then to
 // `intern` (demangling and the writer's string table). Plain C++, CPU-tested and benchmarked
 // (bench/tracer/bench_tracer_bookkeeping).
 #pragma once
