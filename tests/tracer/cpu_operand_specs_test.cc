@@ -61,37 +61,6 @@ TEST(OperandSpecs, PaddedLeadingDimensionAndSeparateC) {
   EXPECT_EQ(specs[3].row_stride, 12 * 4);
 }
 
-// Whether a GEMM's inputs may be digested after it: only when its output cannot have changed them.
-TEST(OperandSpecs, OutputsMayChangeInputsOnlyWhenTheyOverlapOrAreBoth) {
-  std::mt19937_64 rng(std::random_device{}());
-  for (int trial = 0; trial < 200; ++trial) {
-    db::Gemm g;
-    g.m = 1 + static_cast<int64_t>(rng() % 64);
-    g.n = 1 + static_cast<int64_t>(rng() % 64);
-    g.k = 1 + static_cast<int64_t>(rng() % 64);
-    g.lda = g.m; g.ldb = g.k; g.ldc = g.ldd = g.m;
-    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF32;
-    const uint64_t base = (rng() % 1024) * 4096;
-    g.a_addr = static_cast<int64_t>(base);
-    g.b_addr = static_cast<int64_t>(base + (1 << 20));
-    g.c_addr = g.d_addr = static_cast<int64_t>(base + (2 << 20));
-    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g))) << "disjoint A, B and D";
-    // D written over (part of) B: the inputs must be digested before the call.
-    g.c_addr = g.d_addr = g.b_addr + static_cast<int64_t>(4 * (rng() % static_cast<uint64_t>(g.k * g.n)));
-    EXPECT_TRUE(outputsMayChangeInputs(gemmOperandSpecs(g)));
-    // D starting right after A's last byte: disjoint again.
-    auto specs = gemmOperandSpecs(g);
-    g.c_addr = g.d_addr = g.a_addr + static_cast<int64_t>(specs[0].bytes);
-    g.b_addr = static_cast<int64_t>(base + (4 << 20));
-    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g)));
-  }
-  OperandSpec both;
-  both.role = db::OperandRole::kInOut;
-  both.address = 0x100;
-  both.bytes = 64;
-  EXPECT_TRUE(outputsMayChangeInputs({both}));
-}
-
 TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
   db::Gemm g;
   g.m = 8; g.n = 4; g.k = 8;

@@ -285,43 +285,26 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
   }, true, c.api);
 }
 
-// Fingerprints around a GEMM call (stream-ordered). The inputs are digested before the call and
-// the output after it; but when the call cannot change its inputs (no output overlaps one) and the
-// stream runs eagerly, all of them are digested after it, in one enqueue: half the locks, driver
-// calls and events per GEMM. Under graph capture the digests keep their places around the op
-// (captured replays use them to find it).
+// Fingerprints around a GEMM call: inputs before it, the output after it (stream-ordered).
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g);
+    fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
-    Fingerprinter& fp = Fingerprinter::get();
-    deferred_ = fp.enabled() && !outputsMayChangeInputs(specs_) && fp.eagerStream(stream_);
-    if (!deferred_) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
   }
   void after(bool ok) {
-    if (token_ == 0) return;
-    if (deferred_) {
-      // A failed call still leaves its inputs as they were: they are recorded as before.
-      if (ok) {
-        Fingerprinter::get().enqueue(token_, stream_, specs_, /*inputs=*/true);
-      } else {
-        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
-      }
-      return;
-    }
-    if (ok) fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
+    if (token_ != 0 && ok) fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
   }
 
  private:
   uint64_t token_;
   CUstream stream_;
   std::vector<OperandSpec> specs_;
-  bool deferred_ = false;
 };
 
 cublasStatus_t missing(const char* name) {

@@ -486,13 +486,6 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<O
   }
 }
 
-bool Fingerprinter::eagerStream(CUstream stream) const noexcept {
-  const Driver& d = Driver::get();
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  return d.is_capturing != nullptr && d.is_capturing(stream, &capture) == CUDA_SUCCESS &&
-         capture == CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
                                 const std::vector<OperandSpec>& specs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;

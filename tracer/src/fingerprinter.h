@@ -60,8 +60,6 @@ class Fingerprinter {
                bool inputs = true) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
-  // Whether `stream` is running eagerly (not being captured into a CUDA graph); false when unknown.
-  bool eagerStream(CUstream stream) const noexcept;
   void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
   // Deep window: the parameter layout (launch_params.h layoutText) and bytes of launch `token`,
   // written with its sequence number once it is known.

@@ -90,19 +90,4 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
   return out;
 }
 
-bool outputsMayChangeInputs(const std::vector<OperandSpec>& specs) {
-  auto overlap = [](const OperandSpec& a, const OperandSpec& b) {
-    return a.bytes > 0 && b.bytes > 0 && a.address < b.address + b.bytes &&
-           b.address < a.address + a.bytes;
-  };
-  for (const OperandSpec& out : specs) {
-    if (out.role == db::OperandRole::kInOut) return true;
-    if (out.role != db::OperandRole::kOutput) continue;
-    for (const OperandSpec& in : specs) {
-      if (in.role == db::OperandRole::kInput && overlap(in, out)) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace detrace::tracer

@@ -30,11 +30,6 @@ struct OperandSpec {
 // weight rows. Batched GEMMs get whole-extent digests, and rows only when batches are packed.
 std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm);
 
-// Whether the call may change what an input holds: an operand both read and written (kInOut), or
-// an output whose extent overlaps an input's. When it cannot, the inputs' digests may be taken
-// after the call, with the outputs', in one enqueue (cublas_wrappers.cc).
-bool outputsMayChangeInputs(const std::vector<OperandSpec>& specs);
-
 // NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
 // last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
 std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t row_bytes);
