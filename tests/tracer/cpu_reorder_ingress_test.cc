@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -49,10 +50,10 @@ LibraryOp gemmAt(int64_t cpu_ns) {
 TEST(ReorderIngress, LaunchAtExitCarriesItsAliasAndOutcome) {
   FakeSink sink;
   ReorderBuffer rb(sink);
-  rb.launchEntering();
-  const uint64_t a = rb.addLaunchAtExit(launchAt(10, 1), 0, /*alias=*/11, /*failed=*/false);
-  rb.launchEntering();
-  const uint64_t b = rb.addLaunchAtExit(launchAt(20, 2), 0, 0, /*failed=*/true);
+  (void)rb.launchEntering();
+  const uint64_t a = rb.addLaunchAtExit(launchAt(10, 1), 0, /*alias=*/11, /*failed=*/false, 0);
+  (void)rb.launchEntering();
+  const uint64_t b = rb.addLaunchAtExit(launchAt(20, 2), 0, 0, /*failed=*/true, 0);
   EXPECT_LT(a, b);
   EXPECT_TRUE(sink.rows.empty()) << "the first launch waits for its GPU record";
   rb.addActivity(record(11, 500));  // the record carries the nested driver call's id
@@ -71,10 +72,10 @@ TEST(ReorderIngress, ALaunchPublishedAtExitFollowsTheOpsItsThreadMadeBefore) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   const uint64_t op = rb.addLibraryOp(gemmAt(1));
-  rb.launchEntering();
-  rb.addLaunchAtExit(launchAt(5, 2), op, 0, false);  // a kernel the GEMM launched
-  rb.launchEntering();
-  rb.addLaunchAtExit(launchAt(6, 3), 0, 0, false);
+  (void)rb.launchEntering();
+  rb.addLaunchAtExit(launchAt(5, 2), op, 0, false, 0);  // a kernel the GEMM launched
+  (void)rb.launchEntering();
+  rb.addLaunchAtExit(launchAt(6, 3), 0, 0, false, 0);
   rb.addActivity(record(6, 900));
   rb.addActivity(record(5, 800));
   ASSERT_EQ(sink.rows.size(), 3u);
@@ -87,11 +88,11 @@ TEST(ReorderIngress, ALaunchPublishedAtExitFollowsTheOpsItsThreadMadeBefore) {
 TEST(ReorderIngress, ARecordBeforeItsLaunchsExitWaitsForTheSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);
-  rb.launchEntering();           // the API call is in progress ...
+  const uint32_t generation = rb.launchEntering();  // the API call is in progress ...
   rb.addActivity(record(7, 40));  // ... and its GPU record already came
   EXPECT_TRUE(sink.rows.empty());
   EXPECT_EQ(rb.stats().unmatched, 0);
-  rb.addLaunchAtExit(launchAt(7, 1), 0, 0, false);
+  rb.addLaunchAtExit(launchAt(7, 1), 0, 0, false, generation);
   rb.poll(2);  // the slot is in: the held record completes it
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 40);
@@ -99,14 +100,16 @@ TEST(ReorderIngress, ARecordBeforeItsLaunchsExitWaitsForTheSlot) {
   EXPECT_EQ(rb.stats().unmatched, 0);
 }
 
-TEST(ReorderIngress, AHeldRecordWithNoSlotIsUnmatchedAfterAWholePollPeriod) {
+TEST(ReorderIngress, AHeldRecordWithNoSlotIsUnmatchedOnceItsWaitIsOver) {
   FakeSink sink;
   ReorderBuffer rb(sink);
-  rb.launchEntering();  // never ends (capture stopped inside its callbacks)
-  rb.addActivity(record(99, 40));
-  rb.poll(1);
-  EXPECT_TRUE(sink.rows.empty()) << "held for one whole poll period first";
-  rb.poll(2);
+  (void)rb.launchEntering();  // never ends (capture stopped inside its callbacks)
+  rb.addActivity(record(99, 40));  // its kernel ended at 45 ns
+  EXPECT_EQ(rb.stats().held_early, 1);
+  rb.poll(45 + 500'000'000);
+  rb.poll(45 + 900'000'000);
+  EXPECT_TRUE(sink.rows.empty()) << "held for a second after its kernel ended";
+  rb.poll(45 + 1'100'000'000);
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.correlation_id, 99);
   EXPECT_EQ(rb.stats().unmatched, 1);
@@ -115,10 +118,93 @@ TEST(ReorderIngress, AHeldRecordWithNoSlotIsUnmatchedAfterAWholePollPeriod) {
   EXPECT_EQ(sink.rows.size(), 2u);
 }
 
+TEST(ReorderIngress, AHeldRecordIsSettledOnceNothingIsInFlight) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  const uint32_t a = rb.launchEntering();
+  rb.addActivity(record(50, 10));  // not launch a's: some launch the callbacks never saw
+  EXPECT_TRUE(sink.rows.empty());
+  rb.addLaunchAtExit(launchAt(51, 1), 0, 0, false, a);
+  rb.addActivity(record(51, 20));  // launch a's own record completes it; nothing is in flight now
+  rb.poll(30);                      // long before the wait is over
+  ASSERT_EQ(sink.rows.size(), 2u) << "no launch can bring the held record's slot any more";
+  EXPECT_EQ(rb.stats().unmatched, 1);
+  EXPECT_EQ(rb.stats().matched, 1);
+}
+
+TEST(ReorderIngress, OnlyPlainKernelRecordsAreEverHeld) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  (void)rb.launchEntering();  // in flight for the whole test
+  Activity copy = record(60, 5);
+  copy.kind = EventKind::kMemcpy;
+  rb.addActivity(copy);        // copies have no launch slot to wait for
+  Activity replayed = record(61, 6);
+  replayed.graph_id = 3;       // a graph's kernels: their slot is the graph launch's, taken at enter
+  rb.addActivity(replayed);
+  Activity own = record(62, 7);
+  own.own = true;              // the tracer's own digest
+  rb.addActivity(own);
+  EXPECT_EQ(rb.stats().held_early, 0);
+  EXPECT_EQ(sink.rows.size(), 2u) << "the copy and the graph kernel, at once";
+  EXPECT_EQ(rb.stats().own_records, 1);
+}
+
+TEST(ReorderIngress, AStaleGenerationEndsNothing) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  const uint32_t before_stop = rb.launchEntering();
+  rb.resetInFlight();                    // a stop and a new start while it was in flight
+  const uint32_t current = rb.launchEntering();
+  EXPECT_NE(before_stop, current);
+  rb.addLaunchAtExit(launchAt(70, 1), 0, 0, false, before_stop);  // ends nothing of `current`'s
+  rb.addActivity(record(71, 9));         // launch `current` is still in flight: held
+  EXPECT_EQ(rb.stats().held_early, 1);
+  rb.addLaunchAtExit(launchAt(71, 2), 0, 0, false, current);
+  rb.addActivity(record(70, 8));
+  rb.poll(20);
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(rb.stats().matched, 2);
+  EXPECT_EQ(rb.stats().unmatched, 0);
+}
+
+// A graph launch replaying library ops takes its ops' tokens as skip cells in a ring of 4, among
+// launches published at their exits: every event comes out once, in token order.
+TEST(ReorderIngress, GraphOpTokensAndExitLaunchesShareASmallRing) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.ingress_cells = 4;
+  ReorderBuffer rb(sink, o);
+  auto templates = std::make_shared<GraphOpTemplates>();
+  for (int i = 0; i < 6; ++i) {
+    GraphOpTemplate t;
+    t.op = gemmAt(1);
+    templates->push_back(t);
+  }
+  const uint32_t g0 = rb.launchEntering();
+  rb.addLaunchAtExit(launchAt(1, 1), 0, 0, false, g0);
+  ApiLaunch graph = launchAt(2, 2);
+  graph.is_graph = true;
+  graph.expected_activities = 1;
+  graph.graph_ops = templates;
+  const uint64_t graph_token = rb.addLaunch(graph);
+  const uint32_t g1 = rb.launchEntering();
+  const uint64_t last = rb.addLaunchAtExit(launchAt(3, 3), 0, 0, false, g1);
+  EXPECT_EQ(last, graph_token + 7) << "the graph's six ops took the tokens after its own";
+  rb.addActivity(record(1, 10));
+  rb.addActivity(record(3, 30));
+  rb.flush();
+  ASSERT_GE(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows.front().e.correlation_id, 1);
+  EXPECT_EQ(sink.rows.back().e.correlation_id, 3);
+  EXPECT_GT(rb.stats().ingress_full, 0) << "a ring of 4 for 9 tokens must have filled";
+  EXPECT_EQ(rb.stats().launches, 3);
+}
+
 TEST(ReorderIngress, FlushSettlesHeldRecords) {
   FakeSink sink;
   ReorderBuffer rb(sink);
-  rb.launchEntering();
+  (void)rb.launchEntering();
   rb.addActivity(record(3, 10));
   rb.flush();
   ASSERT_EQ(sink.rows.size(), 1u);
@@ -145,11 +231,12 @@ TEST(ReorderIngress, ASmallRingUnderManyThreadsKeepsEveryLaunchInItsThreadsOrder
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        rb.launchEntering();
+        const uint32_t generation = rb.launchEntering();
         const uint64_t corr = next_corr.fetch_add(1);
         issued[t].push_back(corr);
         // The thread number rides in the stream id, to check each thread's order afterwards.
-        rb.addLaunchAtExit(launchAt(corr, static_cast<int64_t>(corr), /*stream=*/t), 0, 0, false);
+        rb.addLaunchAtExit(launchAt(corr, static_cast<int64_t>(corr), /*stream=*/t), 0, 0, false,
+                           generation);
       }
     });
   }
@@ -186,6 +273,7 @@ TEST(ReorderIngress, ASmallRingUnderManyThreadsKeepsEveryLaunchInItsThreadsOrder
   EXPECT_EQ(s.matched, kThreads * kPerThread);
   EXPECT_EQ(s.unmatched, 0);
   EXPECT_EQ(s.launches, kThreads * kPerThread);
+  EXPECT_GT(s.ingress_full, 0) << "a ring of 8 cells must have filled";
 }
 
 }  // namespace

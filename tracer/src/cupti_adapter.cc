@@ -93,6 +93,8 @@ thread_local bool t_replay_runtime = false;
 struct InFlightLaunch {
   bool active = false;
   bool runtime = false;
+  uint32_t generation = 0;          // ReorderBuffer::launchEntering's
+  ReorderBuffer* buffer = nullptr;  // the buffer it entered (a stop in between does not lose it)
   uint64_t parent = 0;
   uint64_t alias = 0;
   ApiLaunch launch;
@@ -392,8 +394,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_in_flight.parent = currentParent();
       t_in_flight.alias = 0;
       t_in_flight.runtime = runtime;
+      t_in_flight.buffer = buffer;
+      t_in_flight.generation = buffer->launchEntering();
       t_in_flight.active = true;
-      buffer->launchEntering();
       if (runtime) {
         ++t_runtime_depth;
         t_runtime_token = 0;
@@ -436,9 +439,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
                *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
       deep::driverExit(failed);
     }
-    if (ReorderBuffer* b = s.buffer()) {
-      b->addLaunchAtExit(t_in_flight.launch, t_in_flight.parent, t_in_flight.alias, failed);
-    }
+    t_in_flight.buffer->addLaunchAtExit(t_in_flight.launch, t_in_flight.parent, t_in_flight.alias,
+                                        failed, t_in_flight.generation);
     return;
   }
   bool failed = false;

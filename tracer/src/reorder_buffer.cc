@@ -36,6 +36,7 @@ ReorderBuffer::Cell& ReorderBuffer::claimCell(uint64_t ticket) {
     // the one wanted), then wait for launching threads still writing older tickets.
     {
       std::lock_guard lk(mu_);
+      ++stats_.ingress_full;
       drainIngressLocked(64);
     }
     if (cell.seq.load(std::memory_order_acquire) != ticket) std::this_thread::yield();
@@ -47,13 +48,16 @@ void ReorderBuffer::publish(Cell& cell, uint64_t ticket) {
   cell.seq.store(ticket + 1, std::memory_order_release);
 }
 
+// Every allocation a cell's payload needs is made before its ticket is taken: a ticket once taken
+// is always published (the reader cannot go past an unpublished one).
 uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
+  ApiLaunch copy = launch;
   // A graph launch's replayed ops take the tokens after its own (tokens are then not dense).
   const uint64_t extra = launch.graph_ops ? launch.graph_ops->size() : 0;
   const uint64_t token = next_ticket_.fetch_add(1 + extra, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = Cell::What::kLaunch;
-  cell.launch = launch;
+  cell.launch = std::move(copy);
   cell.parent = parent;
   cell.alias = 0;
   cell.failed = false;
@@ -66,28 +70,51 @@ uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
   return token;
 }
 
-void ReorderBuffer::launchEntering() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+// in_flight_: the generation (bumped by resetInFlight) in the high 32 bits, the launches between
+// launchEntering and their end in the low 32. A launch ends only its own generation's count.
+uint32_t ReorderBuffer::launchEntering() {
+  return static_cast<uint32_t>(in_flight_.fetch_add(1, std::memory_order_acq_rel) >> 32);
+}
 
-void ReorderBuffer::resetInFlight() { in_flight_.store(0, std::memory_order_relaxed); }
+void ReorderBuffer::endInFlight(uint32_t generation) {
+  uint64_t v = in_flight_.load(std::memory_order_relaxed);
+  while ((v >> 32) == generation && (v & 0xffffffffu) != 0) {
+    // Release: a reader that sees the count drop also sees the cell published before it.
+    if (in_flight_.compare_exchange_weak(v, v - 1, std::memory_order_release, std::memory_order_relaxed)) {
+      return;
+    }
+  }
+}
+
+void ReorderBuffer::resetInFlight() {
+  uint64_t v = in_flight_.load(std::memory_order_relaxed);
+  while (!in_flight_.compare_exchange_weak(v, ((v >> 32) + 1) << 32, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed)) {
+  }
+}
+
+uint32_t ReorderBuffer::inFlightLocked() const {
+  return static_cast<uint32_t>(in_flight_.load(std::memory_order_acquire) & 0xffffffffu);
+}
 
 uint64_t ReorderBuffer::addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias,
-                                        bool failed) {
+                                        bool failed, uint32_t generation) {
+  ApiLaunch copy = launch;
   const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = Cell::What::kLaunch;
-  cell.launch = launch;
+  cell.launch = std::move(copy);
   cell.parent = parent;
   cell.alias = alias;
   cell.failed = failed;
   publish(cell, token);
-  // After the publication: a reader that sees no launch in flight also sees this cell.
-  in_flight_.fetch_sub(1, std::memory_order_release);
+  endInFlight(generation);  // after the publication
   return token;
 }
 
 uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool complete) {
-  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   auto copy = std::make_unique<LibraryOp>(op);
+  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = Cell::What::kLibrary;
   cell.op = std::move(copy);
@@ -113,7 +140,7 @@ void ReorderBuffer::drainIngressLocked(size_t max) {
     ++consumed_;
     moved = true;
   }
-  if (moved && !early_.empty()) resolveEarlyLocked(Settle::kFound);
+  if (moved && !early_.empty()) resolveEarlyLocked(kNoTime);
 }
 
 void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
@@ -174,7 +201,7 @@ void ReorderBuffer::addAlias(uint64_t token, uint64_t correlation_id) {
   if (slot == nullptr || correlation_id == 0 || slot->correlation_ids[1] != 0) return;
   slot->correlation_ids[1] = correlation_id;
   by_correlation_[correlation_id] = token;
-  if (!early_.empty()) resolveEarlyLocked(Settle::kFound);
+  if (!early_.empty()) resolveEarlyLocked(kNoTime);
 }
 
 void ReorderBuffer::launchFailed(uint64_t token) {
@@ -230,13 +257,8 @@ bool ReorderBuffer::matchLocked(const Activity& activity, bool final) {
   if (slot == nullptr && !final && mayBeEarlyLocked(activity)) {
     // A launch is between its API enter and exit: this may be its record, come before its slot.
     early_.push_back(activity);
+    ++stats_.held_early;
     return false;
-  }
-  if (slot == nullptr && !final) {
-    // Launches published since this call's first drain (their API exits raced with it).
-    drainIngressLocked();
-    it = by_correlation_.find(activity.correlation_id);
-    slot = it == by_correlation_.end() ? nullptr : findLocked(it->second);
   }
   if (activity.own && (slot == nullptr || slot->is_library || !slot->launch.is_graph)) {
     ++stats_.own_records;  // a digest of a graph launch the buffer holds no slot for
@@ -289,46 +311,47 @@ bool ReorderBuffer::matchLocked(const Activity& activity, bool final) {
   return true;
 }
 
+// Only a plain kernel launch takes its slot at its API exit: copies, memsets, graph-replayed
+// kernels and the tracer's own have theirs at API time or none, and are never held.
 bool ReorderBuffer::mayBeEarlyLocked(const Activity& activity) const {
+  if (activity.kind != db::EventKind::kKernel || activity.own || activity.graph_id != db::kUnset) {
+    return false;
+  }
   if (early_.size() >= kMaxEarly) return false;
   if (activity.correlation_id != 0 && written_incomplete_ids_.count(activity.correlation_id) > 0) {
     return false;  // late, not early
   }
   // A launch between its API enter and exit, or a ticket taken and not yet published (the
   // FIFO cannot go past it): the record's slot may still come.
-  return in_flight_.load(std::memory_order_acquire) > 0 ||
-         next_ticket_.load(std::memory_order_acquire) != consumed_;
+  return inFlightLocked() > 0 || next_ticket_.load(std::memory_order_acquire) != consumed_;
 }
 
-// Tries the held records again (slots came in). kOld also settles for good those that were held
-// at the previous poll() already (a whole poll period), kAll every one (flush).
-void ReorderBuffer::resolveEarlyLocked(Settle settle) {
+// Tries the held records again: those whose slot came in are matched; the others are settled as
+// unmatched once no launch is in flight and every ticket is in (their slot cannot come any more),
+// or, given the time now (CUPTI's clock), once kEarlyWaitNs have passed since their kernel ended.
+void ReorderBuffer::resolveEarlyLocked(int64_t now_ns) {
   std::deque<Activity> held;
   held.swap(early_);
-  const size_t old = early_old_;
-  size_t kept_old = 0;
-  for (size_t i = 0; i < held.size(); ++i) {
-    const Activity& a = held[i];
+  const bool quiet =
+      inFlightLocked() == 0 && next_ticket_.load(std::memory_order_acquire) == consumed_;
+  for (const Activity& a : held) {
     auto it = by_correlation_.find(a.correlation_id);
     const bool found = it != by_correlation_.end() && findLocked(it->second) != nullptr;
-    if (found || settle == Settle::kAll || (settle == Settle::kOld && i < old)) {
+    const int64_t ended = a.gpu_end_ns != db::kUnset ? a.gpu_end_ns : a.gpu_start_ns;
+    const bool expired = now_ns != kNoTime && (ended == db::kUnset || now_ns - ended > kEarlyWaitNs);
+    if (found || quiet || expired) {
       (void)matchLocked(a, /*final=*/true);
     } else {
       early_.push_back(a);
-      if (i < old) ++kept_old;
     }
   }
-  early_old_ = kept_old;
   drainLocked();
 }
 
 void ReorderBuffer::poll(int64_t now_ns) {
   std::lock_guard lk(mu_);
   drainIngressLocked();
-  if (!early_.empty()) {
-    resolveEarlyLocked(Settle::kOld);
-    early_old_ = early_.size();  // the rest are settled at the next poll
-  }
+  if (!early_.empty()) resolveEarlyLocked(now_ns);
   drainLocked();
   while (!pending_.empty() && pending_.front().launch.cpu_ns != db::kUnset &&
          now_ns - pending_.front().launch.cpu_ns > options_.timeout_ns) {
@@ -340,7 +363,11 @@ void ReorderBuffer::poll(int64_t now_ns) {
 void ReorderBuffer::flush() {
   std::lock_guard lk(mu_);
   drainIngressLocked();
-  if (!early_.empty()) resolveEarlyLocked(Settle::kAll);
+  // Every held record is settled: matched if its slot is in, else unmatched.
+  std::deque<Activity> held;
+  held.swap(early_);
+  for (const Activity& a : held) (void)matchLocked(a, /*final=*/true);
+  drainLocked();
   while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
 }
 

@@ -483,6 +483,8 @@ void Session::finish() {
       {"tracer_own_records_dropped", s.own_records},
       {"tracer_graph_ops", s.graph_ops},
       {"tracer_graph_op_rows_dropped", s.graph_op_rows_dropped},
+      {"tracer_activities_held_early", s.held_early},
+      {"tracer_ingress_full", s.ingress_full},
   };
   for (const auto& [key, value] : counters) writer_->addStat(key, value);
   Status st = writer_->close();

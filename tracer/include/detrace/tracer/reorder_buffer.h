@@ -35,14 +35,15 @@
 // thread decoding activity buffers. A plain launch is published once its API call has returned
 // (addLaunchAtExit: its driver alias and outcome already known, no lock afterwards either). When
 // the ring is full, the launching thread moves cells itself. Because a plain launch's slot appears
-// at API exit, an activity record that finds no slot while a launch is in flight waits for the
-// next poll() before it counts as unmatched.
+// at API exit, a kernel record that finds no slot while a launch is in flight is held until its
+// slot comes (see launchEntering).
 //
 // Thread-safety: every method may be called from any thread. The sink is called with the mutex
 // held, so it must not call back into the buffer.
 #pragma once
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -172,6 +173,8 @@ struct ReorderStats {
   int64_t own_records = 0;         // the tracer's own memsets/memcpys/kernels (dropped)
   int64_t graph_ops = 0;           // library ops written for graph launches that replayed them
   int64_t graph_op_rows_dropped = 0;  // their graph_ops rows the sink refused
+  int64_t held_early = 0;          // kernel records held because they came before their slot could
+  int64_t ingress_full = 0;        // times a launching thread found the way-in ring full
 };
 
 class ReorderBuffer {
@@ -182,16 +185,20 @@ class ReorderBuffer {
   // this launch (0: none). Returns the slot's token (> 0); a graph launch with graph_ops takes the
   // tokens after it too, one per op.
   uint64_t addLaunch(const ApiLaunch& launch, uint64_t parent = 0);
-  // A plain launch's API call is starting (call before the call; addLaunchAtExit ends it). While
-  // any is in flight, a GPU record with no slot waits for the next poll() (it may be that launch's,
-  // come before its slot); otherwise it is unmatched at once.
-  void launchEntering();
-  // Forgets launches whose API exit was never seen (capture stopped inside their callbacks).
+  // A plain launch's API call is starting (call before the call; addLaunchAtExit ends it, given
+  // the generation this returns). While any is in flight, a kernel record with no slot is held
+  // (it may be that launch's, come before its slot) until its slot comes, nothing is in flight
+  // any more, or poll() finds kEarlyWaitNs passed since the kernel ended; otherwise it is
+  // unmatched at once.
+  uint32_t launchEntering();
+  // Forgets launches whose API exit was never seen (capture stopped inside their callbacks): a
+  // new generation, whose count starts at 0; the old generation's launches end nothing.
   void resetInFlight();
   // A plain launch whose API call has returned, in one step: its slot (taken now, at API exit),
   // the correlation id of the driver call nested in it (`alias`, 0: none) and whether the call
   // failed. Lock-free unless the ring is full. Returns the token.
-  uint64_t addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias, bool failed);
+  uint64_t addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias, bool failed,
+                           uint32_t generation);
   // Another correlation id that also names the slot (a driver launch nested in a runtime one).
   void addAlias(uint64_t token, uint64_t correlation_id);
   // The launch's API call failed: no GPU record will come; the slot is written as it is.
@@ -259,8 +266,10 @@ class ReorderBuffer {
   void pushLocked(Slot slot);
   bool matchLocked(const Activity& activity, bool final);
   bool mayBeEarlyLocked(const Activity& activity) const;
-  enum class Settle { kFound, kOld, kAll };
-  void resolveEarlyLocked(Settle settle);
+  static constexpr int64_t kNoTime = INT64_MIN;  // resolveEarlyLocked: no poll time (no expiry)
+  void resolveEarlyLocked(int64_t now_ns);
+  void endInFlight(uint32_t generation);
+  uint32_t inFlightLocked() const;
   Slot* findLocked(uint64_t token);
   void drainLocked();
   void writeHeadLocked(Reason reason);
@@ -282,15 +291,15 @@ class ReorderBuffer {
   std::unique_ptr<Cell[]> cells_;
   uint64_t cell_mask_ = 0;
   std::atomic<uint64_t> next_ticket_{1};
-  std::atomic<int64_t> in_flight_{0};  // launchEntering() not yet ended by addLaunchAtExit()
+  std::atomic<uint64_t> in_flight_{0};  // generation << 32 | launches in flight (launchEntering)
   uint64_t consumed_ = 1;
   std::deque<Slot> pending_;
-  // Activity records that found no slot while a launch was in flight (a plain launch's slot
-  // appears at its API exit): they wait until the next poll() (at most kMaxEarly of them) before
-  // they count as unmatched.
+  // Kernel records that found no slot while a launch was in flight (a plain launch's slot appears
+  // at its API exit): held (at most kMaxEarly) until their slot comes, nothing is in flight, or
+  // kEarlyWaitNs after their kernel ended.
   static constexpr size_t kMaxEarly = 4096;
+  static constexpr int64_t kEarlyWaitNs = 1'000'000'000;
   std::deque<Activity> early_;
-  size_t early_old_ = 0;  // how many at the front of early_ were there at the last poll()
   std::unordered_map<uint64_t, uint64_t> by_correlation_;  // correlation id -> token
   std::unordered_map<uint64_t, int32_t> graph_records_;    // graph key -> records per launch
   static constexpr size_t kRing = 4096;
