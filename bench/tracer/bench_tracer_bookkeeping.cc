@@ -121,8 +121,8 @@ struct BenchTrace {
       buffer->addAlias(token, alias);
       return;
     }
-    buffer->launchEntering();
-    buffer->addLaunchAtExit(l, 0, alias, false);
+    const uint32_t generation = buffer->launchEntering();
+    buffer->addLaunchAtExit(l, 0, alias, false, generation);
   }
   // The GPU record of launch `corr`.
   tracer::Activity record(uint64_t corr) const {
