@@ -12,6 +12,7 @@
 #include "detrace/tracer/comm_registry.h"
 #include "detrace/tracer/reorder_buffer.h"
 #include "fake_sink.h"
+#include "reorder_fakes.h"
 
 namespace detrace::tracer {
 namespace {
@@ -19,41 +20,9 @@ namespace {
 using db::EventKind;
 
 using testing::FakeSink;
-
-ApiLaunch launch(uint64_t corr, int64_t cpu_ns, int64_t stream = 1) {
-  ApiLaunch l;
-  l.correlation_id = corr;
-  l.api = db::LaunchApi::kRuntime;
-  l.cpu_ns = cpu_ns;
-  l.stream = stream;
-  l.device = 0;
-  return l;
-}
-
-Activity kernel(uint64_t corr, int64_t start, int64_t name = 7) {
-  Activity a;
-  a.correlation_id = corr;
-  a.kind = EventKind::kKernel;
-  a.name = name;
-  a.device = 0;
-  a.gpu_start_ns = start;
-  a.gpu_end_ns = start + 10;
-  a.has_launch = true;
-  a.launch.grid = {4, 2, 1};
-  a.launch.block = {128, 1, 1};
-  a.launch.registers = 32;
-  return a;
-}
-
-LibraryOp gemm(int64_t cpu_ns) {
-  LibraryOp op;
-  op.event.kind = EventKind::kGemm;
-  op.event.cpu_ns = cpu_ns;
-  db::Gemm g;
-  g.m = 64;
-  op.detail = g;
-  return op;
-}
+using testing::gemm;
+using testing::kernel;
+using testing::launch;
 
 TEST(ReorderBuffer, OutOfOrderActivitiesComeOutInLaunchOrder) {
   FakeSink sink;

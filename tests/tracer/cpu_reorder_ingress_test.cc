@@ -11,52 +11,27 @@
 
 #include "detrace/tracer/reorder_buffer.h"
 #include "fake_sink.h"
+#include "reorder_fakes.h"
 
 namespace detrace::tracer {
 namespace {
 
 using db::EventKind;
 using testing::FakeSink;
-
-ApiLaunch launchAt(uint64_t corr, int64_t cpu_ns, int64_t stream = 1) {
-  ApiLaunch l;
-  l.correlation_id = corr;
-  l.api = db::LaunchApi::kRuntime;
-  l.cpu_ns = cpu_ns;
-  l.stream = stream;
-  l.device = 0;
-  return l;
-}
-
-Activity record(uint64_t corr, int64_t start) {
-  Activity a;
-  a.correlation_id = corr;
-  a.kind = EventKind::kKernel;
-  a.name = 3;
-  a.device = 0;
-  a.gpu_start_ns = start;
-  a.gpu_end_ns = start + 5;
-  return a;
-}
-
-LibraryOp gemmAt(int64_t cpu_ns) {
-  LibraryOp op;
-  op.event.kind = EventKind::kGemm;
-  op.event.cpu_ns = cpu_ns;
-  op.detail = db::Gemm{};
-  return op;
-}
+using testing::gemm;
+using testing::kernel;
+using testing::launch;
 
 TEST(ReorderIngress, LaunchAtExitCarriesItsAliasAndOutcome) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   (void)rb.launchEntering();
-  const uint64_t a = rb.addLaunchAtExit(launchAt(10, 1), 0, /*alias=*/11, /*failed=*/false, 0);
+  const uint64_t a = rb.addLaunchAtExit(launch(10, 1), 0, /*alias=*/11, /*failed=*/false, 0);
   (void)rb.launchEntering();
-  const uint64_t b = rb.addLaunchAtExit(launchAt(20, 2), 0, 0, /*failed=*/true, 0);
+  const uint64_t b = rb.addLaunchAtExit(launch(20, 2), 0, 0, /*failed=*/true, 0);
   EXPECT_LT(a, b);
   EXPECT_TRUE(sink.rows.empty()) << "the first launch waits for its GPU record";
-  rb.addActivity(record(11, 500));  // the record carries the nested driver call's id
+  rb.addActivity(kernel(11, 500));  // the record carries the nested driver call's id
   ASSERT_EQ(sink.rows.size(), 2u);
   EXPECT_EQ(sink.rows[0].e.correlation_id, 10);
   EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 500);
@@ -71,13 +46,13 @@ TEST(ReorderIngress, LaunchAtExitCarriesItsAliasAndOutcome) {
 TEST(ReorderIngress, ALaunchPublishedAtExitFollowsTheOpsItsThreadMadeBefore) {
   FakeSink sink;
   ReorderBuffer rb(sink);
-  const uint64_t op = rb.addLibraryOp(gemmAt(1));
+  const uint64_t op = rb.addLibraryOp(gemm(1));
   (void)rb.launchEntering();
-  rb.addLaunchAtExit(launchAt(5, 2), op, 0, false, 0);  // a kernel the GEMM launched
+  rb.addLaunchAtExit(launch(5, 2), op, 0, false, 0);  // a kernel the GEMM launched
   (void)rb.launchEntering();
-  rb.addLaunchAtExit(launchAt(6, 3), 0, 0, false, 0);
-  rb.addActivity(record(6, 900));
-  rb.addActivity(record(5, 800));
+  rb.addLaunchAtExit(launch(6, 3), 0, 0, false, 0);
+  rb.addActivity(kernel(6, 900));
+  rb.addActivity(kernel(5, 800));
   ASSERT_EQ(sink.rows.size(), 3u);
   EXPECT_EQ(sink.rows[0].e.kind, EventKind::kGemm);
   EXPECT_EQ(sink.rows[1].e.correlation_id, 5);
@@ -89,10 +64,10 @@ TEST(ReorderIngress, ARecordBeforeItsLaunchsExitWaitsForTheSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   const uint32_t generation = rb.launchEntering();  // the API call is in progress ...
-  rb.addActivity(record(7, 40));  // ... and its GPU record already came
+  rb.addActivity(kernel(7, 40));  // ... and its GPU record already came
   EXPECT_TRUE(sink.rows.empty());
   EXPECT_EQ(rb.stats().unmatched, 0);
-  rb.addLaunchAtExit(launchAt(7, 1), 0, 0, false, generation);
+  rb.addLaunchAtExit(launch(7, 1), 0, 0, false, generation);
   rb.poll(2);  // the slot is in: the held record completes it
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.gpu_start_ns, 40);
@@ -104,17 +79,17 @@ TEST(ReorderIngress, AHeldRecordWithNoSlotIsUnmatchedOnceItsWaitIsOver) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   (void)rb.launchEntering();  // never ends (capture stopped inside its callbacks)
-  rb.addActivity(record(99, 40));  // its kernel ended at 45 ns
+  rb.addActivity(kernel(99, 40));  // its kernel ended at 50 ns
   EXPECT_EQ(rb.stats().held_early, 1);
-  rb.poll(45 + 500'000'000);
-  rb.poll(45 + 900'000'000);
+  rb.poll(50 + 500'000'000);
+  rb.poll(50 + 900'000'000);
   EXPECT_TRUE(sink.rows.empty()) << "held for a second after its kernel ended";
-  rb.poll(45 + 1'100'000'000);
+  rb.poll(50 + 1'100'000'000);
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.correlation_id, 99);
   EXPECT_EQ(rb.stats().unmatched, 1);
   rb.resetInFlight();  // forgets the launch that never ended: records are settled at once again
-  rb.addActivity(record(100, 50));
+  rb.addActivity(kernel(100, 50));
   EXPECT_EQ(sink.rows.size(), 2u);
 }
 
@@ -122,10 +97,10 @@ TEST(ReorderIngress, AHeldRecordIsSettledOnceNothingIsInFlight) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   const uint32_t a = rb.launchEntering();
-  rb.addActivity(record(50, 10));  // not launch a's: some launch the callbacks never saw
+  rb.addActivity(kernel(50, 10));  // not launch a's: some launch the callbacks never saw
   EXPECT_TRUE(sink.rows.empty());
-  rb.addLaunchAtExit(launchAt(51, 1), 0, 0, false, a);
-  rb.addActivity(record(51, 20));  // launch a's own record completes it; nothing is in flight now
+  rb.addLaunchAtExit(launch(51, 1), 0, 0, false, a);
+  rb.addActivity(kernel(51, 20));  // launch a's own record completes it; nothing is in flight now
   rb.poll(30);                      // long before the wait is over
   ASSERT_EQ(sink.rows.size(), 2u) << "no launch can bring the held record's slot any more";
   EXPECT_EQ(rb.stats().unmatched, 1);
@@ -136,13 +111,13 @@ TEST(ReorderIngress, OnlyPlainKernelRecordsAreEverHeld) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   (void)rb.launchEntering();  // in flight for the whole test
-  Activity copy = record(60, 5);
+  Activity copy = kernel(60, 5);
   copy.kind = EventKind::kMemcpy;
   rb.addActivity(copy);        // copies have no launch slot to wait for
-  Activity replayed = record(61, 6);
+  Activity replayed = kernel(61, 6);
   replayed.graph_id = 3;       // a graph's kernels: their slot is the graph launch's, taken at enter
   rb.addActivity(replayed);
-  Activity own = record(62, 7);
+  Activity own = kernel(62, 7);
   own.own = true;              // the tracer's own digest
   rb.addActivity(own);
   EXPECT_EQ(rb.stats().held_early, 0);
@@ -157,11 +132,11 @@ TEST(ReorderIngress, AStaleGenerationEndsNothing) {
   rb.resetInFlight();                    // a stop and a new start while it was in flight
   const uint32_t current = rb.launchEntering();
   EXPECT_NE(before_stop, current);
-  rb.addLaunchAtExit(launchAt(70, 1), 0, 0, false, before_stop);  // ends nothing of `current`'s
-  rb.addActivity(record(71, 9));         // launch `current` is still in flight: held
+  rb.addLaunchAtExit(launch(70, 1), 0, 0, false, before_stop);  // ends nothing of `current`'s
+  rb.addActivity(kernel(71, 9));         // launch `current` is still in flight: held
   EXPECT_EQ(rb.stats().held_early, 1);
-  rb.addLaunchAtExit(launchAt(71, 2), 0, 0, false, current);
-  rb.addActivity(record(70, 8));
+  rb.addLaunchAtExit(launch(71, 2), 0, 0, false, current);
+  rb.addActivity(kernel(70, 8));
   rb.poll(20);
   ASSERT_EQ(sink.rows.size(), 2u);
   EXPECT_EQ(rb.stats().matched, 2);
@@ -178,21 +153,21 @@ TEST(ReorderIngress, GraphOpTokensAndExitLaunchesShareASmallRing) {
   auto templates = std::make_shared<GraphOpTemplates>();
   for (int i = 0; i < 6; ++i) {
     GraphOpTemplate t;
-    t.op = gemmAt(1);
+    t.op = gemm(1);
     templates->push_back(t);
   }
   const uint32_t g0 = rb.launchEntering();
-  rb.addLaunchAtExit(launchAt(1, 1), 0, 0, false, g0);
-  ApiLaunch graph = launchAt(2, 2);
+  rb.addLaunchAtExit(launch(1, 1), 0, 0, false, g0);
+  ApiLaunch graph = launch(2, 2);
   graph.is_graph = true;
   graph.expected_activities = 1;
   graph.graph_ops = templates;
   const uint64_t graph_token = rb.addLaunch(graph);
   const uint32_t g1 = rb.launchEntering();
-  const uint64_t last = rb.addLaunchAtExit(launchAt(3, 3), 0, 0, false, g1);
+  const uint64_t last = rb.addLaunchAtExit(launch(3, 3), 0, 0, false, g1);
   EXPECT_EQ(last, graph_token + 7) << "the graph's six ops took the tokens after its own";
-  rb.addActivity(record(1, 10));
-  rb.addActivity(record(3, 30));
+  rb.addActivity(kernel(1, 10));
+  rb.addActivity(kernel(3, 30));
   rb.flush();
   ASSERT_GE(sink.rows.size(), 3u);
   EXPECT_EQ(sink.rows.front().e.correlation_id, 1);
@@ -205,7 +180,7 @@ TEST(ReorderIngress, FlushSettlesHeldRecords) {
   FakeSink sink;
   ReorderBuffer rb(sink);
   (void)rb.launchEntering();
-  rb.addActivity(record(3, 10));
+  rb.addActivity(kernel(3, 10));
   rb.flush();
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(rb.stats().unmatched, 1);
@@ -235,7 +210,7 @@ TEST(ReorderIngress, ASmallRingUnderManyThreadsKeepsEveryLaunchInItsThreadsOrder
         const uint64_t corr = next_corr.fetch_add(1);
         issued[t].push_back(corr);
         // The thread number rides in the stream id, to check each thread's order afterwards.
-        rb.addLaunchAtExit(launchAt(corr, static_cast<int64_t>(corr), /*stream=*/t), 0, 0, false,
+        rb.addLaunchAtExit(launch(corr, static_cast<int64_t>(corr), /*stream=*/t), 0, 0, false,
                            generation);
       }
     });
@@ -248,7 +223,7 @@ TEST(ReorderIngress, ASmallRingUnderManyThreadsKeepsEveryLaunchInItsThreadsOrder
       std::vector<uint64_t> batch;
       for (; sent < upto; ++sent) batch.push_back(sent);
       std::shuffle(batch.begin(), batch.end(), rng);
-      for (uint64_t c : batch) rb.addActivity(record(c, static_cast<int64_t>(c) * 10));
+      for (uint64_t c : batch) rb.addActivity(kernel(c, static_cast<int64_t>(c) * 10));
     }
   });
   for (auto& th : threads) th.join();

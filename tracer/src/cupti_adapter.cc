@@ -32,6 +32,7 @@
 #include "cupti_api.h"
 #include "deep.h"
 #include "diag_timing.h"
+#include "launch_callback_ids.h"
 #include "library_ops.h"
 #include "log.h"
 #include "fingerprinter.h"
@@ -294,6 +295,17 @@ int64_t streamId(db::TraceWriter& w, int64_t handle, int32_t device) {
   return id;
 }
 
+// A launch API call begins on this thread: a runtime call nests its driver half (which then only
+// adds an alias), a driver call is the launch itself. `token`: its slot (0: none yet, or none).
+void enterNesting(bool runtime, uint64_t token) {
+  if (runtime) {
+    ++t_runtime_depth;
+    t_runtime_token = token;
+  } else {
+    t_driver_token = token;
+  }
+}
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
@@ -334,12 +346,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       deep = deep_ticket.record && !kind.graph;
     }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
-      if (runtime) {
-        ++t_runtime_depth;
-        t_runtime_token = 0;
-      } else {
-        t_driver_token = 0;
-      }
+      enterNesting(runtime, 0);
       return;
     }
     ApiLaunch launch;
@@ -397,12 +404,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_in_flight.buffer = buffer;
       t_in_flight.generation = buffer->launchEntering();
       t_in_flight.active = true;
-      if (runtime) {
-        ++t_runtime_depth;
-        t_runtime_token = 0;
-      } else {
-        t_driver_token = 0;
-      }
+      enterNesting(runtime, 0);  // no token: the slot is taken at the exit
       return;
     }
     uint64_t token = 0;
@@ -416,13 +418,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_replay_runtime = runtime;
     }
     if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
-    if (runtime) {
-      ++t_runtime_depth;
-      t_runtime_token = token;
-    } else {
-      t_driver_token = token;
-      if (deep) deep::driverEnter(cbid, cb->functionParams, token);
-    }
+    enterNesting(runtime, token);
+    if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
     return;
   }
   // API exit: a failed launch never produces a GPU record.
@@ -782,17 +779,6 @@ void finalFlush() {
 
 // Launch callbacks on (1) or off (0): the capture switch (Session::CaptureHooks).
 bool setLaunchCallbacks(uint32_t on) {
-  const CUpti_CallbackId runtime_ids[] = {
-      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
-      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
-      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
-      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
-      CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000};
-  const CUpti_CallbackId driver_ids[] = {
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
   // Overhead diagnostics (bench/tracer/bench_overhead --diag): DETRACE_DIAG_LAUNCH_CALLBACKS=driver
   // leaves the runtime-API launch callbacks off (every runtime launch is then seen through its
   // driver half, recorded as a driver launch).
@@ -804,11 +790,11 @@ bool setLaunchCallbacks(uint32_t on) {
   }();
   const bool driver_only = which == "driver";
   if (which == "none" && on) return true;
-  for (CUpti_CallbackId id : runtime_ids) {
+  for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
     if (driver_only && on) break;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
-  for (CUpti_CallbackId id : driver_ids) {
+  for (CUpti_CallbackId id : kDriverLaunchCallbacks) {
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
   }
   return true;
