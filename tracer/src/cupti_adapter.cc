@@ -397,7 +397,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     if (!kind.graph && !deep) {
       // The fast path: the slot is taken at the API exit, without a lock.
       DiagScope timing(DiagSite::kEnterSlot);
-      t_in_flight.launch = launch;
+      t_in_flight.launch = std::move(launch);
       t_in_flight.parent = currentParent();
       t_in_flight.alias = 0;
       t_in_flight.runtime = runtime;
@@ -436,8 +436,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
                *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
       deep::driverExit(failed);
     }
-    t_in_flight.buffer->addLaunchAtExit(t_in_flight.launch, t_in_flight.parent, t_in_flight.alias,
-                                        failed, t_in_flight.generation);
+    t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
+                                        t_in_flight.alias, failed, t_in_flight.generation);
     return;
   }
   bool failed = false;

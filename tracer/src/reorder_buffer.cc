@@ -48,19 +48,19 @@ void ReorderBuffer::publish(Cell& cell, uint64_t ticket) {
   cell.seq.store(ticket + 1, std::memory_order_release);
 }
 
-// Every allocation a cell's payload needs is made before its ticket is taken: a ticket once taken
-// is always published (the reader cannot go past an unpublished one).
-uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
-  ApiLaunch copy = launch;
-  // A graph launch's replayed ops take the tokens after its own (tokens are then not dense).
+// A launch's cell, and a skip cell for each token its graph's replayed ops take after its own
+// (tokens are then not dense). `launch` is the caller's copy: every allocation a cell needs is
+// made before its ticket is taken, so a ticket once taken is always published (the reader cannot
+// go past an unpublished one).
+uint64_t ReorderBuffer::publishLaunch(ApiLaunch launch, uint64_t parent, uint64_t alias, bool failed) {
   const uint64_t extra = launch.graph_ops ? launch.graph_ops->size() : 0;
   const uint64_t token = next_ticket_.fetch_add(1 + extra, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = Cell::What::kLaunch;
-  cell.launch = std::move(copy);
+  cell.launch = std::move(launch);
   cell.parent = parent;
-  cell.alias = 0;
-  cell.failed = false;
+  cell.alias = alias;
+  cell.failed = failed;
   publish(cell, token);
   for (uint64_t i = 1; i <= extra; ++i) {
     Cell& skip = claimCell(token + i);
@@ -68,6 +68,10 @@ uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
     publish(skip, token + i);
   }
   return token;
+}
+
+uint64_t ReorderBuffer::addLaunch(const ApiLaunch& launch, uint64_t parent) {
+  return publishLaunch(launch, parent, 0, false);
 }
 
 // in_flight_: the generation (bumped by resetInFlight) in the high 32 bits, the launches between
@@ -97,17 +101,9 @@ uint32_t ReorderBuffer::inFlightLocked() const {
   return static_cast<uint32_t>(in_flight_.load(std::memory_order_acquire) & 0xffffffffu);
 }
 
-uint64_t ReorderBuffer::addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias,
+uint64_t ReorderBuffer::addLaunchAtExit(ApiLaunch launch, uint64_t parent, uint64_t alias,
                                         bool failed, uint32_t generation) {
-  ApiLaunch copy = launch;
-  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
-  Cell& cell = claimCell(token);
-  cell.what = Cell::What::kLaunch;
-  cell.launch = std::move(copy);
-  cell.parent = parent;
-  cell.alias = alias;
-  cell.failed = failed;
-  publish(cell, token);
+  const uint64_t token = publishLaunch(std::move(launch), parent, alias, failed);
   endInFlight(generation);  // after the publication
   return token;
 }
@@ -338,7 +334,8 @@ void ReorderBuffer::resolveEarlyLocked(int64_t now_ns) {
     auto it = by_correlation_.find(a.correlation_id);
     const bool found = it != by_correlation_.end() && findLocked(it->second) != nullptr;
     const int64_t ended = a.gpu_end_ns != db::kUnset ? a.gpu_end_ns : a.gpu_start_ns;
-    const bool expired = now_ns != kNoTime && (ended == db::kUnset || now_ns - ended > kEarlyWaitNs);
+    const bool expired = now_ns == kSettleAll ||
+                         (now_ns != kNoTime && (ended == db::kUnset || now_ns - ended > kEarlyWaitNs));
     if (found || quiet || expired) {
       (void)matchLocked(a, /*final=*/true);
     } else {
@@ -363,11 +360,7 @@ void ReorderBuffer::poll(int64_t now_ns) {
 void ReorderBuffer::flush() {
   std::lock_guard lk(mu_);
   drainIngressLocked();
-  // Every held record is settled: matched if its slot is in, else unmatched.
-  std::deque<Activity> held;
-  held.swap(early_);
-  for (const Activity& a : held) (void)matchLocked(a, /*final=*/true);
-  drainLocked();
+  if (!early_.empty()) resolveEarlyLocked(kSettleAll);  // matched if its slot is in, else unmatched
   while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
 }
 

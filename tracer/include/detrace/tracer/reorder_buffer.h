@@ -197,7 +197,7 @@ class ReorderBuffer {
   // A plain launch whose API call has returned, in one step: its slot (taken now, at API exit),
   // the correlation id of the driver call nested in it (`alias`, 0: none) and whether the call
   // failed. Lock-free unless the ring is full. Returns the token.
-  uint64_t addLaunchAtExit(const ApiLaunch& launch, uint64_t parent, uint64_t alias, bool failed,
+  uint64_t addLaunchAtExit(ApiLaunch launch, uint64_t parent, uint64_t alias, bool failed,
                            uint32_t generation);
   // Another correlation id that also names the slot (a driver launch nested in a runtime one).
   void addAlias(uint64_t token, uint64_t correlation_id);
@@ -266,7 +266,10 @@ class ReorderBuffer {
   void pushLocked(Slot slot);
   bool matchLocked(const Activity& activity, bool final);
   bool mayBeEarlyLocked(const Activity& activity) const;
-  static constexpr int64_t kNoTime = INT64_MIN;  // resolveEarlyLocked: no poll time (no expiry)
+  // resolveEarlyLocked's time: none (nothing expires), or flush (everything does).
+  static constexpr int64_t kNoTime = INT64_MIN;
+  static constexpr int64_t kSettleAll = INT64_MAX;
+  uint64_t publishLaunch(ApiLaunch launch, uint64_t parent, uint64_t alias, bool failed);
   void resolveEarlyLocked(int64_t now_ns);
   void endInFlight(uint32_t generation);
   uint32_t inFlightLocked() const;
