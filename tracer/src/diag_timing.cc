@@ -40,13 +40,13 @@ const char* siteName(int site) {
 
 }  // namespace
 
-bool diagTimingOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_TIMING");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
+namespace detail {
+// Read at load, before CUPTI can call back, so that a scope's check is one load and a branch.
+const bool g_diag_timing = [] {
+  const char* v = std::getenv("DETRACE_DIAG_TIMING");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}();
+}  // namespace detail
 
 int64_t diagNowNs() {
   timespec t{};

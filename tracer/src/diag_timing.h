@@ -31,7 +31,10 @@ enum class DiagSite : int {
   kCount
 };
 
-bool diagTimingOn();
+namespace detail {
+extern const bool g_diag_timing;  // DETRACE_DIAG_TIMING=1, read once when the library loads
+}  // namespace detail
+inline bool diagTimingOn() { return detail::g_diag_timing; }
 int64_t diagNowNs();
 void diagAdd(DiagSite site, int64_t ns);
 // Adds every site's counters to the session's stats (called once, at the end).
