@@ -444,6 +444,21 @@ DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_l2hint_via, 16, 4, kAlign8L2Hint)
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a4_via, 16, 4, 4)
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a1_via, 8, 3, 1)
 
+// Several digests in one launch (Digester::digestMany): blockIdx.y picks one, which runs exactly as
+// it would alone on gridDim.x blocks. The batch stays in parameter space (__grid_constant__): each
+// block reads only its own digest's fields, without a copy of the whole batch.
+#define DETRACE_DIGEST_KERNEL_MANY(name, batch, min_blocks, align)                          \
+  extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
+      name(const __grid_constant__ dd::DigestBatch b) {                                   \
+    if (blockIdx.y >= b.count) return;                                                    \
+    digestAny<align, batch>(b.params[blockIdx.y]);                                        \
+  }
+
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_many, 16, 4, 8)
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_l2hint_many, 16, 4, kAlign8L2Hint)
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a4_many, 16, 4, 4)
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a1_many, 8, 3, 1)
+
 // Stores p.value[i] to the device word p.addr[i] for i < p.count (one block). Launched on a stream
 // just before a CUDA graph (the destinations of its *_via digests) and just after it (0: the graph's
 // next, unrecorded, replays skip their digests).

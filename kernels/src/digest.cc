@@ -120,6 +120,9 @@ void planPasses(detail::DigestParams& p) {
   }
 }
 
+// The kernel of an alignment (8, 4, 1) in each Kernels set.
+int alignmentIndex(uint32_t align) { return align == 8 ? 0 : align == 4 ? 1 : 2; }
+
 // Blocks for `passes` passes with at most `cap` resident: as few rounds as the cap allows, and the
 // passes spread evenly over the blocks (4096 passes on a cap of 528: 512 blocks x 8, not 528
 // blocks of which 400 run an eighth pass while the others idle).
@@ -209,6 +212,10 @@ Result<Digester> Digester::create() {
       "detrace_digest_a1_via"};
   DETRACE_RETURN_IF_ERROR(d.loadKernels(names, sms, d.kernels_));
   DETRACE_RETURN_IF_ERROR(d.loadKernels(via_names, sms, d.via_kernels_));
+  const char* const many_names[kAlignments] = {
+      l2_hint ? "detrace_digest_a8_l2hint_many" : "detrace_digest_a8_many", "detrace_digest_a4_many",
+      "detrace_digest_a1_many"};
+  DETRACE_RETURN_IF_ERROR(d.loadKernels(many_names, sms, d.many_kernels_));
   DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.store_words_, module, "detrace_store_words"));
   return d;
 }
@@ -226,7 +233,7 @@ Status Digester::loadKernels(const char* const (&names)[kAlignments], int sms, K
 
 Status Digester::launch(const Kernels& kernels, const void* params, CUstream stream) const {
   const auto& p = *static_cast<const detail::DigestParams*>(params);
-  const int a = p.align == 8 ? 0 : p.align == 4 ? 1 : 2;
+  const int a = alignmentIndex(p.align);
   // A persistent grid: blocks loop over passes, so more blocks than are resident buy nothing.
   const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(kernels.grid_caps[a]));
   void* args[] = {const_cast<void*>(params)};
@@ -257,6 +264,49 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   p.out = reinterpret_cast<uint64_t>(out);
   return launch(kernels_, &p, stream);
+}
+
+Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream) const {
+  static_assert(kMaxBatch == static_cast<uint32_t>(detail::kMaxBatch),
+                "digest.h and digest_params.h disagree");
+  if (n > kMaxBatch) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany takes at most {} digests, not {}",
+                     kMaxBatch, n);
+  }
+  if (n > 0 && requests == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany got no requests");
+  }
+  // Planned first, all of them: an invalid request enqueues nothing.
+  detail::DigestBatch batches[kAlignments] = {};
+  uint64_t blocks[kAlignments] = {};
+  for (uint32_t i = 0; i < n; ++i) {
+    const DigestRequest& r = requests[i];
+    detail::DigestParams p{};
+    if (r.rows == 0) {
+      DETRACE_RETURN_IF_ERROR(planWhole("digestMany", r.base, r.bytes, r.slot, p));
+      p.out = reinterpret_cast<uint64_t>(r.out != nullptr ? r.out : &r.slot->digest);
+    } else {
+      if (r.out == nullptr) {
+        return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany: rows need an output array");
+      }
+      DETRACE_RETURN_IF_ERROR(planRows("digestMany", r.base, r.rows, r.row_bytes, r.row_stride, r.slot, p));
+      p.out = reinterpret_cast<uint64_t>(r.out);
+    }
+    const int a = alignmentIndex(p.align);
+    detail::DigestBatch& b = batches[a];
+    b.params[b.count++] = p;
+    blocks[a] = std::max(blocks[a], gridFor(p.passes, static_cast<uint64_t>(many_kernels_.grid_caps[a])));
+  }
+  if (n == 0) return Status::ok();
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  for (int a = 0; a < kAlignments; ++a) {
+    if (batches[a].count == 0) continue;
+    void* args[] = {&batches[a]};
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(blocks[a]),
+                                                  batches[a].count, 1, detail::kBlockThreads, 1, 1,
+                                                  0, stream, args, nullptr));
+  }
+  return Status::ok();
 }
 
 // ---- CUDA graph replays: the *_via entry points and detrace_store_words ----

@@ -52,6 +52,16 @@ struct DigestParams {
   uint32_t pad;
 };
 
+// Several digests in one launch (the *_many kernels, Digester::digestMany): blockIdx.y picks the
+// digest, and each runs as if launched alone on gridDim.x blocks (gridDim.x is the largest grid any
+// of them wants; the others' surplus blocks find no pass and return).
+inline constexpr int kMaxBatch = 8;
+struct DigestBatch {
+  uint32_t count;
+  uint32_t pad;
+  DigestParams params[kMaxBatch];
+};
+
 // Which passes a kSplit block runs: kSchedStrided, passes blockIdx.x, + gridDim.x, ... (a row's
 // tiles spread over many blocks, each leaving the row after one pass: a barrier and two atomics
 // per pass); kSchedContiguous, one run of ceil(passes / grid) consecutive passes (a block leaves a

@@ -4,6 +4,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <array>
+#include <random>
 
 #include "detrace/kernels/digest.h"
 #include "kernels_gpu_util.h"
@@ -227,6 +229,104 @@ TEST_F(DigestGpuTest, WritesToMappedHostMemory) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(*mapped, digestCpu(host.data(), len));
   (void)cudaFreeHost(mapped);
+}
+
+// digestMany: random batches of whole buffers and row sets (every kernel mode and alignment
+// mixed, so some batches take more than one launch) give what the CPU twin gives, bit for bit,
+// twice over the same slots and workspaces; an invalid request enqueues nothing.
+TEST_F(DigestGpuTest, ManyInOneLaunchMatchCpu) {
+  DETRACE_REQUIRE_GPU();
+  struct Item {
+    DigestRequest req;
+    std::vector<unsigned char> host;
+    uint64_t offset = 0;
+    DeviceBuffer buf, out, ws;
+  };
+  const uint64_t whole_sizes[] = {0, 1, 1000, 4096, 65536 + 3, 1u << 20, (16u << 20) + 5};
+  const RowCase row_cases[] = {{7, 100, 101, 3},     {1000, 64, 66, 2},   {33, 8192, 8192, 0},
+                               {40, 9216, 9216, 0},  {17, 65536, 65538, 6}, {3, 70000, 70003, 5},
+                               {600, 66560, 66560, 0}, {2, 1u << 20, (1u << 20) + 2, 2}};
+  std::mt19937_64& rng = rng_;  // the fixture's, seeded and logged per test
+  for (int trial = 0; trial < 12; ++trial) {
+    const uint32_t n = 1 + static_cast<uint32_t>(rng() % Digester::kMaxBatch);
+    std::vector<Item> items(n);
+    std::vector<DigestRequest> reqs;
+    for (Item& it : items) {
+      const bool rows = rng() % 2 == 0;
+      it.offset = std::array<uint64_t, 4>{0, 1, 4, 8}[rng() % 4];
+      if (rows) {
+        const RowCase c = row_cases[rng() % std::size(row_cases)];
+        const uint64_t span = (c.rows - 1) * c.stride + c.row_bytes;
+        it.host = randomBytes(span + it.offset + 1);
+        it.buf = DeviceBuffer(it.host.size());
+        it.out = DeviceBuffer(c.rows * 8ull);
+        it.ws = DeviceBuffer(c.rows * sizeof(DigestSlot));
+        it.req.rows = c.rows;
+        it.req.row_bytes = c.row_bytes;
+        it.req.row_stride = c.stride;
+      } else {
+        const uint64_t len = whole_sizes[rng() % std::size(whole_sizes)];
+        it.host = randomBytes(len + it.offset + 1);
+        it.buf = DeviceBuffer(it.host.size());
+        it.out = DeviceBuffer(8);
+        it.ws = DeviceBuffer(sizeof(DigestSlot));
+        it.req.bytes = len;
+      }
+      ASSERT_TRUE(it.buf.ok() && it.out.ok() && it.ws.ok());
+      it.buf.upload(it.host.data(), it.host.size());
+      it.ws.poison(0);
+      it.req.base = reinterpret_cast<CUdeviceptr>(it.buf.get() + it.offset);
+      it.req.out = reinterpret_cast<uint64_t*>(it.out.get());
+      it.req.slot = reinterpret_cast<DigestSlot*>(it.ws.get());
+      reqs.push_back(it.req);
+    }
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the second run reuses slots and workspaces
+      for (Item& it : items) it.out.poison();
+      const Status s = digester_->digestMany(reqs.data(), n, nullptr);
+      ASSERT_TRUE(s.isOk()) << s.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (uint32_t i = 0; i < n; ++i) {
+        const Item& it = items[i];
+        const uint32_t count = it.req.rows == 0 ? 1 : it.req.rows;
+        std::vector<uint64_t> want(count);
+        if (it.req.rows == 0) {
+          want[0] = digestCpu(it.host.data() + it.offset, it.req.bytes);
+        } else {
+          digestRowsCpu(it.host.data() + it.offset, it.req.rows, it.req.row_bytes,
+                        it.req.row_stride, want.data());
+        }
+        const auto got = it.out.download(count * 8ull);
+        for (uint32_t r = 0; r < count; ++r) {
+          uint64_t g;
+          std::memcpy(&g, got.data() + r * 8ull, 8);
+          ASSERT_EQ(g, want[r]) << "trial " << trial << " request " << i << " of " << n
+                                << (it.req.rows ? " (rows)" : " (whole)") << " offset " << it.offset
+                                << ": digest " << r;
+        }
+      }
+    }
+  }
+  // An invalid request (long rows without a workspace) anywhere in the batch: nothing runs.
+  DeviceBuffer buf(1 << 20), out(8 + 8);
+  ASSERT_TRUE(buf.ok() && out.ok());
+  out.poison();
+  DigestRequest good, bad;
+  good.base = reinterpret_cast<CUdeviceptr>(buf.get());
+  good.bytes = 4096;
+  good.out = reinterpret_cast<uint64_t*>(out.get());
+  good.slot = slot(0);
+  bad.base = reinterpret_cast<CUdeviceptr>(buf.get());
+  bad.rows = 1;
+  bad.row_bytes = kDigestRowBytesWithoutWorkspace + 1;
+  bad.out = reinterpret_cast<uint64_t*>(out.get() + 8);
+  const DigestRequest pair[] = {good, bad};
+  EXPECT_EQ(digester_->digestMany(pair, 2, nullptr).code(), ErrorCode::kInvalidArgument);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto untouched = out.download(16);
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](unsigned char b) { return b == 0xff; }));
+  std::vector<DigestRequest> too_many(Digester::kMaxBatch + 1, good);
+  EXPECT_EQ(digester_->digestMany(too_many.data(), Digester::kMaxBatch + 1, nullptr).code(),
+            ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

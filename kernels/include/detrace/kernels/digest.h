@@ -57,6 +57,19 @@ uint64_t digestCpu(const void* data, size_t len);
 void digestRowsCpu(const void* base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                    uint64_t* out);
 
+// One digest of a Digester::digestMany batch: a whole buffer (rows == 0: [base, base + bytes), as
+// Digester::digest, written to `out` or else slot->digest) or per-row digests (rows > 0: as
+// Digester::digestRows, `row_bytes`/`row_stride`, written to out[0..rows), `slot` the workspace).
+struct DigestRequest {
+  CUdeviceptr base = 0;
+  uint64_t bytes = 0;
+  uint32_t rows = 0;
+  uint64_t row_bytes = 0;
+  uint64_t row_stride = 0;
+  uint64_t* out = nullptr;
+  DigestSlot* slot = nullptr;
+};
+
 namespace detail {
 struct DriverApi;
 void unloadModule(CUmodule m);  // through the driver entry points digest.cc resolved
@@ -84,6 +97,13 @@ class Digester {
   // otherwise; like a DigestSlot it is left zeroed for reuse.
   Status digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                     uint64_t* out, DigestSlot* workspace, CUstream stream) const;
+
+  // Enqueues up to kMaxBatch digests (whole buffers and row sets, mixed) with the host cost of one
+  // launch per alignment class among them (one when every base and row stride is a multiple of 8,
+  // the usual case for tensors): the same results as digest() / digestRows() called one by one.
+  // Each request needs its own slot or workspace. Nothing is enqueued if any request is invalid.
+  static constexpr uint32_t kMaxBatch = 8;
+  Status digestMany(const DigestRequest* requests, uint32_t n, CUstream stream) const;
 
   // ---- CUDA graph replays ----
   // digest() and digestRows() with the destination read when the kernel runs: `out_cell` is a
@@ -127,6 +147,7 @@ class Digester {
   ScopedResource<CUmodule, detail::unloadModule> module_;
   Kernels kernels_;
   Kernels via_kernels_;  // the *_via entry points (graph replays)
+  Kernels many_kernels_;  // the *_many entry points (digestMany)
   CUfunction store_words_ = nullptr;
   CUcontext context_ = nullptr;
 };
