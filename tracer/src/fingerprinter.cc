@@ -5,6 +5,7 @@
 #include "fingerprinter.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -395,6 +396,27 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
   }
   bool copy = marked.has(token);
   size_t first = pending.size();
+  // The op's digests go out in batches of up to kMaxBatch, one launch each (digestMany): a GEMM's
+  // three or four operands cost the host one launch instead of one each. DETRACE_DIAG_DIGEST_MANY=0
+  // launches them one by one (for measuring the difference).
+  static const bool batched = [] {
+    const char* v = std::getenv("DETRACE_DIAG_DIGEST_MANY");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  std::array<kernels::DigestRequest, kernels::Digester::kMaxBatch> batch{};
+  uint32_t batch_count = 0;
+  size_t batch_first = pending.size();
+  auto launchBatch = [&] {
+    if (batch_count == 0) return;
+    DiagScope launch_timing(DiagSite::kDigestLaunch);
+    const Status st = cx->digester->digestMany(batch.data(), batch_count, stream);
+    if (!st.isOk()) {  // nothing of the batch was enqueued
+      for (size_t i = batch_first; i < pending.size(); ++i) pending[i].failed = true;
+      skipped_error += static_cast<int64_t>(pending.size() - batch_first);
+    }
+    batch_count = 0;
+    batch_first = pending.size();
+  };
   for (const OperandSpec& spec : specs) {
     int64_t rows =
         spec.rows > 0 && spec.rows <= kMaxRows &&
@@ -411,21 +433,35 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     }
     p.arena_len = static_cast<uint64_t>(rows);
     if (copy) copyLocked(*cx, p, stream);
-    DiagScope launch_timing(DiagSite::kDigestLaunch);
-    Status st =
-        rows > 0
-            ? cx->digester->digestRows(
-                  spec.address, static_cast<uint32_t>(rows),
-                  static_cast<uint64_t>(spec.row_bytes), static_cast<uint64_t>(spec.row_stride),
-                  reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8), nullptr, stream)
-            : cx->digester->digest(spec.address, spec.bytes, cx->slots + p.entry, stream,
-                                   reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull));
-    pending.push_back(std::move(p));
-    if (!st.isOk()) {
-      ++skipped_error;
-      pending.back().failed = true;
+    kernels::DigestRequest req;
+    req.base = spec.address;
+    if (rows > 0) {
+      req.rows = static_cast<uint32_t>(rows);
+      req.row_bytes = static_cast<uint64_t>(spec.row_bytes);
+      req.row_stride = static_cast<uint64_t>(spec.row_stride);
+      req.out = reinterpret_cast<uint64_t*>(cx->arena_dev + p.arena_off * 8);
+    } else {
+      req.bytes = spec.bytes;
+      req.slot = cx->slots + p.entry;
+      req.out = reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull);
     }
+    pending.push_back(std::move(p));
+    if (!batched) {  // one launch per digest, as before digestMany
+      DiagScope launch_timing(DiagSite::kDigestLaunch);
+      const Status st = rows > 0 ? cx->digester->digestRows(req.base, req.rows, req.row_bytes,
+                                                            req.row_stride, req.out, nullptr, stream)
+                                 : cx->digester->digest(req.base, req.bytes, req.slot, stream, req.out);
+      if (!st.isOk()) {
+        ++skipped_error;
+        pending.back().failed = true;
+      }
+      batch_first = pending.size();
+      continue;
+    }
+    batch[batch_count++] = req;
+    if (batch_count == batch.size()) launchBatch();
   }
+  launchBatch();
   if (pending.size() == first) return;
   DiagScope event_timing(DiagSite::kFingerprintEvent);
   CUevent ev = nullptr;
