@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -175,6 +176,42 @@ class Bench {
       }
     }
     if (!digest_only_) return;
+    // A decode step's GEMM as the tracer digests it: the weight (1536 rows of 1 KiB), the token's
+    // activations (1 KiB) and its output (3 KiB), one launch each against one digestMany.
+    {
+      const uint64_t w_bytes = 1536 * kKiB, op_bytes = w_bytes + 4 * kKiB;
+      auto* out = static_cast<uint64_t*>(row_out_);
+      auto requests = [&](uint64_t i) {
+        const unsigned char* base = pool_ + i * (op_bytes + 256);
+        std::array<dk::DigestRequest, 3> r{};
+        r[0].base = reinterpret_cast<CUdeviceptr>(base);
+        r[0].rows = 1536;
+        r[0].row_bytes = r[0].row_stride = kKiB;
+        r[0].out = out;
+        r[1].base = reinterpret_cast<CUdeviceptr>(base + w_bytes);
+        r[1].bytes = kKiB;
+        r[1].slot = row_slots_;
+        r[1].out = out + 1536;
+        r[2].base = reinterpret_cast<CUdeviceptr>(base + w_bytes + kKiB);
+        r[2].bytes = 3 * kKiB;
+        r[2].slot = row_slots_ + 1;
+        r[2].out = out + 1537;
+        return r;
+      };
+      const double one_by_one = time([&](uint64_t i) {
+        const auto r = requests(i);
+        CHECK_STATUS(digester_[0].digestRows(r[0].base, r[0].rows, r[0].row_bytes, r[0].row_stride,
+                                             r[0].out, nullptr, stream_));
+        CHECK_STATUS(digester_[0].digest(r[1].base, r[1].bytes, r[1].slot, stream_, r[1].out));
+        CHECK_STATUS(digester_[0].digest(r[2].base, r[2].bytes, r[2].slot, stream_, r[2].out));
+      }, op_bytes);
+      add("GEMM operands, 3 launches", human(op_bytes), one_by_one, op_bytes);
+      const double many = time([&](uint64_t i) {
+        const auto r = requests(i);
+        CHECK_STATUS(digester_[0].digestMany(r.data(), 3, stream_));
+      }, op_bytes);
+      add("GEMM operands, digestMany", human(op_bytes), many, op_bytes);
+    }
     // Unaligned bases take the 4-byte and the byte-aligned kernels.
     for (uint64_t offset : {4, 1}) {
       for (uint64_t size : {64 * kKiB, 16 * kMiB, 256 * kMiB}) {
