@@ -278,9 +278,9 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
 // flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
 // program is capturing on another thread (relaxed_capture.h).
-void State::drainLocked(bool final, db::TraceWriter* w) {
+bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
   drainParamsLocked(final, w);
-  if (pending.empty()) return;  // nothing to query (and no driver at all in CPU-only processes)
+  if (pending.empty()) return false;  // nothing to query (and no driver at all in CPU-only processes)
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
   // Event queries need their context current; the caller's (the program's own thread at exit)
@@ -302,11 +302,12 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
       current = c;
     }
   };
-  while (!pending.empty()) {
+  for (size_t handled = 0; !pending.empty(); ++handled) {
+    if (handled == budget) return true;
     Pending& p = pending.front();
     if (p.replay) {  // a graph launch's digests (graph_fingerprints.cc)
       makeCurrent(p.ctx->ctx);
-      if (drainReplayLocked(p, final, w) == ReplayStep::kWait) return;
+      if (drainReplayLocked(p, final, w) == ReplayStep::kWait) return false;
       releaseHeadLocked();
       continue;
     }
@@ -316,11 +317,11 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
       continue;
     }
     Verdict verdict = verdictLocked(p.token, final);
-    if (verdict == Verdict::kWait) return;
+    if (verdict == Verdict::kWait) return false;
     if (!p.done) {
       makeCurrent(p.ctx->ctx);
       CUresult r = d.event_query(p.event);
-      if (r == CUDA_ERROR_NOT_READY && !final) return;
+      if (r == CUDA_ERROR_NOT_READY && !final) return false;
       p.done = r == CUDA_SUCCESS;
       if (!p.done) {  // an error or exit: the results will never come
         ++lost;
@@ -335,7 +336,7 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
     }
     // Results may complete before the op's slot is written; wait for its sequence number.
     if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
-    if (p.seq == db::kUnset && !final) return;
+    if (p.seq == db::kUnset && !final) return false;
     // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
     if (p.seq >= 0 && w != nullptr) {
       (void)w->appendOperand(toOperand(p, *w));
@@ -345,6 +346,7 @@ void State::drainLocked(bool final, db::TraceWriter* w) {
     }
     releaseHeadLocked();
   }
+  return false;
 }
 
 }  // namespace fp
@@ -673,8 +675,13 @@ void Fingerprinter::poll() noexcept {
     State& s = state();
     // startedWriter(): results of ops recorded before an `attach stop` still land while paused.
     db::TraceWriter* w = Session::get().startedWriter();
-    std::lock_guard lk(s.mu);
-    s.drainLocked(false, w);
+    // In batches, each under its own lock hold: the program's threads enqueue under the same lock
+    // (measured on the H200: 9.3 us per op waiting for it while the drain held it throughout).
+    constexpr size_t kBatch = 32;
+    for (;;) {
+      std::lock_guard lk(s.mu);
+      if (!s.drainLocked(false, w, kBatch)) break;
+    }
   } catch (...) {
   }
 }

@@ -295,7 +295,10 @@ class State {
   void releaseHeadLocked();
   void allocateStagingLocked(Context& cx);
   void copyLocked(Context& cx, Pending& p, CUstream stream);
-  void drainLocked(bool final, db::TraceWriter* w);
+  // Returns true when it stopped because `budget` entries were handled (more may be ready): the
+  // flusher then gives the lock up before the next batch, so an enqueue on a program thread waits
+  // for at most one batch.
+  bool drainLocked(bool final, db::TraceWriter* w, size_t budget = SIZE_MAX);
   void drainParamsLocked(bool final, db::TraceWriter* w);
   // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
   void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
