@@ -45,6 +45,30 @@ TEST(NameCache, AReusedPointerWithAnotherTextGetsItsOwnId) {
   EXPECT_EQ(cache.lookup(buf, intern), 0);
 }
 
+TEST(NameCache, AHandleNamesItsKernelUntilModulesAreUnloaded) {
+  NameCache cache;
+  int interned = 0;
+  auto intern = [&](const char*) { return static_cast<int64_t>(interned++); };
+  int f1 = 0, f2 = 0;  // two launched functions' handles
+  char buf[32];
+  std::strcpy(buf, "kernel_one");
+  EXPECT_EQ(cache.lookupByHandle(&f1, buf, intern), 0);
+  std::strcpy(buf, "kernel_two");
+  EXPECT_EQ(cache.lookupByHandle(&f2, buf, intern), 1);
+  // A repeat launch is answered by its handle alone: the text is not read (here it even lies).
+  const uint64_t hits = NameCache::localHits();
+  EXPECT_EQ(cache.lookupByHandle(&f1, buf, intern), 0);
+  EXPECT_EQ(NameCache::localHits() - hits, 1u);
+  // After a module unload a handle may name another kernel: its text is read again.
+  NameCache::forgetHandles();
+  EXPECT_EQ(cache.lookupByHandle(&f1, buf, intern), 1) << "f1 now launches kernel_two";
+  std::strcpy(buf, "kernel_three");
+  EXPECT_EQ(cache.lookupByHandle(nullptr, buf, intern), 2) << "no handle: by text";
+  EXPECT_EQ(interned, 3);
+  NameCache other;  // another writer's cache never answers with this one's ids
+  EXPECT_EQ(other.lookupByHandle(&f2, "kernel_two", [](const char*) { return int64_t{42}; }), 42);
+}
+
 TEST(NameCache, TwoCachesNeverShareIds) {
   NameCache one, two;
   std::string name = "kernel";

@@ -251,7 +251,39 @@ int32_t expectedGraphRecords(uint64_t exec) {
   return it == g_graph_records.end() ? -1 : it->second;
 }
 
-int64_t kernelName(db::TraceWriter& w, const char* mangled);
+int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle = nullptr);
+
+// The launched function's handle (the runtime's host stub or the driver's CUfunction), which
+// names the kernel without reading its name's text; null for other callbacks.
+const void* launchedFunction(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
+  if (params == nullptr) return nullptr;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+        return static_cast<const cudaLaunchKernel_v7000_params*>(params)->func;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+        return static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params)->func;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+        return static_cast<const cudaLaunchKernelExC_v11060_params*>(params)->func;
+      default: return nullptr;
+    }
+  }
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      return static_cast<const cuLaunchKernel_params*>(params)->f;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      return static_cast<const cuLaunchCooperativeKernel_params*>(params)->f;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      return static_cast<const cuLaunchKernelEx_params*>(params)->f;
+    default: return nullptr;
+  }
+}
 
 // True if `stream` is being captured into a CUDA graph (launches on it do not run now).
 bool isCapturing(int64_t stream) {
@@ -391,7 +423,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     } else if (cb->symbolName != nullptr) {
       // Known at API time: names the event even if its activity record never comes.
       DiagScope timing(DiagSite::kEnterName);
-      launch.name = kernelName(*w, cb->symbolName);
+      launch.name = kernelName(*w, cb->symbolName, launchedFunction(domain, cbid, cb->functionParams));
     }
     launch.notify_written = deep;
     if (!kind.graph && !deep) {
@@ -525,7 +557,8 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g != nullptr) Fingerprinter::get().forgetGraph(g->graph);
   } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
-    deep::onModuleUnload();
+    NameCache::forgetHandles();  // its functions' handles may name other kernels from now on
+    if (deep::enabled()) deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     // The context's records must be collected while it still exists; then commit them, so a
     // program that dies after tearing its context down keeps them.
@@ -596,9 +629,9 @@ NameCache& nameCacheFor(db::TraceWriter* w) {
   return *cache.load(std::memory_order_acquire);
 }
 
-int64_t kernelName(db::TraceWriter& w, const char* mangled) {
+int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle) {
   if (mangled == nullptr) return w.intern("<unnamed kernel>");
-  return nameCacheFor(&w).lookup(mangled, [&w](const char* m) {
+  return nameCacheFor(&w).lookupByHandle(handle, mangled, [&w](const char* m) {
     int status = 0;
     char* demangled = abi::__cxa_demangle(m, nullptr, nullptr, &status);
     int64_t id = w.intern(status == 0 && demangled ? demangled : m);
@@ -868,10 +901,12 @@ bool enableCallbacks() {
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  // Module unloads: kernel names are remembered by function handle (and deep mode's parameter
+  // layouts by function), which an unload may hand to other kernels.
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "module callback");
   // Deep mode tracks allocations from the start, whatever the capture switch says.
   if (deep::enabled()) {
-    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                               CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "module callback");
     size_t n = 0;
     const CUpti_CallbackId* ids = deep::memoryCallbacks(n);
     for (size_t i = 0; i < n; ++i) {

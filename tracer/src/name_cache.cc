@@ -24,9 +24,40 @@ size_t slotOf(const char* p) {
          kLocalEntries;
 }
 
+struct HandleEntry {
+  uint64_t owner = 0;
+  uint64_t generation = 0;
+  const void* handle = nullptr;
+  int64_t id = 0;
+};
+
+constexpr size_t kHandleEntries = 256;  // direct-mapped, per thread
+thread_local std::array<HandleEntry, kHandleEntries> t_handles;
+
+size_t handleSlot(const void* h) {  // the top 8 bits of a multiplicative hash of every bit
+  static_assert(kHandleEntries == 256);
+  return static_cast<size_t>(reinterpret_cast<uintptr_t>(h) * 0x9E3779B97F4A7C15ull >> 56);
+}
+
 }  // namespace
 
 std::atomic<uint64_t> NameCache::next_owner_{0};
+std::atomic<uint64_t> NameCache::handle_generation_{1};
+
+void NameCache::forgetHandles() { handle_generation_.fetch_add(1, std::memory_order_release); }
+
+int64_t NameCache::lookupByHandle(const void* handle, const char* mangled, const Intern& intern) {
+  if (handle == nullptr) return lookup(mangled, intern);
+  const uint64_t generation = handle_generation_.load(std::memory_order_acquire);
+  HandleEntry& e = t_handles[handleSlot(handle)];
+  if (e.owner == owner_ && e.handle == handle && e.generation == generation) {
+    ++t_hits;
+    return e.id;
+  }
+  const int64_t id = lookup(mangled, intern);
+  e = {owner_, generation, handle, id};
+  return id;
+}
 
 uint64_t NameCache::localHits() { return t_hits; }
 

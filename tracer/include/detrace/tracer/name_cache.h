@@ -26,6 +26,13 @@ class NameCache {
 
   int64_t lookup(const char* mangled, const Intern& intern);
 
+  // The same, remembered per thread by the launched function's handle (the runtime's host stub or
+  // the driver's CUfunction; null: lookup() alone): a repeat launch reads none of the name's
+  // text, which for a templated kernel is hundreds of bytes. A handle names one function while its
+  // module is loaded; forgetHandles() (a module unload) drops every thread's answers.
+  int64_t lookupByHandle(const void* handle, const char* mangled, const Intern& intern);
+  static void forgetHandles();
+
   // Lookups answered by the thread-local table (for tests and benchmarks).
   static uint64_t localHits();
 
@@ -34,6 +41,7 @@ class NameCache {
   std::unordered_map<std::string, int64_t> shared_;
   size_t max_shared_;
   static std::atomic<uint64_t> next_owner_;
+  static std::atomic<uint64_t> handle_generation_;
   const uint64_t owner_ = next_owner_.fetch_add(1) + 1;  // tags this cache's thread-local entries
 };
 
