@@ -96,6 +96,7 @@ struct InFlightLaunch {
   bool runtime = false;
   uint32_t generation = 0;          // ReorderBuffer::launchEntering's
   ReorderBuffer* buffer = nullptr;  // the buffer it entered (a stop in between does not lose it)
+  bool captured = false;  // a graph node was created inside it: captured into a graph, not run
   uint64_t parent = 0;
   uint64_t alias = 0;
   ApiLaunch launch;
@@ -392,8 +393,17 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     int64_t stream = 0;
     uint64_t exec = 0;
     launchTarget(domain, cbid, cb->functionParams, stream, exec);
+    // A plain launch learns that it was captured from the graph node its call creates (the
+    // GRAPHNODE_CREATED callback, on this thread, before its exit): no driver call per launch.
+    // Graph launches and deep-window launches ask the driver (DETRACE_DIAG_CAPTURE_CHECK=1: every
+    // launch does, as before).
+    static const bool always_check = [] {
+      const char* v = std::getenv("DETRACE_DIAG_CAPTURE_CHECK");
+      return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    const bool fast_path = !kind.graph && !deep;
     bool capturing = false;
-    if (!kind.graph) {
+    if (!kind.graph && (!fast_path || always_check)) {
       DiagScope timing(DiagSite::kCaptureCheck);
       capturing = isCapturing(stream);
     }
@@ -426,13 +436,14 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       launch.name = kernelName(*w, cb->symbolName, launchedFunction(domain, cbid, cb->functionParams));
     }
     launch.notify_written = deep;
-    if (!kind.graph && !deep) {
+    if (fast_path) {
       // The fast path: the slot is taken at the API exit, without a lock.
       DiagScope timing(DiagSite::kEnterSlot);
       t_in_flight.launch = std::move(launch);
       t_in_flight.parent = currentParent();
       t_in_flight.alias = 0;
       t_in_flight.runtime = runtime;
+      t_in_flight.captured = false;
       t_in_flight.buffer = buffer;
       t_in_flight.generation = buffer->launchEntering();
       t_in_flight.active = true;
@@ -468,8 +479,13 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
                *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
       deep::driverExit(failed);
     }
-    t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
-                                        t_in_flight.alias, failed, t_in_flight.generation);
+    if (t_in_flight.captured) {  // captured into a CUDA graph: its kernels come with the graph's launches
+      t_in_flight.buffer->launchAbandoned(t_in_flight.generation);
+      s.addStat("launches_captured", 1);
+    } else {
+      t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
+                                          t_in_flight.alias, failed, t_in_flight.generation);
+    }
     return;
   }
   bool failed = false;
@@ -535,6 +551,11 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
 }
 
 void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    // Inside a plain launch's call: the launch went into a graph being captured.
+    if (t_in_flight.active) t_in_flight.captured = true;
+    return;
+  }
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr || g->graph == nullptr) return;
@@ -901,6 +922,9 @@ bool enableCallbacks() {
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch).
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED), "graph node callback");
   // Module unloads: kernel names are remembered by function handle (and deep mode's parameter
   // layouts by function), which an unload may hand to other kernels.
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,

@@ -101,6 +101,8 @@ uint32_t ReorderBuffer::inFlightLocked() const {
   return static_cast<uint32_t>(in_flight_.load(std::memory_order_acquire) & 0xffffffffu);
 }
 
+void ReorderBuffer::launchAbandoned(uint32_t generation) { endInFlight(generation); }
+
 uint64_t ReorderBuffer::addLaunchAtExit(ApiLaunch launch, uint64_t parent, uint64_t alias,
                                         bool failed, uint32_t generation) {
   const uint64_t token = publishLaunch(std::move(launch), parent, alias, failed);

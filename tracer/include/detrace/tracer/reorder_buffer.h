@@ -193,6 +193,8 @@ class ReorderBuffer {
   uint32_t launchEntering();
   // Forgets launches whose API exit was never seen (capture stopped inside their callbacks): a
   // new generation, whose count starts at 0; the old generation's launches end nothing.
+  // Ends a launchEntering() without a slot (the launch was captured into a CUDA graph, not run).
+  void launchAbandoned(uint32_t generation);
   void resetInFlight();
   // A plain launch whose API call has returned, in one step: its slot (taken now, at API exit),
   // the correlation id of the driver call nested in it (`alias`, 0: none) and whether the call
