@@ -318,7 +318,8 @@ __device__ void splitRows(const dd::DigestParams& p) {
     tile = next_tile;
     row = next_row;
   }
-  if (run_chunks == 0) return;  // block-uniform: a block without passes (never launched so)
+  if (run_chunks == 0) return;  // block-uniform: a block without passes (a digestMany launch's
+                                // grid is its largest digest's, so smaller ones have such blocks)
   const uint64_t s = blockSum(run_sum, red);
   if (threadIdx.x == 0) addToRow(p, run_row, s, run_chunks);
 }

@@ -266,7 +266,9 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   return launch(kernels_, &p, stream);
 }
 
-Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream) const {
+Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
+                            uint32_t* enqueued) const {
+  if (enqueued != nullptr) *enqueued = 0;
   static_assert(kMaxBatch == static_cast<uint32_t>(detail::kMaxBatch),
                 "digest.h and digest_params.h disagree");
   if (n > kMaxBatch) {
@@ -278,9 +280,17 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   }
   // Planned first, all of them: an invalid request enqueues nothing.
   detail::DigestBatch batches[kAlignments] = {};
+  uint32_t members[kAlignments] = {};  // which requests each launch holds (bits)
   uint64_t blocks[kAlignments] = {};
   for (uint32_t i = 0; i < n; ++i) {
     const DigestRequest& r = requests[i];
+    // In one launch two digests sharing a slot or workspace would add into each other's sums.
+    for (uint32_t j = 0; j < i; ++j) {
+      if (r.slot != nullptr && r.slot == requests[j].slot) {
+        return makeError(ErrorCode::kInvalidArgument,
+                         "Digester::digestMany: requests {} and {} share a slot or workspace", j, i);
+      }
+    }
     detail::DigestParams p{};
     if (r.rows == 0) {
       DETRACE_RETURN_IF_ERROR(planWhole("digestMany", r.base, r.bytes, r.slot, p));
@@ -295,6 +305,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
     const int a = alignmentIndex(p.align);
     detail::DigestBatch& b = batches[a];
     b.params[b.count++] = p;
+    members[a] |= 1u << i;
     blocks[a] = std::max(blocks[a], gridFor(p.passes, static_cast<uint64_t>(many_kernels_.grid_caps[a])));
   }
   if (n == 0) return Status::ok();
@@ -305,6 +316,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
     DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(blocks[a]),
                                                   batches[a].count, 1, detail::kBlockThreads, 1, 1,
                                                   0, stream, args, nullptr));
+    if (enqueued != nullptr) *enqueued |= members[a];
   }
   return Status::ok();
 }

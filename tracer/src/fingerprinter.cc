@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <thread>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -411,10 +412,18 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
   auto launchBatch = [&] {
     if (batch_count == 0) return;
     DiagScope launch_timing(DiagSite::kDigestLaunch);
-    const Status st = cx->digester->digestMany(batch.data(), batch_count, stream);
-    if (!st.isOk()) {  // nothing of the batch was enqueued
-      for (size_t i = batch_first; i < pending.size(); ++i) pending[i].failed = true;
-      skipped_error += static_cast<int64_t>(pending.size() - batch_first);
+    uint32_t enqueued = 0;
+    const Status st = cx->digester->digestMany(batch.data(), batch_count, stream, &enqueued);
+    if (!st.isOk()) {
+      // Only the digests that were not enqueued fail now; those that were (a batch of two
+      // alignments whose second launch failed) still write their slots, so they keep them until
+      // the op's event has passed, as any other (their results are then written as usual).
+      for (size_t i = batch_first; i < pending.size(); ++i) {
+        if ((enqueued >> (i - batch_first) & 1u) == 0) {
+          pending[i].failed = true;
+          ++skipped_error;
+        }
+      }
     }
     batch_count = 0;
     batch_first = pending.size();
@@ -675,12 +684,22 @@ void Fingerprinter::poll() noexcept {
     State& s = state();
     // startedWriter(): results of ops recorded before an `attach stop` still land while paused.
     db::TraceWriter* w = Session::get().startedWriter();
-    // In batches, each under its own lock hold: the program's threads enqueue under the same lock
-    // (measured on the H200: 9.3 us per op waiting for it while the drain held it throughout).
+    // In batches, each under its own lock hold, with a yield between them (a mutex does not hand
+    // itself to a waiter): the program's threads enqueue under the same lock (measured on the
+    // H200: 9.3 us per op waiting for it while the drain held it throughout). At most what was
+    // pending when the poll began, so that a steady stream of finished ops cannot keep it here.
     constexpr size_t kBatch = 32;
-    for (;;) {
+    size_t budget = 0;
+    {
       std::lock_guard lk(s.mu);
-      if (!s.drainLocked(false, w, kBatch)) break;
+      budget = s.pending.size() + s.pending_params.size();
+    }
+    for (size_t done = 0; done <= budget; done += kBatch) {
+      {
+        std::lock_guard lk(s.mu);
+        if (!s.drainLocked(false, w, kBatch)) break;
+      }
+      std::this_thread::yield();
     }
   } catch (...) {
   }

@@ -101,9 +101,12 @@ class Digester {
   // Enqueues up to kMaxBatch digests (whole buffers and row sets, mixed) with the host cost of one
   // launch per alignment class among them (one when every base and row stride is a multiple of 8,
   // the usual case for tensors): the same results as digest() / digestRows() called one by one.
-  // Each request needs its own slot or workspace. Nothing is enqueued if any request is invalid.
+  // Each request needs its own slot or workspace (shared ones are refused). Nothing is enqueued if
+  // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
+  // enqueued: all of them on success, possibly some when a later launch of the batch failed.
   static constexpr uint32_t kMaxBatch = 8;
-  Status digestMany(const DigestRequest* requests, uint32_t n, CUstream stream) const;
+  Status digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
+                    uint32_t* enqueued = nullptr) const;
 
   // ---- CUDA graph replays ----
   // digest() and digestRows() with the destination read when the kernel runs: `out_cell` is a
