@@ -329,5 +329,82 @@ TEST_F(DigestGpuTest, ManyInOneLaunchMatchCpu) {
             ErrorCode::kInvalidArgument);
 }
 
+// Every kernel mode beside a 64 MiB digest of the same alignment in one digestMany launch, so that
+// it runs on a grid far larger than its own (blocks with no pass of it must leave its slot alone):
+// empty rows, rows packed in warps and in blocks, one long row (strided passes), several long rows
+// (contiguous passes), and a whole buffer written to its slot (no `out`); every stride a multiple
+// of 8, so both share the large one's kernel at each base offset. Each result equals the CPU
+// twin's and every slot and workspace is zero again afterwards.
+TEST_F(DigestGpuTest, ManySmallDigestsBesideALargeOne) {
+  DETRACE_REQUIRE_GPU();
+  struct Small {
+    uint32_t rows;  // 0: a whole buffer of `bytes`
+    uint64_t bytes, row_bytes, stride;
+  };
+  const Small smalls[] = {{300, 0, 0, 0},          {1000, 0, 64, 72},    {40, 0, 9216, 9216},
+                          {1, 0, 3u << 20, 0},     {6, 0, 70000, 70016}, {0, 200000, 0, 0}};
+  for (uint64_t offset : {0, 4, 1}) {
+    for (const Small& sm : smalls) {
+      const uint64_t large = 64u << 20;
+      const uint64_t span = sm.rows == 0 ? sm.bytes : (sm.rows - 1) * sm.stride + sm.row_bytes;
+      const auto big_host = randomBytes(large + offset);
+      const auto small_host = randomBytes(span + offset + 1);
+      DeviceBuffer big(big_host.size()), small(small_host.size()), out(8 + 8ull * std::max(sm.rows, 1u)),
+          ws(sizeof(DigestSlot) * (1 + std::max(sm.rows, 1u)));
+      ASSERT_TRUE(big.ok() && small.ok() && out.ok() && ws.ok());
+      big.upload(big_host.data(), big_host.size());
+      small.upload(small_host.data(), small_host.size());
+      ws.poison(0);
+      out.poison();
+      auto* slots = reinterpret_cast<DigestSlot*>(ws.get());
+      auto* outs = reinterpret_cast<uint64_t*>(out.get());
+      DigestRequest r[2];
+      r[0].base = reinterpret_cast<CUdeviceptr>(big.get() + offset);
+      r[0].bytes = large;
+      r[0].out = outs;
+      r[0].slot = slots;
+      r[1].base = reinterpret_cast<CUdeviceptr>(small.get() + offset);
+      if (sm.rows == 0) {
+        r[1].bytes = sm.bytes;
+        r[1].slot = slots + 1;  // no out: the digest goes to the slot
+      } else {
+        r[1].rows = sm.rows;
+        r[1].row_bytes = sm.row_bytes;
+        r[1].row_stride = sm.stride;
+        r[1].out = outs + 1;
+        r[1].slot = slots + 1;
+      }
+      uint32_t enqueued = 0;
+      const Status st = digester_->digestMany(r, 2, nullptr, &enqueued);
+      ASSERT_TRUE(st.isOk()) << st.message();
+      EXPECT_EQ(enqueued, 3u);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = out.download(8 + 8ull * std::max(sm.rows, 1u));
+      uint64_t g = 0;
+      std::memcpy(&g, got.data(), 8);
+      ASSERT_EQ(g, digestCpu(big_host.data() + offset, large)) << "the large digest, offset " << offset;
+      const auto ws_after = ws.download(sizeof(DigestSlot) * (1 + std::max(sm.rows, 1u)));
+      std::vector<DigestSlot> after(1 + std::max(sm.rows, 1u));
+      std::memcpy(after.data(), ws_after.data(), ws_after.size());
+      if (sm.rows == 0) {
+        EXPECT_EQ(after[1].digest, digestCpu(small_host.data() + offset, sm.bytes))
+            << "whole " << sm.bytes << " offset " << offset;
+      } else {
+        std::vector<uint64_t> want(sm.rows);
+        digestRowsCpu(small_host.data() + offset, sm.rows, sm.row_bytes, sm.stride, want.data());
+        for (uint32_t i = 0; i < sm.rows; ++i) {
+          std::memcpy(&g, got.data() + 8 + 8ull * i, 8);
+          ASSERT_EQ(g, want[i]) << sm.rows << " rows of " << sm.row_bytes << " offset " << offset
+                                << ": row " << i;
+        }
+      }
+      for (size_t i = 0; i < after.size(); ++i) {
+        EXPECT_EQ(after[i].sum, 0u) << "slot " << i << " left with a sum";
+        EXPECT_EQ(after[i].done_chunks, 0u) << "slot " << i << " left with a count";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace detrace::kernels
