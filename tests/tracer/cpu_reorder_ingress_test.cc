@@ -181,7 +181,7 @@ TEST(ReorderIngress, AnAbandonedLaunchIsNoLongerInFlight) {
   ReorderBuffer rb(sink);
   const uint32_t generation = rb.launchEntering();
   rb.launchAbandoned(generation);  // captured into a graph: no slot, no record will come
-  rb.addActivity(record(5, 10));
+  rb.addActivity(kernel(5, 10));
   ASSERT_EQ(sink.rows.size(), 1u) << "nothing in flight: unmatched at once";
   EXPECT_EQ(rb.stats().unmatched, 1);
   EXPECT_EQ(rb.stats().launches, 0);
