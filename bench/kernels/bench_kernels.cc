@@ -10,6 +10,11 @@
 //   bench_kernels --digest   the copy ceiling and the digests only (whole buffers, rows of several
 //                            sizes, unaligned bases)
 //   bench_kernels --profile  one launch of each kernel shape, for a profiler
+//
+// At 256 MiB and more a batch is one call (the events then also time the gap before the call and
+// after it). `--digest` adds rows "..., 4 back-to-back" there, timed over batches of 4 calls
+// rotated over distinct buffers where the pool holds them, and a read ceiling: the plainest
+// kernel that reads every byte with 16-byte loads (read_ceiling.cu), timed both ways.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -25,6 +30,7 @@
 #include "detrace/kernels/digest.h"
 #include "detrace/kernels/reduce.h"
 #include "detrace/kernels/rmsnorm.h"
+#include "read_ceiling.h"
 
 namespace dk = detrace::kernels;
 
@@ -99,10 +105,16 @@ class Bench {
     digester_.emplace_back(std::move(d).value());
   }
 
-  // Median microseconds per call of fn(i), i the call's index in the rotation.
-  double time(const std::function<void(uint64_t)>& fn, uint64_t per_call_bytes, int reps = 15) {
-    const uint64_t rotation = std::max<uint64_t>(1, kRotationFootprint / std::max<uint64_t>(per_call_bytes, 1));
-    const uint64_t batch = std::clamp<uint64_t>(64 * kMiB / std::max<uint64_t>(per_call_bytes, 1), 1, 200);
+  // Median microseconds per call of fn(i), i the call's index in the rotation. A batch holds at
+  // least min_batch calls; with min_batch > 1 the rotation spans min_batch buffers where the pool
+  // holds them (i * per_call_bytes + per_call_bytes <= kPoolBytes for every i fn is given).
+  double time(const std::function<void(uint64_t)>& fn, uint64_t per_call_bytes, int reps = 15,
+              uint64_t min_batch = 1) {
+    const uint64_t per_call = std::max<uint64_t>(per_call_bytes, 1);
+    const uint64_t footprint = std::max(kRotationFootprint, per_call * min_batch);
+    const uint64_t rotation = std::clamp<uint64_t>(footprint / per_call, 1,
+                                                   std::max<uint64_t>(1, kPoolBytes / per_call));
+    const uint64_t batch = std::clamp<uint64_t>(64 * kMiB / per_call, min_batch, 200);
     uint64_t call = 0;
     auto run_batch = [&] {
       for (uint64_t k = 0; k < batch; ++k) fn(call++ % rotation);
@@ -212,6 +224,15 @@ class Bench {
       }, op_bytes);
       add("GEMM operands, digestMany", human(op_bytes), many, op_bytes);
     }
+    // Large sizes again in batches of 4 back-to-back calls, and the read ceiling both ways.
+    for (uint64_t size : {256 * kMiB, 1 * kGiB}) {
+      const double us = time([&](uint64_t i) {
+        CHECK_STATUS(digester_[0].digest(reinterpret_cast<CUdeviceptr>(pool_ + i * size), size,
+                                         slots_, stream_));
+      }, size, 9, 4);
+      add("digest, 4 back-to-back", human(size), us, size);
+    }
+    readCeiling();
     // Unaligned bases take the 4-byte and the byte-aligned kernels.
     for (uint64_t offset : {4, 1}) {
       for (uint64_t size : {64 * kKiB, 16 * kMiB, 256 * kMiB}) {
@@ -317,6 +338,24 @@ class Bench {
     CHECK_CUDA(cudaStreamSynchronize(stream_));
     std::printf("reference: cudaMemsetAsync 4 KiB host enqueue %.2f us/call\n",
                 std::chrono::duration<double, std::micro>(t1 - t0).count() / 20);
+  }
+
+  // The plainest full read (read_ceiling.cu) at the digest's large sizes: one call per batch like
+  // the digest rows above, and 4 back-to-back.
+  void readCeiling() {
+    int sms = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int blocks = sms * 8;  // 2048 threads per SM
+    auto* sink = static_cast<unsigned int*>(row_out_);  // blocks words; never written
+    for (uint64_t min_batch : {uint64_t{1}, uint64_t{4}}) {
+      for (uint64_t size : {16 * kMiB, 256 * kMiB, 1 * kGiB}) {
+        const double us = time([&](uint64_t i) {
+          CHECK_CUDA(launchReadCeiling(pool_ + i * size, size, sink, blocks, stream_));
+        }, size, size >= 256 * kMiB ? 9 : 15, min_batch);
+        add(min_batch == 1 ? "read ceiling (16-byte loads)" : "read ceiling, 4 back-to-back",
+            human(size), us, size);
+      }
+    }
   }
 
   // One launch of each digest shape, for a profiler (bench_kernels --profile).
