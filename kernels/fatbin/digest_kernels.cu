@@ -100,13 +100,24 @@ __device__ __forceinline__ uint64_t ldgL2Hint(const unsigned char* a) {
   return v;
 }
 
+// kAlign of the 16-byte-aligned variant: each thread loads 16 bytes at a time (with the L2::256B
+// hint), so a quad reads 64 contiguous bytes (two stripes) per load and L2 sees half the requests
+// of the 8-byte loader for the same bytes; the quad then trades words by shuffles (laneFull16).
+constexpr int kAlign16 = 160;
+
+__device__ __forceinline__ ulonglong2 ldgL2Hint16(const unsigned char* a) {
+  ulonglong2 v;
+  asm("ld.global.nc.L2::256B.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(a));
+  return v;
+}
+
 // The little-endian 8-byte word at a, every chunk start being a multiple of kAlign.
 template <int kAlign>
 __device__ __forceinline__ uint64_t loadWord(const unsigned char* a, const unsigned char* row_lo,
                                              const unsigned char* row_hi) {
   if constexpr (kAlign == 8) {
     return __ldg(reinterpret_cast<const unsigned long long*>(a));
-  } else if constexpr (kAlign == kAlign8L2Hint) {
+  } else if constexpr (kAlign == kAlign8L2Hint || kAlign == kAlign16) {
     return ldgL2Hint(a);
   } else if constexpr (kAlign == 4) {
     const auto* u = reinterpret_cast<const unsigned int*>(a);
@@ -134,6 +145,43 @@ __device__ __forceinline__ uint64_t laneFull(const unsigned char* w, const Chunk
     for (int s = 0; s < kBatch; ++s) x[s] = loadWord<kAlign>(w + 32 * (b + s), lo, hi);
 #pragma unroll
     for (int s = 0; s < kBatch; ++s) acc = xxh::round64(acc, x[s]);
+  }
+  return acc;
+}
+
+// laneFull for chunk starts aligned to 16 bytes. Quad thread L loads the 16 bytes at chunk offset
+// 64 t + 16 L (t = 0..15): stripe 2t + (L >> 1), lanes 2 (L & 1) and 2 (L & 1) + 1. It needs lane
+// L of stripes 2t and 2t + 1, which two shuffles within the quad bring: in the first, thread j
+// sends word j >> 1 of its pair and thread L reads thread 2 (L & 1) + (L >> 1), so receiving lane
+// L of stripe 2t + (L & 1); in the second, thread j sends the other word and thread L reads thread
+// 2 (1 - (L & 1)) + (L >> 1), receiving lane L of the other stripe. Each pair of source and
+// receiver is a permutation of the quad, so one shuffle serves all four. Called by all four
+// threads of the quad (the shuffles name only them); c_start is the chunk's first byte.
+template <int kBatch>
+__device__ __forceinline__ uint64_t laneFull16(const unsigned char* c_start, uint32_t quad_lane,
+                                               uint64_t acc) {
+  const uint32_t lane = threadIdx.x & 31, quad_base = lane & ~3u;
+  const unsigned mask = 0xfu << quad_base;
+  const uint32_t odd = quad_lane & 1, half = quad_lane >> 1;
+  const int src_a = static_cast<int>(quad_base + 2 * odd + half);
+  const int src_b = static_cast<int>(quad_base + 2 * (1 - odd) + half);
+  const unsigned char* a = c_start + 16 * quad_lane;
+  constexpr int kLoads = dd::kStripesPerChunk / 2;  // 16 loads of 16 bytes per thread
+  constexpr int kStep = kBatch / 2;                 // loads in flight per batch
+#pragma unroll
+  for (int t0 = 0; t0 < kLoads; t0 += kStep) {
+    ulonglong2 v[kStep];
+#pragma unroll
+    for (int t = 0; t < kStep; ++t) v[t] = ldgL2Hint16(a + 64 * (t0 + t));
+#pragma unroll
+    for (int t = 0; t < kStep; ++t) {
+      const uint64_t send_a = half ? v[t].y : v[t].x;
+      const uint64_t send_b = half ? v[t].x : v[t].y;
+      const uint64_t got_a = __shfl_sync(mask, send_a, src_a);  // stripe 2t + odd
+      const uint64_t got_b = __shfl_sync(mask, send_b, src_b);  // stripe 2t + 1 - odd
+      acc = xxh::round64(acc, odd ? got_b : got_a);
+      acc = xxh::round64(acc, odd ? got_a : got_b);
+    }
   }
   return acc;
 }
@@ -209,7 +257,11 @@ __device__ __forceinline__ uint64_t hashChunk(const Chunk& c, uint32_t quad_lane
       prefetchL2(c.start + 128 * quad_lane);
       prefetchL2(c.start + 128 * (quad_lane + 4));
     }
-    acc = laneFull<kAlign, kBatch>(w, c, acc);
+    if constexpr (kAlign == kAlign16) {
+      acc = laneFull16<kBatch>(c.start, quad_lane, acc);
+    } else {
+      acc = laneFull<kAlign, kBatch>(w, c, acc);
+    }
   } else if (stripes != 0) {
     acc = lanePartial<kAlign>(w, c.row_lo, c.row_hi, acc, stripes);
   }
@@ -408,10 +460,12 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
 
 }  // namespace
 
-// Three entry points, one per chunk alignment (8, 4, 1): separate kernels rather than a switch
+// Four entry points, one per chunk alignment (16, 8, 4, 1): separate kernels rather than a switch
 // inside one, so that each gets its own register allocation (one kernel holding all three
 // loaders spilled under the 64-register bound). The host picks one per launch (digest.cc).
-// 256 threads and <= 64 registers: 4 blocks (32 warps) per SM. The byte-aligned loader holds
+// 256 threads and <= 64 registers: 4 blocks (32 warps) per SM. The 16-byte loader fits there with
+// 4 loads (8 words) in flight per batch; its _deep variant keeps 8 (16 words, as many as the
+// 8-byte loader) at 3 blocks per SM, since at 64 registers it spilled. The byte-aligned loader holds
 // three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
 #define DETRACE_DIGEST_KERNEL(name, batch, min_blocks, align)                               \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
@@ -419,6 +473,8 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
     digestAny<align, batch>(p);                                                           \
   }
 
+DETRACE_DIGEST_KERNEL(detrace_digest_a16, 8, 4, kAlign16)
+DETRACE_DIGEST_KERNEL(detrace_digest_a16_deep, 16, 3, kAlign16)
 DETRACE_DIGEST_KERNEL(detrace_digest_a8, 16, 4, 8)
 DETRACE_DIGEST_KERNEL(detrace_digest_a8_l2hint, 16, 4, kAlign8L2Hint)
 DETRACE_DIGEST_KERNEL(detrace_digest_a4, 16, 4, 4)
@@ -440,6 +496,8 @@ DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
     digestAny<align, batch>(q);                                                           \
   }
 
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a16_via, 8, 4, kAlign16)
+DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a16_deep_via, 16, 3, kAlign16)
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_via, 16, 4, 8)
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_l2hint_via, 16, 4, kAlign8L2Hint)
 DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a4_via, 16, 4, 4)
@@ -455,6 +513,8 @@ DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a1_via, 8, 3, 1)
     digestAny<align, batch>(b.params[blockIdx.y]);                                        \
   }
 
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a16_many, 8, 4, kAlign16)
+DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a16_deep_many, 16, 3, kAlign16)
 DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_many, 16, 4, 8)
 DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_l2hint_many, 16, 4, kAlign8L2Hint)
 DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a4_many, 16, 4, 4)

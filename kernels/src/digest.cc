@@ -44,6 +44,8 @@ uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 //       passes only (small), every launch (all), or small launches as before and in larger split
 //       launches the next pass's chunk while hashing this one (next)
 //   DETRACE_DIGEST_L2HINT=0|1               8-byte loads with the L2::256B hint
+//   DETRACE_DIGEST_WIDE=0|1|deep            16-byte loads where chunk starts allow them (1, or
+//       deep: more loads in flight at 3 blocks per SM); 0 gives them the 8-byte kernel
 enum class PrefetchPolicy { kSmall, kAll, kNext };
 
 PrefetchPolicy prefetchPolicyFromEnv() {
@@ -81,6 +83,17 @@ bool l2HintLoads() {
   return std::strcmp(e, "0") != 0;
 }
 
+// The 16-byte-aligned kernel's name stem: the 16-byte loader ("detrace_digest_a16"), its variant
+// with more loads in flight at 3 blocks per SM ("detrace_digest_a16_deep"), or the 8-byte one.
+std::string wideStem(const std::string& a8) {
+  const char* e = std::getenv("DETRACE_DIGEST_WIDE");
+  const std::string v = e != nullptr ? e : "";
+  if (v == "0") return a8;
+  if (v == "deep") return "detrace_digest_a16_deep";
+  if (v == "1") return "detrace_digest_a16";
+  return detail::kDigestWideDefault;
+}
+
 // Fills the mode and pass fields of `p` from rows, row_bytes, base and row_stride (see
 // digest_params.h). Pure arithmetic: this runs on every call.
 void planPasses(detail::DigestParams& p) {
@@ -109,7 +122,7 @@ void planPasses(detail::DigestParams& p) {
   // Chunk starts are base + r * row_stride + i * 1024: their common alignment is base's and,
   // with more than one row, row_stride's.
   const uint64_t bits = p.base | (p.rows > 1 ? p.row_stride : 0);
-  p.align = bits % 8 == 0 ? 8u : bits % 4 == 0 ? 4u : 1u;
+  p.align = bits % 16 == 0 ? 16u : bits % 8 == 0 ? 8u : bits % 4 == 0 ? 4u : 1u;
   const PrefetchPolicy policy = prefetchPolicy();
   if (p.passes <= detail::kPrefetchMaxPasses || policy == PrefetchPolicy::kAll) {
     p.prefetch = detail::kPrefetchThisPass;
@@ -120,8 +133,10 @@ void planPasses(detail::DigestParams& p) {
   }
 }
 
-// The kernel of an alignment (8, 4, 1) in each Kernels set.
-int alignmentIndex(uint32_t align) { return align == 8 ? 0 : align == 4 ? 1 : 2; }
+// The kernel of an alignment (16, 8, 4, 1) in each Kernels set.
+int alignmentIndex(uint32_t align) {
+  return align == 16 ? 0 : align == 8 ? 1 : align == 4 ? 2 : 3;
+}
 
 // Blocks for `passes` passes with at most `cap` resident: as few rounds as the cap allows, and the
 // passes spread evenly over the blocks (4096 passes on a cap of 528: 512 blocks x 8, not 528
@@ -202,27 +217,30 @@ Result<Digester> Digester::create() {
   int sms = 0;
   DETRACE_CU_RETURN_IF_ERROR(
       cu, DeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  // Each set's 8-byte-aligned kernel is its L2::256B-hint variant unless DETRACE_DIGEST_L2HINT=0.
-  const bool l2_hint = l2HintLoads();
-  const char* const names[kAlignments] = {
-      l2_hint ? "detrace_digest_a8_l2hint" : "detrace_digest_a8", "detrace_digest_a4",
-      "detrace_digest_a1"};
-  const char* const via_names[kAlignments] = {
-      l2_hint ? "detrace_digest_a8_l2hint_via" : "detrace_digest_a8_via", "detrace_digest_a4_via",
-      "detrace_digest_a1_via"};
+  // Each set's 8-byte-aligned kernel is its L2::256B-hint variant unless DETRACE_DIGEST_L2HINT=0;
+  // its 16-byte-aligned one the 16-byte loader unless DETRACE_DIGEST_WIDE=0 (then the 8-byte one).
+  const std::string a8 = l2HintLoads() ? "detrace_digest_a8_l2hint" : "detrace_digest_a8";
+  const std::string a16 = wideStem(a8);
+  auto names_with = [&](const std::string& suffix, std::string (&out)[kAlignments]) {
+    out[0] = a16 + suffix;
+    out[1] = a8 + suffix;
+    out[2] = "detrace_digest_a4" + suffix;
+    out[3] = "detrace_digest_a1" + suffix;
+  };
+  std::string names[kAlignments], via_names[kAlignments], many_names[kAlignments];
+  names_with("", names);
+  names_with("_via", via_names);
+  names_with("_many", many_names);
   DETRACE_RETURN_IF_ERROR(d.loadKernels(names, sms, d.kernels_));
   DETRACE_RETURN_IF_ERROR(d.loadKernels(via_names, sms, d.via_kernels_));
-  const char* const many_names[kAlignments] = {
-      l2_hint ? "detrace_digest_a8_l2hint_many" : "detrace_digest_a8_many", "detrace_digest_a4_many",
-      "detrace_digest_a1_many"};
   DETRACE_RETURN_IF_ERROR(d.loadKernels(many_names, sms, d.many_kernels_));
   DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.store_words_, module, "detrace_store_words"));
   return d;
 }
 
-Status Digester::loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out) {
+Status Digester::loadKernels(const std::string (&names)[kAlignments], int sms, Kernels& out) {
   for (int a = 0; a < kAlignments; ++a) {
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a]));
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a].c_str()));
     int per_sm = 0;
     DETRACE_CU_RETURN_IF_ERROR(*cu_, OccupancyMaxActiveBlocksPerMultiprocessor(
                                          &per_sm, out.fns[a], detail::kBlockThreads, 0));

@@ -40,7 +40,7 @@ struct DigestParams {
   uint32_t rows;
   uint32_t chunks_per_row;  // G = ceil(row_bytes / 1024)
   uint32_t mode;            // DigestMode
-  uint32_t align;           // 8, 4 or 1: every chunk start is a multiple of it
+  uint32_t align;           // 16, 8, 4 or 1: every chunk start is a multiple of it
   uint32_t rows_per_group;  // packed modes: rows in a warp (kPackedWarp) or block (kPackedBlock)
   uint32_t tiles_per_row;   // kSplit: ceil(G / 64)
   uint32_t prefetch;        // PrefetchMode
@@ -96,5 +96,12 @@ inline constexpr bool kDigestPrefetchAllDefault = false;
 // run: 3.68 TB/s at 256 MiB and 4.03 TB/s at 1 GiB against 3.60 and 3.82 without, small calls
 // unchanged within noise. So on.
 inline constexpr bool kDigestL2HintDefault = true;
+
+// Which kernel chunk starts aligned to 16 bytes get: the 16-byte loader (a quad reads two stripes, 64
+// contiguous bytes, per load and trades words by shuffles: half the L2 requests of the 8-byte
+// loader). On the H200 a plain 16-byte read reaches 4.38 TB/s at 256 MiB where the 8-byte digest
+// reaches 3.6 (bench_kernels --digest's read ceiling), and Nsight Compute found L2 the busiest
+// unit of the 8-byte digest. Measured in docs/digest.md.
+inline constexpr const char* kDigestWideDefault = "detrace_digest_a16";
 
 }  // namespace detrace::kernels::detail

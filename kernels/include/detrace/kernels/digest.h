@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "detrace/base/scoped.h"
 #include "detrace/base/status.h"
@@ -129,12 +130,12 @@ class Digester {
   Status storeWords(const uint64_t* const* addr, const uint64_t* values, uint32_t n,
                     CUstream stream) const;
 
-  // Largest grid (resident 256-thread blocks) the 8-byte-aligned kernel is launched with (for
+  // Largest grid (resident 256-thread blocks) the 16-byte-aligned kernel is launched with (for
   // tests and benchmarks).
   int gridCap() const { return kernels_.grid_caps[0]; }
 
  private:
-  static constexpr int kAlignments = 3;  // kernels for chunk starts aligned to 8, 4 and 1 bytes
+  static constexpr int kAlignments = 4;  // kernels for chunk starts aligned to 16, 8, 4 and 1 bytes
 
   // One entry point per alignment, and the largest grid each is launched with.
   struct Kernels {
@@ -143,7 +144,7 @@ class Digester {
   };
 
   Digester() = default;
-  Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
+  Status loadKernels(const std::string (&names)[kAlignments], int sms, Kernels& out);
   Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
