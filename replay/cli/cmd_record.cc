@@ -94,7 +94,6 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     std::string capture_ops, capture_range, window, deep;
     int64_t max_capture_bytes = 0;
     bool paused = false;
-    bool runtime_api = false;
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -132,11 +131,6 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_flag("--paused", opts->paused,
                 "Start dormant: the tracer is loaded but records nothing (callbacks off) until "
                 "`detrace attach RUN_DIR start`; `detrace attach RUN_DIR stop` pauses it again");
-  cmd->add_flag("--runtime-api", opts->runtime_api,
-                "Also follow the CUDA runtime's launch calls, so that kernels launched through "
-                "cudaLaunchKernel and friends are labelled 'runtime' rather than by the driver call "
-                "they make (cuLaunchKernel, 'driver'). Costs two more CUPTI callbacks per launch "
-                "(about +20% on a loop of empty-kernel launches); on by itself with --deep");
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -160,7 +154,6 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.window = opts->window;
       options.deep = opts->deep;
       options.paused = opts->paused;
-      options.runtime_api = opts->runtime_api;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

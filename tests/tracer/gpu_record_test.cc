@@ -1,7 +1,6 @@
 // Records a real CUDA program (tests/tracer/tracer_gpu_app.cu) with `detrace record` and checks
 // the trace: every kernel with name, grid/block and GPU times in launch order, the graph's
-// kernels with graph ids, and both cuBLASLt matmuls with their shape and algorithm; with and
-// without --runtime-api.
+// kernels with graph ids, and both cuBLASLt matmuls with their shape and algorithm.
 #include <sys/wait.h>
 
 #include <array>
@@ -27,14 +26,12 @@ int shell(const std::string& cmd, std::string& out) {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-// Records tracer_gpu_app with `detrace record FLAGS` and checks the trace; its plain launches
-// (cudaLaunchKernel) must carry `plain_api`.
-void checkRecording(const char* flags, db::LaunchApi plain_api) {
-  SCOPED_TRACE(fmt::format("detrace record {}", flags));
+TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
+  DETRACE_REQUIRE_GPU();
   testing::TempDir tmp;
   std::string run = tmp.file("run"), out;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} {2} -- {0}/tests/tracer_gpu_app",
-                             DETRACE_BINARY_DIR, run, flags), out);
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app",
+                             DETRACE_BINARY_DIR, run), out);
   ASSERT_EQ(rc, 0) << out;
   auto r = db::Run::open(run);
   ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
@@ -72,7 +69,7 @@ void checkRecording(const char* flags, db::LaunchApi plain_api) {
     EXPECT_EQ(e.launch.grid[0], scale ? 256 : 512);
     EXPECT_EQ(e.launch.block[0], scale ? 256 : 128);
     EXPECT_GT(e.launch.registers, 0);
-    EXPECT_EQ(e.launch.api, plain_api);
+    EXPECT_EQ(e.launch.api, db::LaunchApi::kRuntime);
     streams.insert(e.stream);
   }
   std::vector<std::string> expected;
@@ -120,19 +117,6 @@ void checkRecording(const char* flags, db::LaunchApi plain_api) {
   ASSERT_TRUE(stats.isOk());
   EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
-}
-
-// By default the tracer follows launches through the driver's entry points only (every runtime
-// launch makes one): the runtime's launches are labelled by that driver call. --runtime-api also
-// follows the runtime's, and labels them "runtime". The trace is otherwise the same.
-TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
-  DETRACE_REQUIRE_GPU();
-  checkRecording("", db::LaunchApi::kDriver);
-}
-
-TEST(TracerGpu, RuntimeApiFlagLabelsRuntimeLaunches) {
-  DETRACE_REQUIRE_GPU();
-  checkRecording("--runtime-api", db::LaunchApi::kRuntime);
 }
 
 }  // namespace

@@ -831,36 +831,22 @@ void finalFlush() {
   }
 }
 
-// Whether the runtime API's launch entry points get callbacks too. Every runtime launch calls the
-// driver's, whose callback sees the same launch (its kernel record carries the driver call's
-// correlation id), so they only add the label "runtime" to the launch's api; they cost CUPTI two
-// more callbacks per launch (about +20 points on a C++ loop of empty-kernel launches on the H200,
-// docs/overhead.md). On with `record --runtime-api` (DETRACE_RUNTIME_API=1) and in deep mode, whose
-// launches were measured and tested that way. DETRACE_DIAG_LAUNCH_CALLBACKS (bench_overhead
-// --diag) overrides: "runtime" (both), "driver" (driver only) or "none" (no launch callbacks:
-// kernels are then recorded from their activity records alone, in arrival order).
-bool runtimeLaunchCallbacks() {
-  static const bool on = [] {
-    const char* diag = std::getenv("DETRACE_DIAG_LAUNCH_CALLBACKS");
-    if (diag != nullptr && std::strcmp(diag, "runtime") == 0) return true;
-    if (diag != nullptr && *diag != '\0') return false;
-    const char* v = std::getenv("DETRACE_RUNTIME_API");
-    return (v != nullptr && std::strcmp(v, "1") == 0) || deep::enabled();
-  }();
-  return on;
-}
-
 // Launch callbacks on (1) or off (0): the capture switch (Session::CaptureHooks).
 bool setLaunchCallbacks(uint32_t on) {
-  static const bool none = [] {
+  // Overhead diagnostics (bench/tracer/bench_overhead --diag): DETRACE_DIAG_LAUNCH_CALLBACKS=driver
+  // leaves the runtime-API launch callbacks off (every runtime launch is then seen through its
+  // driver half, recorded as a driver launch).
+  // DETRACE_DIAG_LAUNCH_CALLBACKS=none leaves every launch callback off (kernels are then recorded
+  // from their activity records alone, in arrival order).
+  static const std::string which = [] {
     const char* v = std::getenv("DETRACE_DIAG_LAUNCH_CALLBACKS");
-    return v != nullptr && std::strcmp(v, "none") == 0;
+    return std::string(v != nullptr ? v : "");
   }();
-  if (none && on) return true;
-  if (runtimeLaunchCallbacks()) {
-    for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
-      DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
-    }
+  const bool driver_only = which == "driver";
+  if (which == "none" && on) return true;
+  for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
+    if (driver_only && on) break;
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : kDriverLaunchCallbacks) {
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");

@@ -340,7 +340,6 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (!options.window.empty()) env.push_back("DETRACE_WINDOW=" + options.window);
   if (!options.deep.empty()) env.push_back("DETRACE_DEEP=" + options.deep);
   if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
-  if (options.runtime_api) env.push_back("DETRACE_RUNTIME_API=1");
   return env;
 }
 
@@ -376,7 +375,6 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"window", options.window},
                       {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},
-                      {"runtime_api", options.runtime_api ? "true" : "false"},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 

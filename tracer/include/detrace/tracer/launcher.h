@@ -26,7 +26,6 @@ struct RecordOptions {
   std::string window;                // record only this window ("" = everything); see tracer docs
   std::string deep;                  // deep window ("" = none): launches' memory before and after
   bool paused = false;               // start dormant: nothing is recorded until `detrace attach`
-  bool runtime_api = false;          // also follow the runtime's launch calls (api "runtime")
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
