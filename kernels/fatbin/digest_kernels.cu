@@ -472,18 +472,23 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
 // 4 loads (8 words) in flight per batch; its _deep variant keeps 8 (16 words, as many as the
 // 8-byte loader) at 3 blocks per SM, since at 64 registers it spilled. The byte-aligned loader holds
 // three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
-#define DETRACE_DIGEST_KERNEL(name, batch, min_blocks, align)                               \
+// Every loader variant, as X(name suffix, words per load batch, min blocks per SM, loader); each
+// kernel family below is instantiated once per variant (detrace_digest_<suffix>[_via|_many]).
+#define DETRACE_DIGEST_VARIANTS(X)     \
+  X(a16, 8, 4, kAlign16)               \
+  X(a16_deep, 16, 3, kAlign16)         \
+  X(a8, 16, 4, 8)                      \
+  X(a8_l2hint, 16, 4, kAlign8L2Hint)   \
+  X(a4, 16, 4, 4)                      \
+  X(a1, 8, 3, 1)
+
+#define DETRACE_DIGEST_KERNEL(suffix, batch, min_blocks, align)                             \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
-      name(const dd::DigestParams p) {                                                    \
+      detrace_digest_##suffix(const dd::DigestParams p) {                                 \
     digestAny<align, batch>(p);                                                           \
   }
 
-DETRACE_DIGEST_KERNEL(detrace_digest_a16, 8, 4, kAlign16)
-DETRACE_DIGEST_KERNEL(detrace_digest_a16_deep, 16, 3, kAlign16)
-DETRACE_DIGEST_KERNEL(detrace_digest_a8, 16, 4, 8)
-DETRACE_DIGEST_KERNEL(detrace_digest_a8_l2hint, 16, 4, kAlign8L2Hint)
-DETRACE_DIGEST_KERNEL(detrace_digest_a4, 16, 4, 4)
-DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
+DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL)
 
 // The same kernels for launches captured into a CUDA graph, whose every replay must write its
 // digests somewhere else: p.out is the device address of a word that holds the destination's base
@@ -491,9 +496,9 @@ DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
 // p.out_offset words. A base of 0 (a replay the tracer does not record) skips the digest: every
 // thread reads the same word, so the whole grid returns before any barrier. Separate entry points,
 // so the kernels above are compiled exactly as before.
-#define DETRACE_DIGEST_KERNEL_VIA(name, batch, min_blocks, align)                           \
+#define DETRACE_DIGEST_KERNEL_VIA(suffix, batch, min_blocks, align)                         \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
-      name(const dd::DigestParams p) {                                                    \
+      detrace_digest_##suffix##_via(const dd::DigestParams p) {                           \
     const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out); \
     if (base == 0) return;                                                                \
     dd::DigestParams q = p;                                                               \
@@ -501,29 +506,19 @@ DETRACE_DIGEST_KERNEL(detrace_digest_a1, 8, 3, 1)
     digestAny<align, batch>(q);                                                           \
   }
 
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a16_via, 8, 4, kAlign16)
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a16_deep_via, 16, 3, kAlign16)
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_via, 16, 4, 8)
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a8_l2hint_via, 16, 4, kAlign8L2Hint)
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a4_via, 16, 4, 4)
-DETRACE_DIGEST_KERNEL_VIA(detrace_digest_a1_via, 8, 3, 1)
+DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_VIA)
 
 // Several digests in one launch (Digester::digestMany): blockIdx.y picks one, which runs exactly as
 // it would alone on gridDim.x blocks. The batch stays in parameter space (__grid_constant__): each
 // block reads only its own digest's fields, without a copy of the whole batch.
-#define DETRACE_DIGEST_KERNEL_MANY(name, batch, min_blocks, align)                          \
+#define DETRACE_DIGEST_KERNEL_MANY(suffix, batch, min_blocks, align)                        \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
-      name(const __grid_constant__ dd::DigestBatch b) {                                   \
+      detrace_digest_##suffix##_many(const __grid_constant__ dd::DigestBatch b) {         \
     if (blockIdx.y >= b.count) return;                                                    \
     digestAny<align, batch>(b.params[blockIdx.y]);                                        \
   }
 
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a16_many, 8, 4, kAlign16)
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a16_deep_many, 16, 3, kAlign16)
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_many, 16, 4, 8)
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a8_l2hint_many, 16, 4, kAlign8L2Hint)
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a4_many, 16, 4, 4)
-DETRACE_DIGEST_KERNEL_MANY(detrace_digest_a1_many, 8, 3, 1)
+DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY)
 
 // Stores p.value[i] to the device word p.addr[i] for i < p.count (one block). Launched on a stream
 // just before a CUDA graph (the destinations of its *_via digests) and just after it (0: the graph's
