@@ -97,11 +97,12 @@ inline constexpr bool kDigestPrefetchAllDefault = false;
 // unchanged within noise. So on.
 inline constexpr bool kDigestL2HintDefault = true;
 
-// Which kernel chunk starts aligned to 16 bytes get: the 16-byte loader (a quad reads two stripes, 64
-// contiguous bytes, per load and trades words by shuffles: half the L2 requests of the 8-byte
-// loader). On the H200 a plain 16-byte read reaches 4.38 TB/s at 256 MiB where the 8-byte digest
-// reaches 3.6 (bench_kernels --digest's read ceiling), and Nsight Compute found L2 the busiest
-// unit of the 8-byte digest. Measured in docs/digest.md.
+// Which kernel chunk starts aligned to 16 bytes get: the 16-byte loader (a quad reads two
+// stripes, 64 contiguous bytes, per load and trades words by shuffles: half the L2 requests of
+// the 8-byte loader). On the H200 a plain 16-byte read (bench_kernels --digest's read ceiling)
+// reaches 4.2-4.4 TB/s at 256 MiB where the 8-byte digest reaches 3.6, and Nsight Compute found
+// L2 the busiest unit of the 8-byte digest; the 16-byte loader reaches 3.84-3.89 TB/s
+// (docs/digest.md).
 inline constexpr const char* kDigestWideDefault = "detrace_digest_a16";
 
 }  // namespace detrace::kernels::detail

@@ -334,8 +334,8 @@ TEST_F(DigestGpuTest, ManyInOneLaunchMatchCpu) {
 // it runs on a grid far larger than its own (blocks with no pass of it must leave its slot alone):
 // empty rows, rows packed in warps and in blocks, one long row (strided passes), several long rows
 // (contiguous passes), and a whole buffer written to its slot (no `out`); every stride a multiple
-// of 16, so both share the large one's kernel at each base offset (16-, 8-, 4-, 1-byte aligned). Each result equals the CPU
-// twin's and every slot and workspace is zero again afterwards.
+// of 16, so both share the large one's kernel at each base offset (16-, 8-, 4- and 1-byte
+// aligned). Each result equals the CPU twin's and every slot and workspace is zero again afterwards.
 TEST_F(DigestGpuTest, ManySmallDigestsBesideALargeOne) {
   DETRACE_REQUIRE_GPU();
   struct Small {
