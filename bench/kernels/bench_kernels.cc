@@ -11,10 +11,11 @@
 //                            sizes, unaligned bases)
 //   bench_kernels --profile  one launch of each kernel shape, for a profiler
 //
-// At 256 MiB and more a batch is one call (the events then also time the gap before the call and
-// after it). `--digest` adds rows "..., 4 back-to-back" there, timed over batches of 4 calls
-// rotated over distinct buffers where the pool holds them, and a read ceiling: the plainest
-// kernel that reads every byte with 16-byte loads (read_ceiling.cu), timed both ways.
+// Above 32 MiB a batch is one call (the events then also time the gap before the call and after
+// it). `--digest` adds rows "..., 4 back-to-back" at 256 MiB and 1 GiB, timed over batches of 4
+// calls rotated over distinct buffers where the pool holds them, a read ceiling (the plainest
+// kernel that reads every byte with 16-byte loads, read_ceiling.cu) timed both ways, and one
+// 256 MiB buffer through digestMany (the entry point the tracer uses).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -114,6 +115,7 @@ class Bench {
     const uint64_t footprint = std::max(kRotationFootprint, per_call * min_batch);
     const uint64_t rotation = std::clamp<uint64_t>(footprint / per_call, 1,
                                                    std::max<uint64_t>(1, kPoolBytes / per_call));
+    if (min_batch > 200) min_batch = 200;  // std::clamp needs lo <= hi
     const uint64_t batch = std::clamp<uint64_t>(64 * kMiB / per_call, min_batch, 200);
     uint64_t call = 0;
     auto run_batch = [&] {
@@ -232,6 +234,17 @@ class Bench {
       }, size, 9, 4);
       add("digest, 4 back-to-back", human(size), us, size);
     }
+    {  // the tracer's entry point: one whole buffer through digestMany (the _many kernels)
+      const uint64_t size = 256 * kMiB;
+      const double us = time([&](uint64_t i) {
+        dk::DigestRequest r{};
+        r.base = reinterpret_cast<CUdeviceptr>(pool_ + i * size);
+        r.bytes = size;
+        r.slot = slots_;
+        CHECK_STATUS(digester_[0].digestMany(&r, 1, stream_));
+      }, size, 9);
+      add("digest via digestMany", human(size), us, size);
+    }
     readCeiling();
     // Unaligned bases take the 4-byte and the byte-aligned kernels.
     for (uint64_t offset : {4, 1}) {
@@ -340,8 +353,8 @@ class Bench {
                 std::chrono::duration<double, std::micro>(t1 - t0).count() / 20);
   }
 
-  // The plainest full read (read_ceiling.cu) at the digest's large sizes: one call per batch like
-  // the digest rows above, and 4 back-to-back.
+  // The plainest full read (read_ceiling.cu) at the digest's sizes, batched like the digest rows
+  // above (one call per batch above 32 MiB), and in batches of at least 4 (at 16 MiB both are 4).
   void readCeiling() {
     int sms = 0;
     CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));

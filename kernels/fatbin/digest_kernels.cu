@@ -182,8 +182,9 @@ __device__ __forceinline__ uint64_t laneFull16(const unsigned char* c_start, uin
     for (int t = 0; t < kStep; ++t) {
       const uint64_t send_a = half ? v[t].y : v[t].x;
       const uint64_t send_b = half ? v[t].x : v[t].y;
-      const uint64_t got_a = __shfl_sync(mask, send_a, src_a);  // stripe 2t + odd
-      const uint64_t got_b = __shfl_sync(mask, send_b, src_b);  // stripe 2t + 1 - odd
+      // With T = t0 + t, the chunk's stripes 2T and 2T + 1:
+      const uint64_t got_a = __shfl_sync(mask, send_a, src_a);  // stripe 2T + odd
+      const uint64_t got_b = __shfl_sync(mask, send_b, src_b);  // stripe 2T + 1 - odd
       acc = xxh::round64(acc, odd ? got_b : got_a);
       acc = xxh::round64(acc, odd ? got_a : got_b);
     }
@@ -466,11 +467,12 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
 }  // namespace
 
 // Four entry points, one per chunk alignment (16, 8, 4, 1): separate kernels rather than a switch
-// inside one, so that each gets its own register allocation (one kernel holding all three
-// loaders spilled under the 64-register bound). The host picks one per launch (digest.cc).
+// inside one, so that each gets its own register allocation (one kernel holding the three
+// older loaders spilled under the 64-register bound). The host picks one per launch (digest.cc).
 // 256 threads and <= 64 registers: 4 blocks (32 warps) per SM. The 16-byte loader fits there with
-// 4 loads (8 words) in flight per batch; its _deep variant keeps 8 (16 words, as many as the
-// 8-byte loader) at 3 blocks per SM, since at 64 registers it spilled. The byte-aligned loader holds
+// 4 loads (8 words) in flight per batch (its _many form spills 4 bytes, nvcc 13.0); its _deep
+// variant keeps 8 (16 words, as many as the 8-byte loader) at 3 blocks per SM, since at 64
+// registers it spilled 76 bytes. The byte-aligned loader holds
 // three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
 // Every loader variant, as X(name suffix, words per load batch, min blocks per SM, loader); each
 // kernel family below is instantiated once per variant (detrace_digest_<suffix>[_via|_many]).

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "digest_params.h"
 #include "driver_api.h"
@@ -227,20 +228,23 @@ Result<Digester> Digester::create() {
     out[2] = "detrace_digest_a4" + suffix;
     out[3] = "detrace_digest_a1" + suffix;
   };
-  std::string names[kAlignments], via_names[kAlignments], many_names[kAlignments];
-  names_with("", names);
-  names_with("_via", via_names);
-  names_with("_many", many_names);
-  DETRACE_RETURN_IF_ERROR(d.loadKernels(names, sms, d.kernels_));
-  DETRACE_RETURN_IF_ERROR(d.loadKernels(via_names, sms, d.via_kernels_));
-  DETRACE_RETURN_IF_ERROR(d.loadKernels(many_names, sms, d.many_kernels_));
+  auto load = [&](const std::string& suffix, Kernels& out) {
+    std::string names[kAlignments];
+    names_with(suffix, names);
+    const char* const c_names[kAlignments] = {names[0].c_str(), names[1].c_str(), names[2].c_str(),
+                                              names[3].c_str()};
+    return d.loadKernels(c_names, sms, out);
+  };
+  DETRACE_RETURN_IF_ERROR(load("", d.kernels_));
+  DETRACE_RETURN_IF_ERROR(load("_via", d.via_kernels_));
+  DETRACE_RETURN_IF_ERROR(load("_many", d.many_kernels_));
   DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.store_words_, module, "detrace_store_words"));
   return d;
 }
 
-Status Digester::loadKernels(const std::string (&names)[kAlignments], int sms, Kernels& out) {
+Status Digester::loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out) {
   for (int a = 0; a < kAlignments; ++a) {
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a].c_str()));
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a]));
     int per_sm = 0;
     DETRACE_CU_RETURN_IF_ERROR(*cu_, OccupancyMaxActiveBlocksPerMultiprocessor(
                                          &per_sm, out.fns[a], detail::kBlockThreads, 0));

@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "detrace/base/scoped.h"
 #include "detrace/base/status.h"
@@ -100,8 +99,9 @@ class Digester {
                     uint64_t* out, DigestSlot* workspace, CUstream stream) const;
 
   // Enqueues up to kMaxBatch digests (whole buffers and row sets, mixed) with the host cost of one
-  // launch per alignment class among them (one when every base and row stride is a multiple of 8,
-  // the usual case for tensors): the same results as digest() / digestRows() called one by one.
+  // launch per alignment class among them (16, 8, 4, 1: one launch when every base and row stride
+  // is a multiple of 16, the usual case for tensors; two when some are multiples of 8 only): the
+  // same results as digest() / digestRows() called one by one.
   // Each request needs its own slot or workspace (shared ones are refused). Nothing is enqueued if
   // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
   // enqueued: all of them on success, possibly some when a later launch of the batch failed.
@@ -144,7 +144,7 @@ class Digester {
   };
 
   Digester() = default;
-  Status loadKernels(const std::string (&names)[kAlignments], int sms, Kernels& out);
+  Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
   Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
