@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "detrace/kernels/digest.h"
 #include "kernels_gpu_util.h"
@@ -155,6 +157,71 @@ TEST_F(DigestGpuTest, RowsMatchCpu) {
         std::memcpy(&g, got.data() + r * 8ull, 8);
         ASSERT_EQ(g, want[r]) << "rows " << c.rows << " x " << c.row_bytes << " stride "
                               << c.stride << " offset " << c.offset << ": row " << r;
+      }
+    }
+  }
+}
+
+// Every kernel a 16-byte-aligned buffer can be given (DETRACE_DIGEST_WIDE: the 16-byte loader,
+// its deep variant, the 8-byte loader) gives the CPU twin's digests: whole buffers in each mode
+// (one chunk, packed in a block, split with and without L2 prefetch, a partial last chunk) and
+// rows whose stride is a multiple of 16, through digest(), digestRows() and digestMany().
+TEST_F(DigestGpuTest, EveryWideVariantMatchesCpu) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t sizes[] = {1024, 40000, (1u << 20) + 48, (32u << 20) + 16};
+  const auto host = randomBytes((32u << 20) + 64);
+  DeviceBuffer buf(host.size()), out(8 * 600);
+  ASSERT_TRUE(buf.ok() && out.ok());
+  buf.upload(host.data(), host.size());
+  for (const char* variant : {"1", "deep", "0"}) {
+    SCOPED_TRACE(std::string("DETRACE_DIGEST_WIDE=") + variant);
+    ASSERT_EQ(setenv("DETRACE_DIGEST_WIDE", variant, 1), 0);
+    auto made = Digester::create();  // reads the variable
+    unsetenv("DETRACE_DIGEST_WIDE");
+    ASSERT_TRUE(made.isOk()) << made.status().message();
+    const Digester& d = *made;
+    for (uint64_t len : sizes) {
+      ASSERT_EQ(cudaMemset(&slot()->digest, 0xff, 8), cudaSuccess);
+      ASSERT_TRUE(d.digest(reinterpret_cast<CUdeviceptr>(buf.get()), len, slot(), nullptr).isOk());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      DigestSlot got{};
+      ASSERT_EQ(cudaMemcpy(&got, slot(), sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got.digest, digestCpu(host.data(), len)) << "whole " << len;
+    }
+    // 600 rows of 5000 bytes, stride 5008 (a multiple of 16), then the same through digestMany
+    // beside a whole buffer.
+    std::vector<uint64_t> want(600);
+    digestRowsCpu(host.data(), 600, 5000, 5008, want.data());
+    for (int way = 0; way < 2; ++way) {
+      out.poison();
+      auto* outs = reinterpret_cast<uint64_t*>(out.get());
+      if (way == 0) {
+        ASSERT_TRUE(d.digestRows(reinterpret_cast<CUdeviceptr>(buf.get()), 600, 5000, 5008, outs,
+                                 nullptr, nullptr).isOk());
+      } else {
+        DigestRequest r[2];
+        r[0].base = reinterpret_cast<CUdeviceptr>(buf.get());
+        r[0].rows = 600;
+        r[0].row_bytes = 5000;
+        r[0].row_stride = 5008;
+        r[0].out = outs;
+        r[1].base = reinterpret_cast<CUdeviceptr>(buf.get());
+        r[1].bytes = sizes[3];
+        r[1].slot = slot(1);
+        ASSERT_EQ(cudaMemset(&slot(1)->digest, 0xff, 8), cudaSuccess);
+        ASSERT_TRUE(d.digestMany(r, 2, nullptr).isOk());
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = out.download(8 * 600);
+      for (uint32_t i = 0; i < 600; ++i) {
+        uint64_t g;
+        std::memcpy(&g, got.data() + 8ull * i, 8);
+        ASSERT_EQ(g, want[i]) << (way == 0 ? "digestRows" : "digestMany") << ": row " << i;
+      }
+      if (way == 1) {
+        DigestSlot whole{};
+        ASSERT_EQ(cudaMemcpy(&whole, slot(1), sizeof whole, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(whole.digest, digestCpu(host.data(), sizes[3])) << "digestMany, whole buffer";
       }
     }
   }
