@@ -4,9 +4,13 @@
 // NCCL call, and its kernels would find their parent op through CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION
 // records instead of through launch callbacks.
 //
-//   cupti_extcorr_probe [kernels|api]
+//   cupti_extcorr_probe [kernels|api] [latency]
 //     kernels (default): CONCURRENT_KERNEL + EXTERNAL_CORRELATION only
 //     api:               the same plus RUNTIME and DRIVER API records (what Kineto enables)
+//     latency:           also the kernels' queued/submitted timestamps
+//                        (cuptiActivityEnableLatencyTimestamps): whether `queued` falls inside the
+//                        CPU window (cuptiGetTimestamp before and after) of the call that launched
+//                        the kernel, the other way to find a kernel's library op without callbacks
 //
 // The program launches, with an external id pushed around each group: an empty kernel through
 // the runtime (id 1001), the same kernel through cuLaunchKernel (id 1002), a cuBLASLt matmul
@@ -45,7 +49,21 @@ constexpr auto kExtKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
 struct KernelRecord {
   std::string name;
   uint32_t correlation = 0;
+  uint64_t queued = 0;  // CUPTI_TIMESTAMP_UNKNOWN (0) unless latency timestamps are on
 };
+
+// The CPU window of each group of launches, in CUPTI's clock.
+struct Window {
+  uint64_t id = 0;  // the external id pushed around it; 0: none
+  uint64_t begin = 0, end = 0;
+};
+std::vector<Window> g_windows;
+
+uint64_t now() {
+  uint64_t t = 0;
+  cuptiGetTimestamp(&t);
+  return t;
+}
 
 std::mutex g_mu;
 std::vector<KernelRecord> g_kernels;
@@ -65,7 +83,7 @@ void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
     switch (rec->kind) {
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        g_kernels.push_back({k->name != nullptr ? k->name : "?", k->correlationId});
+        g_kernels.push_back({k->name != nullptr ? k->name : "?", k->correlationId, k->queued});
         break;
       }
       case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
@@ -130,12 +148,17 @@ double pushPopNs() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool api = argc > 1 && std::strcmp(argv[1], "api") == 0;
+  bool api = false, latency = false;
+  for (int i = 1; i < argc; ++i) {
+    api |= std::strcmp(argv[i], "api") == 0;
+    latency |= std::strcmp(argv[i], "latency") == 0;
+  }
   PROBE_CHECK(ok(cudaSetDevice(0)));
   PROBE_CHECK(ok(cudaFree(nullptr)));
   PROBE_CHECK(ok(cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted)));
   PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)));
   PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)));
+  if (latency) PROBE_CHECK(ok(cuptiActivityEnableLatencyTimestamps(1)));
   if (api) {
     PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME)));
     PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER)));
@@ -157,18 +180,26 @@ int main(int argc, char** argv) {
   CUfunction fn = nullptr;
   PROBE_CHECK(ok(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(emptyKernel))));
 
+  g_windows.push_back({1001, now(), 0});
   push(1001);
   emptyKernel<<<1, 32, 0, stream>>>();
   PROBE_CHECK(ok(cudaGetLastError()));
   pop();
+  g_windows.back().end = now();
+  g_windows.push_back({1002, now(), 0});
   push(1002);
   PROBE_CHECK(ok(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr)));
   pop();
+  g_windows.back().end = now();
+  g_windows.push_back({1003, now(), 0});
   push(1003);
   matmul(lt, a, b, c, ws, ws_bytes);
   pop();
+  g_windows.back().end = now();
+  g_windows.push_back({0, now(), 0});
   emptyKernel<<<1, 32, 0, stream>>>();  // no external id
   PROBE_CHECK(ok(cudaGetLastError()));
+  g_windows.back().end = now();
   PROBE_CHECK(ok(cudaDeviceSynchronize()));
   PROBE_CHECK(ok(cuptiActivityFlushAll(1)));
 
@@ -177,16 +208,30 @@ int main(int argc, char** argv) {
               api ? "kernels + external correlation + runtime/driver API records"
                   : "kernels + external correlation only",
               g_kernels.size(), g_external.size(), g_api_records);
-  int tied = 0;
+  int tied = 0, placed = 0;
   for (const KernelRecord& k : g_kernels) {
     auto it = g_external.find(k.correlation);
-    std::printf("kernel corr %u -> %s  %.70s\n", k.correlation,
-                it != g_external.end() ? std::to_string(it->second).c_str() : "none", k.name.c_str());
+    // The window whose CPU interval holds the kernel's queued time, if any.
+    const Window* in = nullptr;
+    for (const Window& w : g_windows) {
+      if (k.queued != 0 && k.queued >= w.begin && k.queued <= w.end) in = &w;
+    }
+    std::printf("kernel corr %u -> %s  queued %s  %.60s\n", k.correlation,
+                it != g_external.end() ? std::to_string(it->second).c_str() : "none",
+                k.queued == 0 ? "unknown"
+                : in != nullptr ? ("in window " + std::to_string(in->id)).c_str()
+                                : "outside every window",
+                k.name.c_str());
     tied += it != g_external.end();
+    placed += in != nullptr;
   }
   std::printf("verdict: %d of %zu kernel records tied to an external id (expected: all but the last "
               "launch, whose id none was pushed)\n",
               tied, g_kernels.size());
+  if (latency) {
+    std::printf("verdict: %d of %zu kernel records queued inside the CPU window of their call\n",
+                placed, g_kernels.size());
+  }
   std::printf("push + pop of an external id: %.0f ns per pair (median of 9 x 100000)\n", pushPopNs());
   cublasLtDestroy(lt);
   return 0;
