@@ -254,8 +254,9 @@ int32_t expectedGraphRecords(uint64_t exec) {
 
 int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle = nullptr);
 
-// The launched function's handle (the runtime's host stub or the driver's CUfunction), which
-// names the kernel without reading its name's text; null for other callbacks.
+// The launched function's handle (the host function pointer a runtime launch passes, or the
+// driver's CUfunction), which names the kernel without reading its name's text; null for other
+// callbacks.
 const void* launchedFunction(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
   if (params == nullptr) return nullptr;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {

@@ -26,10 +26,11 @@ class NameCache {
 
   int64_t lookup(const char* mangled, const Intern& intern);
 
-  // The same, remembered per thread by the launched function's handle (the runtime's host stub or
-  // the driver's CUfunction; null: lookup() alone): a repeat launch reads none of the name's
-  // text, which for a templated kernel is hundreds of bytes. A handle names one function while its
-  // module is loaded; forgetHandles() (a module unload) drops every thread's answers.
+  // The same, remembered per thread by the launched function's handle (the host function pointer
+  // a runtime launch passes, or the driver's CUfunction; null: lookup() alone): a repeat launch
+  // reads none of the name's text, which for a templated kernel is hundreds of bytes. A handle
+  // names one function while its module is loaded; forgetHandles() (a module unload) drops every
+  // thread's answers.
   int64_t lookupByHandle(const void* handle, const char* mangled, const Intern& intern);
   static void forgetHandles();
 
