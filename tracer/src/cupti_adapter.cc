@@ -161,61 +161,81 @@ bool classify(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, LaunchKind& k)
   return false;
 }
 
-// The stream (and graph exec) named by a launch API's parameters.
-void launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params,
-                  int64_t& stream, uint64_t& graph_exec) {
-  if (params == nullptr) return;
+// What a launch API's parameters name: the stream, the executable graph (graph launches) and the
+// launched function's handle (the host function pointer a runtime launch passes, or the driver's
+// CUfunction), which names the kernel without reading its name's text.
+struct LaunchTarget {
+  int64_t stream = 0;
+  uint64_t graph_exec = 0;
+  const void* function = nullptr;
+};
+
+LaunchTarget launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
+  LaunchTarget t;
+  if (params == nullptr) return t;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     switch (cbid) {
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-        stream = reinterpret_cast<int64_t>(static_cast<const cudaLaunchKernel_v7000_params*>(params)->stream);
-        return;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000: {
+        auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(params);
+        t.stream = reinterpret_cast<int64_t>(p->stream);
+        t.function = p->func;
+        return t;
+      }
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
-        stream = reinterpret_cast<int64_t>(
-            static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params)->stream);
-        return;
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: {
+        auto* p = static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params);
+        t.stream = reinterpret_cast<int64_t>(p->stream);
+        t.function = p->func;
+        return t;
+      }
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
         auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(params);
-        if (p->config) stream = reinterpret_cast<int64_t>(p->config->stream);
-        return;
+        if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->stream);
+        t.function = p->func;
+        return t;
       }
       case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
       case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000: {
         auto* p = static_cast<const cudaGraphLaunch_v10000_params*>(params);
-        stream = reinterpret_cast<int64_t>(p->stream);
-        graph_exec = reinterpret_cast<uint64_t>(p->graphExec);
-        return;
+        t.stream = reinterpret_cast<int64_t>(p->stream);
+        t.graph_exec = reinterpret_cast<uint64_t>(p->graphExec);
+        return t;
       }
-      default: return;
+      default: return t;
     }
   }
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-      stream = reinterpret_cast<int64_t>(static_cast<const cuLaunchKernel_params*>(params)->hStream);
-      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      auto* p = static_cast<const cuLaunchKernel_params*>(params);
+      t.stream = reinterpret_cast<int64_t>(p->hStream);
+      t.function = p->f;
+      return t;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      stream = reinterpret_cast<int64_t>(
-          static_cast<const cuLaunchCooperativeKernel_params*>(params)->hStream);
-      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      auto* p = static_cast<const cuLaunchCooperativeKernel_params*>(params);
+      t.stream = reinterpret_cast<int64_t>(p->hStream);
+      t.function = p->f;
+      return t;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
       auto* p = static_cast<const cuLaunchKernelEx_params*>(params);
-      if (p->config) stream = reinterpret_cast<int64_t>(p->config->hStream);
-      return;
+      if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->hStream);
+      t.function = p->f;
+      return t;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
       auto* p = static_cast<const cuGraphLaunch_params*>(params);
-      stream = reinterpret_cast<int64_t>(p->hStream);
-      graph_exec = reinterpret_cast<uint64_t>(p->hGraph);
-      return;
+      t.stream = reinterpret_cast<int64_t>(p->hStream);
+      t.graph_exec = reinterpret_cast<uint64_t>(p->hGraph);
+      return t;
     }
-    default: return;
+    default: return t;
   }
 }
 
@@ -253,39 +273,6 @@ int32_t expectedGraphRecords(uint64_t exec) {
 }
 
 int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle = nullptr);
-
-// The launched function's handle (the host function pointer a runtime launch passes, or the
-// driver's CUfunction), which names the kernel without reading its name's text; null for other
-// callbacks.
-const void* launchedFunction(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
-  if (params == nullptr) return nullptr;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    switch (cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-        return static_cast<const cudaLaunchKernel_v7000_params*>(params)->func;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
-        return static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params)->func;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
-        return static_cast<const cudaLaunchKernelExC_v11060_params*>(params)->func;
-      default: return nullptr;
-    }
-  }
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-      return static_cast<const cuLaunchKernel_params*>(params)->f;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      return static_cast<const cuLaunchCooperativeKernel_params*>(params)->f;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-      return static_cast<const cuLaunchKernelEx_params*>(params)->f;
-    default: return nullptr;
-  }
-}
 
 // True if `stream` is being captured into a CUDA graph (launches on it do not run now).
 bool isCapturing(int64_t stream) {
@@ -391,9 +378,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       launch.cpu_ns = cuptiNow();
       launch.device = deviceOf(cb->context, cb->contextUid);
     }
-    int64_t stream = 0;
-    uint64_t exec = 0;
-    launchTarget(domain, cbid, cb->functionParams, stream, exec);
+    const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
+    const int64_t stream = target.stream;
+    const uint64_t exec = target.graph_exec;
     // A plain launch learns that it was captured from the graph node its call creates (the
     // GRAPHNODE_CREATED callback, on this thread, before its exit): no driver call per launch.
     // Graph launches and deep-window launches ask the driver (DETRACE_DIAG_CAPTURE_CHECK=1: every
@@ -434,7 +421,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     } else if (cb->symbolName != nullptr) {
       // Known at API time: names the event even if its activity record never comes.
       DiagScope timing(DiagSite::kEnterName);
-      launch.name = kernelName(*w, cb->symbolName, launchedFunction(domain, cbid, cb->functionParams));
+      launch.name = kernelName(*w, cb->symbolName, target.function);
     }
     launch.notify_written = deep;
     if (fast_path) {
