@@ -60,6 +60,28 @@ TEST(ReorderIngress, ALaunchPublishedAtExitFollowsTheOpsItsThreadMadeBefore) {
   EXPECT_EQ(sink.rows[2].e.correlation_id, 6);
 }
 
+TEST(ReorderIngress, ALibraryOpIsWrittenByTheReaderNotByTheThreadThatAddsIt) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  const uint64_t first = rb.addLibraryOp(gemm(1));
+  EXPECT_TRUE(sink.rows.empty()) << "addLibraryOp only publishes: the calling thread writes nothing";
+  (void)rb.launchEntering();
+  rb.addLaunchAtExit(launch(5, 2), first, 0, false, 0);
+  const uint64_t second = rb.addLibraryOp(gemm(3));
+  EXPECT_TRUE(sink.rows.empty());
+  rb.poll(4);  // the reader: the first op is complete at the head, the launch waits for its record
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kGemm);
+  EXPECT_EQ(rb.seqOf(first), sink.rows[0].e.seq);
+  EXPECT_FALSE(rb.seqOf(second).has_value()) << "behind a launch still waiting for its record";
+  rb.addActivity(kernel(5, 700));
+  ASSERT_EQ(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 5);
+  EXPECT_EQ(sink.rows[1].e.parent_seq, sink.rows[0].e.seq);
+  EXPECT_EQ(sink.rows[2].e.kind, EventKind::kGemm);
+  EXPECT_EQ(rb.seqOf(second), sink.rows[2].e.seq);
+}
+
 TEST(ReorderIngress, ARecordBeforeItsLaunchsExitWaitsForTheSlot) {
   FakeSink sink;
   ReorderBuffer rb(sink);

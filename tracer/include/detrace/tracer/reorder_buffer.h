@@ -205,7 +205,9 @@ class ReorderBuffer {
   void addAlias(uint64_t token, uint64_t correlation_id);
   // The launch's API call failed: no GPU record will come; the slot is written as it is.
   void launchFailed(uint64_t token);
-  // Appends a library op in API order; returns its token (usable as a parent). With
+  // Appends a library op in API order; returns its token (usable as a parent). Lock-free like
+  // addLaunchAtExit: the op is written by the next call that takes GPU records (addActivity,
+  // poll, flush) or reads the FIFO (seqOf, stats, pending, completeLibraryOp). With
   // complete = false the op waits for completeLibraryOp() (or the timeout, or flush) before it is
   // written: NCCL reports its algorithm and protocol during the call, after the op was added.
   uint64_t addLibraryOp(const LibraryOp& op, uint64_t parent = 0, bool complete = true);
