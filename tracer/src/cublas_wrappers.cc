@@ -20,6 +20,7 @@
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "next_symbol.h"
+#include "writer_ids.h"
 
 namespace detrace::tracer {
 namespace {
@@ -173,8 +174,6 @@ bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtM
   return true;
 }
 
-int64_t intern(db::TraceWriter& w, const char* s) { return w.intern(s); }
-
 // Records a cublasLtMatmul call.
 uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* A,
                   cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* C,
@@ -183,11 +182,11 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
                   db::Gemm* recorded) {
   return recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
     db::Gemm g;
-    g.api = intern(w, "cublasLtMatmul");
+    g.api = cachedConstantId(w, "cublasLtMatmul");
     g.trans_a = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_N) != CUBLAS_OP_N;
     g.trans_b = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N) != CUBLAS_OP_N;
     int32_t compute = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, -1);
-    g.compute_type = intern(w, computeTypeName(compute));
+    g.compute_type = cachedConstantId(w, computeTypeName(compute));
     Dd = Dd ? Dd : Cd;
     g.m = static_cast<int64_t>(layoutAttr<uint64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_ROWS, 0));
     g.n = static_cast<int64_t>(layoutAttr<uint64_t>(Dd, CUBLASLT_MATRIX_LAYOUT_COLS, 0));
@@ -232,7 +231,7 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
     }
     op.event.kind = db::EventKind::kGemm;
     op.event.name = g.api;
-    op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
+    op.event.stream = cachedStreamId(w, reinterpret_cast<int64_t>(stream), -1);
     op.detail = g;
     *recorded = g;
     return true;
@@ -260,7 +259,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     if (auto fn = get_stream.get()) (void)fn(c.handle, &stream);
     *stream_out = stream;
     db::Gemm g;
-    g.api = w.intern(c.api);
+    g.api = cachedConstantId(w, c.api);
     g.trans_a = c.ta != CUBLAS_OP_N;
     g.trans_b = c.tb != CUBLAS_OP_N;
     g.m = c.m; g.n = c.n; g.k = c.k;
@@ -270,7 +269,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     g.a_dtype = cudaDType(c.a_type);
     g.b_dtype = cudaDType(c.b_type);
     g.c_dtype = g.d_dtype = cudaDType(c.c_type);
-    g.compute_type = w.intern(computeTypeName(c.compute));
+    g.compute_type = cachedConstantId(w, computeTypeName(c.compute));
     g.algo_id = c.gemm_algo;  // the cublasGemmAlgo_t the caller asked for (-1 = default)
     g.algo_source = 0;
     g.a_addr = reinterpret_cast<int64_t>(c.A);
@@ -278,7 +277,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     g.c_addr = g.d_addr = reinterpret_cast<int64_t>(c.C);
     op.event.kind = db::EventKind::kGemm;
     op.event.name = g.api;
-    op.event.stream = w.stream(reinterpret_cast<int64_t>(stream), -1);
+    op.event.stream = cachedStreamId(w, reinterpret_cast<int64_t>(stream), -1);
     op.detail = g;
     *recorded = g;
     return true;

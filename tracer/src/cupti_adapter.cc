@@ -42,6 +42,7 @@
 #include "self_launch.h"
 #include "session.h"
 #include "signals.h"
+#include "writer_ids.h"
 
 
 namespace detrace::tracer {
@@ -293,29 +294,6 @@ CUstream launchStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, int64_
   return reinterpret_cast<CUstream>(stream);
 }
 
-// The streams this thread launched on lately, with their ids in the trace (a writer's ids never
-// change; the cache is emptied at every capture start, when a new writer may have come).
-struct StreamIdCache {
-  struct Entry {
-    const db::TraceWriter* writer = nullptr;
-    int64_t handle = 0;
-    int32_t device = 0;
-    int64_t id = 0;
-  };
-  std::array<Entry, 8> entries{};
-  unsigned next = 0;
-};
-thread_local StreamIdCache t_stream_ids;
-
-int64_t streamId(db::TraceWriter& w, int64_t handle, int32_t device) {
-  for (const auto& e : t_stream_ids.entries) {
-    if (e.writer == &w && e.handle == handle && e.device == device) return e.id;
-  }
-  int64_t id = w.stream(handle, device);
-  t_stream_ids.entries[t_stream_ids.next++ % t_stream_ids.entries.size()] = {&w, handle, device, id};
-  return id;
-}
-
 // A launch API call begins on this thread: a runtime call nests its driver half (which then only
 // adds an alias), a driver call is the launch itself. `token`: its slot (0: none yet, or none).
 void enterNesting(bool runtime, uint64_t token) {
@@ -335,7 +313,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_runtime_token = 0;
     t_driver_token = 0;
     t_in_flight.active = false;
-    t_stream_ids = {};
+    resetWriterIdCaches();
     deep::resetThread();
     // A graph launch whose exit was never seen: its digests' end is unknown, and the fingerprinter
     // gives that replay up after a timeout.
@@ -402,7 +380,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     {
       DiagScope timing(DiagSite::kEnterStream);
-      launch.stream = streamId(*w, stream, launch.device);
+      launch.stream = cachedStreamId(*w, stream, launch.device);
     }
     Fingerprinter::ReplayPlan replay;
     bool replays = false;

@@ -15,6 +15,7 @@
 
 #include "fingerprinter.h"
 #include "library_ops.h"
+#include "writer_ids.h"
 #include "nccl_profiler_plugin.h"
 #include "next_symbol.h"
 
@@ -81,9 +82,9 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     auto comm = Session::get().comms().find(c.comm);
     db::Event& e = op.event;
     e.kind = db::EventKind::kCollective;
-    e.name = w.intern(c.name);
+    e.name = cachedConstantId(w, c.name);  // a literal (the entry point's name)
     e.device = comm ? comm->device : -1;
-    e.stream = w.stream(reinterpret_cast<int64_t>(c.stream), e.device);
+    e.stream = cachedStreamId(w, reinterpret_cast<int64_t>(c.stream), e.device);
     db::Collective coll;
     coll.op = c.op;
     coll.dtype = ncclDType(c.dtype);
