@@ -4,6 +4,9 @@
 //
 // Locking: State::mu guards everything here but SeqRing and TemplateSeqs, which have leaf mutexes
 // of their own (noteSeq() runs under the reorder buffer's lock and must not take State::mu).
+// State::drain_mu, taken before mu, makes one thread at a time the drainer: only the drainer
+// removes entries from `pending` (and so recycles their events) or forgets a context, so it may
+// query the head entries' events without holding mu (Fingerprinter::poll).
 #pragma once
 
 #include <cstdint>
@@ -255,6 +258,7 @@ struct PendingParams {
 
 class State {
  public:
+  std::mutex drain_mu;  // before mu: see the note at the top
   std::mutex mu;
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
   std::deque<Pending> pending;
