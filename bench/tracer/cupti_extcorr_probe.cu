@@ -4,13 +4,17 @@
 // NCCL call, and its kernels would find their parent op through CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION
 // records instead of through launch callbacks.
 //
-//   cupti_extcorr_probe [kernels|api] [latency]
+//   cupti_extcorr_probe [kernels|api] [latency] [marker]
 //     kernels (default): CONCURRENT_KERNEL + EXTERNAL_CORRELATION only
 //     api:               the same plus RUNTIME and DRIVER API records (what Kineto enables)
 //     latency:           also the kernels' queued/submitted timestamps
 //                        (cuptiActivityEnableLatencyTimestamps): whether `queued` falls inside the
 //                        CPU window (cuptiGetTimestamp before and after) of the call that launched
 //                        the kernel, the other way to find a kernel's library op without callbacks
+//     marker:            also a CUPTI callback on cuDriverGetVersion only, called at the start and
+//                        end of each group: whether every kernel's correlation id falls between
+//                        the two calls' ids (a library op's place among kernel records, with no
+//                        launch callback), and what one such marker call costs
 //
 // The program launches, with an external id pushed around each group: an empty kernel through
 // the runtime (id 1001), the same kernel through cuLaunchKernel (id 1002), a cuBLASLt matmul
@@ -56,6 +60,7 @@ struct KernelRecord {
 struct Window {
   uint64_t id = 0;  // the external id pushed around it; 0: none
   uint64_t begin = 0, end = 0;
+  uint32_t marker_begin = 0, marker_end = 0;  // marker mode: the correlation ids around it
 };
 std::vector<Window> g_windows;
 
@@ -63,6 +68,24 @@ uint64_t now() {
   uint64_t t = 0;
   cuptiGetTimestamp(&t);
   return t;
+}
+
+// The correlation id CUPTI gave the last cuDriverGetVersion call (marker mode).
+thread_local uint32_t t_marker_corr = 0;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
+void CUPTIAPI onMarker(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cbid != CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion) return;
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite == CUPTI_API_ENTER) t_marker_corr = cb->correlationId;
+}
+
+// A marker call: its correlation id (0 when marker mode is off).
+uint32_t marker() {
+  if (g_subscriber == nullptr) return 0;
+  int version = 0;
+  cuDriverGetVersion(&version);
+  return t_marker_corr;
 }
 
 std::mutex g_mu;
@@ -129,6 +152,19 @@ void matmul(cublasLtHandle_t lt, float* a, float* b, float* c, void* ws, size_t 
   cublasLtMatmulDescDestroy(op);
 }
 
+double markerNs() {
+  constexpr int kCalls = 100000;
+  std::vector<double> runs;
+  for (int r = 0; r < 9; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) (void)marker();
+    const auto t1 = std::chrono::steady_clock::now();
+    runs.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / kCalls);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
 double pushPopNs() {
   constexpr int kPairs = 100000;
   std::vector<double> runs;
@@ -148,10 +184,11 @@ double pushPopNs() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool api = false, latency = false;
+  bool api = false, latency = false, markers = false;
   for (int i = 1; i < argc; ++i) {
     api |= std::strcmp(argv[i], "api") == 0;
     latency |= std::strcmp(argv[i], "latency") == 0;
+    markers |= std::strcmp(argv[i], "marker") == 0;
   }
   PROBE_CHECK(ok(cudaSetDevice(0)));
   PROBE_CHECK(ok(cudaFree(nullptr)));
@@ -159,6 +196,11 @@ int main(int argc, char** argv) {
   PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)));
   PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)));
   if (latency) PROBE_CHECK(ok(cuptiActivityEnableLatencyTimestamps(1)));
+  if (markers) {
+    PROBE_CHECK(ok(cuptiSubscribe(&g_subscriber, onMarker, nullptr)));
+    PROBE_CHECK(ok(cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                       CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion)));
+  }
   if (api) {
     PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME)));
     PROBE_CHECK(ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER)));
@@ -180,25 +222,29 @@ int main(int argc, char** argv) {
   CUfunction fn = nullptr;
   PROBE_CHECK(ok(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(emptyKernel))));
 
-  g_windows.push_back({1001, now(), 0});
+  g_windows.push_back({1001, now(), 0, marker(), 0});
   push(1001);
   emptyKernel<<<1, 32, 0, stream>>>();
   PROBE_CHECK(ok(cudaGetLastError()));
   pop();
+  g_windows.back().marker_end = marker();
   g_windows.back().end = now();
-  g_windows.push_back({1002, now(), 0});
+  g_windows.push_back({1002, now(), 0, marker(), 0});
   push(1002);
   PROBE_CHECK(ok(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, nullptr, nullptr)));
   pop();
+  g_windows.back().marker_end = marker();
   g_windows.back().end = now();
-  g_windows.push_back({1003, now(), 0});
+  g_windows.push_back({1003, now(), 0, marker(), 0});
   push(1003);
   matmul(lt, a, b, c, ws, ws_bytes);
   pop();
+  g_windows.back().marker_end = marker();
   g_windows.back().end = now();
-  g_windows.push_back({0, now(), 0});
+  g_windows.push_back({0, now(), 0, marker(), 0});
   emptyKernel<<<1, 32, 0, stream>>>();  // no external id
   PROBE_CHECK(ok(cudaGetLastError()));
+  g_windows.back().marker_end = marker();
   g_windows.back().end = now();
   PROBE_CHECK(ok(cudaDeviceSynchronize()));
   PROBE_CHECK(ok(cuptiActivityFlushAll(1)));
@@ -208,7 +254,13 @@ int main(int argc, char** argv) {
               api ? "kernels + external correlation + runtime/driver API records"
                   : "kernels + external correlation only",
               g_kernels.size(), g_external.size(), g_api_records);
-  int tied = 0, placed = 0;
+  if (markers) {
+    for (const Window& w : g_windows) {
+      std::printf("group %llu: marker correlation ids %u .. %u\n", static_cast<unsigned long long>(w.id),
+                  w.marker_begin, w.marker_end);
+    }
+  }
+  int tied = 0, placed = 0, between = 0;
   for (const KernelRecord& k : g_kernels) {
     auto it = g_external.find(k.correlation);
     // The window whose CPU interval holds the kernel's queued time, if any.
@@ -224,6 +276,9 @@ int main(int argc, char** argv) {
                 k.name.c_str());
     tied += it != g_external.end();
     placed += in != nullptr;
+    for (const Window& w : g_windows) {
+      if (w.marker_begin != 0 && k.correlation > w.marker_begin && k.correlation < w.marker_end) ++between;
+    }
   }
   std::printf("verdict: %d of %zu kernel records tied to an external id (expected: all but the last "
               "launch, whose id none was pushed)\n",
@@ -231,6 +286,12 @@ int main(int argc, char** argv) {
   if (latency) {
     std::printf("verdict: %d of %zu kernel records queued inside the CPU window of their call\n",
                 placed, g_kernels.size());
+  }
+  if (markers) {
+    std::printf("verdict: %d of %zu kernel records have a correlation id between their group's two "
+                "marker calls' (expected: all)\n", between, g_kernels.size());
+    std::printf("marker call (cuDriverGetVersion with its callback): %.0f ns (median of 9 x 100000)\n",
+                markerNs());
   }
   std::printf("push + pop of an external id: %.0f ns per pair (median of 9 x 100000)\n", pushPopNs());
   cublasLtDestroy(lt);

@@ -7,7 +7,14 @@
 //   records    kernel activity records (CONCURRENT_KERNEL), counted and discarded;
 //   callbacks  empty API-enter/exit callbacks on the runtime and driver launch functions
 //              (detrace's --capture meta takes the same eight + eight);
-//   driver     empty callbacks on the driver launch functions only.
+//   driver     empty callbacks on the driver launch functions only;
+//   graph      empty callbacks on the graph launch functions only (runtime and driver);
+//   marker     a callback on cuDriverGetVersion only (what a recorder placing library calls among
+//              kernel records by a marker call's correlation id would keep on; the program never
+//              calls it, so this measures the cost of the callback being on for other calls);
+//   latency    kernel records with their queued/submitted timestamps
+//              (cuptiActivityEnableLatencyTimestamps), which an activity-records-only recorder
+//              needs to place kernels among library calls (implies records).
 // "records" and "callbacks" subscribe too. At exit it prints, to stderr, the records and callbacks
 // it saw (records: those in buffers completed by then), so a run can be checked to have traced
 // what it claims.
@@ -86,18 +93,33 @@ void enableLaunchCallbacks(bool runtime) {
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const char* v = std::getenv("DETRACE_FLOOR");
   const std::string pieces = v != nullptr ? v : "";
-  const bool records = has(pieces, "records");
+  const bool latency = has(pieces, "latency");
+  const bool records = has(pieces, "records") || latency;
   const bool callbacks = has(pieces, "callbacks");
   const bool driver = has(pieces, "driver");
-  if (!records && !callbacks && !driver && !has(pieces, "subscribe")) return 1;
+  const bool graph = has(pieces, "graph");
+  const bool marker = has(pieces, "marker");
+  if (!records && !callbacks && !driver && !graph && !marker && !has(pieces, "subscribe")) return 1;
   if (cuptiSubscribe(&g_subscriber, onCallback, nullptr) != CUPTI_SUCCESS) {
     std::fprintf(stderr, "cupti_floor: cuptiSubscribe failed\n");
     g_subscriber = nullptr;
     return 1;
   }
   if (callbacks || driver) enableLaunchCallbacks(callbacks);
+  if (marker) cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion);
+  if (graph) {
+    for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000}) {
+      cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    }
+    for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz}) {
+      cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+  }
   if (records) {
     cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted);
+    if (latency && cuptiActivityEnableLatencyTimestamps(1) != CUPTI_SUCCESS) {
+      std::fprintf(stderr, "cupti_floor: cuptiActivityEnableLatencyTimestamps failed\n");
+    }
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   }
   std::atexit(report);
