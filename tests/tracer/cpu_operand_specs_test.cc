@@ -77,6 +77,40 @@ TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
   EXPECT_EQ(specs[2].rows, 4 * 3);
 }
 
+TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t m = 8 * (1 + rng() % 64), n = 1 + rng() % 64, k = 8 * (1 + rng() % 64);
+    db::Gemm g;
+    g.m = m; g.n = n; g.k = k;
+    g.lda = m; g.ldb = k; g.ldc = g.ldd = m;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF32;
+    g.a_addr = 0x10000000;
+    g.b_addr = 0x20000000;
+    g.c_addr = g.d_addr = 0x30000000;
+    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g))) << "separate buffers";
+    // D placed somewhere inside or just past B's extent (B: k x n floats from 0x20000000).
+    const int64_t b_bytes = k * n * 4;
+    const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(b_bytes + 64)) & ~int64_t{3};
+    g.c_addr = g.d_addr = g.b_addr + at;
+    const bool overlaps = at < b_bytes;
+    EXPECT_EQ(outputsMayChangeInputs(gemmOperandSpecs(g)), overlaps) << "D at B + " << at;
+  }
+  OperandSpec both;
+  both.role = db::OperandRole::kInOut;
+  both.address = 0x1000;
+  both.bytes = 64;
+  EXPECT_TRUE(outputsMayChangeInputs({both})) << "an operand read and written by the call";
+  db::Collective c;
+  c.op = db::CollOp::kAllReduce;
+  c.dtype = db::DType::kF32;
+  c.count = 1024;
+  c.send_addr = c.recv_addr = 0x5000;  // in place
+  EXPECT_TRUE(outputsMayChangeInputs(collectiveOperandSpecs(c, 0)));
+  c.recv_addr = 0x5000 + 4096;  // just past the send buffer
+  EXPECT_FALSE(outputsMayChangeInputs(collectiveOperandSpecs(c, 0)));
+}
+
 TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
   db::Collective c;
   c.op = db::CollOp::kAllReduce;

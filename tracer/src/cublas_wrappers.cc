@@ -284,26 +284,40 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
   }, true, c.api);
 }
 
-// Fingerprints around a GEMM call: inputs before it, the output after it (stream-ordered).
+// Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
+// call cannot change its inputs and the stream is not being captured (fingerprintAllAfter), else
+// the inputs before it and the output after it.
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g);
-    fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    all_after_ = fingerprintAllAfter(stream_, specs_);
+    if (!all_after_) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
   void after(bool ok) {
-    if (token_ != 0 && ok) fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
+    if (token_ == 0) return;
+    if (all_after_) {
+      // A failed call wrote nothing: its inputs are still worth their digests.
+      if (ok) {
+        fingerprintAllOperands(token_, stream_, specs_);
+      } else {
+        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+      }
+    } else if (ok) {
+      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
+    }
   }
 
  private:
   uint64_t token_;
   CUstream stream_;
   std::vector<OperandSpec> specs_;
+  bool all_after_ = false;
 };
 
 cublasStatus_t missing(const char* name) {

@@ -579,6 +579,29 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
   }
 }
 
+bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+  try {
+    static const bool allowed = [] {
+      const char* v = std::getenv("DETRACE_DIAG_DIGEST_AFTER");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (!allowed || specs.empty() || !Fingerprinter::get().enabled()) return false;
+    if (outputsMayChangeInputs(specs)) return false;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    return Driver::get().is_capturing(stream, &capture) == CUDA_SUCCESS &&
+           capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  } catch (...) {
+    return false;
+  }
+}
+
+void fingerprintAllOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+  if (token == 0) return;
+  // Not capturing (fingerprintAllAfter): `inputs` only matters to a capture, which then takes
+  // them all as the op's results.
+  Fingerprinter::get().enqueue(token, stream, specs, /*inputs=*/false);
+}
+
 namespace {
 thread_local int64_t t_last_row_bytes = 0;
 }  // namespace

@@ -126,6 +126,17 @@ class Fingerprinter {
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
                          bool inputs) noexcept;
 
+// Whether every operand of an op may be fingerprinted after its call, in one enqueue (one digest
+// launch, one event, one lock instead of two of each): fingerprints are on, `stream` is not being
+// captured into a CUDA graph (captured digests bracket the op's kernels: graph_fingerprints.cc),
+// and the call cannot change what its inputs hold (outputsMayChangeInputs). The inputs' digests
+// then read them after the op's kernels, in stream order, where they still hold what the op read.
+// DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
+bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+
+// Enqueues every operand of `specs` for op `token` on `stream` at once (after the call).
+void fingerprintAllOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).
 int64_t lastGemmRowBytes();

@@ -90,4 +90,18 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
   return out;
 }
 
+bool outputsMayChangeInputs(const std::vector<OperandSpec>& specs) {
+  using db::OperandRole;
+  for (const OperandSpec& out : specs) {
+    if (out.role == OperandRole::kInOut) return true;
+    if (out.role != OperandRole::kOutput) continue;
+    for (const OperandSpec& in : specs) {
+      if (in.role != OperandRole::kInput) continue;
+      const bool disjoint = out.address + out.bytes <= in.address || in.address + in.bytes <= out.address;
+      if (!disjoint) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace detrace::tracer

@@ -34,4 +34,9 @@ std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm);
 // last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
 std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t row_bytes);
 
+// Whether the op's call may change what its inputs hold: an operand is both read and written
+// (kInOut), or an output's extent overlaps an input's. When it cannot, every operand may be
+// fingerprinted after the call, in one enqueue (fingerprintAllAfter).
+bool outputsMayChangeInputs(const std::vector<OperandSpec>& specs);
+
 }  // namespace detrace::tracer
