@@ -126,6 +126,15 @@ uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool 
   return token;
 }
 
+void ReorderBuffer::addWindowEdge(uint64_t op_token, uint64_t position, bool open) {
+  const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
+  Cell& cell = claimCell(token);
+  cell.what = open ? Cell::What::kWindowOpen : Cell::What::kWindowClose;
+  cell.parent = op_token;
+  cell.alias = position;
+  publish(cell, token);
+}
+
 // ---- the way through (under mu_) ----
 
 void ReorderBuffer::drainIngressLocked(size_t max) {
@@ -143,6 +152,10 @@ void ReorderBuffer::drainIngressLocked(size_t max) {
 
 void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
   if (cell.what == Cell::What::kSkip) return;
+  if (cell.what == Cell::What::kWindowOpen || cell.what == Cell::What::kWindowClose) {
+    takeWindowEdgeLocked(cell);
+    return;
+  }
   Slot slot;
   slot.token = token;
   slot.parent = cell.parent;
@@ -174,6 +187,7 @@ void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
 
 void ReorderBuffer::pushLocked(Slot slot) {
   if (pending_.size() >= std::max<size_t>(options_.capacity, 1)) {
+    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
     writeHeadLocked(Reason::kOverflow);
   }
   for (uint64_t id : slot.correlation_ids) {
@@ -243,6 +257,13 @@ void ReorderBuffer::addActivity(const Activity& activity) {
     ++stats_.own_records;
     return;
   }
+  if (options_.place_records) {
+    const int64_t ended = activity.gpu_end_ns != db::kUnset ? activity.gpu_end_ns : activity.gpu_start_ns;
+    if (ended != db::kUnset) now_ns_ = std::max(now_ns_, ended);
+    (void)matchLocked(activity, /*final=*/false);
+    drainLocked();
+    return;
+  }
   if (!matchLocked(activity, /*final=*/false)) return;
   drainLocked();
 }
@@ -272,6 +293,10 @@ bool ReorderBuffer::matchLocked(const Activity& activity, bool final) {
                 written_incomplete_ids_.count(activity.correlation_id) > 0;
     if (late) {
       ++stats_.late;
+      return false;
+    }
+    if (options_.place_records && !options_.drop_unmatched) {
+      holdRecordLocked(activity);  // written in correlation order among the slots
       return false;
     }
     // No API slot: write it now, in arrival order (unless a window skipped its launch).
@@ -349,11 +374,13 @@ void ReorderBuffer::resolveEarlyLocked(int64_t now_ns) {
 
 void ReorderBuffer::poll(int64_t now_ns) {
   std::lock_guard lk(mu_);
+  now_ns_ = std::max(now_ns_, now_ns);
   drainIngressLocked();
   if (!early_.empty()) resolveEarlyLocked(now_ns);
   drainLocked();
   while (!pending_.empty() && pending_.front().launch.cpu_ns != db::kUnset &&
          now_ns - pending_.front().launch.cpu_ns > options_.timeout_ns) {
+    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
     writeHeadLocked(Reason::kTimeout);
     drainLocked();
   }
@@ -363,12 +390,111 @@ void ReorderBuffer::flush() {
   std::lock_guard lk(mu_);
   drainIngressLocked();
   if (!early_.empty()) resolveEarlyLocked(kSettleAll);  // matched if its slot is in, else unmatched
-  while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
+  while (!pending_.empty()) {
+    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
+    writeHeadLocked(Reason::kFlush);
+  }
+  writeHeldBeforeLocked(UINT64_MAX);
 }
 
 void ReorderBuffer::drainLocked() {
+  if (options_.place_records) {
+    placeLocked(/*final=*/false);
+    return;
+  }
   while (!pending_.empty() && pending_.front().state == State::kComplete) {
     writeHeadLocked(Reason::kComplete);
+  }
+}
+
+// ---- placement by correlation id ----
+
+uint64_t ReorderBuffer::positionOf(const Slot& slot) {
+  if (slot.is_library) return slot.op ? slot.op->position : 0;
+  return slot.launch.correlation_id;
+}
+
+void ReorderBuffer::holdRecordLocked(const Activity& activity) {
+  held_.emplace(activity.correlation_id, activity);
+  if (held_.size() > std::max<size_t>(options_.max_held_records, 1)) {
+    ++stats_.placed_forced;
+    writeHeldLocked(held_.begin());
+  }
+}
+
+// Writes, in correlation order, the complete head slots and the held records whose hold is over
+// (with `final`, whatever the hold). An incomplete head still waits: the timeout and flush write it.
+void ReorderBuffer::placeLocked(bool final) {
+  const int64_t hold = options_.records_hold_ns;
+  auto oldEnough = [&](int64_t t) {
+    return final || t == db::kUnset || (now_ns_ != INT64_MIN && now_ns_ - t >= hold);
+  };
+  for (;;) {
+    const bool have_head = !pending_.empty();
+    const bool have_held = !held_.empty();
+    if (have_head && (!have_held || positionOf(pending_.front()) < held_.begin()->first)) {
+      const Slot& head = pending_.front();
+      if (head.state != State::kComplete || !oldEnough(head.launch.cpu_ns)) return;
+      writeHeadLocked(Reason::kComplete);
+    } else if (have_held) {
+      auto it = held_.begin();
+      if (!oldEnough(it->second.gpu_start_ns)) return;
+      writeHeldLocked(it);
+    } else {
+      return;
+    }
+  }
+}
+
+// Writes the held records placed before `position` (all of them: UINT64_MAX), in order.
+void ReorderBuffer::writeHeldBeforeLocked(uint64_t position) {
+  while (!held_.empty() && held_.begin()->first < position) writeHeldLocked(held_.begin());
+}
+
+void ReorderBuffer::writeHeldLocked(std::multimap<uint64_t, Activity>::iterator it) {
+  const uint64_t id = it->first;
+  Slot orphan;
+  orphan.launch.correlation_id = id;
+  orphan.launch.kind = it->second.kind;
+  orphan.records.push_back(std::move(it->second));
+  held_.erase(it);
+  orphan.parent = windowParentLocked(id);
+  if (orphan.parent != 0) ++stats_.placed_with_parent;
+  if (id < written_position_) {
+    ++stats_.placed_late;
+  } else {
+    written_position_ = id;
+  }
+  ++stats_.placed;
+  writeSlotLocked(orphan);
+}
+
+// The innermost library call whose window holds `correlation_id` (0: none). Windows closed before
+// it are forgotten: records are written in correlation order, so no later one falls in them (a
+// late one then has no parent).
+uint64_t ReorderBuffer::windowParentLocked(uint64_t correlation_id) {
+  while (!windows_.empty() && windows_.front().close != 0 && windows_.front().close < correlation_id) {
+    windows_.pop_front();
+  }
+  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
+    if (w->open < correlation_id && (w->close == 0 || correlation_id < w->close)) return w->token;
+  }
+  return 0;
+}
+
+void ReorderBuffer::takeWindowEdgeLocked(const Cell& cell) {
+  const uint64_t token = cell.parent, position = cell.alias;
+  if (cell.what == Cell::What::kWindowOpen) {
+    if (token == 0 || position == 0) return;  // no marker: no window (its kernels get no parent)
+    windows_.push_back({token, position, 0});
+    if (windows_.size() > kMaxWindows) windows_.pop_front();
+    return;
+  }
+  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
+    if (w->token == token && w->close == 0) {
+      w->close = position != 0 ? position : w->open + 1;  // no closing marker: an empty window
+      return;
+    }
   }
 }
 
@@ -386,6 +512,7 @@ void ReorderBuffer::rememberIncompleteLocked(uint64_t correlation_id) {
 
 void ReorderBuffer::writeHeadLocked(Reason reason) {
   Slot& head = pending_.front();
+  if (options_.place_records) written_position_ = std::max(written_position_, positionOf(head));
   if (head.state != State::kComplete) {
     if (reason == Reason::kTimeout) ++stats_.timed_out;
     if (reason == Reason::kFlush) ++stats_.flushed_incomplete;
@@ -647,6 +774,17 @@ std::optional<int64_t> ReorderBuffer::seqOfLocked(uint64_t token) const {
 void ReorderBuffer::setDropUnmatched(bool on) {
   std::lock_guard lk(mu_);
   options_.drop_unmatched = on;
+}
+
+void ReorderBuffer::setPlaceRecords(bool on) {
+  std::lock_guard lk(mu_);
+  drainIngressLocked();
+  if (!on && options_.place_records) {
+    placeLocked(/*final=*/true);
+    writeHeldBeforeLocked(UINT64_MAX);
+  }
+  options_.place_records = on;
+  drainLocked();
 }
 
 std::optional<int64_t> ReorderBuffer::seqOf(uint64_t token) {

@@ -24,6 +24,19 @@
 //  - An activity record with no slot (e.g. a launch the callbacks did not see) is written when it
 //    arrives; one that comes after its slot was written is counted as late and dropped.
 //
+// Placement by correlation id (ReorderOptions::place_records, `--capture meta|digest` without
+// launch callbacks). CUPTI numbers every API call it traces from one counter, so a kernel record's
+// correlation id says where its launch came among the library calls, whose places are the
+// correlation ids of marker calls they make (LibraryOp::position; a graph launch's is its own id).
+// Records with no slot are then held, ordered by correlation id, and written among the slots in
+// that order, once `records_hold_ns` have passed since their kernel started (a record still to come
+// for a smaller id then belongs to a kernel that waited longer than that: it is written when it
+// comes, out of place, and counted as placed_late). A slot is written once complete and as old as
+// the hold. A held record's parent is the library op whose call window (open and close edges,
+// also marked by correlation ids: addWindowEdge) holds its id, the innermost if several; with
+// several threads launching at once a kernel another thread launched during a library call is
+// taken for that call's.
+//
 // This class knows no CUPTI types: the CUPTI adapter decodes records into the plain structs below,
 // so CPU tests drive it with fake launch, activity and library-op streams.
 //
@@ -47,6 +60,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,6 +96,9 @@ class EventSink {
 struct LibraryOp {
   db::Event event;
   std::variant<db::Collective, db::Gemm, db::Marker> detail;
+  // Its place among kernel records (placement by correlation id): the correlation id of a marker
+  // call made before the library call; 0: unknown.
+  uint64_t position = 0;
 };
 
 // A library op captured into a CUDA graph, as every launch of the graph replays it.
@@ -153,6 +170,11 @@ struct ReorderOptions {
   // launch with notify_written, is written with its sequence number (a launch's first record's),
   // or kSeqDropped if the sink dropped it.
   void (*on_written)(uint64_t token, int64_t seq) = nullptr;
+  // Placement by correlation id (see the top of this file): records with no slot are held and
+  // written in correlation order among the slots instead of on arrival.
+  bool place_records = false;
+  int64_t records_hold_ns = 500'000'000;  // how long a held record or a slot waits for earlier ones
+  size_t max_held_records = size_t{1} << 17;  // more: the oldest is written at once (counted)
 };
 
 // Counters, written to the trace's stats table at the end.
@@ -175,6 +197,10 @@ struct ReorderStats {
   int64_t graph_op_rows_dropped = 0;  // their graph_ops rows the sink refused
   int64_t held_early = 0;          // kernel records held because they came before their slot could
   int64_t ingress_full = 0;        // times a launching thread found the way-in ring full
+  int64_t placed = 0;              // records written by placement (place_records)
+  int64_t placed_late = 0;         // ... after something with a larger correlation id
+  int64_t placed_forced = 0;       // ... before their hold was over (max_held_records)
+  int64_t placed_with_parent = 0;  // ... inside a library call's window (given it as parent)
 };
 
 class ReorderBuffer {
@@ -227,6 +253,12 @@ class ReorderBuffer {
   void flush();
   // ReorderOptions::drop_unmatched, changed while recording (a window given to `detrace attach`).
   void setDropUnmatched(bool on);
+  // ReorderOptions::place_records, changed at a capture start (held records are written first).
+  void setPlaceRecords(bool on);
+  // A library call's window opens (open = true) or closes at the marker call whose correlation id
+  // is `position` (placement by correlation id: held records inside it take `op_token` as their
+  // parent). Lock-free, like addLibraryOp.
+  void addWindowEdge(uint64_t op_token, uint64_t position, bool open);
 
   // The sequence number a written slot got (nullopt if pending, dropped or forgotten).
   std::optional<int64_t> seqOf(uint64_t token);
@@ -252,7 +284,7 @@ class ReorderBuffer {
   // A cell of the way-in ring. `seq` says whose it is: equal to a ticket, free for that ticket;
   // ticket + 1, published by it; the reader hands it on to ticket + cells.
   struct Cell {
-    enum class What : uint8_t { kLaunch, kLibrary, kSkip };
+    enum class What : uint8_t { kLaunch, kLibrary, kSkip, kWindowOpen, kWindowClose };
     std::atomic<uint64_t> seq{0};
     What what = What::kSkip;
     bool failed = false;
@@ -289,6 +321,14 @@ class ReorderBuffer {
   std::optional<int64_t> seqOfLocked(uint64_t token) const;
   void forgetCorrelationsLocked(const Slot& slot);
   void rememberIncompleteLocked(uint64_t correlation_id);
+  // Placement by correlation id.
+  static uint64_t positionOf(const Slot& slot);
+  void holdRecordLocked(const Activity& activity);
+  void placeLocked(bool final);
+  void writeHeldBeforeLocked(uint64_t position);
+  void writeHeldLocked(std::multimap<uint64_t, Activity>::iterator it);
+  uint64_t windowParentLocked(uint64_t correlation_id);
+  void takeWindowEdgeLocked(const Cell& cell);
 
   EventSink& sink_;
   ReorderOptions options_;  // fixed but for drop_unmatched (changed under mu_)
@@ -319,6 +359,18 @@ class ReorderBuffer {
   std::unordered_set<uint64_t> ignored_;  // the tracer's own memset/memcpy calls (bounded FIFO)
   std::deque<uint64_t> ignored_order_;
   size_t written_incomplete_next_ = 0;
+  // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
+  // clock: poll's now, or a record's kernel end), the largest position written so far, and the
+  // windows of library calls (bounded, newest last).
+  std::multimap<uint64_t, Activity> held_;
+  int64_t now_ns_ = INT64_MIN;
+  uint64_t written_position_ = 0;
+  struct Window {
+    uint64_t token = 0;
+    uint64_t open = 0, close = 0;  // correlation ids; close 0: still open
+  };
+  static constexpr size_t kMaxWindows = 256;
+  std::deque<Window> windows_;
   ReorderStats stats_;
 };
 

@@ -1,0 +1,196 @@
+// Placement by correlation id (ReorderOptions::place_records): kernel records with no launch slot
+// are written among library ops in correlation order, after a hold, and take as parent the op whose
+// call window holds their id. No CUPTI, no GPU: fake ops and records, random programs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "detrace/tracer/reorder_buffer.h"
+#include "fake_sink.h"
+#include "reorder_fakes.h"
+
+namespace detrace::tracer {
+namespace {
+
+using db::EventKind;
+using testing::FakeSink;
+using testing::kernel;
+
+constexpr int64_t kHold = 1000;
+
+ReorderOptions placing() {
+  ReorderOptions o;
+  o.place_records = true;
+  o.records_hold_ns = kHold;
+  return o;
+}
+
+LibraryOp gemmAt(uint64_t position, int64_t cpu_ns) {
+  LibraryOp op = testing::gemm(cpu_ns);
+  op.position = position;
+  return op;
+}
+
+TEST(ReorderPlacement, RecordsGoAmongOpsByCorrelationIdAndTakeTheirWindowsOpAsParent) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  // The program: kernel 5, GEMM (marker 10) launching kernel 12 (window 10..13), GEMM (marker 14)
+  // launching 15 (window 14..16), kernel 17. Records arrive out of order.
+  const uint64_t g1 = rb.addLibraryOp(gemmAt(10, 100));
+  rb.addWindowEdge(g1, 10, true);
+  rb.addWindowEdge(g1, 13, false);
+  const uint64_t g2 = rb.addLibraryOp(gemmAt(14, 200));
+  rb.addWindowEdge(g2, 14, true);
+  rb.addWindowEdge(g2, 16, false);
+  rb.addActivity(kernel(17, 400));
+  rb.addActivity(kernel(12, 300));
+  rb.addActivity(kernel(5, 50));
+  rb.addActivity(kernel(15, 350));
+  EXPECT_TRUE(sink.rows.empty()) << "nothing is written before its hold is over";
+  rb.poll(200 + kHold);  // the hold of kernel 5, the first GEMM and kernel 12 (start 300) ...
+  ASSERT_EQ(sink.rows.size(), 2u) << "kernel 5 and the first GEMM (kernel 12 started at 300)";
+  rb.poll(400 + kHold);
+  ASSERT_EQ(sink.rows.size(), 6u);
+  const auto& r = sink.rows;
+  EXPECT_EQ(r[0].e.correlation_id, 5);
+  EXPECT_EQ(r[0].e.parent_seq, db::kUnset);
+  EXPECT_EQ(r[1].e.kind, EventKind::kGemm);
+  EXPECT_EQ(r[2].e.correlation_id, 12);
+  EXPECT_EQ(r[2].e.parent_seq, r[1].e.seq);
+  EXPECT_EQ(r[3].e.kind, EventKind::kGemm);
+  EXPECT_EQ(r[4].e.correlation_id, 15);
+  EXPECT_EQ(r[4].e.parent_seq, r[3].e.seq);
+  EXPECT_EQ(r[5].e.correlation_id, 17);
+  EXPECT_EQ(r[5].e.parent_seq, db::kUnset) << "after the last window closed";
+  const ReorderStats s = rb.stats();
+  EXPECT_EQ(s.placed, 4);
+  EXPECT_EQ(s.placed_with_parent, 2);
+  EXPECT_EQ(s.placed_late, 0);
+  EXPECT_EQ(s.unmatched, 0);
+}
+
+TEST(ReorderPlacement, ARecordThatComesAfterItsPlaceIsWrittenLateNotLost) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  rb.addActivity(kernel(20, 100));
+  rb.poll(100 + kHold);
+  ASSERT_EQ(sink.rows.size(), 1u);
+  rb.addActivity(kernel(8, 90));  // its kernel waited long on another stream
+  rb.poll(200 + kHold);
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 8);
+  EXPECT_EQ(rb.stats().placed_late, 1);
+}
+
+TEST(ReorderPlacement, FlushWritesEverythingInOrderAndTheCapForcesTheOldestOut) {
+  FakeSink sink;
+  ReorderOptions o = placing();
+  o.max_held_records = 3;
+  ReorderBuffer rb(sink, o);
+  for (uint64_t corr : {4u, 2u, 3u}) rb.addActivity(kernel(corr, 10));
+  EXPECT_TRUE(sink.rows.empty());
+  rb.addActivity(kernel(1, 10));  // a fourth: the smallest id goes out at once
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 1);
+  rb.addLibraryOp(gemmAt(3, 5));  // placed between 2 and 3: ids 3 and up came after its marker
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 5u);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 2);
+  EXPECT_EQ(sink.rows[2].e.kind, EventKind::kGemm);
+  EXPECT_EQ(sink.rows[3].e.correlation_id, 3);
+  EXPECT_EQ(sink.rows[4].e.correlation_id, 4);
+  EXPECT_EQ(rb.stats().placed_forced, 1);
+}
+
+TEST(ReorderPlacement, TurningPlacementOffWritesWhatIsHeld) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  rb.addActivity(kernel(7, 10));
+  EXPECT_TRUE(sink.rows.empty());
+  rb.setPlaceRecords(false);
+  ASSERT_EQ(sink.rows.size(), 1u);
+  rb.addActivity(kernel(9, 20));  // now written on arrival, as without placement
+  EXPECT_EQ(sink.rows.size(), 2u);
+}
+
+// Random programs: plain kernels, GEMMs launching 1-3 kernels inside their windows, nested
+// windows (a GEMM inside an annotated range), records delivered in random batches and order,
+// polls at random times. The trace must list every kernel and op in correlation order, each
+// kernel under its innermost enclosing op.
+TEST(ReorderPlacement, RandomProgramsComeOutInProgramOrderWithTheirParents) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    FakeSink sink;
+    ReorderOptions o = placing();
+    o.max_held_records = 1 + rng() % 64;  // sometimes forced out early: order must still hold
+    ReorderBuffer rb(sink, o);
+    const bool forcing = o.max_held_records < 64;
+    uint64_t corr = 1;
+    int64_t clock = 0;
+    struct Expect {
+      bool op;
+      uint64_t id;       // correlation id (kernel) or position (op)
+      int64_t parent;    // index into `program` of the parent op, -1: none
+    };
+    std::vector<Expect> program;
+    std::vector<Activity> records;
+    const int steps = 5 + static_cast<int>(rng() % 40);
+    int64_t outer = -1;  // an annotated range, open over some steps
+    uint64_t outer_token = 0;
+    for (int i = 0; i < steps; ++i) {
+      clock += 10;
+      const int what = static_cast<int>(rng() % 4);
+      if (what == 0 && outer < 0) {  // open a range
+        const uint64_t pos = corr++;
+        outer_token = rb.addLibraryOp(gemmAt(pos, clock));
+        rb.addWindowEdge(outer_token, pos, true);
+        outer = static_cast<int64_t>(program.size());
+        program.push_back({true, pos, -1});
+      } else if (what == 1 && outer >= 0) {  // close it
+        rb.addWindowEdge(outer_token, corr++, false);
+        outer = -1;
+      } else if (what == 2) {  // a GEMM with its kernels
+        const uint64_t pos = corr++;
+        const uint64_t token = rb.addLibraryOp(gemmAt(pos, clock));
+        rb.addWindowEdge(token, pos, true);
+        const int64_t op = static_cast<int64_t>(program.size());
+        program.push_back({true, pos, outer});
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+          program.push_back({false, corr, op});
+          records.push_back(kernel(corr++, clock + k));
+        }
+        rb.addWindowEdge(token, corr++, false);
+      } else {  // a plain kernel
+        program.push_back({false, corr, outer});
+        records.push_back(kernel(corr++, clock));
+      }
+    }
+    std::shuffle(records.begin(), records.end(), rng);
+    for (size_t i = 0; i < records.size(); ++i) {
+      rb.addActivity(records[i]);
+      if (rng() % 4 == 0) rb.poll(clock + static_cast<int64_t>(rng() % 40));  // holds not over yet
+    }
+    if (rng() % 2) rb.poll(clock + 10 + kHold);
+    rb.flush();
+    ASSERT_EQ(sink.rows.size(), program.size()) << "trial " << trial;
+    if (forcing && rb.stats().placed_forced > 0) continue;  // order not promised past the cap
+    std::map<int64_t, int64_t> seq_of;  // program index -> seq
+    for (size_t i = 0; i < program.size(); ++i) {
+      const auto& row = sink.rows[i].e;
+      const Expect& want = program[i];
+      ASSERT_EQ(row.kind == EventKind::kGemm, want.op) << "trial " << trial << " event " << i;
+      seq_of[static_cast<int64_t>(i)] = row.seq;
+      if (!want.op) {
+        EXPECT_EQ(row.correlation_id, static_cast<int64_t>(want.id)) << "trial " << trial;
+        const int64_t parent = want.parent < 0 ? db::kUnset : seq_of[want.parent];
+        EXPECT_EQ(row.parent_seq, parent) << "trial " << trial << " kernel " << want.id;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detrace::tracer
