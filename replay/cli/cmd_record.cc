@@ -1,6 +1,6 @@
 // detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest|full] [--capture-ops LIST]
 //                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B]
-//                [--deep WINDOW] -- COMMAND...
+//                [--deep WINDOW] [--paused] [--launch-callbacks] -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kRecordHelp =
     "Record an unmodified GPU program into RUN_DIR: every kernel launch (name, grid, block, shared\n"
-    "memory, registers, stream, CPU and GPU times, CUDA graph ids), memcpy and memset, every\n"
+    "memory, registers, stream, GPU times, CUDA graph ids), memcpy and memset, every\n"
     "cuBLASLt/cuBLAS GEMM (shape, layouts, dtypes, compute type, cuBLASLt algorithm) and every\n"
     "NCCL collective or send/recv (op, dtype, count, reduction, root/peer, communicator id, rank,\n"
     "sequence number, and NCCL's algorithm/protocol/channels), in launch order; with --capture\n"
@@ -65,6 +65,17 @@ constexpr const char* kRecordFooter =
     "reports deep_launches and deep_host_ns). Memory reached only through pointers stored in\n"
     "device memory (pointer arrays) is not followed.\n"
     "\n"
+    "How kernels are placed: by default (--capture meta or digest, no --window or --deep) the\n"
+    "tracer takes no callback per kernel launch: kernels come from CUPTI's activity records alone\n"
+    "and go among the library calls by CUPTI's correlation id, each under the library call whose\n"
+    "call it was launched in, after a hold of 500 ms (DETRACE_RECORDS_HOLD_MS) that lets records\n"
+    "of slower streams come first. Such kernels have no CPU launch time and name no launch API\n"
+    "(cooperative launches still say so), and with several threads launching at once a kernel\n"
+    "launched by another thread during a library call is taken for that call's. --launch-callbacks\n"
+    "(and --window, --deep, --capture full, which need them) follow every launch through CUPTI's\n"
+    "launch callbacks instead: the launch API, its CPU time and each thread's own parents, at\n"
+    "about 0.6-0.9 us more per launch on the H200 (docs/overhead.md).\n"
+    "\n"
     "Library ops (GEMMs and collectives) are numbered per process from 0 in call order, as the\n"
     "`op` column of `detrace info --ops` and the diff report show them. Steps are NVTX ranges whose\n"
     "text starts with \"step\" (DETRACE_STEP_PREFIX changes it), numbered from 0 as pushed.\n"
@@ -94,6 +105,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     std::string capture_ops, capture_range, window, deep;
     int64_t max_capture_bytes = 0;
     bool paused = false;
+    bool launch_callbacks = false;
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -131,6 +143,10 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_flag("--paused", opts->paused,
                 "Start dormant: the tracer is loaded but records nothing (callbacks off) until "
                 "`detrace attach RUN_DIR start`; `detrace attach RUN_DIR stop` pauses it again");
+  cmd->add_flag("--launch-callbacks", opts->launch_callbacks,
+                "Follow every kernel launch through CUPTI's launch callbacks (launch API, CPU launch "
+                "time, exact parents with many launching threads) instead of placing kernels by "
+                "correlation id; costs more per launch (see below)");
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -154,6 +170,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.window = opts->window;
       options.deep = opts->deep;
       options.paused = opts->paused;
+      options.launch_callbacks = opts->launch_callbacks;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

@@ -1,6 +1,8 @@
 // Records a real CUDA program (tests/tracer/tracer_gpu_app.cu) with `detrace record` and checks
 // the trace: every kernel with name, grid/block and GPU times in launch order, the graph's
-// kernels with graph ids, and both cuBLASLt matmuls with their shape and algorithm.
+// kernels with graph ids, and both cuBLASLt matmuls with their shape and algorithm, and the
+// kernels they launched under them. Twice: kernels placed by correlation id (the default) and
+// followed through launch callbacks (--launch-callbacks).
 #include <sys/wait.h>
 
 #include <array>
@@ -26,12 +28,11 @@ int shell(const std::string& cmd, std::string& out) {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
-  DETRACE_REQUIRE_GPU();
+void checkRecordedApp(bool callbacks) {
   testing::TempDir tmp;
   std::string run = tmp.file("run"), out;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app",
-                             DETRACE_BINARY_DIR, run), out);
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}{2} -- {0}/tests/tracer_gpu_app",
+                             DETRACE_BINARY_DIR, run, callbacks ? " --launch-callbacks" : ""), out);
   ASSERT_EQ(rc, 0) << out;
   auto r = db::Run::open(run);
   ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
@@ -41,6 +42,7 @@ TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   db::TraceReader& t = **reader;
   EXPECT_FALSE(t.rank().gpu_name.empty());
   EXPECT_FALSE(t.metaValue("cuda_version").empty());
+  EXPECT_EQ(t.metaValue("kernel_placement"), callbacks ? "callbacks" : "correlation");
 
   auto cursor = t.events();
   ASSERT_TRUE(cursor.isOk());
@@ -65,11 +67,15 @@ TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
     const db::Event& e = kernels[i];
     EXPECT_GT(e.gpu_start_ns, 0) << names[i];
     EXPECT_GE(e.gpu_end_ns, e.gpu_start_ns);
-    EXPECT_GT(e.cpu_ns, 0);
     EXPECT_EQ(e.launch.grid[0], scale ? 256 : 512);
     EXPECT_EQ(e.launch.block[0], scale ? 256 : 128);
     EXPECT_GT(e.launch.registers, 0);
-    EXPECT_EQ(e.launch.api, db::LaunchApi::kRuntime);
+    if (callbacks) {  // what only the launch callbacks see
+      EXPECT_GT(e.cpu_ns, 0);
+      EXPECT_EQ(e.launch.api, db::LaunchApi::kRuntime);
+    } else {
+      EXPECT_EQ(e.launch.api, db::LaunchApi::kUnknown);
+    }
     streams.insert(e.stream);
   }
   std::vector<std::string> expected;
@@ -117,6 +123,26 @@ TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   ASSERT_TRUE(stats.isOk());
   EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
+  if (callbacks) {
+    EXPECT_EQ((*stats)["tracer_records_placed"], 0);
+  } else {
+    // Every plain kernel placed, none out of order; only the graph launches took a slot.
+    EXPECT_GE((*stats)["tracer_records_placed"], 8);
+    EXPECT_EQ((*stats)["tracer_records_placed_late"], 0);
+    EXPECT_EQ((*stats)["tracer_records_placed_forced"], 0);
+    EXPECT_GE((*stats)["tracer_records_placed_with_parent"], 2);
+    EXPECT_EQ((*stats)["tracer_launches"], 3);
+  }
+}
+
+TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
+  DETRACE_REQUIRE_GPU();
+  checkRecordedApp(/*callbacks=*/false);
+}
+
+TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrderWithLaunchCallbacks) {
+  DETRACE_REQUIRE_GPU();
+  checkRecordedApp(/*callbacks=*/true);
 }
 
 }  // namespace

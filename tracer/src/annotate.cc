@@ -127,6 +127,7 @@ uint64_t begin(const detrace_collective* c) noexcept {
     }
     t_open.push_back(std::move(open));
     setCurrentParent(token);
+    openParentWindow(token);
     return token;
   } catch (...) {
     return 0;
@@ -143,6 +144,7 @@ void end(uint64_t token) noexcept {
       Open open = std::move(t_open.back());
       t_open.pop_back();
       setCurrentParent(open.saved_parent);
+      closeParentWindow(open.token);
       fingerprintOperands(open.token, open.stream, open.outputs, /*inputs=*/false);
       if (ReorderBuffer* buffer = Session::get().buffer()) buffer->completeLibraryOp(open.token);
       if (open.token == token) return;

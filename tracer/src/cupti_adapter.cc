@@ -38,6 +38,7 @@
 #include "fingerprinter.h"
 #include "next_symbol.h"
 #include "nvtx_markers.h"
+#include "placement.h"
 #include "detrace/tracer/name_cache.h"
 #include "self_launch.h"
 #include "session.h"
@@ -108,6 +109,11 @@ int64_t cuptiNow() {
   uint64_t t = 0;
   return g_cupti.timestamp && g_cupti.timestamp(&t) == CUPTI_SUCCESS ? static_cast<int64_t>(t) : 0;
 }
+
+// ---- placement by correlation id (placement.h) ----
+std::atomic<bool> g_placement{false};
+thread_local uint32_t t_marker_correlation = 0;  // set by the marker's API-enter callback
+constexpr CUpti_CallbackId kMarkerCallback = CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion;
 
 #define DETRACE_CUPTI_CALL(call, what)                                                     \
   do {                                                                                     \
@@ -587,6 +593,9 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate ||
                                                        cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2)) {
       onGraphExecUpdate(static_cast<const CUpti_CallbackData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback) {
+      const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+      if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = cb->correlationId;
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {
       deep::onMemoryApi(cbid, static_cast<const CUpti_CallbackData*>(data));
     } else {
@@ -675,7 +684,11 @@ bool decode(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) {
       a.launch.smem_static = k->staticSharedMemory;
       a.launch.smem_dynamic = k->dynamicSharedMemory;
       a.launch.registers = k->registersPerThread;
-      a.launch.api = k->graphId != 0 ? db::LaunchApi::kGraph : db::LaunchApi::kUnknown;
+      a.launch.api = k->graphId != 0 ? db::LaunchApi::kGraph
+                     : k->launchType == CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE ||
+                             k->launchType == CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE
+                         ? db::LaunchApi::kCooperative
+                         : db::LaunchApi::kUnknown;
       return true;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -810,13 +823,39 @@ bool setLaunchCallbacks(uint32_t on) {
   }();
   const bool driver_only = which == "driver";
   if (which == "none" && on) return true;
+  // Placement by correlation id: only graph launches keep their callbacks (a graph's records
+  // gather under its launch, and captured library ops are replayed from it).
+  const bool graphs_only = on && g_placement.load(std::memory_order_relaxed);
   for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
     if (driver_only && on) break;
+    if (graphs_only && !isGraphLaunchCallback(CUPTI_CB_DOMAIN_RUNTIME_API, id)) continue;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : kDriverLaunchCallbacks) {
+    if (graphs_only && !isGraphLaunchCallback(CUPTI_CB_DOMAIN_DRIVER_API, id)) continue;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
   }
+  return true;
+}
+
+// Whether this capture places kernel records by correlation id instead of taking launch
+// callbacks: not where launch callbacks are needed (a recording window or deep window counts
+// and selects launches at API time; full capture), nor where asked for
+// (`record --launch-callbacks`: DETRACE_LAUNCH_CALLBACKS=1; the overhead diagnostics).
+bool placementWanted() {
+  static const bool callbacks_asked = [] {
+    const char* v = std::getenv("DETRACE_LAUNCH_CALLBACKS");
+    const char* diag = std::getenv("DETRACE_DIAG_LAUNCH_CALLBACKS");
+    return (v != nullptr && std::strcmp(v, "1") == 0) || (diag != nullptr && *diag != '\0');
+  }();
+  Session& s = Session::get();
+  return !callbacks_asked && s.policy().level != CaptureLevel::kFull && s.deepGate() == nullptr &&
+         !s.gate().windowed();
+}
+
+bool setMarkerCallback(uint32_t on) {
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, kMarkerCallback),
+                     "marker callback");
   return true;
 }
 
@@ -858,7 +897,14 @@ bool enableGraphUpdateCallbacks() {
 
 void captureOn() {
   // Launches whose API exit the last stop cut off never end: forget them (see launchEntering).
-  if (ReorderBuffer* b = Session::get().startedBuffer()) b->resetInFlight();
+  ReorderBuffer* buffer = Session::get().startedBuffer();
+  if (buffer != nullptr) buffer->resetInFlight();
+  const bool placement = placementWanted() && setMarkerCallback(1);
+  g_placement.store(placement, std::memory_order_relaxed);
+  if (buffer != nullptr) buffer->setPlaceRecords(placement);
+  if (db::TraceWriter* w = Session::get().startedWriter()) {
+    w->setMeta("kernel_placement", placement ? "correlation" : "callbacks");
+  }
   g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
   if (!enableGraphUpdateCallbacks()) {
     logLine("executable graphs updated with cudaGraphExecUpdate are not noticed (CUPTI refused the callback)");
@@ -867,7 +913,10 @@ void captureOn() {
     logLine("kernels are not recorded (CUPTI refused to turn tracing on); NCCL and cuBLAS calls still are");
   }
 }
-void launchesOff() { (void)setLaunchCallbacks(0); }
+void launchesOff() {
+  (void)setLaunchCallbacks(0);
+  if (g_placement.exchange(false, std::memory_order_relaxed)) (void)setMarkerCallback(0);
+}
 void drainActivities() { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
 void activitiesOff() {
   (void)setActivities(false);
@@ -965,6 +1014,20 @@ bool start() {
 }
 
 }  // namespace
+
+bool placementByRecords() { return g_placement.load(std::memory_order_relaxed); }
+
+uint64_t markerCorrelation() noexcept {
+  if (!g_placement.load(std::memory_order_relaxed)) return 0;
+  using DriverVersionFn = CUresult (*)(int*);
+  static const auto fn = reinterpret_cast<DriverVersionFn>(loadedSymbol("cuDriverGetVersion", "libcuda.so"));
+  if (fn == nullptr) return 0;
+  t_marker_correlation = 0;
+  int version = 0;
+  (void)fn(&version);
+  return t_marker_correlation;
+}
+
 }  // namespace detrace::tracer
 
 // Called by the CUDA driver during cuInit when CUDA_INJECTION64_PATH names this library.

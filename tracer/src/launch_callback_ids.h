@@ -28,4 +28,14 @@ inline constexpr CUpti_CallbackId kDriverLaunchCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
     CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz};
 
+// The graph launch entry points among them (callback ids are numbered per domain).
+constexpr bool isGraphLaunchCallback(CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    return id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
+           id == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000;
+  }
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+         (id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || id == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+}
+
 }  // namespace detrace::tracer

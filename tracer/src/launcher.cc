@@ -340,6 +340,7 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (!options.window.empty()) env.push_back("DETRACE_WINDOW=" + options.window);
   if (!options.deep.empty()) env.push_back("DETRACE_DEEP=" + options.deep);
   if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
+  if (options.launch_callbacks) env.push_back("DETRACE_LAUNCH_CALLBACKS=1");
   return env;
 }
 
@@ -375,6 +376,7 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"window", options.window},
                       {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},
+                      {"launch_callbacks", options.launch_callbacks ? "true" : "false"},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 

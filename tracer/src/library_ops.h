@@ -21,7 +21,12 @@ uint64_t currentParent();
 // function use ParentScope).
 void setCurrentParent(uint64_t token);
 
-// Sets the current parent for the duration of a wrapped call.
+// Placement by correlation id (placement.h): the kernels launched between these two calls on this
+// thread take op `token` as their parent (its call window; no-ops otherwise, and for token 0).
+void openParentWindow(uint64_t token) noexcept;
+void closeParentWindow(uint64_t token) noexcept;
+
+// Sets the current parent for the duration of a wrapped call (and opens its window).
 class ParentScope {
  public:
   explicit ParentScope(uint64_t token);
@@ -31,7 +36,12 @@ class ParentScope {
 
  private:
   uint64_t saved_;
+  uint64_t token_;
 };
+
+// The op this thread recorded last and its place (the window that opens next for it starts
+// there, with no marker call of its own).
+void noteRecordedOp(uint64_t token, uint64_t position) noexcept;
 
 // Appends a library op to the process's trace; returns its token, 0 when not recording (or the
 // recording window leaves it out). In full capture mode, marks the op for copies of its operands
@@ -48,6 +58,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete = true, const char* api = nu
 
 #include "diag_timing.h"
 #include "fingerprinter.h"
+#include "placement.h"
 #include "session.h"
 #include "log.h"
 
@@ -66,8 +77,10 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     if (!ticket.record) return 0;
     LibraryOp op;
     op.event.cpu_ns = s.now();
+    op.position = markerCorrelation();  // 0 unless kernels are placed by correlation id
     if (!fill(*w, op)) return 0;
     uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
+    noteRecordedOp(token, op.position);
     Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
     if (s.policy().level == CaptureLevel::kFull) {
       const auto* c = std::get_if<db::Collective>(&op.detail);

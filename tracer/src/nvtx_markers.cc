@@ -1,6 +1,8 @@
 // See nvtx_markers.h.
 #include "nvtx_markers.h"
 
+#include "placement.h"
+
 #include <generated_nvtx_meta.h>
 
 #include <mutex>
@@ -54,6 +56,7 @@ void recordMarker(db::MarkerKind kind, const char* text, int64_t value) {
   op.event.cpu_ns = s.now();
   op.event.name = markerName(s, *w, text);
   op.detail = db::Marker{kind, db::kUnset, value};
+  op.position = markerCorrelation();  // its place among kernel records (placement.h)
   buffer->addLibraryOp(op, 0, true);
 }
 

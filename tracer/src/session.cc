@@ -201,6 +201,7 @@ bool Session::startLocked() {
   sink_ = std::make_unique<WriterSink>(*writer_);
   ReorderOptions ro;
   ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
+  ro.records_hold_ns = envInt("DETRACE_RECORDS_HOLD_MS", 500) * 1'000'000;
   ro.on_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
   ro.drop_unmatched = gate().windowed();
   for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
@@ -485,6 +486,10 @@ void Session::finish() {
       {"tracer_graph_op_rows_dropped", s.graph_op_rows_dropped},
       {"tracer_activities_held_early", s.held_early},
       {"tracer_ingress_full", s.ingress_full},
+      {"tracer_records_placed", s.placed},
+      {"tracer_records_placed_late", s.placed_late},
+      {"tracer_records_placed_forced", s.placed_forced},
+      {"tracer_records_placed_with_parent", s.placed_with_parent},
   };
   for (const auto& [key, value] : counters) writer_->addStat(key, value);
   Status st = writer_->close();

@@ -26,6 +26,8 @@ struct RecordOptions {
   std::string window;                // record only this window ("" = everything); see tracer docs
   std::string deep;                  // deep window ("" = none): launches' memory before and after
   bool paused = false;               // start dormant: nothing is recorded until `detrace attach`
+  bool launch_callbacks = false;     // follow every launch through CUPTI callbacks (else: placement
+                                     // of kernel records by correlation id where allowed)
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
