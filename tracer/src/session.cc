@@ -18,6 +18,7 @@
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
+#include "placement.h"
 #include "signals.h"
 
 namespace detrace::tracer {
@@ -204,9 +205,13 @@ bool Session::startLocked() {
   ro.records_hold_ns = envInt("DETRACE_RECORDS_HOLD_MS", 500) * 1'000'000;
   ro.on_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
   ro.drop_unmatched = gate().windowed();
+  // The capture switch (captureOn) may have chosen placement by correlation id before this first
+  // use of the buffer; later starts set it on the buffer themselves.
+  ro.place_records = placementByRecords();
   for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
   writeMetadataLocked();
+  writer_->setMeta("kernel_placement", ro.place_records ? "correlation" : "callbacks");
   started_.store(true, std::memory_order_release);
   // Registered now, after the CUDA runtime's own exit handlers, so it runs before them.
   std::atexit(atExit);
