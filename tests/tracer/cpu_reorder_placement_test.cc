@@ -105,6 +105,26 @@ TEST(ReorderPlacement, FlushWritesEverythingInOrderAndTheCapForcesTheOldestOut) 
   EXPECT_EQ(rb.stats().placed_forced, 1);
 }
 
+TEST(ReorderPlacement, SettleWritesWhatIsCompleteWithoutWaitingForTheHold) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  rb.addActivity(kernel(3, 10));
+  rb.addLibraryOp(gemmAt(4, 20));
+  rb.addActivity(kernel(5, 30));
+  rb.addLibraryOp(gemmAt(6, 40), 0, /*complete=*/false);  // an NCCL call still deciding
+  rb.addActivity(kernel(7, 50));
+  rb.poll(60);
+  EXPECT_TRUE(sink.rows.empty()) << "within the hold";
+  rb.settle();  // e.g. the context is being torn down: no earlier record will come
+  ASSERT_EQ(sink.rows.size(), 3u) << "kernel 3, the GEMM, kernel 5; the incomplete op holds 7";
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 3);
+  EXPECT_EQ(sink.rows[1].e.kind, EventKind::kGemm);
+  EXPECT_EQ(sink.rows[2].e.correlation_id, 5);
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 5u);
+  EXPECT_EQ(sink.rows[4].e.correlation_id, 7);
+}
+
 TEST(ReorderPlacement, TurningPlacementOffWritesWhatIsHeld) {
   FakeSink sink;
   ReorderBuffer rb(sink, placing());

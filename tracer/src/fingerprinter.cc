@@ -279,8 +279,35 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
 // flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
 // program is capturing on another thread (relaxed_capture.h).
+bool State::awaitLocked(const Pending& p, db::TraceWriter& w) {
+  const size_t bytes = sizeof(Awaiting) + p.arena_len * sizeof(uint64_t) + (p.copied ? p.spec.bytes : 0);
+  if (awaiting_bytes + bytes > kMaxAwaitingBytes) return false;
+  awaiting.push_back({p.token, bytes, toOperand(p, w)});
+  awaiting_bytes += bytes;
+  return true;
+}
+
+void State::drainAwaitingLocked(bool final, db::TraceWriter* w) {
+  while (!awaiting.empty()) {
+    Awaiting& a = awaiting.front();
+    const int64_t seq = seqs.get(a.token);
+    if (seq == db::kUnset && !final) return;
+    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
+    if (seq >= 0 && w != nullptr) {
+      a.operand.seq = seq;
+      (void)w->appendOperand(a.operand);
+      ++written;
+    } else {
+      ++lost;
+    }
+    awaiting_bytes -= a.bytes;
+    awaiting.pop_front();
+  }
+}
+
 bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
   drainParamsLocked(final, w);
+  drainAwaitingLocked(final, w);
   if (pending.empty()) return false;  // nothing to query (and no driver at all in CPU-only processes)
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
@@ -335,9 +362,14 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
       releaseHeadLocked();
       continue;
     }
-    // Results may complete before the op's slot is written; wait for its sequence number.
+    // Results may complete before the op's slot is written: read them out of the rings and
+    // wait for its sequence number there, or, past that bound, here.
     if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
-    if (p.seq == db::kUnset && !final) return false;
+    if (p.seq == db::kUnset && !final) {
+      if (w == nullptr || !awaitLocked(p, *w)) return false;
+      releaseHeadLocked();
+      continue;
+    }
     // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
     if (p.seq >= 0 && w != nullptr) {
       (void)w->appendOperand(toOperand(p, *w));

@@ -303,6 +303,19 @@ class State {
   // flusher then gives the lock up before the next batch, so an enqueue on a program thread waits
   // for at most one batch.
   bool drainLocked(bool final, db::TraceWriter* w, size_t budget = SIZE_MAX);
+  // Results read out of the rings whose op has no sequence number yet (its slot still waits in
+  // the reorder buffer: placement by correlation id holds ops for its hold, ~0.5 s), so that the
+  // rings do not fill while they wait; written once the number is known. Bounded in bytes.
+  struct Awaiting {
+    uint64_t token = 0;
+    size_t bytes = 0;
+    db::Operand operand;
+  };
+  std::deque<Awaiting> awaiting;
+  size_t awaiting_bytes = 0;
+  static constexpr size_t kMaxAwaitingBytes = size_t{64} << 20;
+  bool awaitLocked(const Pending& p, db::TraceWriter& w);  // false: over the bound
+  void drainAwaitingLocked(bool final, db::TraceWriter* w);
   void drainParamsLocked(bool final, db::TraceWriter* w);
   // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
   void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,

@@ -397,6 +397,16 @@ void ReorderBuffer::flush() {
   writeHeldBeforeLocked(UINT64_MAX);
 }
 
+void ReorderBuffer::settle() {
+  std::lock_guard lk(mu_);
+  drainIngressLocked();
+  if (options_.place_records) {
+    placeLocked(/*final=*/true);
+  } else {
+    drainLocked();
+  }
+}
+
 void ReorderBuffer::drainLocked() {
   if (options_.place_records) {
     placeLocked(/*final=*/false);

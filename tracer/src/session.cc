@@ -455,6 +455,7 @@ void Session::commit() noexcept {
     db::TraceWriter* w = startedWriter();
     if (b == nullptr || w == nullptr) return;
     b->poll(now());
+    b->settle();  // the records still to come will not (context teardown, a signal)
     (void)w->flush();
   } catch (...) {
   }

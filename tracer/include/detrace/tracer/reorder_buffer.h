@@ -251,6 +251,10 @@ class ReorderBuffer {
   void poll(int64_t now_ns);
   // Writes every pending slot, complete or not (at exit, or before a checkpoint).
   void flush();
+  // Writes what is complete now, whatever the hold of placement by correlation id: the held
+  // records and the complete slots before the first incomplete one, in order (a commit at context
+  // teardown or on a signal, when records that would come before them no longer will).
+  void settle();
   // ReorderOptions::drop_unmatched, changed while recording (a window given to `detrace attach`).
   void setDropUnmatched(bool on);
   // ReorderOptions::place_records, changed at a capture start (held records are written first).
