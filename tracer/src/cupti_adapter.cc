@@ -584,7 +584,9 @@ DiagSite callbackSite(CUpti_CallbackDomain domain, const void* data) {
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
-  DiagScope timing(diagTimingOn() ? callbackSite(domain, data) : DiagSite::kOtherCallback);
+  // The marker's own callback counts as "other": its whole call is the marker site.
+  const bool marker = domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback;
+  DiagScope timing(diagTimingOn() && !marker ? callbackSite(domain, data) : DiagSite::kOtherCallback);
   try {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
@@ -593,7 +595,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate ||
                                                        cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2)) {
       onGraphExecUpdate(static_cast<const CUpti_CallbackData*>(data));
-    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback) {
+    } else if (marker) {
       const auto* cb = static_cast<const CUpti_CallbackData*>(data);
       if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = cb->correlationId;
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {
@@ -1022,6 +1024,7 @@ uint64_t markerCorrelation() noexcept {
   using DriverVersionFn = CUresult (*)(int*);
   static const auto fn = reinterpret_cast<DriverVersionFn>(loadedSymbol("cuDriverGetVersion", "libcuda.so"));
   if (fn == nullptr) return 0;
+  DiagScope timing(DiagSite::kMarker);
   t_marker_correlation = 0;
   int version = 0;
   (void)fn(&version);

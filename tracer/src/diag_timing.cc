@@ -33,6 +33,7 @@ const char* siteName(int site) {
     case DiagSite::kDigestLaunch: return "digest_launch";
     case DiagSite::kFingerprintEvent: return "fingerprint_event";
     case DiagSite::kActivityBuffer: return "activity_buffer";
+    case DiagSite::kMarker: return "marker";
     case DiagSite::kCount: break;
   }
   return "unknown";

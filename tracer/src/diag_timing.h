@@ -28,6 +28,7 @@ enum class DiagSite : int {
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)
   kFingerprintEvent,  // ... the event recorded after an op's digests (included in kFingerprint)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
+  kMarker,          // a marker call (placement by correlation id: cuDriverGetVersion + callback)
   kCount
 };
 
