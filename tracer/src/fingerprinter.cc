@@ -276,9 +276,8 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
   }
 }
 
-// Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
-// flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
-// program is capturing on another thread (relaxed_capture.h).
+// A finished result whose op has no sequence number yet: its operand row is built now and waits
+// outside the rings (false when that would pass kMaxAwaitingBytes).
 bool State::awaitLocked(const Pending& p, db::TraceWriter& w) {
   const size_t bytes = sizeof(Awaiting) + p.arena_len * sizeof(uint64_t) + (p.copied ? p.spec.bytes : 0);
   if (awaiting_bytes + bytes > kMaxAwaitingBytes) return false;
@@ -287,6 +286,7 @@ bool State::awaitLocked(const Pending& p, db::TraceWriter& w) {
   return true;
 }
 
+// Writes the waiting rows whose op has its number now, in FIFO order; at `final`, all of them.
 void State::drainAwaitingLocked(bool final, db::TraceWriter* w) {
   while (!awaiting.empty()) {
     Awaiting& a = awaiting.front();
@@ -305,6 +305,9 @@ void State::drainAwaitingLocked(bool final, db::TraceWriter* w) {
   }
 }
 
+// Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
+// flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
+// program is capturing on another thread (relaxed_capture.h).
 bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
   drainParamsLocked(final, w);
   drainAwaitingLocked(final, w);
