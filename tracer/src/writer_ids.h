@@ -1,7 +1,9 @@
 // Per-thread caches of the TraceWriter's ids for what the program's threads name on every call:
 // the streams they launch on and the constant strings the library wrappers intern (API names,
 // compute types). TraceWriter::intern and ::stream take the writer's mutex, which the thread
-// decoding activity records also takes; a hit here takes none. A writer's ids never change.
+// decoding activity records also takes; a hit here takes none. A writer's ids never change, and
+// entries are keyed by the writer's address, which never names two writers: a process's writer
+// lives until it ends (after fork the child leaks the parent's and makes its own).
 #pragma once
 
 #include <cstdint>
