@@ -6,6 +6,9 @@
 //   LaunchBookkeeping a launch's slot, its driver alias and its GPU record through the
 //                     ReorderBuffer into a real TraceWriter (a trace file in /tmp)
 //   UnmatchedRecords  GPU records that have no slot (launches a recording window left out)
+//   PlacedRecords     placement by correlation id (the default): GPU records with no slot held
+//                     and written in correlation order among library ops (one GEMM, with its call
+//                     window, every 6 records), range(0) records held at a time
 //   LaunchWithFlusher the launching thread's part alone (slot and alias, after some busy work of
 //                     its own), while a second thread plays CUPTI's flusher: it wakes periodically
 //                     and hands the buffer the GPU records of the launches made so far, so the two
@@ -196,6 +199,40 @@ void UnmatchedRecords(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(UnmatchedRecords)->Iterations(200000)->Repetitions(3)->ReportAggregatesOnly(true);
+
+// Placement by correlation id, the reader's side (the thread decoding activity buffers): every
+// record is held, then written in correlation order once the hold is over; a GEMM every 6
+// records, its kernel inside its call window. `now` trails so that range(0) records stay held.
+void PlacedRecords(benchmark::State& state) {
+  BenchTrace t("bench_tracer_placed");
+  if (!t.error.empty()) {
+    state.SkipWithError(t.error.c_str());
+    return;
+  }
+  t.buffer->setPlaceRecords(true);
+  const auto held = static_cast<uint64_t>(state.range(0));
+  constexpr int64_t kHold = 500'000'000;  // ReorderOptions' default
+  uint64_t corr = 0;
+  for (auto _ : state) {
+    ++corr;
+    if (corr % 6 == 0) {
+      tracer::LibraryOp op;
+      op.event.kind = db::EventKind::kGemm;
+      op.event.cpu_ns = static_cast<int64_t>(corr);
+      op.event.stream = t.stream;
+      op.detail = db::Gemm{};
+      op.position = corr;
+      const uint64_t token = t.buffer->addLibraryOp(op);
+      t.buffer->addWindowEdge(token, corr, true);
+      t.buffer->addWindowEdge(token, corr + 2, false);
+      ++corr;  // the GEMM's kernel
+    }
+    t.buffer->addActivity(t.record(corr));
+    if (corr % 64 == 0 && corr > held) t.buffer->poll(static_cast<int64_t>(corr - held) + kHold);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(PlacedRecords)->Arg(1024)->Arg(16384)->Iterations(500000)->Repetitions(3)->ReportAggregatesOnly(true);
 
 // The launching thread makes a launch every state.range(0) ns of its own work (a busy loop: the
 // program's and CUDA's share of a launch), then takes its slot and alias; the flusher thread wakes

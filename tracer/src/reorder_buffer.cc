@@ -425,10 +425,18 @@ uint64_t ReorderBuffer::positionOf(const Slot& slot) {
 }
 
 void ReorderBuffer::holdRecordLocked(const Activity& activity) {
-  held_.emplace(activity.correlation_id, activity);
+  // Records come nearly in correlation order (per context and stream): most go at the back.
+  const uint64_t id = activity.correlation_id;
+  if (held_.empty() || held_.back().first <= id) {
+    held_.emplace_back(id, activity);
+  } else {
+    auto at = std::upper_bound(held_.begin(), held_.end(), id,
+                               [](uint64_t v, const std::pair<uint64_t, Activity>& e) { return v < e.first; });
+    held_.emplace(at, id, activity);
+  }
   if (held_.size() > std::max<size_t>(options_.max_held_records, 1)) {
     ++stats_.placed_forced;
-    writeHeldLocked(held_.begin());
+    writeHeldFrontLocked();
   }
 }
 
@@ -442,14 +450,13 @@ void ReorderBuffer::placeLocked(bool final) {
   for (;;) {
     const bool have_head = !pending_.empty();
     const bool have_held = !held_.empty();
-    if (have_head && (!have_held || positionOf(pending_.front()) < held_.begin()->first)) {
+    if (have_head && (!have_held || positionOf(pending_.front()) < held_.front().first)) {
       const Slot& head = pending_.front();
       if (head.state != State::kComplete || !oldEnough(head.launch.cpu_ns)) return;
       writeHeadLocked(Reason::kComplete);
     } else if (have_held) {
-      auto it = held_.begin();
-      if (!oldEnough(it->second.gpu_start_ns)) return;
-      writeHeldLocked(it);
+      if (!oldEnough(held_.front().second.gpu_start_ns)) return;
+      writeHeldFrontLocked();
     } else {
       return;
     }
@@ -458,16 +465,16 @@ void ReorderBuffer::placeLocked(bool final) {
 
 // Writes the held records placed before `position` (all of them: UINT64_MAX), in order.
 void ReorderBuffer::writeHeldBeforeLocked(uint64_t position) {
-  while (!held_.empty() && held_.begin()->first < position) writeHeldLocked(held_.begin());
+  while (!held_.empty() && held_.front().first < position) writeHeldFrontLocked();
 }
 
-void ReorderBuffer::writeHeldLocked(std::multimap<uint64_t, Activity>::iterator it) {
-  const uint64_t id = it->first;
+void ReorderBuffer::writeHeldFrontLocked() {
+  const uint64_t id = held_.front().first;
   Slot orphan;
   orphan.launch.correlation_id = id;
-  orphan.launch.kind = it->second.kind;
-  orphan.records.push_back(std::move(it->second));
-  held_.erase(it);
+  orphan.launch.kind = held_.front().second.kind;
+  orphan.records.push_back(std::move(held_.front().second));
+  held_.pop_front();
   orphan.parent = windowParentLocked(id);
   if (orphan.parent != 0) ++stats_.placed_with_parent;
   if (id < written_position_) {

@@ -60,7 +60,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -330,7 +329,7 @@ class ReorderBuffer {
   void holdRecordLocked(const Activity& activity);
   void placeLocked(bool final);
   void writeHeldBeforeLocked(uint64_t position);
-  void writeHeldLocked(std::multimap<uint64_t, Activity>::iterator it);
+  void writeHeldFrontLocked();
   uint64_t windowParentLocked(uint64_t correlation_id);
   void takeWindowEdgeLocked(const Cell& cell);
 
@@ -366,7 +365,7 @@ class ReorderBuffer {
   // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
   // clock: poll's now, or a record's kernel end), the largest position written so far, and the
   // windows of library calls (bounded, newest last).
-  std::multimap<uint64_t, Activity> held_;
+  std::deque<std::pair<uint64_t, Activity>> held_;  // sorted by correlation id, stable
   int64_t now_ns_ = INT64_MIN;
   uint64_t written_position_ = 0;
   struct Window {
