@@ -187,7 +187,6 @@ void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
 
 void ReorderBuffer::pushLocked(Slot slot) {
   if (pending_.size() >= std::max<size_t>(options_.capacity, 1)) {
-    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
     writeHeadLocked(Reason::kOverflow);
   }
   for (uint64_t id : slot.correlation_ids) {
@@ -260,11 +259,9 @@ void ReorderBuffer::addActivity(const Activity& activity) {
   if (options_.place_records) {
     const int64_t ended = activity.gpu_end_ns != db::kUnset ? activity.gpu_end_ns : activity.gpu_start_ns;
     if (ended != db::kUnset) now_ns_ = std::max(now_ns_, ended);
-    (void)matchLocked(activity, /*final=*/false);
-    drainLocked();
-    return;
   }
-  if (!matchLocked(activity, /*final=*/false)) return;
+  // A held record (placement) may be written at once too: its hold can be over already.
+  if (!matchLocked(activity, /*final=*/false) && !options_.place_records) return;
   drainLocked();
 }
 
@@ -380,7 +377,6 @@ void ReorderBuffer::poll(int64_t now_ns) {
   drainLocked();
   while (!pending_.empty() && pending_.front().launch.cpu_ns != db::kUnset &&
          now_ns - pending_.front().launch.cpu_ns > options_.timeout_ns) {
-    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
     writeHeadLocked(Reason::kTimeout);
     drainLocked();
   }
@@ -390,10 +386,7 @@ void ReorderBuffer::flush() {
   std::lock_guard lk(mu_);
   drainIngressLocked();
   if (!early_.empty()) resolveEarlyLocked(kSettleAll);  // matched if its slot is in, else unmatched
-  while (!pending_.empty()) {
-    if (options_.place_records) writeHeldBeforeLocked(positionOf(pending_.front()));
-    writeHeadLocked(Reason::kFlush);
-  }
+  while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
   writeHeldBeforeLocked(UINT64_MAX);
 }
 
@@ -528,8 +521,13 @@ void ReorderBuffer::rememberIncompleteLocked(uint64_t correlation_id) {
 }
 
 void ReorderBuffer::writeHeadLocked(Reason reason) {
+  if (options_.place_records) {
+    // Placement: the held records placed before the head go first (a no-op when placeLocked
+    // writes it; the timeout, overflow and flush write heads without it).
+    writeHeldBeforeLocked(positionOf(pending_.front()));
+    written_position_ = std::max(written_position_, positionOf(pending_.front()));
+  }
   Slot& head = pending_.front();
-  if (options_.place_records) written_position_ = std::max(written_position_, positionOf(head));
   if (head.state != State::kComplete) {
     if (reason == Reason::kTimeout) ++stats_.timed_out;
     if (reason == Reason::kFlush) ++stats_.flushed_incomplete;
