@@ -1,8 +1,6 @@
 // See nvtx_markers.h.
 #include "nvtx_markers.h"
 
-#include "placement.h"
-
 #include <generated_nvtx_meta.h>
 
 #include <mutex>
@@ -10,6 +8,7 @@
 #include <unordered_set>
 
 #include "log.h"
+#include "placement.h"
 #include "session.h"
 
 namespace detrace::tracer {
