@@ -15,6 +15,16 @@
 //   latency    kernel records with their queued/submitted timestamps
 //              (cuptiActivityEnableLatencyTimestamps), which an activity-records-only recorder
 //              needs to place kernels among library calls (implies records).
+// Activity attributes, to find which of CUPTI's settings move the records' cost (each implies
+// records):
+//   zeroed     CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER = 1: buffers handed to CUPTI are
+//              already zero (cleared on CUPTI's thread after use), so CUPTI does not clear them
+//              on the launching thread;
+//   pinned     CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED = 1: timestamps in pinned host
+//              memory instead of device memory;
+//   bigbuf     8 MiB activity buffers instead of 1 MiB;
+//   devbuf     CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE 32 MB instead of CUPTI's 3.2 MB;
+//   shared     CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 0 (one buffer for all threads).
 // "records" and "callbacks" subscribe too. At exit it prints, to stderr, the records and callbacks
 // it saw (records: those in buffers completed by then), so a run can be checked to have traced
 // what it claims.
@@ -32,7 +42,8 @@
 
 namespace {
 
-constexpr size_t kBufferBytes = size_t{1} << 20;
+size_t g_buffer_bytes = size_t{1} << 20;
+bool g_zeroed = false;
 
 std::atomic<long long> g_records{0};
 std::atomic<long long> g_callbacks{0};
@@ -54,12 +65,13 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   std::lock_guard lk(g_pool_mu);
   *max_records = 0;
   if (g_pool.empty()) {
-    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, g_buffer_bytes));
+    if (*buffer != nullptr && g_zeroed) std::memset(*buffer, 0, g_buffer_bytes);
   } else {
     *buffer = g_pool.back();
     g_pool.pop_back();
   }
-  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *size = *buffer != nullptr ? g_buffer_bytes : 0;
 }
 
 void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
@@ -67,6 +79,7 @@ void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   long long n = 0;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) ++n;
   g_records.fetch_add(n, std::memory_order_relaxed);
+  if (g_zeroed) std::memset(buffer, 0, g_buffer_bytes);  // on CUPTI's thread, not the program's
   std::lock_guard lk(g_pool_mu);
   g_pool.push_back(buffer);
 }
@@ -88,13 +101,35 @@ void enableLaunchCallbacks(bool runtime) {
   for (CUpti_CallbackId id : kDriverLaunchCallbacks) cuptiEnableCallback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
 }
 
+void setAttribute(CUpti_ActivityAttribute attr, const char* what, auto value) {
+  size_t size = sizeof(value);
+  if (cuptiActivitySetAttribute(attr, &size, &value) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "cupti_floor: setting %s failed\n", what);
+  }
+}
+
+// Before the buffer callbacks are registered and any kind enabled, as CUPTI asks for all five.
+void setAttributes(bool zeroed, bool pinned, bool bigbuf, bool devbuf, bool shared) {
+  if (bigbuf) g_buffer_bytes = size_t{8} << 20;
+  g_zeroed = zeroed;
+  if (zeroed) setAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, "zeroed", uint8_t{1});
+  if (pinned) setAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, "pinned", uint8_t{1});
+  if (devbuf) setAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, "devbuf", size_t{32000000});
+  if (shared) setAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, "shared", uint8_t{0});
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const char* v = std::getenv("DETRACE_FLOOR");
   const std::string pieces = v != nullptr ? v : "";
   const bool latency = has(pieces, "latency");
-  const bool records = has(pieces, "records") || latency;
+  const bool zeroed = has(pieces, "zeroed");
+  const bool pinned = has(pieces, "pinned");
+  const bool bigbuf = has(pieces, "bigbuf");
+  const bool devbuf = has(pieces, "devbuf");
+  const bool shared = has(pieces, "shared");
+  const bool records = has(pieces, "records") || latency || zeroed || pinned || bigbuf || devbuf || shared;
   const bool callbacks = has(pieces, "callbacks");
   const bool driver = has(pieces, "driver");
   const bool graph = has(pieces, "graph");
@@ -116,6 +151,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     }
   }
   if (records) {
+    setAttributes(zeroed, pinned, bigbuf, devbuf, shared);
     cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted);
     if (latency && cuptiActivityEnableLatencyTimestamps(1) != CUPTI_SUCCESS) {
       std::fprintf(stderr, "cupti_floor: cuptiActivityEnableLatencyTimestamps failed\n");

@@ -54,6 +54,7 @@ bool CuptiApi::load(std::string& error) {
   get(activity_enable, "cuptiActivityEnable");
   get(activity_disable, "cuptiActivityDisable");
   get(register_callbacks, "cuptiActivityRegisterCallbacks");
+  get(set_attribute, "cuptiActivitySetAttribute");
   get(next_record, "cuptiActivityGetNextRecord");
   get(dropped_records, "cuptiActivityGetNumDroppedRecords");
   get(flush_all, "cuptiActivityFlushAll");

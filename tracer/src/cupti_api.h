@@ -21,6 +21,7 @@ struct CuptiApi {
   decltype(&cuptiActivityEnable) activity_enable = nullptr;
   decltype(&cuptiActivityDisable) activity_disable = nullptr;
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivitySetAttribute) set_attribute = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
