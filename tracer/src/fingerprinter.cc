@@ -279,7 +279,7 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
 // A finished result whose op has no sequence number yet: its operand row is built now and waits
 // outside the rings (false when that would pass kMaxAwaitingBytes).
 bool State::awaitLocked(const Pending& p, db::TraceWriter& w) {
-  const size_t bytes = sizeof(Awaiting) + p.arena_len * sizeof(uint64_t) + (p.copied ? p.spec.bytes : 0);
+  const size_t bytes = awaitBytes(p);
   if (awaiting_bytes + bytes > kMaxAwaitingBytes) return false;
   awaiting.push_back({p.token, bytes, toOperand(p, w)});
   awaiting_bytes += bytes;
@@ -308,9 +308,9 @@ void State::drainAwaitingLocked(bool final, db::TraceWriter* w) {
 // Writes finished operands in FIFO order; at `final`, gives up on what cannot finish. Runs on the
 // flusher thread, or the one finishing at exit: its event queries must not invalidate a graph the
 // program is capturing on another thread (relaxed_capture.h).
-bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
+bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop_at_ready) {
   drainParamsLocked(final, w);
-  drainAwaitingLocked(final, w);
+  if (!stop_at_ready) drainAwaitingLocked(final, w);  // else the flusher writes them without mu
   if (pending.empty()) return false;  // nothing to query (and no driver at all in CPU-only processes)
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;
@@ -360,6 +360,10 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
         continue;
       }
     }
+    if (stop_at_ready && verdict == Verdict::kWrite) {  // collectReadyLocked takes it
+      if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
+      if (p.seq != db::kUnset || awaiting_bytes + awaitBytes(p) <= kMaxAwaitingBytes) return true;
+    }
     if (verdict == Verdict::kDrop) {  // look-back: its window never opened close enough
       ++lookback_dropped;
       releaseHeadLocked();
@@ -383,6 +387,21 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget) {
     releaseHeadLocked();
   }
   return false;
+}
+
+void State::collectReadyLocked(size_t n, std::vector<const Pending*>& out) {
+  out.clear();
+  size_t await_bytes = awaiting_bytes;
+  for (size_t i = 0; i < pending.size() && out.size() < n; ++i) {
+    Pending& p = pending[i];
+    if (p.replay || p.failed || !p.done || verdictLocked(p.token, false) != Verdict::kWrite) return;
+    if (p.seq == db::kUnset) p.seq = seqs.get(p.token);
+    if (p.seq == db::kUnset) {
+      await_bytes += awaitBytes(p);
+      if (await_bytes > kMaxAwaitingBytes) return;
+    }
+    out.push_back(&p);
+  }
 }
 
 }  // namespace fp
@@ -789,6 +808,37 @@ void queryHeadEvents(State& s, size_t n) {
   }
 }
 
+// Builds the rows of `ready` (collectReadyLocked's) without State::mu, then, under it, releases
+// their entries and parks the rows whose op has no sequence number yet in `awaiting`. Building a
+// row (reading its digests out of the ring, hashing row digests, interning the name, handing it
+// to the writer) under the lock made program threads wait for it: 3.1 us per enqueue on the H200
+// (decode loop, 2026-12-01).
+void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWriter& w) {
+  std::vector<State::Awaiting> parked;
+  int64_t written = 0, lost = 0;
+  for (const Pending* p : ready) {
+    const int64_t seq = p->seq != db::kUnset ? p->seq : s.seqs.get(p->token);
+    if (seq == db::kUnset) {
+      parked.push_back({p->token, State::awaitBytes(*p), fp::toOperand(*p, w)});
+    } else if (seq >= 0) {  // kSeqDropped: the op was dropped; kSeqForgotten: out of the ring
+      db::Operand o = fp::toOperand(*p, w);
+      o.seq = seq;
+      (void)w.appendOperand(o);
+      ++written;
+    } else {
+      ++lost;
+    }
+  }
+  std::lock_guard lk(s.mu);
+  for (size_t i = 0; i < ready.size(); ++i) s.releaseHeadLocked();
+  s.written += written;
+  s.lost += lost;
+  for (State::Awaiting& a : parked) {
+    s.awaiting_bytes += a.bytes;
+    s.awaiting.push_back(std::move(a));
+  }
+}
+
 }  // namespace
 
 void Fingerprinter::poll() noexcept {
@@ -797,22 +847,33 @@ void Fingerprinter::poll() noexcept {
     // startedWriter(): results of ops recorded before an `attach stop` still land while paused.
     db::TraceWriter* w = Session::get().startedWriter();
     std::lock_guard drain(s.drain_mu);
-    // In batches, each under its own lock hold, with a yield between them (a mutex does not hand
-    // itself to a waiter): the program's threads enqueue under the same lock (measured on the
-    // H200: 9.3 us per op waiting for it while the drain held it throughout). At most what was
-    // pending when the poll began, so that a steady stream of finished ops cannot keep it here.
+    // In batches, each under its own short lock hold, with a yield between them (a mutex does not
+    // hand itself to a waiter): the program's threads enqueue under the same lock (measured on the
+    // H200: 9.3 us per op waiting for it while the drain held it throughout). Finished results
+    // are written without the lock (writeReady); the lock hold only decides what to do with the
+    // head entries. At most about what was pending when the poll began, so that a steady stream
+    // of finished ops cannot keep it here.
     constexpr size_t kBatch = 32;
     size_t budget = 0;
     {
       std::lock_guard lk(s.mu);
       budget = s.pending.size() + s.pending_params.size();
     }
-    for (size_t done = 0; done <= budget; done += kBatch) {
+    std::vector<const Pending*> ready;
+    ready.reserve(kBatch);
+    for (size_t round = 0; round <= 2 * (budget / kBatch + 1); ++round) {
+      if (w != nullptr) s.drainAwaitingLocked(false, w);  // drain_mu guards `awaiting`
       queryHeadEvents(s, kBatch);
+      bool more = false;
       {
         std::lock_guard lk(s.mu);
-        if (!s.drainLocked(false, w, kBatch)) break;
+        if (w != nullptr) s.collectReadyLocked(kBatch, ready);
+        // Nothing ready at the head: what is there (failed entries, look-back verdicts, graph
+        // replays, events not passed yet) is handled under the lock, up to the next ready one.
+        more = !ready.empty() || s.drainLocked(false, w, kBatch, /*stop_at_ready=*/w != nullptr);
       }
+      if (!ready.empty()) writeReady(s, ready, *w);
+      if (!more) break;
       std::this_thread::yield();
     }
   } catch (...) {

@@ -6,7 +6,9 @@
 // of their own (noteSeq() runs under the reorder buffer's lock and must not take State::mu).
 // State::drain_mu, taken before mu, makes one thread at a time the drainer: only the drainer
 // removes entries from `pending` (and so recycles their events) or forgets a context, so it may
-// query the head entries' events without holding mu (Fingerprinter::poll).
+// query the head entries' events, and build the rows of finished head entries, without holding mu
+// (Fingerprinter::poll). `awaiting`, `awaiting_bytes`, `written` and `lost` are the drainer's
+// alone: drain_mu guards them, mu need not.
 #pragma once
 
 #include <cstdint>
@@ -302,8 +304,19 @@ class State {
   // Returns true when it stopped because `budget` entries were handled (more may be ready): the
   // flusher then gives the lock up before the next batch, so an enqueue on a program thread waits
   // for at most one batch.
-  bool drainLocked(bool final, db::TraceWriter* w, size_t budget = SIZE_MAX);
-  // Results read out of the rings whose op has no sequence number yet (its slot still waits in
+  // `stop_at_ready`: return true (more to do) at the first head entry that collectReadyLocked
+  // would take, so that the flusher builds its row without the lock.
+  bool drainLocked(bool final, db::TraceWriter* w, size_t budget = SIZE_MAX, bool stop_at_ready = false);
+  // The head entries (at most `n`, from the front, stopping at the first that is not one) whose
+  // results are in and may be written: not a graph replay's, done, not failed, not held or dropped.
+  // That verdict is final: Fingerprinter::hold() comes before its token's digests are enqueued,
+  // so a token not held now is never dropped later. Their seq is looked up; those without one
+  // must fit in `awaiting` (kMaxAwaitingBytes). The drainer (drain_mu) builds their rows without
+  // mu and then releases them (Fingerprinter::poll): only it removes entries, so they stay put
+  // and their ring memory stays theirs until then.
+  void collectReadyLocked(size_t n, std::vector<const Pending*>& out);
+  // Results read out of the rings whose op has no sequence number yet (guarded by drain_mu: only
+  // the drainer touches them, so the flusher writes them without mu) (its slot still waits in
   // the reorder buffer: placement by correlation id holds ops for its hold, ~0.5 s), so that the
   // rings do not fill while they wait; written once the number is known. Bounded in bytes.
   struct Awaiting {
@@ -315,6 +328,9 @@ class State {
   size_t awaiting_bytes = 0;
   static constexpr size_t kMaxAwaitingBytes = size_t{64} << 20;
   bool awaitLocked(const Pending& p, db::TraceWriter& w);  // false: over the bound
+  static size_t awaitBytes(const Pending& p) {
+    return sizeof(Awaiting) + p.arena_len * sizeof(uint64_t) + (p.copied ? p.spec.bytes : 0);
+  }
   void drainAwaitingLocked(bool final, db::TraceWriter* w);
   void drainParamsLocked(bool final, db::TraceWriter* w);
   // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
