@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -70,6 +71,24 @@ std::vector<uint8_t*> g_pool;
 bool g_may_reject = true;
 bool g_zeroed_buffers = true;
 std::atomic<int64_t> g_buffers_refused{0};
+
+// A forced flush does not see the records that a flush on another thread (the flusher's, CUPTI's
+// own) already took. So the flusher's flushes and the one at context teardown take turns
+// (g_flush_call_mu; the teardown waits for it at most kMaxWaitMs, in case the flusher's flush is
+// itself waiting for the driver the teardown holds), and a commit waits for the bufferCompleted
+// calls under way on any thread (awaitBuffersInHand, bounded likewise).
+constexpr int kMaxWaitMs = 200;
+std::timed_mutex g_flush_call_mu;
+std::atomic<int> g_buffers_in_hand{0};
+
+void awaitBuffersInHand() {
+  for (int i = 0; i < kMaxWaitMs && g_buffers_in_hand.load(std::memory_order_acquire) > 0; ++i) {
+    struct timespec ts {
+      0, 1'000'000
+    };
+    nanosleep(&ts, nullptr);
+  }
+}
 
 uint8_t* newBuffer() {
   auto* b = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
@@ -567,7 +586,11 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     // The context's records must be collected while it still exists; then commit them, so a
     // program that dies after tearing its context down keeps them.
-    g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    {
+      std::unique_lock turn(g_flush_call_mu, std::chrono::milliseconds(kMaxWaitMs));
+      g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    }
+    awaitBuffersInHand();
     Fingerprinter::get().forgetContext(data->context);  // its result memory dies with it
     Session::get().commit();
   }
@@ -760,6 +783,10 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
 
 void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
   DiagScope timing(DiagSite::kActivityBuffer);
+  struct InHand {
+    InHand() { g_buffers_in_hand.fetch_add(1, std::memory_order_relaxed); }
+    ~InHand() { g_buffers_in_hand.fetch_sub(1, std::memory_order_release); }
+  } in_hand;
   try {
     // Not buffer()/writer(): records of launches made before a capture stop still count.
     Session& s = Session::get();
@@ -796,7 +823,10 @@ void flusherLoop() {
     g_flush_cv.wait_for(lk, kFlushPeriod, [] { return g_flush_stop; });
     if (g_flush_stop) break;
     lk.unlock();
-    g_cupti.flush_all(0);
+    {
+      std::lock_guard turn(g_flush_call_mu);
+      g_cupti.flush_all(0);
+    }
     if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
     Fingerprinter::get().poll();
     lk.lock();
@@ -817,6 +847,7 @@ void finalFlush() {
     using SyncFn = int (*)();
     if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda.so"))) (void)sync();
     if (g_active.load()) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    awaitBuffersInHand();
     g_active = false;
     int64_t refused = g_buffers_refused.load();
     if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
