@@ -212,5 +212,107 @@ TEST(ReorderPlacement, RandomProgramsComeOutInProgramOrderWithTheirParents) {
   }
 }
 
+Activity kernelOn(int64_t stream, uint64_t corr, int64_t start) {
+  Activity a = kernel(corr, start);
+  a.stream = stream;
+  return a;
+}
+
+// Two threads: a GEMM on stream 1 (window 10..20) and, started during it, one on stream 2
+// (window 12..18). Each kernel takes the window of its own stream; a kernel on a third stream
+// takes none; a window that names no stream (an NCCL group's) takes any.
+TEST(ReorderPlacement, WindowsTakeOnlyTheRecordsOfTheirOwnStream) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  const uint64_t a = rb.addLibraryOp(gemmAt(10, 100));
+  rb.addWindowEdge(a, 10, true, /*stream=*/1);
+  const uint64_t b = rb.addLibraryOp(gemmAt(12, 110));
+  rb.addWindowEdge(b, 12, true, /*stream=*/2);
+  rb.addWindowEdge(b, 18, false);
+  rb.addWindowEdge(a, 20, false);
+  const uint64_t group = rb.addLibraryOp(gemmAt(30, 200));
+  rb.addWindowEdge(group, 30, true);  // any stream
+  rb.addWindowEdge(group, 40, false);
+  for (const Activity& k : {kernelOn(1, 13, 120), kernelOn(2, 14, 121), kernelOn(3, 15, 122),
+                            kernelOn(1, 19, 123), kernelOn(2, 31, 210), kernelOn(5, 32, 211)}) {
+    rb.addActivity(k);
+  }
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 9u);
+  std::map<uint64_t, int64_t> parent_of;  // kernel correlation id -> parent's seq
+  int64_t seq_a = -1, seq_b = -1, seq_group = -1;
+  for (const auto& row : sink.rows) {
+    if (row.e.kind == EventKind::kGemm) {
+      (row.e.cpu_ns == 100 ? seq_a : row.e.cpu_ns == 110 ? seq_b : seq_group) = row.e.seq;
+    } else {
+      parent_of[static_cast<uint64_t>(row.e.correlation_id)] = row.e.parent_seq;
+    }
+  }
+  EXPECT_EQ(parent_of[13], seq_a);
+  EXPECT_EQ(parent_of[14], seq_b);
+  EXPECT_EQ(parent_of[15], db::kUnset) << "another thread's kernel on another stream";
+  EXPECT_EQ(parent_of[19], seq_a);
+  EXPECT_EQ(parent_of[31], seq_group);
+  EXPECT_EQ(parent_of[32], seq_group);
+  EXPECT_EQ(rb.stats().placed_with_parent, 5);
+}
+
+// Random programs of two threads, each on its own stream, their calls interleaved: every kernel
+// takes its own thread's enclosing GEMM as parent, never the other thread's.
+TEST(ReorderPlacement, InterleavedThreadsOnTheirOwnStreamsKeepTheirOwnParents) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    FakeSink sink;
+    ReorderBuffer rb(sink, placing());
+    uint64_t corr = 1;
+    int64_t clock = 0;
+    struct Thread {
+      int64_t stream;
+      uint64_t open_token = 0;   // its GEMM whose call is under way (0: none)
+      int64_t open_cpu = -1;     // that GEMM's cpu_ns (identifies its row)
+      int kernels_left = 0;
+    };
+    Thread threads[2] = {{1}, {2}};
+    std::map<uint64_t, int64_t> want_parent_cpu;  // kernel correlation id -> parent's cpu_ns, -1
+    std::vector<Activity> records;
+    const int steps = 10 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < steps; ++i) {
+      Thread& t = threads[rng() % 2];
+      clock += 10;
+      if (t.open_token == 0 && rng() % 3 == 0) {  // a GEMM's call begins
+        const uint64_t pos = corr++;
+        t.open_token = rb.addLibraryOp(gemmAt(pos, clock));
+        rb.addWindowEdge(t.open_token, pos, true, t.stream);
+        t.open_cpu = clock;
+        t.kernels_left = 1 + static_cast<int>(rng() % 3);
+      } else if (t.open_token != 0 && t.kernels_left == 0) {  // ... and ends
+        rb.addWindowEdge(t.open_token, corr++, false);
+        t.open_token = 0;
+        t.open_cpu = -1;
+      } else {  // a kernel: the GEMM's, or a plain one
+        want_parent_cpu[corr] = t.open_cpu;
+        records.push_back(kernelOn(t.stream, corr++, clock));
+        if (t.kernels_left > 0) --t.kernels_left;
+      }
+    }
+    std::shuffle(records.begin(), records.end(), rng);
+    for (const Activity& r : records) rb.addActivity(r);
+    rb.flush();
+    std::map<int64_t, int64_t> seq_of_cpu;
+    for (const auto& row : sink.rows) {
+      if (row.e.kind == EventKind::kGemm) seq_of_cpu[row.e.cpu_ns] = row.e.seq;
+    }
+    int checked = 0;
+    for (const auto& row : sink.rows) {
+      if (row.e.kind == EventKind::kGemm) continue;
+      const int64_t cpu = want_parent_cpu.at(static_cast<uint64_t>(row.e.correlation_id));
+      const int64_t want = cpu < 0 ? db::kUnset : seq_of_cpu.at(cpu);
+      EXPECT_EQ(row.e.parent_seq, want) << "trial " << trial << " kernel " << row.e.correlation_id;
+      ++checked;
+    }
+    ASSERT_EQ(checked, static_cast<int>(records.size())) << "trial " << trial;
+  }
+}
+
 }  // namespace
 }  // namespace detrace::tracer

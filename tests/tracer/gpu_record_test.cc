@@ -60,6 +60,7 @@ void checkRecordedApp(bool callbacks) {
   // 1. The eight alternating launches, in launch order, with their configuration and GPU times.
   std::vector<std::string> plain;
   std::set<int64_t> streams;
+  int64_t s1 = db::kUnset, s2 = db::kUnset;  // the streams of scale_kernel and add_one_kernel
   for (size_t i = 0; i < kernels.size(); ++i) {
     bool scale = contains(names[i], "scale_kernel"), add = contains(names[i], "add_one_kernel");
     if (!scale && !add) continue;
@@ -77,6 +78,7 @@ void checkRecordedApp(bool callbacks) {
       EXPECT_EQ(e.launch.api, db::LaunchApi::kUnknown);
     }
     streams.insert(e.stream);
+    (scale ? s1 : s2) = e.stream;
   }
   std::vector<std::string> expected;
   for (int i = 0; i < 4; ++i) {
@@ -96,6 +98,7 @@ void checkRecordedApp(bool callbacks) {
     EXPECT_NE(kernels[i].graph_node_id, db::kUnset);
     EXPECT_EQ(kernels[i].launch.api, db::LaunchApi::kGraph);
     EXPECT_GT(kernels[i].gpu_start_ns, 0);
+    EXPECT_EQ(kernels[i].stream, s2) << "the graph was launched on add_one_kernel's stream";
   }
   EXPECT_EQ(first, 3);
   EXPECT_EQ(second, 3);
@@ -113,9 +116,17 @@ void checkRecordedApp(bool callbacks) {
     EXPECT_GE(g.algo_id, 0);
     EXPECT_EQ(t.str(g.compute_type), "CUBLAS_COMPUTE_32F");
     bool has_child = false;
-    for (const db::Event& k : kernels) has_child |= k.parent_seq == seq;
+    for (const db::Event& k : kernels) {
+      if (k.parent_seq != seq) continue;
+      has_child = true;
+      EXPECT_EQ(k.stream, s1) << "a kernel of GEMM " << seq << " on another stream";
+    }
     EXPECT_TRUE(has_child) << "no kernel names GEMM " << seq << " as parent";
   }
+  // The matmuls ran on scale_kernel's stream: one stream in the trace for the calls and their
+  // kernels, however the kernels were recorded.
+  ASSERT_EQ(gemm_events.size(), 2u);
+  for (const db::Event& g : gemm_events) EXPECT_EQ(g.stream, s1) << "GEMM " << g.seq;
   EXPECT_EQ((*gemms)[0].second.algo_source, 2);
   EXPECT_EQ((*gemms)[1].second.algo_source, 1);
 

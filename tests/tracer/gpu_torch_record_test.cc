@@ -114,6 +114,29 @@ TEST(TracerTorch, Qwen2WithAllReduceMatchesWhatTheProgramDid) {
         << "nn.Linear(" << in_f << " -> " << out_f << ") on " << tokens << " tokens";
   }
 
+  // Each GEMM's kernels name it as parent, on its stream (the program launches from one thread).
+  {
+    std::map<int64_t, int64_t> gemm_stream;  // seq -> stream
+    std::map<int64_t, int> children;
+    std::vector<db::Event> kernel_events;
+    auto cursor = t.events();
+    ASSERT_TRUE(cursor.isOk());
+    for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+      const db::Event& e = cursor->event();
+      if (e.kind == db::EventKind::kGemm) gemm_stream[e.seq] = e.stream;
+      if (e.kind == db::EventKind::kKernel) kernel_events.push_back(e);
+    }
+    for (const db::Event& k : kernel_events) {
+      auto g = gemm_stream.find(k.parent_seq);
+      if (g == gemm_stream.end()) continue;
+      ++children[k.parent_seq];
+      EXPECT_EQ(k.stream, g->second) << "a kernel of GEMM " << k.parent_seq << " on another stream";
+    }
+    int childless = 0;
+    for (const auto& [seq, stream] : gemm_stream) childless += children[seq] == 0;
+    EXPECT_EQ(childless, 0) << "of " << gemm_stream.size() << " GEMMs";
+  }
+
   // Fingerprints: the first all-reduces' buffers and the last lm_head output, against the CPU
   // twin's digests of the bytes the program saved.
   int checked = 0;

@@ -20,6 +20,7 @@
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "next_symbol.h"
+#include "placement.h"
 #include "writer_ids.h"
 
 namespace detrace::tracer {
@@ -231,7 +232,7 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
     }
     op.event.kind = db::EventKind::kGemm;
     op.event.name = g.api;
-    op.event.stream = cachedStreamId(w, reinterpret_cast<int64_t>(stream), -1);
+    op.event.stream = opStreamId(w, reinterpret_cast<int64_t>(stream), -1, op.record_stream);
     op.detail = g;
     *recorded = g;
     return true;
@@ -277,7 +278,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     g.c_addr = g.d_addr = reinterpret_cast<int64_t>(c.C);
     op.event.kind = db::EventKind::kGemm;
     op.event.name = g.api;
-    op.event.stream = cachedStreamId(w, reinterpret_cast<int64_t>(stream), -1);
+    op.event.stream = opStreamId(w, reinterpret_cast<int64_t>(stream), -1, op.record_stream);
     op.detail = g;
     *recorded = g;
     return true;

@@ -144,6 +144,49 @@ int64_t cuptiNow() {
 // ---- placement by correlation id (placement.h) ----
 std::atomic<bool> g_placement{false};
 thread_local uint32_t t_marker_correlation = 0;  // set by the marker's API-enter callback
+
+// ---- CUPTI's ids of the streams library calls name (opStreamId) ----
+// Bumped when a stream is destroyed: its handle may then name another stream, so every thread's
+// cache starts again.
+std::atomic<uint64_t> g_stream_epoch{0};
+
+struct CuptiStreamCache {
+  struct Entry {
+    int64_t handle = 0;
+    int32_t device = -1;
+    uint32_t id = 0;
+    bool used = false;
+  };
+  std::array<Entry, 8> entries{};
+  unsigned next = 0;
+  uint64_t epoch = 0;
+};
+thread_local CuptiStreamCache t_cupti_streams;
+
+// CUPTI's id of the stream `handle` names (on `device`: the pseudo-handles name the current
+// context's default streams, and a process has one context per device in practice), as the
+// records of its kernels carry it; false if CUPTI cannot say.
+bool cuptiStreamId(int64_t handle, int32_t device, uint32_t& id) {
+  CuptiStreamCache& c = t_cupti_streams;
+  const uint64_t epoch = g_stream_epoch.load(std::memory_order_acquire);
+  if (c.epoch != epoch) {
+    c = {};
+    c.epoch = epoch;
+  }
+  for (const CuptiStreamCache::Entry& e : c.entries) {
+    if (e.used && e.handle == handle && e.device == device) {
+      id = e.id;
+      return true;
+    }
+  }
+  if (g_cupti.stream_id == nullptr) return false;
+  const bool per_thread = handle == reinterpret_cast<int64_t>(CU_STREAM_PER_THREAD);
+  const bool pseudo = per_thread || handle == reinterpret_cast<int64_t>(CU_STREAM_LEGACY) || handle == 0;
+  const CUstream stream = pseudo ? nullptr : reinterpret_cast<CUstream>(handle);
+  if (g_cupti.stream_id(nullptr, stream, per_thread ? 1 : 0, &id) != CUPTI_SUCCESS) return false;
+  c.entries[c.next++ % c.entries.size()] = {handle, device, id, true};
+  return true;
+}
 constexpr CUpti_CallbackId kMarkerCallback = CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion;
 
 #define DETRACE_CUPTI_CALL(call, what)                                                     \
@@ -417,7 +460,11 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     {
       DiagScope timing(DiagSite::kEnterStream);
-      launch.stream = cachedStreamId(*w, stream, launch.device);
+      // A graph launch when kernels are placed: keyed like the records of kernels placed on its
+      // stream, so both show as one stream.
+      int64_t record_stream = db::kUnset;
+      launch.stream = placementByRecords() ? opStreamId(*w, stream, launch.device, record_stream)
+                                           : cachedStreamId(*w, stream, launch.device);
     }
     Fingerprinter::ReplayPlan replay;
     bool replays = false;
@@ -583,6 +630,8 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
     NameCache::forgetHandles();  // its functions' handles may name other kernels from now on
     if (deep::enabled()) deep::onModuleUnload();
+  } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
+    g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     // The context's records must be collected while it still exists; then commit them, so a
     // program that dies after tearing its context down keeps them.
@@ -983,6 +1032,8 @@ bool enableCallbacks() {
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING), "stream callback");
   // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch).
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED), "graph node callback");
@@ -1084,6 +1135,24 @@ uint64_t markerCorrelation() noexcept {
   int version = 0;
   (void)fn(&version);
   return t_marker_correlation;
+}
+
+int64_t opStreamId(db::TraceWriter& w, int64_t handle, int32_t device, int64_t& record_stream) noexcept {
+  record_stream = db::kUnset;
+  try {
+    uint32_t dev = 0;
+    if (device < 0 && g_cupti.device_id != nullptr && g_cupti.device_id(nullptr, &dev) == CUPTI_SUCCESS) {
+      device = static_cast<int32_t>(dev);
+    }
+    uint32_t id = 0;
+    if (g_placement.load(std::memory_order_relaxed) && cuptiStreamId(handle, device, id)) {
+      record_stream = cachedStreamId(w, id, device);  // activityStream's key
+      return record_stream;
+    }
+    return cachedStreamId(w, handle, device);
+  } catch (...) {
+    return db::kUnset;
+  }
 }
 
 }  // namespace detrace::tracer

@@ -61,6 +61,7 @@ bool CuptiApi::load(std::string& error) {
   get(timestamp, "cuptiGetTimestamp");
   get(result_string, "cuptiGetResultString");
   get(device_id, "cuptiGetDeviceId");
+  get(stream_id, "cuptiGetStreamIdEx");
   get(version, "cuptiGetVersion");
   return ok;
 }

@@ -28,6 +28,7 @@ struct CuptiApi {
   decltype(&cuptiGetTimestamp) timestamp = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
   decltype(&cuptiGetDeviceId) device_id = nullptr;
+  decltype(&cuptiGetStreamIdEx) stream_id = nullptr;
   decltype(&cuptiGetVersion) version = nullptr;
   std::string path;  // the file loaded
 

@@ -39,9 +39,10 @@ class ParentScope {
   uint64_t token_;
 };
 
-// The op this thread recorded last and its place (the window that opens next for it starts
-// there, with no marker call of its own).
-void noteRecordedOp(uint64_t token, uint64_t position) noexcept;
+// The op this thread recorded last, its place and the stream its kernels' records carry (the
+// window that opens next for it starts there, with no marker call of its own, and takes records of
+// that stream only; db::kUnset: of any).
+void noteRecordedOp(uint64_t token, uint64_t position, int64_t record_stream) noexcept;
 
 // Appends a library op to the process's trace; returns its token, 0 when not recording (or the
 // recording window leaves it out). In full capture mode, marks the op for copies of its operands
@@ -80,7 +81,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     op.position = markerCorrelation();  // 0 unless kernels are placed by correlation id
     if (!fill(*w, op)) return 0;
     uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
-    noteRecordedOp(token, op.position);
+    noteRecordedOp(token, op.position, op.record_stream);
     Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
     if (s.policy().level == CaptureLevel::kFull) {
       const auto* c = std::get_if<db::Collective>(&op.detail);

@@ -15,6 +15,7 @@
 
 #include "fingerprinter.h"
 #include "library_ops.h"
+#include "placement.h"
 #include "writer_ids.h"
 #include "nccl_profiler_plugin.h"
 #include "next_symbol.h"
@@ -84,7 +85,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     e.kind = db::EventKind::kCollective;
     e.name = cachedConstantId(w, c.name);  // a literal (the entry point's name)
     e.device = comm ? comm->device : -1;
-    e.stream = cachedStreamId(w, reinterpret_cast<int64_t>(c.stream), e.device);
+    e.stream = opStreamId(w, reinterpret_cast<int64_t>(c.stream), e.device, op.record_stream);
     db::Collective coll;
     coll.op = c.op;
     coll.dtype = ncclDType(c.dtype);

@@ -126,12 +126,13 @@ uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool 
   return token;
 }
 
-void ReorderBuffer::addWindowEdge(uint64_t op_token, uint64_t position, bool open) {
+void ReorderBuffer::addWindowEdge(uint64_t op_token, uint64_t position, bool open, int64_t stream) {
   const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = open ? Cell::What::kWindowOpen : Cell::What::kWindowClose;
   cell.parent = op_token;
   cell.alias = position;
+  cell.launch.stream = stream;
   publish(cell, token);
 }
 
@@ -468,7 +469,7 @@ void ReorderBuffer::writeHeldFrontLocked() {
   orphan.launch.kind = held_.front().second.kind;
   orphan.records.push_back(std::move(held_.front().second));
   held_.pop_front();
-  orphan.parent = windowParentLocked(id);
+  orphan.parent = windowParentLocked(id, orphan.records.front().stream);
   if (orphan.parent != 0) ++stats_.placed_with_parent;
   if (id < written_position_) {
     ++stats_.placed_late;
@@ -479,15 +480,18 @@ void ReorderBuffer::writeHeldFrontLocked() {
   writeSlotLocked(orphan);
 }
 
-// The innermost library call whose window holds `correlation_id` (0: none). Windows closed before
-// it are forgotten: records are written in correlation order, so no later one falls in them (a
-// late one then has no parent).
-uint64_t ReorderBuffer::windowParentLocked(uint64_t correlation_id) {
+// The innermost library call whose window holds `correlation_id` and takes records of `stream`
+// (0: none). Windows closed before it are forgotten: records are written in correlation order, so
+// no later one falls in them (a late one then has no parent).
+uint64_t ReorderBuffer::windowParentLocked(uint64_t correlation_id, int64_t stream) {
   while (!windows_.empty() && windows_.front().close != 0 && windows_.front().close < correlation_id) {
     windows_.pop_front();
   }
   for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
-    if (w->open < correlation_id && (w->close == 0 || correlation_id < w->close)) return w->token;
+    if (w->open < correlation_id && (w->close == 0 || correlation_id < w->close) &&
+        (w->stream == db::kUnset || w->stream == stream)) {
+      return w->token;
+    }
   }
   return 0;
 }
@@ -496,7 +500,7 @@ void ReorderBuffer::takeWindowEdgeLocked(const Cell& cell) {
   const uint64_t token = cell.parent, position = cell.alias;
   if (cell.what == Cell::What::kWindowOpen) {
     if (token == 0 || position == 0) return;  // no marker: no window (its kernels get no parent)
-    windows_.push_back({token, position, 0});
+    windows_.push_back({token, position, 0, cell.launch.stream});
     if (windows_.size() > kMaxWindows) windows_.pop_front();
     return;
   }

@@ -33,9 +33,10 @@
 // for a smaller id then belongs to a kernel that waited longer than that: it is written when it
 // comes, out of place, and counted as placed_late). A slot is written once complete and as old as
 // the hold. A held record's parent is the library op whose call window (open and close edges,
-// also marked by correlation ids: addWindowEdge) holds its id, the innermost if several; with
-// several threads launching at once a kernel another thread launched during a library call is
-// taken for that call's.
+// also marked by correlation ids: addWindowEdge) holds its id and whose stream, when the window
+// names one, is the record's: the innermost if several. So with several threads launching at once,
+// a kernel another thread launched on another stream during a library call is not taken for that
+// call's; one launched on the call's own stream still is.
 //
 // This class knows no CUPTI types: the CUPTI adapter decodes records into the plain structs below,
 // so CPU tests drive it with fake launch, activity and library-op streams.
@@ -98,6 +99,9 @@ struct LibraryOp {
   // Its place among kernel records (placement by correlation id): the correlation id of a marker
   // call made before the library call; 0: unknown.
   uint64_t position = 0;
+  // The streams.id its kernels' records carry (placement: a window takes records of that stream
+  // only); db::kUnset: unknown, any. Not written.
+  int64_t record_stream = db::kUnset;
 };
 
 // A library op captured into a CUDA graph, as every launch of the graph replays it.
@@ -260,8 +264,9 @@ class ReorderBuffer {
   void setPlaceRecords(bool on);
   // A library call's window opens (open = true) or closes at the marker call whose correlation id
   // is `position` (placement by correlation id: held records inside it take `op_token` as their
-  // parent). Lock-free, like addLibraryOp.
-  void addWindowEdge(uint64_t op_token, uint64_t position, bool open);
+  // parent). `stream` (opening edges): the streams.id its kernels' records carry, so that records
+  // of other streams stay out; db::kUnset takes records of any stream. Lock-free, like addLibraryOp.
+  void addWindowEdge(uint64_t op_token, uint64_t position, bool open, int64_t stream = db::kUnset);
 
   // The sequence number a written slot got (nullopt if pending, dropped or forgotten).
   std::optional<int64_t> seqOf(uint64_t token);
@@ -330,7 +335,7 @@ class ReorderBuffer {
   void placeLocked(bool final);
   void writeHeldBeforeLocked(uint64_t position);
   void writeHeldFrontLocked();
-  uint64_t windowParentLocked(uint64_t correlation_id);
+  uint64_t windowParentLocked(uint64_t correlation_id, int64_t stream);
   void takeWindowEdgeLocked(const Cell& cell);
 
   EventSink& sink_;
@@ -371,6 +376,7 @@ class ReorderBuffer {
   struct Window {
     uint64_t token = 0;
     uint64_t open = 0, close = 0;  // correlation ids; close 0: still open
+    int64_t stream = db::kUnset;   // its records' stream; kUnset: any
   };
   static constexpr size_t kMaxWindows = 256;
   std::deque<Window> windows_;
