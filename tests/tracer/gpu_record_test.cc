@@ -6,8 +6,9 @@
 #include <sys/wait.h>
 
 #include <array>
-#include <set>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -144,6 +145,58 @@ void checkRecordedApp(bool callbacks) {
     EXPECT_GE((*stats)["tracer_records_placed_with_parent"], 2);
     EXPECT_EQ((*stats)["tracer_launches"], 3);
   }
+}
+
+// Two threads launching at once, each on its own stream: a plain kernel and a matmul, 200 times
+// each. Every GEMM's kernels are on its stream and name it; neither thread's plain kernels name a
+// GEMM, though the other thread's matmul calls were under way when many of them were launched.
+void checkTwoThreads(bool callbacks) {
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  int rc = shell(fmt::format("{0}/replay/detrace record --capture meta -o {1}{2} -- {0}/tests/tracer_gpu_app threads 200",
+                             DETRACE_BINARY_DIR, run, callbacks ? " --launch-callbacks" : ""), out);
+  ASSERT_EQ(rc, 0) << out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
+  auto reader = r->openRank(r->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk());
+  db::TraceReader& t = **reader;
+  auto cursor = t.events();
+  ASSERT_TRUE(cursor.isOk());
+  std::map<int64_t, int64_t> gemm_stream;  // seq -> stream
+  std::map<int64_t, int> children;
+  int plain = 0, plain_with_gemm_parent = 0, gemm_kernels_elsewhere = 0;
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    const db::Event& e = cursor->event();
+    if (e.kind == db::EventKind::kGemm) gemm_stream[e.seq] = e.stream;
+    if (e.kind != db::EventKind::kKernel) continue;
+    const bool is_plain = contains(t.str(e.name), "thread0_kernel") || contains(t.str(e.name), "thread1_kernel");
+    auto g = gemm_stream.find(e.parent_seq);  // a parent is written before its kernels
+    if (is_plain) {
+      ++plain;
+      plain_with_gemm_parent += g != gemm_stream.end();
+    } else if (g != gemm_stream.end()) {
+      ++children[e.parent_seq];
+      gemm_kernels_elsewhere += e.stream != g->second;
+    }
+  }
+  EXPECT_EQ(plain, 400);
+  EXPECT_EQ(plain_with_gemm_parent, 0) << "plain kernels taken for a GEMM's";
+  EXPECT_EQ(gemm_kernels_elsewhere, 0) << "a GEMM's kernels on another stream";
+  EXPECT_EQ(gemm_stream.size(), 400u);
+  int childless = 0;
+  for (const auto& [seq, stream] : gemm_stream) childless += children[seq] == 0;
+  EXPECT_EQ(childless, 0);
+}
+
+TEST(TracerGpu, TwoLaunchingThreadsKeepTheirOwnParents) {
+  DETRACE_REQUIRE_GPU();
+  checkTwoThreads(/*callbacks=*/false);
+}
+
+TEST(TracerGpu, TwoLaunchingThreadsKeepTheirOwnParentsWithLaunchCallbacks) {
+  DETRACE_REQUIRE_GPU();
+  checkTwoThreads(/*callbacks=*/true);
 }
 
 TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {

@@ -5,12 +5,17 @@
 // test) so that D = A * B is exact in fp32 whatever the summation order. It prints nothing the
 // test depends on. `tracer_gpu_app graph DIR` runs another program instead: GEMMs and an
 // all-reduce captured into CUDA graphs and replayed (graph_gpu_app.cuh, for gpu_graph_test.cc).
+// `tracer_gpu_app threads` runs two threads at once, each on its own stream, alternating a plain
+// kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "graph_gpu_app.cuh"
 
@@ -45,8 +50,69 @@ __global__ void fill_kernel(float* x, int n, int mod, float scale, float offset)
   if (i < n) x[i] = static_cast<float>(i % mod) * scale + offset;
 }
 
+__global__ void thread0_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 2.0f;
+}
+__global__ void thread1_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 3.0f;
+}
+
+// One of threadsMain's threads: `rounds` times a plain kernel, then a 128x128x128 fp32 matmul,
+// on a stream of its own. Both threads start together so that their calls interleave.
+int threadBody(int which, int rounds, std::atomic<int>& ready) {
+  const int m = 128, n = m * m;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  float *A, *B, *D, *x;
+  CK(cudaMalloc(&A, n * sizeof(float)));
+  CK(cudaMalloc(&B, n * sizeof(float)));
+  CK(cudaMalloc(&D, n * sizeof(float)));
+  CK(cudaMalloc(&x, n * sizeof(float)));
+  fill_kernel<<<n / 256, 256, 0, s>>>(A, n, 13, 0.5f, 0.0f);
+  fill_kernel<<<n / 256, 256, 0, s>>>(B, n, 7, 0.25f, 0.0f);
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatrixLayout_t l;
+  CK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, m, m, m));
+  CK(cudaStreamSynchronize(s));
+  ready.fetch_add(1);
+  while (ready.load() < 2) {
+  }
+  float alpha = 1.0f, beta = 0.0f;
+  for (int r = 0; r < rounds; ++r) {
+    if (which == 0) {
+      thread0_kernel<<<n / 256, 256, 0, s>>>(x, n);
+    } else {
+      thread1_kernel<<<n / 256, 256, 0, s>>>(x, n);
+    }
+    CK(cublasLtMatmul(lt, desc, &alpha, A, l, B, l, &beta, D, l, D, l, nullptr, nullptr, 0, s));
+  }
+  CK(cudaStreamSynchronize(s));
+  CK(cublasLtMatrixLayoutDestroy(l));
+  CK(cublasLtMatmulDescDestroy(desc));
+  CK(cublasLtDestroy(lt));
+  return 0;
+}
+
+int threadsMain(int rounds) {
+  CK(cudaFree(nullptr));  // the context, before the threads race to make it
+  std::atomic<int> ready{0};
+  int rc[2] = {0, 0};
+  std::thread t0([&] { rc[0] = threadBody(0, rounds, ready); });
+  std::thread t1([&] { rc[1] = threadBody(1, rounds, ready); });
+  t0.join();
+  t1.join();
+  std::printf("tracer_gpu_app threads: %s\n", rc[0] == 0 && rc[1] == 0 ? "done" : "failed");
+  return rc[0] | rc[1];
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
+  if (argc >= 2 && std::strcmp(argv[1], "threads") == 0) return threadsMain(argc >= 3 ? std::atoi(argv[2]) : 200);
   const int n = 1 << 16;
   float *a = nullptr, *b = nullptr;
   CK(cudaMalloc(&a, n * sizeof(float)));
