@@ -257,6 +257,38 @@ TEST(ReorderPlacement, WindowsTakeOnlyTheRecordsOfTheirOwnStream) {
   EXPECT_EQ(rb.stats().placed_with_parent, 5);
 }
 
+// A decode loop's worth of GEMMs inside one hold (about 3700 on the H200 in 0.5 s): every window
+// still waits for its records when they come, however many came before them.
+TEST(ReorderPlacement, ThousandsOfWindowsWithinTheHoldKeepTheirParents) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  constexpr int kGemms = 5000;
+  uint64_t corr = 1;
+  std::vector<Activity> records;
+  for (int i = 0; i < kGemms; ++i) {
+    const uint64_t pos = corr++;
+    const uint64_t token = rb.addLibraryOp(gemmAt(pos, i));
+    rb.addWindowEdge(token, pos, true, /*stream=*/1);
+    records.push_back(kernelOn(1, corr++, i));
+    rb.addWindowEdge(token, corr++, false);
+    records.push_back(kernelOn(1, corr++, i));  // between GEMMs: no parent
+  }
+  for (const Activity& r : records) rb.addActivity(r);
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 3u * kGemms);
+  int64_t last_gemm = db::kUnset;
+  for (size_t i = 0; i < sink.rows.size(); ++i) {
+    const db::Event& e = sink.rows[i].e;
+    if (e.kind == EventKind::kGemm) {
+      last_gemm = e.seq;
+      continue;
+    }
+    const bool inside = i % 3 == 1;
+    ASSERT_EQ(e.parent_seq, inside ? last_gemm : db::kUnset) << "row " << i;
+  }
+  EXPECT_EQ(rb.stats().placed_with_parent, kGemms);
+}
+
 // Random programs of two threads, each on its own stream, their calls interleaved: every kernel
 // takes its own thread's enclosing GEMM as parent, never the other thread's.
 TEST(ReorderPlacement, InterleavedThreadsOnTheirOwnStreamsKeepTheirOwnParents) {

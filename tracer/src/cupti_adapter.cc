@@ -156,6 +156,7 @@ struct CuptiStreamCache {
     int32_t device = -1;
     uint32_t id = 0;
     bool used = false;
+    bool known = false;  // false: CUPTI could not say (asked once)
   };
   std::array<Entry, 8> entries{};
   unsigned next = 0;
@@ -176,16 +177,24 @@ bool cuptiStreamId(int64_t handle, int32_t device, uint32_t& id) {
   for (const CuptiStreamCache::Entry& e : c.entries) {
     if (e.used && e.handle == handle && e.device == device) {
       id = e.id;
-      return true;
+      return e.known;
     }
   }
   if (g_cupti.stream_id == nullptr) return false;
   const bool per_thread = handle == reinterpret_cast<int64_t>(CU_STREAM_PER_THREAD);
   const bool pseudo = per_thread || handle == reinterpret_cast<int64_t>(CU_STREAM_LEGACY) || handle == 0;
+  // A default stream is the current context's: CUPTI needs that context to say which.
+  CUcontext ctx = nullptr;
+  if (pseudo) {
+    using CtxGetFn = CUresult (*)(CUcontext*);
+    static const auto get = reinterpret_cast<CtxGetFn>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
+    if (get == nullptr || get(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  }
   const CUstream stream = pseudo ? nullptr : reinterpret_cast<CUstream>(handle);
-  if (g_cupti.stream_id(nullptr, stream, per_thread ? 1 : 0, &id) != CUPTI_SUCCESS) return false;
-  c.entries[c.next++ % c.entries.size()] = {handle, device, id, true};
-  return true;
+  const bool known = (!pseudo || ctx != nullptr) &&
+                     g_cupti.stream_id(ctx, stream, per_thread ? 1 : 0, &id) == CUPTI_SUCCESS;
+  c.entries[c.next++ % c.entries.size()] = {handle, device, id, true, known};
+  return known;
 }
 constexpr CUpti_CallbackId kMarkerCallback = CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion;
 

@@ -481,32 +481,76 @@ void ReorderBuffer::writeHeldFrontLocked() {
 }
 
 // The innermost library call whose window holds `correlation_id` and takes records of `stream`
-// (0: none). Windows closed before it are forgotten: records are written in correlation order, so
-// no later one falls in them (a late one then has no parent).
+// (0: none). Records are written in correlation order, so the windows move forward with them: a
+// record that comes after records past it were written (a late one) has no parent.
 uint64_t ReorderBuffer::windowParentLocked(uint64_t correlation_id, int64_t stream) {
-  while (!windows_.empty() && windows_.front().close != 0 && windows_.front().close < correlation_id) {
-    windows_.pop_front();
+  if (correlation_id < windows_at_) return 0;
+  // A window holds the ids strictly between its edges: the opens before the id, the closes up to it.
+  while (!window_edges_.empty() && (window_edges_.front().position < correlation_id ||
+                                    (window_edges_.front().position == correlation_id && !window_edges_.front().open))) {
+    applyWindowEdgeLocked(window_edges_.front());
+    window_edges_.pop_front();
   }
-  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
-    if (w->open < correlation_id && (w->close == 0 || correlation_id < w->close) &&
-        (w->stream == db::kUnset || w->stream == stream)) {
-      return w->token;
-    }
+  windows_at_ = correlation_id;
+  for (auto w = open_windows_.rbegin(); w != open_windows_.rend(); ++w) {
+    if (w->stream == db::kUnset || w->stream == stream) return w->token;
   }
   return 0;
 }
 
 void ReorderBuffer::takeWindowEdgeLocked(const Cell& cell) {
   const uint64_t token = cell.parent, position = cell.alias;
+  if (token == 0) return;
   if (cell.what == Cell::What::kWindowOpen) {
-    if (token == 0 || position == 0) return;  // no marker: no window (its kernels get no parent)
-    windows_.push_back({token, position, 0, cell.launch.stream});
-    if (windows_.size() > kMaxWindows) windows_.pop_front();
+    if (position == 0) return;  // no marker: no window (its kernels get no parent)
+    insertWindowEdgeLocked({position, token, cell.launch.stream, true});
     return;
   }
-  for (auto w = windows_.rbegin(); w != windows_.rend(); ++w) {
-    if (w->token == token && w->close == 0) {
-      w->close = position != 0 ? position : w->open + 1;  // no closing marker: an empty window
+  uint64_t at = position;
+  if (at == 0) {  // no closing marker: an empty window, closed just after it opened
+    for (auto e = window_edges_.rbegin(); e != window_edges_.rend(); ++e) {
+      if (e->open && e->token == token) {
+        at = e->position + 1;
+        break;
+      }
+    }
+    if (at == 0) {  // its opening edge was applied already
+      closeOpenWindowLocked(token);
+      return;
+    }
+  }
+  insertWindowEdgeLocked({at, token, db::kUnset, false});
+}
+
+void ReorderBuffer::insertWindowEdgeLocked(const WindowEdge& edge) {
+  if (edge.position < windows_at_) {  // the records past it are written already
+    if (!edge.open) closeOpenWindowLocked(edge.token);
+    return;
+  }
+  // Edges come nearly in order (threads take their markers and tickets a little apart).
+  auto it = window_edges_.end();
+  while (it != window_edges_.begin() && std::prev(it)->position > edge.position) --it;
+  window_edges_.insert(it, edge);
+  if (window_edges_.size() > kMaxWindowEdges) {
+    applyWindowEdgeLocked(window_edges_.front());
+    windows_at_ = std::max(windows_at_, window_edges_.front().position);
+    window_edges_.pop_front();
+  }
+}
+
+void ReorderBuffer::applyWindowEdgeLocked(const WindowEdge& edge) {
+  if (!edge.open) {
+    closeOpenWindowLocked(edge.token);
+    return;
+  }
+  open_windows_.push_back({edge.token, edge.stream});
+  if (open_windows_.size() > kMaxOpenWindows) open_windows_.erase(open_windows_.begin());
+}
+
+void ReorderBuffer::closeOpenWindowLocked(uint64_t token) {
+  for (auto w = open_windows_.rbegin(); w != open_windows_.rend(); ++w) {
+    if (w->token == token) {
+      open_windows_.erase(std::next(w).base());
       return;
     }
   }

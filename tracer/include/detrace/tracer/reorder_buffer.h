@@ -368,18 +368,32 @@ class ReorderBuffer {
   std::deque<uint64_t> ignored_order_;
   size_t written_incomplete_next_ = 0;
   // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
-  // clock: poll's now, or a record's kernel end), the largest position written so far, and the
-  // windows of library calls (bounded, newest last).
+  // clock: poll's now, or a record's kernel end), the largest position written so far.
   std::deque<std::pair<uint64_t, Activity>> held_;  // sorted by correlation id, stable
   int64_t now_ns_ = INT64_MIN;
   uint64_t written_position_ = 0;
-  struct Window {
-    uint64_t token = 0;
-    uint64_t open = 0, close = 0;  // correlation ids; close 0: still open
-    int64_t stream = db::kUnset;   // its records' stream; kUnset: any
+  // Library calls' windows. Their edges (marker ids) come long before the records inside them
+  // (held for the hold), so they wait, sorted by id, until the written records reach them; the
+  // windows then open where the last placed record was written are in `open_windows_` (opening
+  // order: the innermost last). Both bounded.
+  struct WindowEdge {
+    uint64_t position = 0;  // the marker's correlation id
+    uint64_t token = 0;     // the call's slot
+    int64_t stream = db::kUnset;  // opening edges: its records' stream (kUnset: any)
+    bool open = false;
   };
-  static constexpr size_t kMaxWindows = 256;
-  std::deque<Window> windows_;
+  struct OpenWindow {
+    uint64_t token = 0;
+    int64_t stream = db::kUnset;
+  };
+  static constexpr size_t kMaxWindowEdges = size_t{1} << 16;
+  static constexpr size_t kMaxOpenWindows = 256;
+  std::deque<WindowEdge> window_edges_;
+  std::vector<OpenWindow> open_windows_;
+  uint64_t windows_at_ = 0;  // the edges before this id have been applied to open_windows_
+  void insertWindowEdgeLocked(const WindowEdge& edge);
+  void applyWindowEdgeLocked(const WindowEdge& edge);
+  void closeOpenWindowLocked(uint64_t token);
   ReorderStats stats_;
 };
 
