@@ -51,6 +51,20 @@ TEST(Record, ChildSeesTheInjectionEnvironment) {
   EXPECT_NE(o.out.find("libdetrace_tracer.so] ["), std::string::npos) << o.out;
 }
 
+// The tracer settings README lists reach the recorded command; detrace's own (set from the
+// options) are not taken from the user's environment.
+TEST(Record, UserTracerSettingsReachTheChild) {
+  TempDir tmp;
+  Output o = sh(fmt::format(
+      "DETRACE_RECORDS_HOLD_MS=250 DETRACE_CAPTURE_STAGING_MB=8 DETRACE_GRAPH_RESULTS_MB=32 "
+      "DETRACE_ZEROED_BUFFERS=1 DETRACE_DIAG_TIMING=1 DETRACE_WINDOW=steps:1:2 "
+      "{} record -o {} -- /bin/sh -c 'echo \"[$DETRACE_RECORDS_HOLD_MS] [$DETRACE_CAPTURE_STAGING_MB] "
+      "[$DETRACE_GRAPH_RESULTS_MB] [$DETRACE_ZEROED_BUFFERS] [$DETRACE_DIAG_TIMING] [w=$DETRACE_WINDOW]\"'",
+      detrace(), tmp.file("run")));
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("[250] [8] [32] [1] [1] [w=]"), std::string::npos) << o.out;
+}
+
 TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
   TempDir tmp;
   Output meta = sh(fmt::format("{} record -o {} --capture meta -- /bin/sh -c 'echo \"[$DETRACE_DIGEST]\"'",

@@ -116,12 +116,8 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
       continue;
     }
     if (key == "CUDA_INJECTION64_PATH" || key.rfind("DETRACE_", 0) == 0 || key == "NVTX_INJECTION64_PATH") {
-      if (key == "DETRACE_TRACER_LIB" || key == "DETRACE_CUPTI_LIB" || key == "DETRACE_STEP_PREFIX" ||
-          key.rfind("DETRACE_DIAG_", 0) == 0 ||
-          key == "DETRACE_REORDER_TIMEOUT_MS" || key == "NVTX_INJECTION64_PATH") {
-        env.push_back(std::move(kv));  // the user's own settings for the tracer
-      }
-      continue;
+      if (isUserTracerSetting(key)) env.push_back(std::move(kv));  // the user's own settings
+      continue;  // the rest are detrace's to set (tracerEnvironment)
     }
     env.push_back(std::move(kv));
   }
@@ -301,6 +297,17 @@ Status checkCaptureOptions(const RecordOptions& options) {
                      options.window);
   }
   return Status::ok();
+}
+
+bool isUserTracerSetting(std::string_view key) {
+  static constexpr std::string_view kSettings[] = {
+      "DETRACE_TRACER_LIB",     "DETRACE_CUPTI_LIB",       "DETRACE_STEP_PREFIX",
+      "DETRACE_REORDER_TIMEOUT_MS", "DETRACE_RECORDS_HOLD_MS", "DETRACE_ZEROED_BUFFERS",
+      "DETRACE_CAPTURE_STAGING_MB", "DETRACE_GRAPH_RESULTS_MB", "NVTX_INJECTION64_PATH"};
+  for (std::string_view s : kSettings) {
+    if (key == s) return true;
+  }
+  return key.rfind("DETRACE_DIAG_", 0) == 0;
 }
 
 std::vector<std::string> tracerEnvironment(const RecordOptions& options, const std::string& lib,

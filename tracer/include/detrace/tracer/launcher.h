@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "detrace/base/status.h"
@@ -48,6 +49,11 @@ bool isRecordedEnvVar(const std::string& name);
 // Checks the capture options (level, --capture-ops, --capture-range, --window) without starting
 // anything: the error says what is accepted.
 Status checkCaptureOptions(const RecordOptions& options);
+
+// Whether a variable of the user's environment that configures the tracer (README, "Environment
+// honoured") goes through to the recorded command as it is; detrace sets the other DETRACE_*
+// variables itself from the options, and CUDA_INJECTION64_PATH.
+bool isUserTracerSetting(std::string_view key);
 
 // The variables that configure the tracer in the recorded processes (DETRACE_*, and the
 // injection paths), given the tracer library and the absolute run directory.
