@@ -34,6 +34,12 @@ LibraryOp gemmAt(uint64_t position, int64_t cpu_ns) {
   return op;
 }
 
+Activity kernelOn(int64_t stream, uint64_t corr, int64_t start) {
+  Activity a = kernel(corr, start);
+  a.stream = stream;
+  return a;
+}
+
 TEST(ReorderPlacement, RecordsGoAmongOpsByCorrelationIdAndTakeTheirWindowsOpAsParent) {
   FakeSink sink;
   ReorderBuffer rb(sink, placing());
@@ -210,12 +216,6 @@ TEST(ReorderPlacement, RandomProgramsComeOutInProgramOrderWithTheirParents) {
       }
     }
   }
-}
-
-Activity kernelOn(int64_t stream, uint64_t corr, int64_t start) {
-  Activity a = kernel(corr, start);
-  a.stream = stream;
-  return a;
 }
 
 // Two threads: a GEMM on stream 1 (window 10..20) and, started during it, one on stream 2

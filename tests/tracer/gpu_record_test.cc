@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -29,18 +30,28 @@ int shell(const std::string& cmd, std::string& out) {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-void checkRecordedApp(bool callbacks) {
-  testing::TempDir tmp;
+// Records tracer_gpu_app (`app_args` after it, `options` before --; with launch callbacks or
+// placed by correlation id) and opens its one rank.
+void recordApp(testing::TempDir& tmp, const std::string& options, const std::string& app_args, bool callbacks,
+               std::unique_ptr<db::TraceReader>& reader) {
   std::string run = tmp.file("run"), out;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}{2} -- {0}/tests/tracer_gpu_app",
-                             DETRACE_BINARY_DIR, run, callbacks ? " --launch-callbacks" : ""), out);
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}{2}{3} -- {0}/tests/tracer_gpu_app{4}",
+                             DETRACE_BINARY_DIR, run, options, callbacks ? " --launch-callbacks" : "", app_args),
+                 out);
   ASSERT_EQ(rc, 0) << out;
   auto r = db::Run::open(run);
   ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
   ASSERT_EQ(r->ranks().size(), 1u);
-  auto reader = r->openRank(r->ranks()[0].rank);
-  ASSERT_TRUE(reader.isOk());
-  db::TraceReader& t = **reader;
+  auto opened = r->openRank(r->ranks()[0].rank);
+  ASSERT_TRUE(opened.isOk());
+  reader = std::move(*opened);
+}
+
+void checkRecordedApp(bool callbacks) {
+  testing::TempDir tmp;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordApp(tmp, "", "", callbacks, reader));
+  db::TraceReader& t = *reader;
   EXPECT_FALSE(t.rank().gpu_name.empty());
   EXPECT_FALSE(t.metaValue("cuda_version").empty());
   EXPECT_EQ(t.metaValue("kernel_placement"), callbacks ? "callbacks" : "correlation");
@@ -152,15 +163,9 @@ void checkRecordedApp(bool callbacks) {
 // GEMM, though the other thread's matmul calls were under way when many of them were launched.
 void checkTwoThreads(bool callbacks) {
   testing::TempDir tmp;
-  std::string run = tmp.file("run"), out;
-  int rc = shell(fmt::format("{0}/replay/detrace record --capture meta -o {1}{2} -- {0}/tests/tracer_gpu_app threads 200",
-                             DETRACE_BINARY_DIR, run, callbacks ? " --launch-callbacks" : ""), out);
-  ASSERT_EQ(rc, 0) << out;
-  auto r = db::Run::open(run);
-  ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
-  auto reader = r->openRank(r->ranks()[0].rank);
-  ASSERT_TRUE(reader.isOk());
-  db::TraceReader& t = **reader;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordApp(tmp, " --capture meta", " threads 200", callbacks, reader));
+  db::TraceReader& t = *reader;
   auto cursor = t.events();
   ASSERT_TRUE(cursor.isOk());
   std::map<int64_t, int64_t> gemm_stream;  // seq -> stream
