@@ -67,7 +67,7 @@ std::atomic<bool> g_active{false};
 // the launching thread. With kernel records alone that cost a C++ launch loop +28.6% against
 // +2.5% zeroed in one call (H200, 2026-12-01; +29.4% against +1.7% in another, +42.2% against
 // +40.0% in a third). Off by default because AttachGpu.ContextTeardownCommits lost its kernels in
-// 7 of 23 runs with it on (3 device calls), and in none of the runs with it off (this and earlier
+// 6 of 23 runs with it on (3 device calls), and in none of the runs with it off (this and earlier
 // sessions): the cause is not known yet.
 std::mutex g_pool_mu;
 std::vector<uint8_t*> g_pool;
