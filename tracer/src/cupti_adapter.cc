@@ -93,9 +93,11 @@ void awaitBuffersInHand() {
   }
 }
 
+// Zeroed only when CUPTI was told it gets zeroed buffers: a buffer allocated when the pool is
+// empty is allocated on the launching thread.
 uint8_t* newBuffer() {
   auto* b = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  if (b != nullptr) std::memset(b, 0, kBufferBytes);
+  if (b != nullptr && g_zeroed_buffers) std::memset(b, 0, kBufferBytes);
   return b;
 }
 
@@ -1072,12 +1074,6 @@ bool enableCallbacks() {
 bool enableActivities() {
   uint32_t version = 0;
   if (g_cupti.version(&version) == CUPTI_SUCCESS) g_may_reject = version >= 27;
-  {
-    std::lock_guard lk(g_pool_mu);
-    for (size_t i = 0; i < kPoolBuffers; ++i) {
-      if (uint8_t* b = newBuffer()) g_pool.push_back(b);
-    }
-  }
   const char* zeroed = std::getenv("DETRACE_ZEROED_BUFFERS");
   if (zeroed != nullptr && std::strcmp(zeroed, "1") == 0) {
     uint8_t on = 1;
@@ -1088,6 +1084,12 @@ bool enableActivities() {
     if (!g_zeroed_buffers) logLine("CUPTI refused zeroed activity buffers; recording launches costs more");
   } else {
     g_zeroed_buffers = false;
+  }
+  {
+    std::lock_guard lk(g_pool_mu);
+    for (size_t i = 0; i < kPoolBuffers; ++i) {
+      if (uint8_t* b = newBuffer()) g_pool.push_back(b);
+    }
   }
   DETRACE_CUPTI_CALL(g_cupti.register_callbacks(bufferRequested, bufferCompleted), "activity buffers");
   return true;  // the kinds themselves are turned on by captureOn()
