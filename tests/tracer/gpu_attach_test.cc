@@ -43,7 +43,10 @@ std::vector<std::string> appEnvironment(Tracer tracer, const std::string& run,
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
-    if (kv.rfind("DETRACE_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0 ||
+    // Settings for diagnosing a failure pass through (scripts/device-teardown); the rest are the
+    // test's to choose.
+    const bool diagnosis = kv.rfind("DETRACE_DIAG_", 0) == 0 || kv.rfind("DETRACE_ZEROED_BUFFERS=", 0) == 0;
+    if ((kv.rfind("DETRACE_", 0) == 0 && !diagnosis) || kv.rfind("LD_PRELOAD=", 0) == 0 ||
         kv.rfind("CUDA_INJECTION64_PATH=", 0) == 0 || kv.rfind("XDG_RUNTIME_DIR=", 0) == 0) {
       continue;
     }

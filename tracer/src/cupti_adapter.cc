@@ -84,6 +84,70 @@ constexpr int kMaxWaitMs = 200;
 std::timed_mutex g_flush_call_mu;
 std::atomic<int> g_buffers_in_hand{0};
 
+// Teardown diagnostics (DETRACE_DIAG_TEARDOWN=1, read once; scripts/device-teardown): one stderr
+// line per activity record and buffer, per periodic flush and per step of a forced flush.
+const bool g_diag_teardown = [] {
+  const char* v = std::getenv("DETRACE_DIAG_TEARDOWN");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}();
+std::atomic<int64_t> g_records_read{0};
+std::atomic<int64_t> g_buffers_read{0};
+std::atomic<bool> g_torn_down{false};  // a context-teardown commit has run (diagnostics only)
+const auto g_diag_t0 = std::chrono::steady_clock::now();
+
+double diagMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - g_diag_t0).count();
+}
+
+void diagTeardown(const char* step) {
+  if (!g_diag_teardown) return;
+  logLine("teardown: %.3f ms: %s: %lld records in %lld buffers so far, %lld buffers refused", diagMs(), step,
+          static_cast<long long>(g_records_read.load()), static_cast<long long>(g_buffers_read.load()),
+          static_cast<long long>(g_buffers_refused.load()));
+}
+
+// ---- forced flushes ----
+// A forced flush made too soon loses records for good: AttachGpu.ContextTeardownCommits (4
+// kernels, cudaDeviceReset about 1 ms after its context came up and 112-125 ms after the records
+// were turned on) lost all 4 in 22 of 70 runs with the flush made at once, and in none of 120 runs
+// where it first waited 10-50 ms (a fixed wait, or until the context was 20 or 50 ms old); a
+// second flush 10 or 50 ms after the first did not bring them back (H200, CUDA 13.0, 2026-12-01,
+// with and without zeroed buffers). CUPTI's reason is not known, so a forced flush waits until the
+// records have been on for kMinRecordingAge and the context being torn down is kMinContextAge old,
+// for at most kMaxSettleWait: only programs that live a few hundred milliseconds pay it.
+using SteadyClock = std::chrono::steady_clock;
+constexpr auto kMinRecordingAge = std::chrono::milliseconds(250);
+constexpr auto kMinContextAge = std::chrono::milliseconds(20);
+constexpr auto kMaxSettleWait = std::chrono::milliseconds(250);
+std::atomic<int64_t> g_records_on_ns{0};  // SteadyClock time the activity records were last turned on
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count();
+}
+
+// `context_created_ns`: SteadyClock time of the context's creation, 0 where unknown.
+void awaitRecordsSettled(int64_t context_created_ns) {
+  const int64_t now = steadyNs();
+  int64_t until = g_records_on_ns.load(std::memory_order_relaxed) +
+                  std::chrono::nanoseconds(kMinRecordingAge).count();
+  if (context_created_ns > 0) {
+    until = std::max(until, context_created_ns + std::chrono::nanoseconds(kMinContextAge).count());
+  }
+  const int64_t wait = std::min(until - now, std::chrono::nanoseconds(kMaxSettleWait).count());
+  if (wait <= 0) return;
+  if (g_diag_teardown) logLine("teardown: %.3f ms: waiting %.3f ms before the forced flush", diagMs(), wait / 1e6);
+  struct timespec ts {
+    static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)
+  };
+  nanosleep(&ts, nullptr);
+}
+
+void forcedFlush(int64_t context_created_ns = 0) {
+  awaitRecordsSettled(context_created_ns);
+  CUptiResult r = g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (g_diag_teardown) logLine("teardown: %.3f ms: forced flush returned %d", diagMs(), static_cast<int>(r));
+}
+
 void awaitBuffersInHand() {
   for (int i = 0; i < kMaxWaitMs && g_buffers_in_hand.load(std::memory_order_acquire) > 0; ++i) {
     struct timespec ts {
@@ -113,6 +177,8 @@ std::thread* g_flusher = nullptr;
 std::mutex g_cache_mu;
 std::unordered_map<uint32_t, int32_t> g_context_device;    // context uid -> device
 std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> records per launch
+constexpr size_t kMaxContexts = 1024;
+std::unordered_map<CUcontext, int64_t> g_context_created;  // context -> steadyNs() at creation
 
 // ---- per-thread launch state ----
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
@@ -614,6 +680,30 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
   return total;
 }
 
+// The context's records must be collected while it still exists; then they are committed, so a
+// program that dies after tearing its context down keeps them.
+void onContextTeardown(CUcontext context) {
+  diagTeardown("context destroy starting");
+  int64_t created = 0;
+  {
+    std::lock_guard lk(g_cache_mu);
+    if (auto it = g_context_created.find(context); it != g_context_created.end()) {
+      created = it->second;
+      g_context_created.erase(it);
+    }
+  }
+  {
+    std::unique_lock turn(g_flush_call_mu, std::chrono::milliseconds(kMaxWaitMs));
+    forcedFlush(created);
+  }
+  awaitBuffersInHand();
+  diagTeardown("after the forced flush and the buffers in hand");
+  Fingerprinter::get().forgetContext(context);  // its result memory dies with it
+  Session::get().commit();
+  g_torn_down.store(true);
+  diagTeardown("committed");
+}
+
 void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     // Inside a plain launch's call: the launch went into a graph being captured.
@@ -646,16 +736,12 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     if (deep::enabled()) deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
+  } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+    std::lock_guard lk(g_cache_mu);
+    if (g_context_created.size() < kMaxContexts) g_context_created[data->context] = steadyNs();
+    if (g_diag_teardown) logLine("teardown: %.3f ms: context created", diagMs());
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
-    // The context's records must be collected while it still exists; then commit them, so a
-    // program that dies after tearing its context down keeps them.
-    {
-      std::unique_lock turn(g_flush_call_mu, std::chrono::milliseconds(kMaxWaitMs));
-      g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
-    awaitBuffersInHand();
-    Fingerprinter::get().forgetContext(data->context);  // its result memory dies with it
-    Session::get().commit();
+    onContextTeardown(data->context);
   }
 }
 
@@ -857,9 +943,15 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
     db::TraceWriter* w = s.startedWriter();
     if (rb != nullptr && w != nullptr) {
       CUpti_Activity* rec = nullptr;
+      int64_t records = 0;
       while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        ++records;
         Activity a;
         if (decode(*w, rec, a)) {
+          if (g_diag_teardown) {
+            logLine("teardown: %.3f ms: record of correlation %llu, GPU end %.3f ms ago", diagMs(),
+                    static_cast<unsigned long long>(a.correlation_id), (cuptiNow() - a.gpu_end_ns) / 1e6);
+          }
           Session::get().noteDevice(a.device);
           rb->addActivity(a);
         }
@@ -867,6 +959,12 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
       size_t dropped = 0;
       if (g_cupti.dropped_records(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped > 0) {
         s.addStat("cupti_records_dropped", static_cast<int64_t>(dropped));
+      }
+      g_records_read.fetch_add(records, std::memory_order_relaxed);
+      g_buffers_read.fetch_add(1, std::memory_order_relaxed);
+      if (g_diag_teardown) {
+        logLine("teardown: %.3f ms: buffer of stream %u: %zu valid bytes, %lld records, %zu dropped%s", diagMs(), stream_id, valid,
+                static_cast<long long>(records), dropped, g_torn_down.load() ? ", AFTER the teardown commit" : "");
       }
       rb->poll(cuptiNow());
     }
@@ -889,6 +987,7 @@ void flusherLoop() {
     {
       std::lock_guard turn(g_flush_call_mu);
       g_cupti.flush_all(0);
+      if (g_diag_teardown) logLine("teardown: %.3f ms: periodic flush", diagMs());
     }
     if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
     Fingerprinter::get().poll();
@@ -909,7 +1008,7 @@ void finalFlush() {
     // work first (context teardown, which runs after us, would wait for it anyway).
     using SyncFn = int (*)();
     if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda.so"))) (void)sync();
-    if (g_active.load()) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (g_active.load()) forcedFlush();
     awaitBuffersInHand();
     g_active = false;
     int64_t refused = g_buffers_refused.load();
@@ -980,6 +1079,8 @@ bool setActivities(bool on) {
     return v != nullptr && std::string(v) == "0";
   }();
   if (on && no_records) return true;
+  if (g_diag_teardown) logLine("teardown: %.3f ms: activity records %s", diagMs(), on ? "on" : "off");
+  if (on) g_records_on_ns.store(steadyNs(), std::memory_order_relaxed);
   for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                   CUPTI_ACTIVITY_KIND_MEMSET}) {
     DETRACE_CUPTI_CALL(on ? g_cupti.activity_enable(kind) : g_cupti.activity_disable(kind),
@@ -1026,10 +1127,10 @@ void launchesOff() {
   (void)setLaunchCallbacks(0);
   if (g_placement.exchange(false, std::memory_order_relaxed)) (void)setMarkerCallback(0);
 }
-void drainActivities() { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+void drainActivities() { forcedFlush(); }
 void activitiesOff() {
   (void)setActivities(false);
-  g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  forcedFlush();
 }
 
 // The callbacks that stay on whatever the capture switch says (they are rare, and none is in the
@@ -1046,6 +1147,8 @@ bool enableCallbacks() {
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                             CUPTI_CBID_RESOURCE_CONTEXT_CREATED), "context callback");
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING), "stream callback");
   // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch).
