@@ -61,14 +61,14 @@ CUpti_SubscriberHandle g_subscriber = nullptr;
 std::atomic<bool> g_active{false};
 
 // ---- activity buffer pool ----
-// DETRACE_ZEROED_BUFFERS=1 (experimental, off by default): buffers are handed to CUPTI already
-// zero (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) and cleared again by the thread that gets
-// them back (CUPTI's, or the flusher's), off the program's path; otherwise CUPTI clears them on
-// the launching thread. With kernel records alone that cost a C++ launch loop +28.6% against
-// +2.5% zeroed in one call (H200, 2026-12-01; +29.4% against +1.7% in another, +42.2% against
-// +40.0% in a third). Off by default because AttachGpu.ContextTeardownCommits lost its kernels in
-// 6 of 23 runs with it on (3 device calls), and in none of the runs with it off (this and earlier
-// sessions): the cause is not known yet.
+// Buffers are handed to CUPTI already zero (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) and
+// cleared again by the thread that gets them back (CUPTI's, or the flusher's), off the program's
+// path; otherwise CUPTI clears them on the launching thread. With kernel records alone that cost a
+// C++ launch loop +28.6% against +2.5% zeroed in one call (H200, 2026-12-01; +29.4% against +1.7%
+// in another, +42.2% against +40.0% in a third). Whole `meta` loops, against DETRACE_ZEROED_BUFFERS=0
+// (CUPTI clears them), showed no steady difference in two later calls: the process-to-process
+// spread is larger (docs/overhead.md). The teardown losses once blamed on zeroed buffers come as
+// often without them (see forcedFlush).
 std::mutex g_pool_mu;
 std::vector<uint8_t*> g_pool;
 bool g_may_reject = true;
@@ -109,10 +109,10 @@ void diagTeardown(const char* step) {
 // ---- forced flushes ----
 // A forced flush made too soon loses records for good: AttachGpu.ContextTeardownCommits (4
 // kernels, cudaDeviceReset about 1 ms after its context came up and 112-125 ms after the records
-// were turned on) lost all 4 in 22 of 70 runs with the flush made at once, and in none of 120 runs
-// where it first waited 10-50 ms (a fixed wait, or until the context was 20 or 50 ms old); a
-// second flush 10 or 50 ms after the first did not bring them back (H200, CUDA 13.0, 2026-12-01,
-// with and without zeroed buffers). CUPTI's reason is not known, so a forced flush waits until the
+// were turned on) lost all 4 in 42 of 140 runs with the flush made at once (with and without
+// zeroed buffers alike), and in none of 100 runs where it first waited 10-50 ms (a fixed wait, or
+// until the context was 20 or 50 ms old); a second flush 10 or 50 ms after the first did not bring
+// them back (16 of 40 failed; H200, CUDA 13.0, 2026-12-01). CUPTI's reason is not known, so a forced flush waits until the
 // records have been on for kMinRecordingAge and the context being torn down is kMinContextAge old,
 // for at most kMaxSettleWait: only programs that live a few hundred milliseconds pay it.
 using SteadyClock = std::chrono::steady_clock;
@@ -1178,7 +1178,7 @@ bool enableActivities() {
   uint32_t version = 0;
   if (g_cupti.version(&version) == CUPTI_SUCCESS) g_may_reject = version >= 27;
   const char* zeroed = std::getenv("DETRACE_ZEROED_BUFFERS");
-  if (zeroed != nullptr && std::strcmp(zeroed, "1") == 0) {
+  if (zeroed == nullptr || std::strcmp(zeroed, "0") != 0) {
     uint8_t on = 1;
     size_t size = sizeof(on);
     // Before the callbacks are registered, so that CUPTI takes it for every buffer. If CUPTI
