@@ -40,6 +40,7 @@
 #include "next_symbol.h"
 #include "nvtx_markers.h"
 #include "placement.h"
+#include "detrace/tracer/flush_settle.h"
 #include "detrace/tracer/name_cache.h"
 #include "self_launch.h"
 #include "session.h"
@@ -111,29 +112,20 @@ void diagTeardown(const char* step) {
 // kernels, cudaDeviceReset about 1 ms after its context came up and 112-125 ms after the records
 // were turned on) lost all 4 in 42 of 140 runs with the flush made at once (with and without
 // zeroed buffers alike), and in none of 100 runs where it first waited 10-50 ms (a fixed wait, or
-// until the context was 20 or 50 ms old); a second flush 10 or 50 ms after the first did not bring
-// them back (16 of 40 failed; H200, CUDA 13.0, 2026-12-01). CUPTI's reason is not known, so a forced flush waits until the
-// records have been on for kMinRecordingAge and the context being torn down is kMinContextAge old,
-// for at most kMaxSettleWait: only programs that live a few hundred milliseconds pay it.
-using SteadyClock = std::chrono::steady_clock;
-constexpr auto kMinRecordingAge = std::chrono::milliseconds(250);
-constexpr auto kMinContextAge = std::chrono::milliseconds(20);
-constexpr auto kMaxSettleWait = std::chrono::milliseconds(250);
-std::atomic<int64_t> g_records_on_ns{0};  // SteadyClock time the activity records were last turned on
+// until the context was 20 or 50 ms old); a second flush 10 or 50 ms after the first did not
+// bring them back (16 of 40 failed; H200, CUDA 13.0, 2026-12-01). CUPTI's reason is not known, so
+// every forced flush first waits as flush_settle.h says: only programs that live a few hundred
+// milliseconds pay it.
+std::atomic<int64_t> g_records_on_ns{0};  // steadyNs() when the activity records were last turned on
 
 int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-// `context_created_ns`: SteadyClock time of the context's creation, 0 where unknown.
+// `context_created_ns`: steadyNs() at the context's creation, 0 where unknown.
 void awaitRecordsSettled(int64_t context_created_ns) {
-  const int64_t now = steadyNs();
-  int64_t until = g_records_on_ns.load(std::memory_order_relaxed) +
-                  std::chrono::nanoseconds(kMinRecordingAge).count();
-  if (context_created_ns > 0) {
-    until = std::max(until, context_created_ns + std::chrono::nanoseconds(kMinContextAge).count());
-  }
-  const int64_t wait = std::min(until - now, std::chrono::nanoseconds(kMaxSettleWait).count());
+  const int64_t wait = forcedFlushWaitNs(steadyNs(), g_records_on_ns.load(std::memory_order_relaxed), context_created_ns);
   if (wait <= 0) return;
   if (g_diag_teardown) logLine("teardown: %.3f ms: waiting %.3f ms before the forced flush", diagMs(), wait / 1e6);
   struct timespec ts {
