@@ -91,9 +91,9 @@ constexpr const char* kRecordFooter =
     "default 5000), DETRACE_ZEROED_BUFFERS=0 (let CUPTI clear its activity buffers itself, on the\n"
     "launching thread), LOCAL_RANK (recorded as the local rank); README.md lists the rest.\n"
     "Another CUPTI user (nsys, ncu, torch.profiler) stops kernel recording; NCCL and cuBLAS calls\n"
-    "are still recorded. A program that ends (or tears its CUDA context down) within 250 ms of\n"
-    "recording starting waits for the difference, at most 250 ms: CUPTI loses the last records\n"
-    "of a flush made sooner.\n"
+    "are still recorded. A program that ends (or tears a CUDA context down, or stops a capture)\n"
+    "within 250 ms of recording starting waits for the difference: on the H200, CUPTI lost the\n"
+    "last records of a forced flush made within about 125 ms.\n"
     "\n"
     "Exit status: the command's own exit status (128+N if signal N killed it); 2 if detrace could\n"
     "not start it (the message says why). SIGINT/SIGTERM/SIGHUP sent to detrace go to the command.\n";

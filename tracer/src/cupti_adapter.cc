@@ -66,10 +66,11 @@ std::atomic<bool> g_active{false};
 // cleared again by the thread that gets them back (CUPTI's, or the flusher's), off the program's
 // path; otherwise CUPTI clears them on the launching thread. With kernel records alone that cost a
 // C++ launch loop +28.6% against +2.5% zeroed in one call (H200, 2026-12-01; +29.4% against +1.7%
-// in another, +42.2% against +40.0% in a third). Whole `meta` loops, against DETRACE_ZEROED_BUFFERS=0
-// (CUPTI clears them), showed no steady difference in two later calls: the process-to-process
-// spread is larger (docs/overhead.md). The teardown losses once blamed on zeroed buffers come as
-// often without them (see forcedFlush).
+// in another, +42.2% against +40.0% in a third), and CUPTI's header says clearing stalls the
+// launching thread. Whole `meta` loops cannot tell the two apart on these machines: against
+// DETRACE_ZEROED_BUFFERS=0 (CUPTI clears them) zeroed was ahead in 3 same-call pairs and behind in
+// 3, within a process-to-process spread of 30-40% (docs/overhead.md). The teardown losses once
+// blamed on zeroed buffers come as often without them (see forcedFlush).
 std::mutex g_pool_mu;
 std::vector<uint8_t*> g_pool;
 bool g_may_reject = true;
@@ -109,13 +110,13 @@ void diagTeardown(const char* step) {
 
 // ---- forced flushes ----
 // A forced flush made too soon loses records for good: AttachGpu.ContextTeardownCommits (4
-// kernels, cudaDeviceReset about 1 ms after its context came up and 112-125 ms after the records
-// were turned on) lost all 4 in 42 of 140 runs with the flush made at once (with and without
-// zeroed buffers alike), and in none of 100 runs where it first waited 10-50 ms (a fixed wait, or
-// until the context was 20 or 50 ms old); a second flush 10 or 50 ms after the first did not
-// bring them back (16 of 40 failed; H200, CUDA 13.0, 2026-12-01). CUPTI's reason is not known, so
-// every forced flush first waits as flush_settle.h says: only programs that live a few hundred
-// milliseconds pay it.
+// kernels, cudaDeviceReset about 1 ms after its context came up) lost all 4 in 42 of 140 runs
+// with the flush made at once (with and without zeroed buffers alike), when it came 112-125 ms
+// after the records were turned on; runs whose teardown came later, and all 100 runs where the
+// flush first waited 10-50 ms, kept them; a second flush 10 or 50 ms after the first did not bring
+// them back (16 of 40 failed; H200, CUDA 13.0, 2026-12-01). The kernels' age and the context's
+// were the same in passing and failing runs. CUPTI's reason is not known, so every forced flush
+// first waits as flush_settle.h says: only programs that stop recording that soon pay it.
 std::atomic<int64_t> g_records_on_ns{0};  // steadyNs() when the activity records were last turned on
 
 int64_t steadyNs() {
@@ -123,19 +124,15 @@ int64_t steadyNs() {
       .count();
 }
 
-// `context_created_ns`: steadyNs() at the context's creation, 0 where unknown.
-void awaitRecordsSettled(int64_t context_created_ns) {
-  const int64_t wait = forcedFlushWaitNs(steadyNs(), g_records_on_ns.load(std::memory_order_relaxed), context_created_ns);
-  if (wait <= 0) return;
-  if (g_diag_teardown) logLine("teardown: %.3f ms: waiting %.3f ms before the forced flush", diagMs(), wait / 1e6);
-  struct timespec ts {
-    static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)
-  };
-  nanosleep(&ts, nullptr);
+std::chrono::nanoseconds settleWait() {
+  return std::chrono::nanoseconds(forcedFlushWaitNs(steadyNs(), g_records_on_ns.load(std::memory_order_relaxed)));
 }
 
-void forcedFlush(int64_t context_created_ns = 0) {
-  awaitRecordsSettled(context_created_ns);
+void forcedFlush() {
+  if (auto wait = settleWait(); wait.count() > 0) {
+    if (g_diag_teardown) logLine("teardown: %.3f ms: waiting %.3f ms before the forced flush", diagMs(), wait.count() / 1e6);
+    std::this_thread::sleep_for(wait);  // resumed after a signal: libstdc++ sleeps the rest
+  }
   CUptiResult r = g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   if (g_diag_teardown) logLine("teardown: %.3f ms: forced flush returned %d", diagMs(), static_cast<int>(r));
 }
@@ -169,8 +166,6 @@ std::thread* g_flusher = nullptr;
 std::mutex g_cache_mu;
 std::unordered_map<uint32_t, int32_t> g_context_device;    // context uid -> device
 std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> records per launch
-constexpr size_t kMaxContexts = 1024;
-std::unordered_map<CUcontext, int64_t> g_context_created;  // context -> steadyNs() at creation
 
 // ---- per-thread launch state ----
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
@@ -676,17 +671,12 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
 // program that dies after tearing its context down keeps them.
 void onContextTeardown(CUcontext context) {
   diagTeardown("context destroy starting");
-  int64_t created = 0;
   {
-    std::lock_guard lk(g_cache_mu);
-    if (auto it = g_context_created.find(context); it != g_context_created.end()) {
-      created = it->second;
-      g_context_created.erase(it);
-    }
-  }
-  {
-    std::unique_lock turn(g_flush_call_mu, std::chrono::milliseconds(kMaxWaitMs));
-    forcedFlush(created);
+    // Waiting for the flusher's turn and for the records to settle overlap: together at most
+    // max(kMaxWaitMs, the settle cap).
+    std::unique_lock turn(g_flush_call_mu, std::defer_lock);
+    (void)turn.try_lock_for(std::max<std::chrono::nanoseconds>(settleWait(), std::chrono::milliseconds(kMaxWaitMs)));
+    forcedFlush();
   }
   awaitBuffersInHand();
   diagTeardown("after the forced flush and the buffers in hand");
@@ -728,10 +718,6 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     if (deep::enabled()) deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
-  } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
-    std::lock_guard lk(g_cache_mu);
-    if (g_context_created.size() < kMaxContexts) g_context_created[data->context] = steadyNs();
-    if (g_diag_teardown) logLine("teardown: %.3f ms: context created", diagMs());
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     onContextTeardown(data->context);
   }
@@ -1139,8 +1125,6 @@ bool enableCallbacks() {
   }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
-  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                             CUPTI_CBID_RESOURCE_CONTEXT_CREATED), "context callback");
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING), "stream callback");
   // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch).
