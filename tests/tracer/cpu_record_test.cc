@@ -57,12 +57,12 @@ TEST(Record, UserTracerSettingsReachTheChild) {
   TempDir tmp;
   Output o = sh(fmt::format(
       "DETRACE_RECORDS_HOLD_MS=250 DETRACE_CAPTURE_STAGING_MB=8 DETRACE_GRAPH_RESULTS_MB=32 "
-      "DETRACE_ZEROED_BUFFERS=1 DETRACE_DIAG_TIMING=1 DETRACE_WINDOW=steps:1:2 "
+      "DETRACE_ZEROED_BUFFERS=0 DETRACE_DIAG_TIMING=1 DETRACE_WINDOW=steps:1:2 "
       "{} record -o {} -- /bin/sh -c 'echo \"[$DETRACE_RECORDS_HOLD_MS] [$DETRACE_CAPTURE_STAGING_MB] "
       "[$DETRACE_GRAPH_RESULTS_MB] [$DETRACE_ZEROED_BUFFERS] [$DETRACE_DIAG_TIMING] [w=$DETRACE_WINDOW]\"'",
       detrace(), tmp.file("run")));
   EXPECT_EQ(o.status, 0) << o.out;
-  EXPECT_NE(o.out.find("[250] [8] [32] [1] [1] [w=]"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[250] [8] [32] [0] [1] [w=]"), std::string::npos) << o.out;
 }
 
 TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {

@@ -22,7 +22,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -92,7 +91,7 @@ const bool g_diag_teardown = [] {
   const char* v = std::getenv("DETRACE_DIAG_TEARDOWN");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }();
-std::atomic<int64_t> g_records_read{0};
+std::atomic<int64_t> g_records_read{0};  // counted only with DETRACE_DIAG_TEARDOWN=1
 std::atomic<int64_t> g_buffers_read{0};
 std::atomic<bool> g_torn_down{false};  // a context-teardown commit has run (diagnostics only)
 const auto g_diag_t0 = std::chrono::steady_clock::now();
@@ -139,10 +138,7 @@ void forcedFlush() {
 
 void awaitBuffersInHand() {
   for (int i = 0; i < kMaxWaitMs && g_buffers_in_hand.load(std::memory_order_acquire) > 0; ++i) {
-    struct timespec ts {
-      0, 1'000'000
-    };
-    nanosleep(&ts, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -921,7 +917,7 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
     db::TraceWriter* w = s.startedWriter();
     if (rb != nullptr && w != nullptr) {
       CUpti_Activity* rec = nullptr;
-      int64_t records = 0;
+      int64_t records = 0;  // counted for the teardown diagnostics only
       while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
         ++records;
         Activity a;
@@ -938,9 +934,9 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
       if (g_cupti.dropped_records(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped > 0) {
         s.addStat("cupti_records_dropped", static_cast<int64_t>(dropped));
       }
-      g_records_read.fetch_add(records, std::memory_order_relaxed);
-      g_buffers_read.fetch_add(1, std::memory_order_relaxed);
       if (g_diag_teardown) {
+        g_records_read.fetch_add(records, std::memory_order_relaxed);
+        g_buffers_read.fetch_add(1, std::memory_order_relaxed);
         logLine("teardown: %.3f ms: buffer of stream %u: %zu valid bytes, %lld records, %zu dropped%s", diagMs(), stream_id, valid,
                 static_cast<long long>(records), dropped, g_torn_down.load() ? ", AFTER the teardown commit" : "");
       }

@@ -315,10 +315,10 @@ class State {
   // mu and then releases them (Fingerprinter::poll): only it removes entries, so they stay put
   // and their ring memory stays theirs until then.
   void collectReadyLocked(size_t n, std::vector<const Pending*>& out);
-  // Results read out of the rings whose op has no sequence number yet (guarded by drain_mu: only
-  // the drainer touches them, so the flusher writes them without mu) (its slot still waits in
+  // Results read out of the rings whose op has no sequence number yet (its slot still waits in
   // the reorder buffer: placement by correlation id holds ops for its hold, ~0.5 s), so that the
   // rings do not fill while they wait; written once the number is known. Bounded in bytes.
+  // Guarded by drain_mu: only the drainer touches them, so the flusher writes them without mu.
   struct Awaiting {
     uint64_t token = 0;
     size_t bytes = 0;
