@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Workloads for the tracer's overhead benchmark (bench/tracer/bench_overhead). Prints one line
 `RESULT {"workload": ..., "seconds": ..., "cpu_seconds": ...}` with the median wall time of --reps
-timed loops, each after a warm-up and bracketed by torch.cuda.synchronize(), and the median CPU
+timed loops, each after a warm-up and bracketed by torch.cuda.synchronize() (Python's garbage
+collector runs just before each timed loop and is off during it), and the median CPU
 time of the loop's own thread over the same loops (time.thread_time: what the tracer adds to the
 launching thread, without the time other processes take the CPU from it).
 
@@ -17,24 +18,37 @@ launching thread, without the time other processes take the CPU from it).
 --toggle DETRACE (the process runs under `detrace record --paused`): each rep times one loop
 paused and one loop capturing at --toggle-capture, switching with `detrace attach PID start|stop`
 between them (outside the timed region, each switch followed by one untimed loop), so both sides
-of the ratio run in the same process; the result is the median of the per-rep ratios.
+of the ratio run in the same process; the result is the median of the per-rep ratios. Each timed
+loop also times its steps (a token of the decode loop, 500 launches of the launch loop): the
+per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
+the result, so a slowdown spread over every step can be told from a few long stalls.
 """
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
 import subprocess
 import time
 
+LAUNCH_STEP = 500  # launches per timed step of the launch loop (--toggle)
+
 
 def launch_loop(iters: int):
     import torch
     x = torch.zeros(1024, device="cuda")
 
-    def run():
-        for _ in range(iters):
-            x.add_(1.0)
+    def run(steps=None):
+        if steps is None:
+            for _ in range(iters):
+                x.add_(1.0)
+            return
+        for first in range(0, iters, LAUNCH_STEP):  # a "step" is LAUNCH_STEP launches
+            t0 = time.perf_counter()
+            for _ in range(min(LAUNCH_STEP, iters - first)):
+                x.add_(1.0)
+            steps.append(time.perf_counter() - t0)
     return run
 
 
@@ -50,14 +64,17 @@ def decode_loop(iters: int):
     model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
     prompt = torch.randint(0, 4096, (1, 16), device="cuda")
 
-    def run():
+    def run(steps=None):
         with torch.no_grad():
             out = model(input_ids=prompt, use_cache=True)
             past, logits = out.past_key_values, out.logits
             for _ in range(iters):
+                t0 = time.perf_counter()
                 nxt = logits[:, -1:].argmax(-1)
                 out = model(input_ids=nxt, past_key_values=past, use_cache=True)
                 past, logits = out.past_key_values, out.logits
+                if steps is not None:  # the host's time per token (the loop is launch-bound)
+                    steps.append(time.perf_counter() - t0)
     return run
 
 
@@ -90,13 +107,34 @@ def cxx_times(args, iters: int) -> None:
                                   "cpu_seconds": statistics.median(cpus)}), flush=True)
 
 
-def timed(run) -> float:
+@contextlib.contextmanager
+def no_gc():
+    """Python's collector off for a timed loop (collected just before): its pauses land on one
+    side of a comparison or the other and widen the spread of both."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def timed(run, steps=None) -> float:
     import torch
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    run()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    with no_gc():
+        t0 = time.perf_counter()
+        run() if steps is None else run(steps)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+
+def quantiles(xs) -> dict:
+    """p10/p50/p90/p99/max of step times, in microseconds."""
+    xs = sorted(xs)
+    def at(q: float) -> float:
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1e6, 1)
+    return {"p10": at(0.10), "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1.0)}
 
 
 def toggled(args, iters: int, run) -> None:
@@ -105,18 +143,28 @@ def toggled(args, iters: int, run) -> None:
                        stdout=subprocess.DEVNULL)
 
     off, on = [], []
+    off_steps, on_steps = [], []  # every step of every timed loop, each side
+    step_ratios = []  # per rep: median step capturing / median step paused
     for _ in range(args.reps):
-        off.append(timed(run))
+        a, b = [], []
+        off.append(timed(run, a))
         attach("start", "--capture", args.toggle_capture)
         run()  # untimed: the first loop after a start meets new names and fresh buffers
-        on.append(timed(run))
+        on.append(timed(run, b))
         attach("stop")
         run()
+        off_steps += a
+        on_steps += b
+        step_ratios.append(statistics.median(b) / statistics.median(a))
     ratios = [b / a for a, b in zip(off, on)]
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
                                   "seconds": statistics.median(on),
                                   "paused_seconds": statistics.median(off),
-                                  "ratio": statistics.median(ratios), "ratios": ratios}),
+                                  "ratio": statistics.median(ratios), "ratios": ratios,
+                                  "paused_all": off, "capturing_all": on,
+                                  "step_ratios": step_ratios,
+                                  "paused_steps_us": quantiles(off_steps),
+                                  "capturing_steps_us": quantiles(on_steps)}),
           flush=True)
 
 
@@ -149,11 +197,12 @@ def main() -> None:
     with prof:
         for _ in range(args.reps):
             torch.cuda.synchronize()
-            t0, c0 = time.perf_counter(), time.thread_time()
-            run()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-            cpus.append(time.thread_time() - c0)
+            with no_gc():
+                t0, c0 = time.perf_counter(), time.thread_time()
+                run()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                cpus.append(time.thread_time() - c0)
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
                                   "seconds": statistics.median(times), "all": times,
                                   "cpu_seconds": statistics.median(cpus)}), flush=True)

@@ -1227,6 +1227,7 @@ uint64_t markerCorrelation() noexcept {
 }
 
 int64_t opStreamId(db::TraceWriter& w, int64_t handle, int32_t device, int64_t& record_stream) noexcept {
+  DiagScope timing(DiagSite::kOpStream);
   record_stream = db::kUnset;
   try {
     uint32_t dev = 0;

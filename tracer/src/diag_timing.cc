@@ -15,6 +15,9 @@ namespace {
 constexpr int kSites = static_cast<int>(DiagSite::kCount);
 std::atomic<int64_t> g_ns[kSites];
 std::atomic<int64_t> g_calls[kSites];
+std::atomic<int64_t> g_max[kSites];   // the longest single call
+std::atomic<int64_t> g_slow[kSites];  // calls of kSlowNs or more: stalls, not steady cost
+constexpr int64_t kSlowNs = 100'000;
 
 const char* siteName(int site) {
   switch (static_cast<DiagSite>(site)) {
@@ -28,6 +31,8 @@ const char* siteName(int site) {
     case DiagSite::kEnterSlot: return "enter_slot";
     case DiagSite::kOtherCallback: return "other_callback";
     case DiagSite::kLibraryOp: return "library_op";
+    case DiagSite::kOpFill: return "op_fill";
+    case DiagSite::kOpStream: return "op_stream";
     case DiagSite::kFingerprint: return "fingerprint";
     case DiagSite::kFingerprintLock: return "fingerprint_lock";
     case DiagSite::kDigestLaunch: return "digest_launch";
@@ -60,6 +65,10 @@ void diagAdd(DiagSite site, int64_t ns) {
   if (i < 0 || i >= kSites) return;
   g_ns[i].fetch_add(ns, std::memory_order_relaxed);
   g_calls[i].fetch_add(1, std::memory_order_relaxed);
+  if (ns >= kSlowNs) g_slow[i].fetch_add(1, std::memory_order_relaxed);
+  int64_t seen = g_max[i].load(std::memory_order_relaxed);
+  while (ns > seen && !g_max[i].compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+  }
 }
 
 void diagWriteStats() {
@@ -68,9 +77,14 @@ void diagWriteStats() {
   for (int i = 0; i < kSites; ++i) {
     const int64_t calls = g_calls[i].exchange(0, std::memory_order_relaxed);
     const int64_t ns = g_ns[i].exchange(0, std::memory_order_relaxed);
+    const int64_t max_ns = g_max[i].exchange(0, std::memory_order_relaxed);
+    const int64_t slow = g_slow[i].exchange(0, std::memory_order_relaxed);
     if (calls == 0) continue;
-    s.addStat((std::string("diag_") + siteName(i) + "_ns").c_str(), ns);
-    s.addStat((std::string("diag_") + siteName(i) + "_calls").c_str(), calls);
+    const std::string site = std::string("diag_") + siteName(i);
+    s.addStat((site + "_ns").c_str(), ns);
+    s.addStat((site + "_calls").c_str(), calls);
+    s.addStat((site + "_max_ns").c_str(), max_ns);
+    s.addStat((site + "_slow").c_str(), slow);
   }
 }
 

@@ -2,10 +2,11 @@
 //
 // With DETRACE_DIAG_TIMING=1 (read once), each DiagScope adds the wall time it spans and one call
 // to its site's counters; at the end of the recording they are written to the trace's stats table
-// as diag_<site>_ns and diag_<site>_calls (`detrace info --json`, bench_overhead --diag). Off, a
-// scope costs one predictable branch. Time spent inside CUPTI before and after our callbacks, and
-// in the CUDA calls themselves, is not seen here: the difference between these sums and the
-// measured slowdown is CUPTI's.
+// (`detrace info --json`, bench_overhead --diag) as diag_<site>_ns and diag_<site>_calls, with the
+// longest call (diag_<site>_max_ns) and the calls of 100 µs or more (diag_<site>_slow: stalls
+// rather than steady cost). Off, a scope costs one predictable branch. Time spent inside CUPTI
+// before and after our callbacks, and in the CUDA calls themselves, is not seen here: the
+// difference between these sums and the measured slowdown is CUPTI's.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,8 @@ enum class DiagSite : int {
   kEnterSlot,       // ... the ReorderBuffer slot (included in kLaunchEnter)
   kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
   kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
+  kOpFill,          // ... the wrapper's fill: arguments, descriptors, algorithm (in kLibraryOp)
+  kOpStream,        // ... the op's stream id, device and CUPTI stream (in kOpFill)
   kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
   kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)

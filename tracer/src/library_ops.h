@@ -79,7 +79,10 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     LibraryOp op;
     op.event.cpu_ns = s.now();
     op.position = markerCorrelation();  // 0 unless kernels are placed by correlation id
-    if (!fill(*w, op)) return 0;
+    {
+      DiagScope fill_timing(DiagSite::kOpFill);
+      if (!fill(*w, op)) return 0;
+    }
     uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
     noteRecordedOp(token, op.position, op.record_stream);
     Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
