@@ -1,0 +1,335 @@
+// cupti_record_cost: what CUPTI's kernel activity records and a marker callback cost the thread
+// that launches, measured so that the host's speed drifting does not enter the figure.
+//
+// Whole-loop timings on the GPU machine move by up to 2x within seconds (docs/overhead.md), so a
+// loop timed with records and another timed without cannot resolve a cost of a few percent. Here
+// the two sides alternate every few hundred microseconds and only paired differences are kept:
+//   records  two contexts on one device, kernel records enabled for one of them only
+//            (cuptiActivityEnableContext; with --toggle, or where that is refused, records are
+//            enabled and disabled process-wide between blocks instead). Blocks of --launches
+//            launches of an empty kernel (cudaLaunchKernel, as PyTorch calls it) alternate between
+//            the contexts, which goes first alternating too; only the launch calls are timed (the
+//            block's synchronisation is not).
+//   marker   blocks of cuDriverGetVersion calls with its API callback enabled and disabled
+//            (detrace places library calls among kernel records by such a call's correlation id).
+// A CUPTI subscriber with the marker's callback on is there throughout, as in a detrace recording.
+// Activity buffers are handled as detrace handles them: a pool of 1 MiB buffers handed over
+// already zero (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER; --cleared lets CUPTI clear them on
+// the launching thread), cleared again on CUPTI's thread after use, and a thread that calls
+// cuptiActivityFlushAll every 100 ms.
+//
+// Prints, per part, the median time per call on each side and the median and quartiles of the
+// per-block paired differences, and checks that the records counted match what was launched.
+// Usage: cupti_record_cost [--blocks N] [--launches N] [--cleared] [--toggle]
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cupti.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+__global__ void emptyKernel() {}
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+constexpr int kPoolBuffers = 16;
+
+bool g_zeroed = true;
+std::mutex g_pool_mu;
+std::vector<uint8_t*> g_pool;
+std::atomic<uint32_t> g_recorded_context{0};
+std::atomic<long long> g_records_recorded{0}, g_records_other{0}, g_markers{0};
+
+#define CHECK_CU(call)                                                                       \
+  do {                                                                                       \
+    CUresult r_ = (call);                                                                    \
+    if (r_ != CUDA_SUCCESS) {                                                                \
+      const char* s_ = nullptr;                                                              \
+      cuGetErrorString(r_, &s_);                                                             \
+      std::fprintf(stderr, "cupti_record_cost: %s failed: %s\n", #call, s_ ? s_ : "?");     \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+#define CHECK_CUPTI(call)                                                                    \
+  do {                                                                                       \
+    CUptiResult r_ = (call);                                                                 \
+    if (r_ != CUPTI_SUCCESS) {                                                               \
+      const char* s_ = nullptr;                                                              \
+      cuptiGetResultString(r_, &s_);                                                         \
+      std::fprintf(stderr, "cupti_record_cost: %s failed: %s\n", #call, s_ ? s_ : "?");     \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+uint8_t* newBuffer() {
+  void* p = std::aligned_alloc(8, kBufferBytes);
+  if (p != nullptr) std::memset(p, 0, kBufferBytes);
+  return static_cast<uint8_t*>(p);
+}
+
+void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *max_records = 0;
+  {
+    std::lock_guard lk(g_pool_mu);
+    if (!g_pool.empty()) {
+      *buffer = g_pool.back();
+      g_pool.pop_back();
+      *size = kBufferBytes;
+      return;
+    }
+  }
+  *buffer = newBuffer();
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+}
+
+void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+    (k->contextId == g_recorded_context.load() ? g_records_recorded : g_records_other)++;
+  }
+  if (buffer == nullptr) return;
+  if (g_zeroed) std::memset(buffer, 0, kBufferBytes);
+  std::lock_guard lk(g_pool_mu);
+  g_pool.push_back(buffer);
+}
+
+void CUPTIAPI onMarker(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite == CUPTI_API_ENTER) g_markers.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Calls 100 ms apart, as detrace's flusher does, until stopped.
+class Flusher {
+ public:
+  Flusher() : thread_([this] { run(); }) {}
+  ~Flusher() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lk(mu_);
+    while (!cv_.wait_for(lk, std::chrono::milliseconds(100), [this] { return stop_; })) {
+      lk.unlock();
+      cuptiActivityFlushAll(0);
+      lk.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Nanoseconds per launch of one block of `n` launches on the current context (launches only).
+double launchBlock(int n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) emptyKernel<<<1, 32>>>();
+  const double s = secondsSince(t0);
+  CHECK_CU(cuCtxSynchronize());
+  return s * 1e9 / n;
+}
+
+double markerBlock(int n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int version = 0;
+  for (int i = 0; i < n; ++i) (void)cuDriverGetVersion(&version);
+  return secondsSince(t0) * 1e9 / n;
+}
+
+double quantile(std::vector<double> xs, double q) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  return xs[std::min(xs.size() - 1, static_cast<size_t>(q * static_cast<double>(xs.size())))];
+}
+
+void report(const char* part, const char* with, const char* without, const std::vector<double>& on,
+            const std::vector<double>& off) {
+  std::vector<double> diff(on.size());
+  for (size_t i = 0; i < on.size(); ++i) diff[i] = on[i] - off[i];
+  std::printf("%s: %zu block pairs; per call %s %.1f ns, %s %.1f ns (medians); paired difference "
+              "%.1f ns (quartiles %.1f / %.1f / %.1f)\n",
+              part, on.size(), with, quantile(on, 0.5), without, quantile(off, 0.5),
+              quantile(diff, 0.5), quantile(diff, 0.25), quantile(diff, 0.5), quantile(diff, 0.75));
+}
+
+struct Options {
+  int blocks = 2000;
+  int launches = 256;
+  bool toggle = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--blocks" && i + 1 < argc) {
+      o.blocks = std::atoi(argv[++i]);
+    } else if (a == "--launches" && i + 1 < argc) {
+      o.launches = std::atoi(argv[++i]);
+    } else if (a == "--cleared") {
+      g_zeroed = false;
+    } else if (a == "--toggle") {
+      o.toggle = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: cupti_record_cost [--blocks N] [--launches N] [--cleared] [--toggle]\n"
+                   "  --blocks N    block pairs per part (default 2000)\n"
+                   "  --launches N  calls per block (default 256)\n"
+                   "  --cleared     let CUPTI clear its buffers on the launching thread\n"
+                   "  --toggle      enable and disable records process-wide between blocks\n"
+                   "                instead of keeping them on one of two contexts\n");
+      std::exit(2);
+    }
+  }
+  if (o.blocks < 1 || o.launches < 1) {
+    std::fprintf(stderr, "cupti_record_cost: --blocks and --launches must be positive\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+void setupActivity() {
+  if (g_zeroed) {
+    uint8_t one = 1;
+    size_t size = sizeof one;
+    CHECK_CUPTI(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &one));
+  }
+  for (int i = 0; i < kPoolBuffers; ++i) {
+    if (uint8_t* b = newBuffer()) g_pool.push_back(b);
+  }
+  CHECK_CUPTI(cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted));
+}
+
+// Blocks alternating between the context with records and the one without (or, toggling, one
+// context with records switched on and off), which side goes first alternating too.
+void measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
+  bool per_context = !o.toggle;
+  if (per_context) {
+    const CUptiResult r = cuptiActivityEnableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (r != CUPTI_SUCCESS) {
+      const char* s = nullptr;
+      cuptiGetResultString(r, &s);
+      std::printf("records: cuptiActivityEnableContext refused (%s): toggling process-wide instead\n",
+                  s ? s : "?");
+      per_context = false;
+    }
+  }
+  auto side = [&](bool with) {
+    if (per_context) {
+      CHECK_CU(cuCtxSetCurrent(with ? recorded : other));
+    } else {
+      CHECK_CU(cuCtxSetCurrent(recorded));
+      CHECK_CUPTI(with ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+                       : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    }
+    return launchBlock(o.launches);
+  };
+  for (int w = 0; w < 20; ++w) {  // warm-up: modules loaded, buffers in use on both sides
+    side(true);
+    side(false);
+  }
+  std::vector<double> on, off;
+  for (int b = 0; b < o.blocks; ++b) {
+    if (b % 2 == 0) {
+      on.push_back(side(true));
+      off.push_back(side(false));
+    } else {
+      off.push_back(side(false));
+      on.push_back(side(true));
+    }
+  }
+  if (!per_context) CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  CHECK_CU(cuCtxSetCurrent(recorded));
+  CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  report(per_context ? "records (two contexts)" : "records (toggled)", "with records", "without", on, off);
+  const long long launched = static_cast<long long>(o.blocks + 20) * o.launches;
+  std::printf("records: %lld kernel records from the recorded side's %lld launches; %lld from the other "
+              "side (expected: all; none%s)\n",
+              g_records_recorded.load(), launched, g_records_other.load(),
+              per_context ? "" : "; toggling, both sides run in one context, so the count is only for reference");
+}
+
+void enableMarker(CUpti_SubscriberHandle sub, bool on) {
+  CHECK_CUPTI(cuptiEnableCallback(on ? 1 : 0, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                  CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion));
+}
+
+void measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
+  auto side = [&](bool with) {
+    enableMarker(sub, with);
+    return markerBlock(o.launches);
+  };
+  for (int w = 0; w < 20; ++w) {
+    side(true);
+    side(false);
+  }
+  std::vector<double> on, off;
+  const long long before = g_markers.load();
+  for (int b = 0; b < o.blocks; ++b) {
+    if (b % 2 == 0) {
+      on.push_back(side(true));
+      off.push_back(side(false));
+    } else {
+      off.push_back(side(false));
+      on.push_back(side(true));
+    }
+  }
+  report("marker (cuDriverGetVersion)", "with its callback", "without", on, off);
+  std::printf("marker: %lld callbacks for %lld calls with the callback on (expected: equal)\n",
+              g_markers.load() - before, static_cast<long long>(o.blocks) * o.launches);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  CHECK_CU(cuInit(0));
+  CUdevice dev = 0;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  setupActivity();
+  // A subscriber with the marker's callback on, as detrace keeps during a recording (the launches
+  // never call it).
+  CUpti_SubscriberHandle sub = nullptr;
+  CHECK_CUPTI(cuptiSubscribe(&sub, onMarker, nullptr));
+  enableMarker(sub, true);
+  CUcontext recorded = nullptr, other = nullptr;
+  CHECK_CU(cuCtxCreate(&recorded, nullptr, 0, dev));
+  CHECK_CU(cuCtxCreate(&other, nullptr, 0, dev));
+  uint32_t id = 0;
+  CHECK_CUPTI(cuptiGetContextId(recorded, &id));
+  g_recorded_context = id;
+  std::printf("cupti_record_cost: %d block pairs of %d calls, buffers %s\n", o.blocks, o.launches,
+              g_zeroed ? "handed over zeroed" : "cleared by CUPTI");
+  {
+    Flusher flusher;
+    measureRecords(o, recorded, other);
+    measureMarker(o, sub);
+  }
+  CHECK_CUPTI(cuptiUnsubscribe(sub));
+  CHECK_CU(cuCtxDestroy(other));
+  CHECK_CU(cuCtxDestroy(recorded));
+  return 0;
+}
