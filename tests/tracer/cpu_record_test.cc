@@ -231,6 +231,49 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// DETRACE_DIAG_TIMING=1 times detrace's own code per site on the program's threads: each site
+// writes its calls, total, longest call and calls of 100 us or more, consistently with each other,
+// and a library op's fill is counted once per op and inside the op's own time.
+TEST(RecordSeam, DiagTimingWritesEachSitesTotalLongestAndStalls) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/nccl_seam_app", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("DETRACE_DIAG_TIMING=1 {} record -o {} -- {} 0", detrace(), run, app));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto reader = r->openRank(0);
+  ASSERT_TRUE(reader.isOk());
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  auto stat = [&](const std::string& key) {
+    auto it = stats->find(key);
+    return it == stats->end() ? int64_t{-1} : it->second;
+  };
+  EXPECT_EQ(stat("diag_library_op_calls"), static_cast<int64_t>(colls->size()));
+  EXPECT_EQ(stat("diag_op_fill_calls"), stat("diag_library_op_calls"));
+  EXPECT_LE(stat("diag_op_fill_ns"), stat("diag_library_op_ns"));
+  int sites = 0;
+  for (const auto& [key, calls] : *stats) {
+    if (key.rfind("diag_", 0) != 0 || key.size() < 11 || key.substr(key.size() - 6) != "_calls") continue;
+    const std::string site = key.substr(0, key.size() - 6);
+    SCOPED_TRACE(site);
+    ++sites;
+    const int64_t total = stat(site + "_ns"), longest = stat(site + "_max_ns"), slow = stat(site + "_slow");
+    ASSERT_GT(calls, 0);
+    ASSERT_GE(total, 0);
+    ASSERT_GE(longest, 0) << "no longest call written";
+    ASSERT_GE(slow, 0) << "no count of slow calls written";
+    EXPECT_LE(longest, total);
+    EXPECT_GE(longest * calls, total) << "the longest call is shorter than the mean";
+    EXPECT_LE(slow, calls);
+    EXPECT_LE(slow * 100'000, total) << "more slow calls than the total time allows";
+  }
+  EXPECT_GE(sites, 2) << o.out;
+}
+
 // A program's own collectives, declared through detrace/annotate.h, are recorded like NCCL's:
 // one communicator id on every rank, numbered per group, defining the rank and world size.
 // Invalid descriptions and unknown tokens are ignored, and without detrace nothing happens.

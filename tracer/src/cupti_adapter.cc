@@ -987,7 +987,6 @@ void finalFlush() {
     g_active = false;
     int64_t refused = g_buffers_refused.load();
     if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
-    diagWriteStats();
   } catch (...) {
   }
 }

@@ -7,7 +7,7 @@
 #include <ctime>
 #include <string>
 
-#include "session.h"
+#include "detrace/db/writer.h"
 
 namespace detrace::tracer {
 namespace {
@@ -71,9 +71,8 @@ void diagAdd(DiagSite site, int64_t ns) {
   }
 }
 
-void diagWriteStats() {
+void diagWriteStats(db::TraceWriter& w) {
   if (!diagTimingOn()) return;
-  Session& s = Session::get();
   for (int i = 0; i < kSites; ++i) {
     const int64_t calls = g_calls[i].exchange(0, std::memory_order_relaxed);
     const int64_t ns = g_ns[i].exchange(0, std::memory_order_relaxed);
@@ -81,10 +80,10 @@ void diagWriteStats() {
     const int64_t slow = g_slow[i].exchange(0, std::memory_order_relaxed);
     if (calls == 0) continue;
     const std::string site = std::string("diag_") + siteName(i);
-    s.addStat((site + "_ns").c_str(), ns);
-    s.addStat((site + "_calls").c_str(), calls);
-    s.addStat((site + "_max_ns").c_str(), max_ns);
-    s.addStat((site + "_slow").c_str(), slow);
+    w.addStat(site + "_ns", ns);
+    w.addStat(site + "_calls", calls);
+    w.addStat(site + "_max_ns", max_ns);
+    w.addStat(site + "_slow", slow);
   }
 }
 

@@ -11,6 +11,10 @@
 
 #include <cstdint>
 
+namespace detrace::db {
+class TraceWriter;
+}
+
 namespace detrace::tracer {
 
 enum class DiagSite : int {
@@ -25,7 +29,8 @@ enum class DiagSite : int {
   kOtherCallback,   // resource, NVTX, graph-update and allocation callbacks
   kLibraryOp,       // recording a GEMM, collective or marker (fill, slot, capture marks)
   kOpFill,          // ... the wrapper's fill: arguments, descriptors, algorithm (in kLibraryOp)
-  kOpStream,        // ... the op's stream id, device and CUPTI stream (in kOpFill)
+  kOpStream,        // ... the op's stream id, device and CUPTI stream (in kOpFill; for a graph
+                    // launch placed among kernel records, in kEnterStream)
   kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
   kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)
@@ -41,8 +46,8 @@ extern const bool g_diag_timing;  // DETRACE_DIAG_TIMING=1, read once when the l
 inline bool diagTimingOn() { return detail::g_diag_timing; }
 int64_t diagNowNs();
 void diagAdd(DiagSite site, int64_t ns);
-// Adds every site's counters to the session's stats (called once, at the end).
-void diagWriteStats();
+// Adds every site's counters to the trace's stats (called once, when the session finishes).
+void diagWriteStats(db::TraceWriter& w);
 
 class DiagScope {
  public:

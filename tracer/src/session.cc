@@ -15,6 +15,7 @@
 #include "control.h"
 #include "detrace/base/version.h"
 #include "deep.h"
+#include "diag_timing.h"
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
@@ -473,6 +474,7 @@ void Session::finish() {
   buffer_->flush();
   Fingerprinter::get().finish(writer_.get());
   if (policy_.deep) deep::writeStats(*writer_);
+  diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
   enabled_ = false;  // from here on, calls into the wrappers only forward
   ReorderStats s = buffer_->stats();
   const std::pair<const char*, int64_t> counters[] = {
