@@ -21,10 +21,6 @@
 // Prints, per part, the median time per call on each side and the median and quartiles of the
 // per-block paired differences, and checks that the records counted match what was launched.
 // Usage: cupti_record_cost [--blocks N] [--launches N] [--cleared] [--toggle]
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <cupti.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -36,6 +32,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cupti.h>
 
 namespace {
 
@@ -50,26 +50,29 @@ std::vector<uint8_t*> g_pool;
 std::atomic<uint32_t> g_recorded_context{0};
 std::atomic<long long> g_records_recorded{0}, g_records_other{0}, g_markers{0};
 
-#define CHECK_CU(call)                                                                       \
-  do {                                                                                       \
-    CUresult r_ = (call);                                                                    \
-    if (r_ != CUDA_SUCCESS) {                                                                \
-      const char* s_ = nullptr;                                                              \
-      cuGetErrorString(r_, &s_);                                                             \
-      std::fprintf(stderr, "cupti_record_cost: %s failed: %s\n", #call, s_ ? s_ : "?");     \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+[[noreturn]] void die(const char* call, const char* why) {
+  std::fprintf(stderr, "cupti_record_cost: %s failed: %s\n", call, why != nullptr ? why : "?");
+  std::exit(1);
+}
+const char* cuError(CUresult r) {
+  const char* s = nullptr;
+  cuGetErrorString(r, &s);
+  return s;
+}
+const char* cuptiError(CUptiResult r) {
+  const char* s = nullptr;
+  cuptiGetResultString(r, &s);
+  return s;
+}
+#define CHECK_CU(call)                               \
+  do {                                               \
+    const CUresult r_ = (call);                      \
+    if (r_ != CUDA_SUCCESS) die(#call, cuError(r_)); \
   } while (0)
-
-#define CHECK_CUPTI(call)                                                                    \
-  do {                                                                                       \
-    CUptiResult r_ = (call);                                                                 \
-    if (r_ != CUPTI_SUCCESS) {                                                               \
-      const char* s_ = nullptr;                                                              \
-      cuptiGetResultString(r_, &s_);                                                         \
-      std::fprintf(stderr, "cupti_record_cost: %s failed: %s\n", #call, s_ ? s_ : "?");     \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+#define CHECK_CUPTI(call)                                \
+  do {                                                   \
+    const CUptiResult r_ = (call);                       \
+    if (r_ != CUPTI_SUCCESS) die(#call, cuptiError(r_)); \
   } while (0)
 
 uint8_t* newBuffer() {
@@ -169,10 +172,35 @@ void report(const char* part, const char* with, const char* without, const std::
             const std::vector<double>& off) {
   std::vector<double> diff(on.size());
   for (size_t i = 0; i < on.size(); ++i) diff[i] = on[i] - off[i];
-  std::printf("%s: %zu block pairs; per call %s %.1f ns, %s %.1f ns (medians); paired difference "
-              "%.1f ns (quartiles %.1f / %.1f / %.1f)\n",
-              part, on.size(), with, quantile(on, 0.5), without, quantile(off, 0.5),
-              quantile(diff, 0.5), quantile(diff, 0.25), quantile(diff, 0.5), quantile(diff, 0.75));
+  std::printf(
+      "%s: %zu block pairs; per call %s %.1f ns, %s %.1f ns (medians); paired difference "
+      "%.1f ns (quartiles %.1f / %.1f / %.1f)\n",
+      part, on.size(), with, quantile(on, 0.5), without, quantile(off, 0.5), quantile(diff, 0.5),
+      quantile(diff, 0.25), quantile(diff, 0.5), quantile(diff, 0.75));
+}
+
+constexpr int kWarmupPairs = 20;
+
+// Runs `side(true)` and `side(false)` block by block, kWarmupPairs pairs untimed first (modules
+// loaded, buffers in use on both sides), then `blocks` pairs whose first side alternates. With
+// `markers_before`, the marker count as the timed pairs begin.
+template <typename Side>
+void alternate(int blocks, Side&& side, std::vector<double>& on, std::vector<double>& off,
+               long long* markers_before = nullptr) {
+  for (int w = 0; w < kWarmupPairs; ++w) {
+    side(true);
+    side(false);
+  }
+  if (markers_before != nullptr) *markers_before = g_markers.load();
+  for (int b = 0; b < blocks; ++b) {
+    if (b % 2 == 0) {
+      on.push_back(side(true));
+      off.push_back(side(false));
+    } else {
+      off.push_back(side(false));
+      on.push_back(side(true));
+    }
+  }
 }
 
 struct Options {
@@ -215,7 +243,8 @@ void setupActivity() {
   if (g_zeroed) {
     uint8_t one = 1;
     size_t size = sizeof one;
-    CHECK_CUPTI(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &one));
+    CHECK_CUPTI(
+        cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &one));
   }
   for (int i = 0; i < kPoolBuffers; ++i) {
     if (uint8_t* b = newBuffer()) g_pool.push_back(b);
@@ -228,12 +257,13 @@ void setupActivity() {
 void measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
   bool per_context = !o.toggle;
   if (per_context) {
-    const CUptiResult r = cuptiActivityEnableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    const CUptiResult r =
+        cuptiActivityEnableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (r != CUPTI_SUCCESS) {
-      const char* s = nullptr;
-      cuptiGetResultString(r, &s);
-      std::printf("records: cuptiActivityEnableContext refused (%s): toggling process-wide instead\n",
-                  s ? s : "?");
+      const char* why = cuptiError(r);
+      std::printf(
+          "records: cuptiActivityEnableContext refused (%s): toggling process-wide instead\n",
+          why != nullptr ? why : "?");
       per_context = false;
     }
   }
@@ -247,29 +277,21 @@ void measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
     }
     return launchBlock(o.launches);
   };
-  for (int w = 0; w < 20; ++w) {  // warm-up: modules loaded, buffers in use on both sides
-    side(true);
-    side(false);
-  }
   std::vector<double> on, off;
-  for (int b = 0; b < o.blocks; ++b) {
-    if (b % 2 == 0) {
-      on.push_back(side(true));
-      off.push_back(side(false));
-    } else {
-      off.push_back(side(false));
-      on.push_back(side(true));
-    }
-  }
+  alternate(o.blocks, side, on, off);
   if (!per_context) CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   CHECK_CU(cuCtxSetCurrent(recorded));
   CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
-  report(per_context ? "records (two contexts)" : "records (toggled)", "with records", "without", on, off);
-  const long long launched = static_cast<long long>(o.blocks + 20) * o.launches;
-  std::printf("records: %lld kernel records from the recorded side's %lld launches; %lld from the other "
-              "side (expected: all; none%s)\n",
-              g_records_recorded.load(), launched, g_records_other.load(),
-              per_context ? "" : "; toggling, both sides run in one context, so the count is only for reference");
+  report(per_context ? "records (two contexts)" : "records (toggled)", "with records", "without",
+         on, off);
+  const long long launched = static_cast<long long>(o.blocks + kWarmupPairs) * o.launches;
+  std::printf(
+      "records: %lld kernel records from the recorded side's %lld launches; %lld from the other "
+      "side (expected: all; none%s)\n",
+      g_records_recorded.load(), launched, g_records_other.load(),
+      per_context
+          ? ""
+          : "; toggling, both sides run in one context, so the count is only for reference");
 }
 
 void enableMarker(CUpti_SubscriberHandle sub, bool on) {
@@ -282,21 +304,9 @@ void measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
     enableMarker(sub, with);
     return markerBlock(o.launches);
   };
-  for (int w = 0; w < 20; ++w) {
-    side(true);
-    side(false);
-  }
   std::vector<double> on, off;
-  const long long before = g_markers.load();
-  for (int b = 0; b < o.blocks; ++b) {
-    if (b % 2 == 0) {
-      on.push_back(side(true));
-      off.push_back(side(false));
-    } else {
-      off.push_back(side(false));
-      on.push_back(side(true));
-    }
-  }
+  long long before = 0;
+  alternate(o.blocks, side, on, off, &before);
   report("marker (cuDriverGetVersion)", "with its callback", "without", on, off);
   std::printf("marker: %lld callbacks for %lld calls with the callback on (expected: equal)\n",
               g_markers.load() - before, static_cast<long long>(o.blocks) * o.launches);
