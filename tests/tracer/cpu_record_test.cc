@@ -257,11 +257,15 @@ TEST(RecordSeam, DiagTimingWritesEachSitesTotalLongestAndStalls) {
   EXPECT_LE(stat("diag_op_fill_ns"), stat("diag_library_op_ns"));
   int sites = 0;
   for (const auto& [key, calls] : *stats) {
-    if (key.rfind("diag_", 0) != 0 || key.size() < 11 || key.substr(key.size() - 6) != "_calls") continue;
+    const bool calls_key =
+        key.rfind("diag_", 0) == 0 && key.size() > 11 && key.substr(key.size() - 6) == "_calls";
+    if (!calls_key) continue;
     const std::string site = key.substr(0, key.size() - 6);
     SCOPED_TRACE(site);
     ++sites;
-    const int64_t total = stat(site + "_ns"), longest = stat(site + "_max_ns"), slow = stat(site + "_slow");
+    const int64_t total = stat(site + "_ns");
+    const int64_t longest = stat(site + "_max_ns");
+    const int64_t slow = stat(site + "_slow");
     ASSERT_GT(calls, 0);
     ASSERT_GE(total, 0);
     ASSERT_GE(longest, 0) << "no longest call written";
