@@ -19,7 +19,10 @@
 // cuptiActivityFlushAll every 100 ms.
 //
 // Prints, per part, the median time per call on each side and the median and quartiles of the
-// per-block paired differences, and checks that the records counted match what was launched.
+// per-block paired differences, and checks that the records counted match what was launched
+// (exit status 1 if not). Both contexts pay for CUPTI being loaded and subscribed, so the records'
+// figure is what a kernel record adds to a launch; a control pass with records on neither context
+// first shows what the two contexts differ by on their own.
 // Usage: cupti_record_cost [--blocks N] [--launches N] [--cleared] [--toggle]
 #include <algorithm>
 #include <atomic>
@@ -151,6 +154,9 @@ double launchBlock(int n) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n; ++i) emptyKernel<<<1, 32>>>();
   const double s = secondsSince(t0);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    die("emptyKernel<<<1, 32>>>", cudaGetErrorString(e));
+  }
   CHECK_CU(cuCtxSynchronize());
   return s * 1e9 / n;
 }
@@ -253,20 +259,11 @@ void setupActivity() {
 }
 
 // Blocks alternating between the context with records and the one without (or, toggling, one
-// context with records switched on and off), which side goes first alternating too.
-void measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
+// context with records switched on and off), which side goes first alternating too. Per context,
+// a control pass with records on neither context comes first: what the two contexts differ by on
+// their own. Returns false if the records counted do not match the launches.
+bool measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
   bool per_context = !o.toggle;
-  if (per_context) {
-    const CUptiResult r =
-        cuptiActivityEnableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (r != CUPTI_SUCCESS) {
-      const char* why = cuptiError(r);
-      std::printf(
-          "records: cuptiActivityEnableContext refused (%s): toggling process-wide instead\n",
-          why != nullptr ? why : "?");
-      per_context = false;
-    }
-  }
   auto side = [&](bool with) {
     if (per_context) {
       CHECK_CU(cuCtxSetCurrent(with ? recorded : other));
@@ -277,21 +274,45 @@ void measureRecords(const Options& o, CUcontext recorded, CUcontext other) {
     }
     return launchBlock(o.launches);
   };
+  if (per_context) {
+    std::vector<double> a, b;
+    alternate(o.blocks, side, a, b);
+    report("control (records on neither context)", "first context", "second", a, b);
+    const CUptiResult r =
+        cuptiActivityEnableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (r != CUPTI_SUCCESS) {
+      const char* why = cuptiError(r);
+      std::printf(
+          "records: cuptiActivityEnableContext refused (%s): toggling process-wide instead\n",
+          why != nullptr ? why : "?");
+      per_context = false;
+    }
+  }
   std::vector<double> on, off;
-  alternate(o.blocks, side, on, off);
-  if (!per_context) CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  {
+    Flusher flusher;  // stopped before the count: no buffer is being read when it is taken
+    alternate(o.blocks, side, on, off);
+  }
   CHECK_CU(cuCtxSetCurrent(recorded));
+  CHECK_CUPTI(per_context
+                  ? cuptiActivityDisableContext(recorded, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+                  : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   CHECK_CUPTI(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  size_t dropped = 0;
+  (void)cuptiActivityGetNumDroppedRecords(recorded, 0, &dropped);
   report(per_context ? "records (two contexts)" : "records (toggled)", "with records", "without",
          on, off);
   const long long launched = static_cast<long long>(o.blocks + kWarmupPairs) * o.launches;
+  const bool ok =
+      !per_context || (g_records_recorded.load() == launched && g_records_other.load() == 0);
   std::printf(
-      "records: %lld kernel records from the recorded side's %lld launches; %lld from the other "
-      "side (expected: all; none%s)\n",
-      g_records_recorded.load(), launched, g_records_other.load(),
-      per_context
-          ? ""
-          : "; toggling, both sides run in one context, so the count is only for reference");
+      "records: %lld kernel records from the recorded side's %lld launches, %lld from the other "
+      "side, %zu dropped by CUPTI: %s\n",
+      g_records_recorded.load(), launched, g_records_other.load(), dropped,
+      !per_context ? "toggling runs both sides in one context, so the count is only for reference"
+      : ok         ? "as expected"
+                   : "MISMATCH (expected all and none)");
+  return ok;
 }
 
 void enableMarker(CUpti_SubscriberHandle sub, bool on) {
@@ -299,7 +320,8 @@ void enableMarker(CUpti_SubscriberHandle sub, bool on) {
                                   CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion));
 }
 
-void measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
+// Returns false if a call with the callback on was not seen by it.
+bool measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
   auto side = [&](bool with) {
     enableMarker(sub, with);
     return markerBlock(o.launches);
@@ -308,8 +330,11 @@ void measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
   long long before = 0;
   alternate(o.blocks, side, on, off, &before);
   report("marker (cuDriverGetVersion)", "with its callback", "without", on, off);
-  std::printf("marker: %lld callbacks for %lld calls with the callback on (expected: equal)\n",
-              g_markers.load() - before, static_cast<long long>(o.blocks) * o.launches);
+  const long long seen = g_markers.load() - before;
+  const long long expected = static_cast<long long>(o.blocks) * o.launches;
+  std::printf("marker: %lld callbacks for %lld calls with the callback on: %s\n", seen, expected,
+              seen == expected ? "as expected" : "MISMATCH");
+  return seen == expected;
 }
 
 }  // namespace
@@ -326,20 +351,17 @@ int main(int argc, char** argv) {
   CHECK_CUPTI(cuptiSubscribe(&sub, onMarker, nullptr));
   enableMarker(sub, true);
   CUcontext recorded = nullptr, other = nullptr;
-  CHECK_CU(cuCtxCreate(&recorded, nullptr, 0, dev));
+  CHECK_CU(cuCtxCreate(&recorded, nullptr, 0, dev));  // CUDA 13's cuCtxCreate (v4)
   CHECK_CU(cuCtxCreate(&other, nullptr, 0, dev));
   uint32_t id = 0;
   CHECK_CUPTI(cuptiGetContextId(recorded, &id));
   g_recorded_context = id;
   std::printf("cupti_record_cost: %d block pairs of %d calls, buffers %s\n", o.blocks, o.launches,
               g_zeroed ? "handed over zeroed" : "cleared by CUPTI");
-  {
-    Flusher flusher;
-    measureRecords(o, recorded, other);
-    measureMarker(o, sub);
-  }
+  const bool records_ok = measureRecords(o, recorded, other);
+  const bool marker_ok = measureMarker(o, sub);
   CHECK_CUPTI(cuptiUnsubscribe(sub));
   CHECK_CU(cuCtxDestroy(other));
   CHECK_CU(cuCtxDestroy(recorded));
-  return 0;
+  return records_ok && marker_ok ? 0 : 1;
 }
