@@ -33,6 +33,7 @@ const char* siteName(int site) {
     case DiagSite::kLibraryOp: return "library_op";
     case DiagSite::kOpFill: return "op_fill";
     case DiagSite::kOpStream: return "op_stream";
+    case DiagSite::kOpPublish: return "op_publish";
     case DiagSite::kFingerprint: return "fingerprint";
     case DiagSite::kFingerprintLock: return "fingerprint_lock";
     case DiagSite::kDigestLaunch: return "digest_launch";

@@ -31,6 +31,8 @@ enum class DiagSite : int {
   kOpFill,          // ... the wrapper's fill: arguments, descriptors, algorithm (in kLibraryOp)
   kOpStream,        // ... the op's stream id, device and CUPTI stream (in kOpFill; for a graph
                     // launch placed among kernel records, in kEnterStream)
+  kOpPublish,       // ... handing the op to the ReorderBuffer and keeping it as the thread's last
+                    // (in kLibraryOp)
   kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
   kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)

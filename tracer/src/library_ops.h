@@ -83,9 +83,13 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
       DiagScope fill_timing(DiagSite::kOpFill);
       if (!fill(*w, op)) return 0;
     }
-    uint64_t token = buffer->addLibraryOp(op, currentParent(), complete);
-    noteRecordedOp(token, op.position, op.record_stream);
-    Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
+    uint64_t token = 0;
+    {
+      DiagScope publish_timing(DiagSite::kOpPublish);
+      token = buffer->addLibraryOp(op, currentParent(), complete);
+      noteRecordedOp(token, op.position, op.record_stream);
+      Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
+    }
     if (s.policy().level == CaptureLevel::kFull) {
       const auto* c = std::get_if<db::Collective>(&op.detail);
       std::string name = c != nullptr ? db::collOpName(c->op) : (api != nullptr ? api : "gemm");
