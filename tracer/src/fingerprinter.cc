@@ -763,8 +763,8 @@ namespace {
 // have passed, and marks the entries whose event has: the drain that follows then only takes them
 // (writeReady builds and writes their rows without the lock too). Program threads enqueueing
 // digests wait for State::mu; before, they waited for these queries too (H200, decode loop:
-// 3.45 us per enqueue). The caller holds drain_mu, so the
-// entries and their events stay as they are until it drains them.
+// 3.45 us per enqueue). The caller holds drain_mu, so the entries and their events stay as they
+// are until it drains them.
 void queryHeadEvents(State& s, size_t n) {
   struct Query {
     CUcontext ctx;
