@@ -510,6 +510,23 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL)
 
 DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_VIA)
 
+namespace {
+// The completion signal of a digestMany launch (DigestBatch::done_flag): every block makes its
+// results visible to the host, then counts itself; the last one stores the signal and leaves the
+// counter zero for the next launch. Called by all threads of every block (gridDim.y == b.count).
+__device__ void signalDone(const dd::DigestBatch& b) {
+  __threadfence_system();  // this thread's digests, before the block is counted
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  auto* counter = reinterpret_cast<unsigned int*>(b.done_counter);
+  const unsigned int blocks = gridDim.x * gridDim.y;
+  if (atomicAdd(counter, 1u) != blocks - 1) return;
+  __threadfence_system();  // the other blocks' digests, before the signal
+  atomicExch(counter, 0u);
+  *reinterpret_cast<volatile unsigned long long*>(b.done_flag) = b.done_value;
+}
+}  // namespace
+
 // Several digests in one launch (Digester::digestMany): blockIdx.y picks one, which runs exactly as
 // it would alone on gridDim.x blocks. The batch stays in parameter space (__grid_constant__): each
 // block reads only its own digest's fields, without a copy of the whole batch.
@@ -518,6 +535,7 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_VIA)
       detrace_digest_##suffix##_many(const __grid_constant__ dd::DigestBatch b) {         \
     if (blockIdx.y >= b.count) return;                                                    \
     digestAny<align, batch>(b.params[blockIdx.y]);                                        \
+    if (b.done_flag != 0) signalDone(b);                                                  \
   }
 
 DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY)

@@ -289,7 +289,7 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
 }
 
 Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
-                            uint32_t* enqueued) const {
+                            uint32_t* enqueued, const DoneSignal* done) const {
   if (enqueued != nullptr) *enqueued = 0;
   static_assert(kMaxBatch == static_cast<uint32_t>(detail::kMaxBatch),
                 "digest.h and digest_params.h disagree");
@@ -331,7 +331,19 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
     blocks[a] = std::max(blocks[a], gridFor(p.passes, static_cast<uint64_t>(many_kernels_.grid_caps[a])));
   }
   if (n == 0) return Status::ok();
+  if (done != nullptr && (done->flag == nullptr || done->counter == nullptr)) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany: a done signal needs a flag and a counter");
+  }
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  int last = 0;  // the batch's last launch carries the done signal
+  for (int a = 0; a < kAlignments; ++a) {
+    if (batches[a].count > 0) last = a;
+  }
+  if (done != nullptr) {
+    batches[last].done_flag = reinterpret_cast<uint64_t>(done->flag);
+    batches[last].done_value = done->value;
+    batches[last].done_counter = reinterpret_cast<uint64_t>(done->counter);
+  }
   for (int a = 0; a < kAlignments; ++a) {
     if (batches[a].count == 0) continue;
     void* args[] = {&batches[a]};

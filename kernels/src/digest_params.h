@@ -60,6 +60,13 @@ struct DigestBatch {
   uint32_t count;
   uint32_t pad;
   DigestParams params[kMaxBatch];
+  // Completion signal (0: none): the launch's last block to finish stores done_value to the word
+  // at done_flag (mapped host memory), after every block's results are visible system-wide.
+  // done_counter is a device uint32_t, zero before the launch and left zero after it, that the
+  // blocks count themselves on; no other launch may use it while this one runs.
+  uint64_t done_flag;
+  uint64_t done_value;
+  uint64_t done_counter;
 };
 
 // Which passes a kSplit block runs: kSchedStrided, passes blockIdx.x, + gridDim.x, ... (a row's

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -395,6 +397,86 @@ TEST_F(DigestGpuTest, ManyInOneLaunchMatchCpu) {
   std::vector<DigestRequest> too_many(Digester::kMaxBatch + 1, good);
   EXPECT_EQ(digester_->digestMany(too_many.data(), Digester::kMaxBatch + 1, nullptr).code(),
             ErrorCode::kInvalidArgument);
+}
+
+// digestMany's completion signal: the host, spinning on the mapped done word without any
+// synchronisation, finds every digest of the batch (in mapped host memory) already final when the
+// signal lands; batches of one and two launches (mixed alignments), split rows over many blocks,
+// and the block counter is left zero for the next batch that uses it.
+TEST_F(DigestGpuTest, DoneSignalLandsAfterEveryDigest) {
+  DETRACE_REQUIRE_GPU();
+  constexpr uint32_t kRows = 16;  // row digests of the first request
+  uint64_t* mapped = nullptr;     // [0, kRows): rows, kRows: whole, kRows + 1: done word
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&mapped), (kRows + 2) * 8, cudaHostAllocMapped),
+            cudaSuccess);
+  uint64_t* mapped_dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped_dev), mapped, 0), cudaSuccess);
+  DeviceBuffer counter(4), ws(kRows * sizeof(DigestSlot));
+  ASSERT_TRUE(counter.ok() && ws.ok());
+  counter.poison(0);
+  ws.poison(0);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  volatile uint64_t* done_word = mapped + kRows + 1;
+  for (int trial = 0; trial < 16; ++trial) {
+    // Rows of 1..3 MiB (split over many blocks) and a whole buffer at an offset of 0 or 4 bytes:
+    // one launch when both are 16-byte aligned, two otherwise.
+    const uint64_t row_bytes = (1u << 20) + rng_() % (2u << 20);
+    const uint64_t whole_offset = trial % 2 == 0 ? 0 : 4;
+    const uint64_t whole_len = 1 + rng_() % (8u << 20);
+    const auto rows_host = randomBytes(kRows * row_bytes);
+    const auto whole_host = randomBytes(whole_len + whole_offset);
+    DeviceBuffer rows_buf(rows_host.size()), whole_buf(whole_host.size());
+    ASSERT_TRUE(rows_buf.ok() && whole_buf.ok());
+    rows_buf.upload(rows_host.data(), rows_host.size());
+    whole_buf.upload(whole_host.data(), whole_host.size());
+    DigestRequest r[2];
+    r[0].base = reinterpret_cast<CUdeviceptr>(rows_buf.get());
+    r[0].rows = kRows;
+    r[0].row_bytes = row_bytes;
+    r[0].row_stride = row_bytes;
+    r[0].out = mapped_dev;
+    r[0].slot = reinterpret_cast<DigestSlot*>(ws.get());
+    r[1].base = reinterpret_cast<CUdeviceptr>(whole_buf.get() + whole_offset);
+    r[1].bytes = whole_len;
+    r[1].out = mapped_dev + kRows;
+    r[1].slot = slot(0);
+    std::fill(mapped, mapped + kRows + 1, ~uint64_t{0});
+    *done_word = 0;
+    DoneSignal done;
+    done.flag = reinterpret_cast<volatile uint64_t*>(mapped_dev + kRows + 1);
+    done.value = 1000 + static_cast<uint64_t>(trial);
+    done.counter = reinterpret_cast<uint32_t*>(counter.get());
+    const Status st = digester_->digestMany(r, 2, stream, nullptr, &done);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (*done_word != done.value && std::chrono::steady_clock::now() < deadline) {
+    }
+    ASSERT_EQ(*done_word, done.value) << "trial " << trial << ": no signal within 10 s";
+    std::atomic_thread_fence(std::memory_order_acquire);
+    std::vector<uint64_t> want(kRows);
+    digestRowsCpu(rows_host.data(), kRows, row_bytes, row_bytes, want.data());
+    for (uint32_t i = 0; i < kRows; ++i) {
+      ASSERT_EQ(mapped[i], want[i]) << "trial " << trial << ": row " << i << " not final at the signal";
+    }
+    ASSERT_EQ(mapped[kRows], digestCpu(whole_host.data() + whole_offset, whole_len))
+        << "trial " << trial << ": whole buffer not final at the signal";
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto left = counter.download(4);
+    ASSERT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned char b) { return b == 0; }))
+        << "trial " << trial << ": block counter not left zero";
+  }
+  // A signal without its counter is refused before anything runs.
+  DoneSignal incomplete;
+  incomplete.flag = reinterpret_cast<volatile uint64_t*>(mapped_dev + kRows + 1);
+  DigestRequest one;
+  one.base = reinterpret_cast<CUdeviceptr>(ws.get());
+  one.bytes = 64;
+  one.out = mapped_dev;
+  one.slot = slot(0);
+  EXPECT_EQ(digester_->digestMany(&one, 1, stream, nullptr, &incomplete).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(mapped), cudaSuccess);
 }
 
 // Every kernel mode beside a 64 MiB digest of the same alignment in one digestMany launch, so that

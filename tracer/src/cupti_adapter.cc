@@ -203,6 +203,34 @@ thread_local uint32_t t_marker_correlation = 0;  // set by the marker's API-ente
 // Bumped when a stream is destroyed: its handle may then name another stream, so every thread's
 // cache starts again.
 std::atomic<uint64_t> g_stream_epoch{0};
+// Bumped when a context is destroyed (currentDeviceId's cache).
+std::atomic<uint64_t> g_context_epoch{0};
+
+CUcontext currentContext() {
+  using CtxGetFn = CUresult (*)(CUcontext*);
+  static const auto get = reinterpret_cast<CtxGetFn>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
+  CUcontext ctx = nullptr;
+  if (get == nullptr || get(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  return ctx;
+}
+
+// CUPTI's device id of the current context, cached per thread by context (asking CUPTI every
+// library call cost a few hundred ns of a GEMM's record on the H200). False without a context.
+bool currentDeviceId(uint32_t& dev) {
+  thread_local CUcontext t_ctx = nullptr;
+  thread_local uint32_t t_dev = 0;
+  thread_local uint64_t t_epoch = ~uint64_t{0};
+  const CUcontext ctx = currentContext();
+  if (ctx == nullptr || g_cupti.device_id == nullptr) return false;
+  const uint64_t epoch = g_context_epoch.load(std::memory_order_acquire);
+  if (ctx != t_ctx || epoch != t_epoch) {
+    if (g_cupti.device_id(ctx, &t_dev) != CUPTI_SUCCESS) return false;
+    t_ctx = ctx;
+    t_epoch = epoch;
+  }
+  dev = t_dev;
+  return true;
+}
 
 struct CuptiStreamCache {
   struct Entry {
@@ -238,12 +266,7 @@ bool cuptiStreamId(int64_t handle, int32_t device, uint32_t& id) {
   const bool per_thread = handle == reinterpret_cast<int64_t>(CU_STREAM_PER_THREAD);
   const bool pseudo = per_thread || handle == reinterpret_cast<int64_t>(CU_STREAM_LEGACY) || handle == 0;
   // A default stream is the current context's: CUPTI needs that context to say which.
-  CUcontext ctx = nullptr;
-  if (pseudo) {
-    using CtxGetFn = CUresult (*)(CUcontext*);
-    static const auto get = reinterpret_cast<CtxGetFn>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
-    if (get == nullptr || get(&ctx) != CUDA_SUCCESS) ctx = nullptr;
-  }
+  const CUcontext ctx = pseudo ? currentContext() : nullptr;
   const CUstream stream = pseudo ? nullptr : reinterpret_cast<CUstream>(handle);
   const bool known = (!pseudo || ctx != nullptr) &&
                      g_cupti.stream_id(ctx, stream, per_thread ? 1 : 0, &id) == CUPTI_SUCCESS;
@@ -715,6 +738,7 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
+    g_context_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back
     onContextTeardown(data->context);
   }
 }
@@ -1230,9 +1254,7 @@ int64_t opStreamId(db::TraceWriter& w, int64_t handle, int32_t device, int64_t& 
   record_stream = db::kUnset;
   try {
     uint32_t dev = 0;
-    if (device < 0 && g_cupti.device_id != nullptr && g_cupti.device_id(nullptr, &dev) == CUPTI_SUCCESS) {
-      device = static_cast<int32_t>(dev);
-    }
+    if (device < 0 && currentDeviceId(dev)) device = static_cast<int32_t>(dev);
     uint32_t id = 0;
     if (g_placement.load(std::memory_order_relaxed) && cuptiStreamId(handle, device, id)) {
       record_stream = cachedStreamId(w, id, device);  // activityStream's key

@@ -36,6 +36,7 @@ const char* siteName(int site) {
     case DiagSite::kOpPublish: return "op_publish";
     case DiagSite::kFingerprint: return "fingerprint";
     case DiagSite::kFingerprintLock: return "fingerprint_lock";
+    case DiagSite::kFingerprintCheck: return "fingerprint_check";
     case DiagSite::kDigestLaunch: return "digest_launch";
     case DiagSite::kFingerprintEvent: return "fingerprint_event";
     case DiagSite::kActivityBuffer: return "activity_buffer";

@@ -35,6 +35,7 @@ enum class DiagSite : int {
                     // (in kLibraryOp)
   kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
   kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
+  kFingerprintCheck,  // ... the current context and the stream's capture status (in kFingerprint)
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)
   kFingerprintEvent,  // ... the event recorded after an op's digests (included in kFingerprint)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)

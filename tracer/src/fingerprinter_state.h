@@ -91,6 +91,13 @@ struct Context {
   CUdeviceptr whole_dev = 0;
   volatile uint64_t* arena = nullptr;  // mapped host, kArenaDigests
   CUdeviceptr arena_dev = 0;
+  // Completion signals of enqueues (kernels::DoneSignal), one per entry (the enqueue's last one):
+  // the kernel's value lands in done[entry], its block counter is done_counters[entry]. Null
+  // when they could not be allocated: enqueues then record an event.
+  volatile uint64_t* done = nullptr;  // mapped host, `entries`
+  CUdeviceptr done_dev = 0;
+  CUdeviceptr done_counters = 0;  // device uint32_t, `entries`, zeroed once (left zero)
+  uint64_t done_value = 0;        // the last value handed out (values are never reused)
   std::vector<CUevent> free_events;
   uint32_t next_entry = 0, used_entries = 0;
   uint64_t arena_head = 0, arena_used = 0;
@@ -187,6 +194,9 @@ struct Pending {
   bool copied = false;                       // the copy was queued: write its bytes
   CUevent event = nullptr;  // shared by the operands of one enqueue(); last one owns it
   bool owns_event = false;
+  // Or, instead of an event, the enqueue's completion signal: done when *done_word == done_value.
+  const volatile uint64_t* done_word = nullptr;
+  uint64_t done_value = 0;
   bool done = false;
   bool failed = false;  // no result will come (launch or event failed)
   int64_t seq = db::kUnset;

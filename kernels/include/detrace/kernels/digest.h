@@ -70,6 +70,15 @@ struct DigestRequest {
   DigestSlot* slot = nullptr;
 };
 
+// The completion signal of a Digester::digestMany batch: `value` is stored to `flag` (mapped host
+// memory) once all its digests are visible to the host. `counter` is a device uint32_t that is
+// zero and that no other launch in flight uses (the kernel leaves it zero).
+struct DoneSignal {
+  volatile uint64_t* flag = nullptr;  // the device address of the mapped word
+  uint64_t value = 0;
+  uint32_t* counter = nullptr;
+};
+
 namespace detail {
 struct DriverApi;
 void unloadModule(CUmodule m);  // through the driver entry points digest.cc resolved
@@ -105,9 +114,12 @@ class Digester {
   // Each request needs its own slot or workspace (shared ones are refused). Nothing is enqueued if
   // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
   // enqueued: all of them on success, possibly some when a later launch of the batch failed.
+  // `done`, when given, is how the host learns that the whole batch has finished without an event:
+  // the last launch stores done->value to done->flag when every digest of the batch is written
+  // and visible to the host (launches on one stream run in order, so earlier ones have finished).
   static constexpr uint32_t kMaxBatch = 8;
   Status digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
-                    uint32_t* enqueued = nullptr) const;
+                    uint32_t* enqueued = nullptr, const DoneSignal* done = nullptr) const;
 
   // ---- CUDA graph replays ----
   // digest() and digestRows() with the destination read when the kernel runs: `out_cell` is a
