@@ -16,7 +16,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
+#include "diag_timing.h"
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "next_symbol.h"
@@ -327,6 +329,32 @@ cublasStatus_t missing(const char* name) {
   return CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
+// One interposed GEMM call: `record(g, stream)` records it (outermost GEMM call of the thread
+// only) and returns its token, `call()` forwards it; fingerprints around the forwarded call. With
+// DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
+// one inside it: their difference is everything the tracer does on a GEMM's thread.
+template <typename Record, typename Call>
+cublasStatus_t tracedGemm(Record&& record, Call&& call) {
+  const bool outermost = t_gemm_depth == 0;
+  std::optional<DiagScope> whole;
+  if (outermost) whole.emplace(DiagSite::kGemmWrapper);
+  uint64_t token = 0;
+  db::Gemm g;
+  cudaStream_t stream = nullptr;
+  if (outermost) token = record(g, stream);
+  GemmFingerprints prints(token, g, stream);
+  cublasStatus_t st;
+  {
+    DepthScope depth;
+    ParentScope scope(token);
+    std::optional<DiagScope> forwarded;
+    if (outermost) forwarded.emplace(DiagSite::kGemmCall);
+    st = call();
+  }
+  prints.after(st == CUBLAS_STATUS_SUCCESS);
+  return st;
+}
+
 }  // namespace
 }  // namespace detrace::tracer
 
@@ -341,22 +369,16 @@ DETRACE_EXPORT cublasStatus_t cublasLtMatmul(
   static RealFn<decltype(&cublasLtMatmul)> real("cublasLtMatmul", kLt);
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasLtMatmul");
-  uint64_t token = 0;
-  detrace::db::Gemm g;
-  if (t_gemm_depth == 0) {
-    token = recordLt(lightHandle, computeDesc, A, Adesc, B, Bdesc, C, Cdesc, D, Ddesc, algo,
-                     workspaceSizeInBytes, stream, &g);
-  }
-  GemmFingerprints prints(token, g, stream);
-  cublasStatus_t st;
-  {
-    DepthScope depth;
-    ParentScope scope(token);
-    st = fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
-            workspace, workspaceSizeInBytes, stream);
-  }
-  prints.after(st == CUBLAS_STATUS_SUCCESS);
-  return st;
+  return tracedGemm(
+      [&](detrace::db::Gemm& g, cudaStream_t& s) {
+        s = stream;
+        return recordLt(lightHandle, computeDesc, A, Adesc, B, Bdesc, C, Cdesc, D, Ddesc, algo,
+                        workspaceSizeInBytes, stream, &g);
+      },
+      [&] {
+        return fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc,
+                  algo, workspace, workspaceSizeInBytes, stream);
+      });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -372,23 +394,17 @@ DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperatio
       real("cublasGemmEx", kBlas);
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasGemmEx");
-  uint64_t token = 0;
-  detrace::db::Gemm g;
-  cudaStream_t stream = nullptr;
-  if (t_gemm_depth == 0) {
-    token = recordBlas({"cublasGemmEx", handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype,
-                        Ctype, computeType, 0, 0, 0, 1, A, B, C, algo}, &g, &stream);
-  }
-  GemmFingerprints prints(token, g, stream);
-  cublasStatus_t st;
-  {
-    DepthScope depth;
-    ParentScope scope(token);
-    st = fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
-            ldc, computeType, algo);
-  }
-  prints.after(st == CUBLAS_STATUS_SUCCESS);
-  return st;
+  return tracedGemm(
+      [&](detrace::db::Gemm& g, cudaStream_t& stream) {
+        return recordBlas(
+            {"cublasGemmEx", handle, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype,
+             computeType, 0, 0, 0, 1, A, B, C, algo},
+            &g, &stream);
+      },
+      [&] {
+        return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
+                  Ctype, ldc, computeType, algo);
+      });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -405,24 +421,17 @@ DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
       real("cublasGemmStridedBatchedEx", kBlas);
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasGemmStridedBatchedEx");
-  uint64_t token = 0;
-  detrace::db::Gemm g;
-  cudaStream_t stream = nullptr;
-  if (t_gemm_depth == 0) {
-    token = recordBlas({"cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, lda, ldb, ldc,
-                        Atype, Btype, Ctype, computeType, strideA, strideB, strideC, batchCount, A,
-                        B, C, algo}, &g, &stream);
-  }
-  GemmFingerprints prints(token, g, stream);
-  cublasStatus_t st;
-  {
-    DepthScope depth;
-    ParentScope scope(token);
-    st = fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
-            beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
-  }
-  prints.after(st == CUBLAS_STATUS_SUCCESS);
-  return st;
+  return tracedGemm(
+      [&](detrace::db::Gemm& g, cudaStream_t& stream) {
+        return recordBlas(
+            {"cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, lda, ldb, ldc, Atype,
+             Btype, Ctype, computeType, strideA, strideB, strideC, batchCount, A, B, C, algo},
+            &g, &stream);
+      },
+      [&] {
+        return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
+                  strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
+      });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -433,22 +442,16 @@ DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperat
   static RealFn<decltype(&cublasSgemm_v2)> real("cublasSgemm_v2", kBlas);
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasSgemm_v2");
-  uint64_t token = 0;
-  detrace::db::Gemm g;
-  cudaStream_t stream = nullptr;
-  if (t_gemm_depth == 0) {
-    token = recordBlas({"cublasSgemm", handle, transa, transb, m, n, k, lda, ldb, ldc, CUDA_R_32F,
-                        CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1}, &g, &stream);
-  }
-  GemmFingerprints prints(token, g, stream);
-  cublasStatus_t st;
-  {
-    DepthScope depth;
-    ParentScope scope(token);
-    st = fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-  }
-  prints.after(st == CUBLAS_STATUS_SUCCESS);
-  return st;
+  return tracedGemm(
+      [&](detrace::db::Gemm& g, cudaStream_t& stream) {
+        return recordBlas(
+            {"cublasSgemm", handle, transa, transb, m, n, k, lda, ldb, ldc, CUDA_R_32F, CUDA_R_32F,
+             CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1},
+            &g, &stream);
+      },
+      [&] {
+        return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -459,22 +462,16 @@ DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
   static RealFn<decltype(&cublasSgemmStridedBatched)> real("cublasSgemmStridedBatched", kBlas);
   auto fn = real.get();
   if (fn == nullptr) return missing("cublasSgemmStridedBatched");
-  uint64_t token = 0;
-  detrace::db::Gemm g;
-  cudaStream_t stream = nullptr;
-  if (t_gemm_depth == 0) {
-    token = recordBlas({"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, lda, ldb, ldc,
-                        CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, strideA, strideB,
-                        strideC, batchCount, A, B, C, -1}, &g, &stream);
-  }
-  GemmFingerprints prints(token, g, stream);
-  cublasStatus_t st;
-  {
-    DepthScope depth;
-    ParentScope scope(token);
-    st = fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
-            strideC, batchCount);
-  }
-  prints.after(st == CUBLAS_STATUS_SUCCESS);
-  return st;
+  return tracedGemm(
+      [&](detrace::db::Gemm& g, cudaStream_t& stream) {
+        return recordBlas(
+            {"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, lda, ldb, ldc,
+             CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, strideA, strideB, strideC,
+             batchCount, A, B, C, -1},
+            &g, &stream);
+      },
+      [&] {
+        return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
+                  C, ldc, strideC, batchCount);
+      });
 }

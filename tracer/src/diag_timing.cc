@@ -41,6 +41,8 @@ const char* siteName(int site) {
     case DiagSite::kFingerprintEvent: return "fingerprint_event";
     case DiagSite::kActivityBuffer: return "activity_buffer";
     case DiagSite::kMarker: return "marker";
+    case DiagSite::kGemmWrapper: return "gemm_wrapper";
+    case DiagSite::kGemmCall: return "gemm_call";
     case DiagSite::kCount: break;
   }
   return "unknown";

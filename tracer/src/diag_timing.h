@@ -40,6 +40,9 @@ enum class DiagSite : int {
   kFingerprintEvent,  // ... the event recorded after an op's digests (included in kFingerprint)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
   kMarker,          // a marker call (placement by correlation id: cuDriverGetVersion + callback)
+  kGemmWrapper,     // an interposed GEMM call, whole (outermost on its thread: record, forward,
+                    // fingerprints, markers)
+  kGemmCall,        // ... the forwarded cuBLAS/cuBLASLt call inside it
   kCount
 };
 
