@@ -307,7 +307,7 @@ class GemmFingerprints {
     if (all_after_) {
       // A failed call wrote nothing: its inputs are still worth their digests.
       if (ok) {
-        fingerprintAllOperands(token_, stream_, specs_);
+        fingerprintAllOperands(token_, stream_, std::move(specs_));  // their last use
       } else {
         fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
       }

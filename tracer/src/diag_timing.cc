@@ -40,6 +40,7 @@ const char* siteName(int site) {
     case DiagSite::kDigestLaunch: return "digest_launch";
     case DiagSite::kFingerprintEvent: return "fingerprint_event";
     case DiagSite::kActivityBuffer: return "activity_buffer";
+    case DiagSite::kFingerprintPoll: return "fingerprint_poll";
     case DiagSite::kMarker: return "marker";
     case DiagSite::kGemmWrapper: return "gemm_wrapper";
     case DiagSite::kGemmCall: return "gemm_call";

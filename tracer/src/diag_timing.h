@@ -39,6 +39,7 @@ enum class DiagSite : int {
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)
   kFingerprintEvent,  // ... the event recorded after an op's digests (included in kFingerprint)
   kActivityBuffer,  // decoding a CUPTI activity buffer (CUPTI's or detrace's flusher thread)
+  kFingerprintPoll,  // the flusher writing finished fingerprints to the trace (its thread)
   kMarker,          // a marker call (placement by correlation id: cuDriverGetVersion + callback)
   kGemmWrapper,     // an interposed GEMM call, whole (outermost on its thread: record, forward,
                     // fingerprints, markers)

@@ -458,7 +458,7 @@ bool Fingerprinter::enabled() const {
 }
 
 void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
-                          CUstream stream, const std::vector<OperandSpec>& specs, bool wait) {
+                          CUstream stream, std::vector<OperandSpec>& specs, bool wait) {
   const Driver& d = Driver::get();
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
@@ -528,7 +528,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     batch_count = 0;
     batch_first = pending.size();
   };
-  for (const OperandSpec& spec : specs) {
+  for (OperandSpec& spec : specs) {
     int64_t rows =
         spec.rows > 0 && spec.rows <= kMaxRows &&
                 static_cast<uint64_t>(spec.row_bytes) <= kernels::kDigestRowBytesWithoutWorkspace
@@ -537,7 +537,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     Pending p;
     p.token = token;
     p.ctx = cx;
-    p.spec = spec;
+    p.spec = std::move(spec);  // its numbers stay readable in `spec`; the name and shape move
     if (!reserveLocked(*cx, rows, p.entry, p.arena_off, p.arena_skip)) {
       ++skipped_full;
       continue;
@@ -596,7 +596,7 @@ namespace {
 
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
 // (`inputs`) or outputs.
-void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs,
                   bool wait, bool inputs, bool deep) {
   const Driver& d = Driver::get();
   State& s = state();
@@ -627,7 +627,7 @@ void enqueueSpecs(uint64_t token, CUstream stream, const std::vector<OperandSpec
 
 }  // namespace
 
-void Fingerprinter::enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
                             bool inputs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   DiagScope timing(DiagSite::kFingerprint);
@@ -642,7 +642,8 @@ void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
                                 const std::vector<OperandSpec>& specs) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   try {
-    enqueueSpecs(token, stream, specs, true, true, true);
+    std::vector<OperandSpec> copy = specs;
+    enqueueSpecs(token, stream, copy, true, true, true);
   } catch (...) {
     Session::get().fail("taking deep-window fingerprints");
   }
@@ -679,7 +680,7 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
       bool is_out = spec.role != db::OperandRole::kInput;
       if (inputs ? is_in : is_out) chosen.push_back(spec);
     }
-    Fingerprinter::get().enqueue(token, stream, chosen, inputs);
+    Fingerprinter::get().enqueue(token, stream, std::move(chosen), inputs);
   } catch (...) {
   }
 }
@@ -700,11 +701,11 @@ bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs)
   }
 }
 
-void fingerprintAllOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept {
   if (token == 0) return;
   // Not capturing (fingerprintAllAfter): `inputs` only matters to a capture, which then takes
   // them all as the op's results.
-  Fingerprinter::get().enqueue(token, stream, specs, /*inputs=*/false);
+  Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false);
 }
 
 namespace {
@@ -898,6 +899,7 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
 }  // namespace
 
 void Fingerprinter::poll() noexcept {
+  DiagScope timing(DiagSite::kFingerprintPoll);
   try {
     State& s = state();
     // startedWriter(): results of ops recorded before an `attach stop` still land while paused.

@@ -56,7 +56,7 @@ class Fingerprinter {
   // Enqueues digests of `specs` on `stream` for op `token`, its inputs (taken before its kernels)
   // or outputs; on a stream being captured into a CUDA graph, captures them. Never blocks; never
   // throws.
-  void enqueue(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
+  void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
                bool inputs = true) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
@@ -135,7 +135,7 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
 bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
 // Enqueues every operand of `specs` for op `token` on `stream` at once (after the call).
-void fingerprintAllOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept;
 
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).

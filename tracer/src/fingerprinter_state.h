@@ -343,9 +343,10 @@ class State {
   }
   void drainAwaitingLocked(bool final, db::TraceWriter* w);
   void drainParamsLocked(bool final, db::TraceWriter* w);
-  // Queues digests of `specs`; a full ring skips them (`wait`: unlocks `lk` and waits for room).
+  // Queues digests of `specs` (moved into the pending entries); a full ring skips them (`wait`:
+  // unlocks `lk` and waits for room).
   void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
-                     CUstream stream, const std::vector<OperandSpec>& specs, bool wait);
+                     CUstream stream, std::vector<OperandSpec>& specs, bool wait);
 
   // Graphs: captures digests of `specs` (inputs: before the op's kernels) into the graph that
   // `stream` is being captured into; false if they cannot be (counted by the caller).
