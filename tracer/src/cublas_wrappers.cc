@@ -294,6 +294,9 @@ class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
+    // At --capture meta nothing is fingerprinted: no operand specs either (their vectors cost a
+    // GEMM's thread about a microsecond), and no row width for the next collective's digests.
+    if (token_ != 0 && !Fingerprinter::get().enabled()) token_ = 0;
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g);
     all_after_ = fingerprintAllAfter(stream_, specs_);
