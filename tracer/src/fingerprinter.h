@@ -2,8 +2,9 @@
 // and without ever making the program's streams wait on the host.
 //
 // For an op, enqueue() launches digest kernels on the op's own stream (inputs before the op's
-// kernels, outputs after them), writing into mapped host memory, and records a CUDA event behind
-// them. The tracer's flusher thread calls poll(), which turns finished results into operand rows
+// kernels, outputs after them), writing into mapped host memory; the last launch's last block
+// then stores a completion number to a mapped word (kernels::DoneSignal), or, where that cannot be
+// used, a CUDA event is recorded behind them. The tracer's flusher thread calls poll(), which turns finished results into operand rows
 // once the op's sequence number is known (noteSeq(), from the reorder buffer). Memory is allocated
 // once per CUDA context: a ring of kEntries results and an arena of row digests. When the ring is
 // full the op simply gets no fingerprints, and the skip is counted.
@@ -127,7 +128,7 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
                          bool inputs) noexcept;
 
 // Whether every operand of an op may be fingerprinted after its call, in one enqueue (one digest
-// launch, one event, one lock instead of two of each): fingerprints are on, `stream` is not being
+// launch, one completion signal, one lock instead of two of each): fingerprints are on, `stream` is not being
 // captured into a CUDA graph (captured digests bracket the op's kernels: graph_fingerprints.cc),
 // and the call cannot change what its inputs hold (outputsMayChangeInputs). The inputs' digests
 // then read them after the op's kernels, in stream order, where they still hold what the op read.

@@ -6,8 +6,8 @@
 // of their own (noteSeq() runs under the reorder buffer's lock and must not take State::mu).
 // State::drain_mu, taken before mu, makes one thread at a time the drainer: only the drainer
 // removes entries from `pending` (and so recycles their events) or forgets a context, so it may
-// query the head entries' events, and build the rows of finished head entries, without holding mu
-// (Fingerprinter::poll). `awaiting`, `awaiting_bytes`, `written` and `lost` are the drainer's
+// check the head entries' completion words or query their events, and build the rows of finished
+// head entries, without holding mu (Fingerprinter::poll). `awaiting`, `awaiting_bytes`, `written` and `lost` are the drainer's
 // alone: drain_mu guards them, mu need not.
 #pragma once
 
