@@ -12,6 +12,9 @@
 //            block's synchronisation is not).
 //   marker   blocks of cuDriverGetVersion calls with its API callback enabled and disabled
 //            (detrace places library calls among kernel records by such a call's correlation id).
+//   intercept  blocks of launches (records off) with that same callback enabled and disabled:
+//            whether one driver-API callback being on taxes every launch, as detrace keeps it on
+//            for as long as it records.
 // A CUPTI subscriber with the marker's callback on is there throughout, as in a detrace recording.
 // Activity buffers are handled as detrace handles them: a pool of 1 MiB buffers handed over
 // already zero (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER; --cleared lets CUPTI clear them on
@@ -337,6 +340,20 @@ bool measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
   return seen == expected;
 }
 
+// What the marker's callback being on costs a launch that never calls it (records off). Leaves
+// the callback on.
+void measureIntercept(const Options& o, CUpti_SubscriberHandle sub, CUcontext ctx) {
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  auto side = [&](bool with) {
+    enableMarker(sub, with);
+    return launchBlock(o.launches);
+  };
+  std::vector<double> on, off;
+  alternate(o.blocks, side, on, off);
+  enableMarker(sub, true);
+  report("intercept (launches, records off)", "with the marker's callback on", "off", on, off);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,6 +377,7 @@ int main(int argc, char** argv) {
               g_zeroed ? "handed over zeroed" : "cleared by CUPTI");
   const bool records_ok = measureRecords(o, recorded, other);
   const bool marker_ok = measureMarker(o, sub);
+  measureIntercept(o, sub, other);
   CHECK_CUPTI(cuptiUnsubscribe(sub));
   CHECK_CU(cuCtxDestroy(other));
   CHECK_CU(cuCtxDestroy(recorded));
