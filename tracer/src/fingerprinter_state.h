@@ -7,8 +7,8 @@
 // State::drain_mu, taken before mu, makes one thread at a time the drainer: only the drainer
 // removes entries from `pending` (and so recycles their events) or forgets a context, so it may
 // check the head entries' completion words or query their events, and build the rows of finished
-// head entries, without holding mu (Fingerprinter::poll). `awaiting`, `awaiting_bytes`, `written` and `lost` are the drainer's
-// alone: drain_mu guards them, mu need not.
+// head entries, without holding mu (Fingerprinter::poll). `awaiting`, `awaiting_bytes`, `written`
+// and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
 #include <cstdint>
