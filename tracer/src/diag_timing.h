@@ -33,7 +33,8 @@ enum class DiagSite : int {
                     // launch placed among kernel records, in kEnterStream)
   kOpPublish,       // ... handing the op to the ReorderBuffer and keeping it as the thread's last
                     // (in kLibraryOp)
-  kFingerprint,     // enqueuing a library op's digests (capture check, launches, event record)
+  kFingerprint,     // enqueuing a library op's digests (capture check, launches, and an event
+                    // where the completion signal cannot be used)
   kFingerprintLock, // ... waiting for the fingerprinter's lock (included in kFingerprint)
   kFingerprintCheck,  // ... the current context and the stream's capture status (in kFingerprint)
   kDigestLaunch,    // ... one digest launch (included in kFingerprint)

@@ -810,12 +810,13 @@ void Fingerprinter::noteSeq(uint64_t token, int64_t seq) noexcept {
 
 namespace {
 
-// Asks the driver, without holding State::mu, whether the events of the first `n` pending entries
-// have passed, and marks the entries whose event has: the drain that follows then only takes them
-// (writeReady builds and writes their rows without the lock too). Program threads enqueueing
-// digests wait for State::mu; before, they waited for these queries too (H200, decode loop:
-// 3.45 us per enqueue). The caller holds drain_mu, so the entries and their events stay as they
-// are until it drains them.
+// Marks those of the first `n` pending entries whose results have landed: by their completion
+// word where they have one (read under State::mu: a load from mapped memory), else by asking the
+// driver, without holding State::mu, whether their event has passed. The drain that follows then
+// only takes them (writeReady builds and writes their rows without the lock too). Program threads
+// enqueueing digests wait for State::mu; before, they waited for the event queries too (H200,
+// decode loop: 3.45 us per enqueue). The caller holds drain_mu, so the entries and their events
+// stay as they are until it drains them.
 void queryHeadEvents(State& s, size_t n) {
   struct Query {
     CUcontext ctx;
