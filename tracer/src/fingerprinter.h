@@ -55,10 +55,11 @@ class Fingerprinter {
   // False when DETRACE_DIGEST=0 or the digest kernels cannot run (no driver, old GPU).
   bool enabled() const;
   // Enqueues digests of `specs` on `stream` for op `token`, its inputs (taken before its kernels)
-  // or outputs; on a stream being captured into a CUDA graph, captures them. Never blocks; never
-  // throws.
+  // or outputs; on a stream being captured into a CUDA graph, captures them. `known_uncaptured`:
+  // the caller has just asked the driver and `stream` is not being captured (the question costs
+  // a GEMM's thread 0.2 us on the H200, so it is not asked twice). Never blocks; never throws.
   void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-               bool inputs = true) noexcept;
+               bool inputs = true, bool known_uncaptured = false) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
@@ -83,9 +84,11 @@ class Fingerprinter {
   void forgetContext(CUcontext ctx) noexcept;
 
   // ---- CUDA graphs (graph_fingerprints.cc) ----
-  // The calling thread's library op `token` was just recorded (recordLibraryOp): kept, so that a
-  // captured call's digests can make it a template.
+  // The calling thread's library op is being recorded (recordLibraryOp): kept, so that a
+  // captured call's digests can make it a template. noteOp copies it before it is published (its
+  // token then is not known yet: 0), noteOpToken gives it its token once it is.
   static void noteOp(uint64_t token, const LibraryOp& op) noexcept;
+  static void noteOpToken(uint64_t token) noexcept;
   // NCCL reported its choices for call `token` after its digests were captured: the template
   // gets them too.
   void amendCaptured(uint64_t token, const std::function<void(LibraryOp&)>& update) noexcept;
@@ -135,7 +138,9 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
 // DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
 bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
-// Enqueues every operand of `specs` for op `token` on `stream` at once (after the call).
+// Enqueues every operand of `specs` for op `token` on `stream` at once (after the call); only
+// where fingerprintAllAfter said yes just before the call (the stream is not asked again whether
+// it is being captured).
 void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept;
 
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as

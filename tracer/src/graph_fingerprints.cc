@@ -359,6 +359,8 @@ void Fingerprinter::noteOp(uint64_t token, const LibraryOp& op) noexcept {
   last.op = op;
 }
 
+void Fingerprinter::noteOpToken(uint64_t token) noexcept { fp::lastOp().token = token; }
+
 void Fingerprinter::amendCaptured(uint64_t token,
                                   const std::function<void(LibraryOp&)>& update) noexcept {
   if (!fp::t_has_captured || token == 0 || !update) return;

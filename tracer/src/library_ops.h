@@ -76,25 +76,37 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
     if (WindowGate* deep = s.deepGate()) deep->admitOp();  // counts ops for ops:A:B deep windows
     WindowGate::OpTicket ticket = s.gate().admitOp();
     if (!ticket.record) return 0;
-    LibraryOp op;
+    // Filled where it is published from (no copy of the op on a library call's thread).
+    auto owned = std::make_unique<LibraryOp>();
+    LibraryOp& op = *owned;
     op.event.cpu_ns = s.now();
     op.position = markerCorrelation();  // 0 unless kernels are placed by correlation id
     {
       DiagScope fill_timing(DiagSite::kOpFill);
       if (!fill(*w, op)) return 0;
     }
+    // What is read of the op after it is published (from then on the writer's side may move it).
+    const uint64_t position = op.position;
+    const int64_t record_stream = op.record_stream;
+    const bool full = s.policy().level == CaptureLevel::kFull;
+    std::string name;
+    if (full) {
+      const auto* c = std::get_if<db::Collective>(&op.detail);
+      name = c != nullptr ? db::collOpName(c->op) : (api != nullptr ? api : "gemm");
+    }
+    const bool is_gemm = !std::holds_alternative<db::Collective>(op.detail);
     uint64_t token = 0;
     {
       DiagScope publish_timing(DiagSite::kOpPublish);
-      token = buffer->addLibraryOp(op, currentParent(), complete);
-      noteRecordedOp(token, op.position, op.record_stream);
-      Fingerprinter::noteOp(token, op);  // a call being captured into a CUDA graph: its template
+      // A call being captured into a CUDA graph: its template, which only the fingerprints of a
+      // capture read (at --capture meta, a copy of the op for nothing).
+      const bool note = s.policy().level != CaptureLevel::kMeta;
+      if (note) Fingerprinter::noteOp(0, op);
+      token = buffer->addLibraryOp(std::move(owned), currentParent(), complete);
+      if (note) Fingerprinter::noteOpToken(token);
+      noteRecordedOp(token, position, record_stream);
     }
-    if (s.policy().level == CaptureLevel::kFull) {
-      const auto* c = std::get_if<db::Collective>(&op.detail);
-      std::string name = c != nullptr ? db::collOpName(c->op) : (api != nullptr ? api : "gemm");
-      if (s.policy().capturesOp(ticket.index, c == nullptr, name)) Fingerprinter::get().markCopy(token);
-    }
+    if (full && s.policy().capturesOp(ticket.index, is_gemm, name)) Fingerprinter::get().markCopy(token);
     return token;
   } catch (const std::exception& e) {
     Session::get().fail(std::string("recording a library call failed: ") + e.what());

@@ -240,6 +240,8 @@ class ReorderBuffer {
   // complete = false the op waits for completeLibraryOp() (or the timeout, or flush) before it is
   // written: NCCL reports its algorithm and protocol during the call, after the op was added.
   uint64_t addLibraryOp(const LibraryOp& op, uint64_t parent = 0, bool complete = true);
+  // The same, taking an op already on the heap (no copy: a library call's hot path).
+  uint64_t addLibraryOp(std::unique_ptr<LibraryOp> op, uint64_t parent = 0, bool complete = true);
   // Completes a library op added with complete = false; `update` may amend it (it runs with the
   // buffer's mutex held: it must not call back into the buffer). False if it was already written.
   bool completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update = {});
