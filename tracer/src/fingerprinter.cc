@@ -597,7 +597,7 @@ namespace {
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
 // (`inputs`) or outputs.
 void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs,
-                  bool wait, bool inputs, bool deep) {
+                  bool wait, bool inputs, bool deep, bool known_uncaptured = false) {
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext ctx = nullptr;
@@ -606,7 +606,7 @@ void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& spe
   {
     DiagScope timing(DiagSite::kFingerprintCheck);
     checked = d.ctx_get(&ctx) == CUDA_SUCCESS && ctx != nullptr &&
-              d.is_capturing(stream, &capture) == CUDA_SUCCESS;
+              (known_uncaptured || d.is_capturing(stream, &capture) == CUDA_SUCCESS);
   }
   if (ctx == nullptr) return;
   if (!checked || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -628,11 +628,11 @@ void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& spe
 }  // namespace
 
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            bool inputs) noexcept {
+                            bool inputs, bool known_uncaptured) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   DiagScope timing(DiagSite::kFingerprint);
   try {
-    enqueueSpecs(token, stream, specs, false, inputs, false);
+    enqueueSpecs(token, stream, specs, false, inputs, false, known_uncaptured);
   } catch (...) {
     Session::get().fail("taking fingerprints");
   }
@@ -703,9 +703,10 @@ bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs)
 
 void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept {
   if (token == 0) return;
-  // Not capturing (fingerprintAllAfter): `inputs` only matters to a capture, which then takes
-  // them all as the op's results.
-  Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false);
+  // Not capturing (fingerprintAllAfter asked just before the call): `inputs` only matters to a
+  // capture, and the stream's capture status is not asked again.
+  Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false,
+                               /*known_uncaptured=*/true);
 }
 
 namespace {

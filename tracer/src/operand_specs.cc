@@ -33,6 +33,7 @@ OperandSpec columnMajor(int32_t slot, const char* name, db::OperandRole role, db
 std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g) {
   using db::OperandRole;
   std::vector<OperandSpec> out;
+  out.reserve(4);
   // op(A) is m x k: stored m x k (N) or k x m (T). op(B) is k x n: stored k x n (N) or n x k (T).
   int64_t a_rows = g.trans_a ? g.k : g.m, a_cols = g.trans_a ? g.m : g.k;
   int64_t b_rows = g.trans_b ? g.n : g.k, b_cols = g.trans_b ? g.k : g.n;
@@ -47,7 +48,7 @@ std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g) {
   OperandSpec d = columnMajor(3, "D", OperandRole::kOutput, g.d_dtype,
                               static_cast<uint64_t>(g.d_addr), g.m, g.n, g.ldd, g.batch_count,
                               g.stride_d);
-  out.push_back(d);
+  out.push_back(std::move(d));
   std::erase_if(out, [](const OperandSpec& s) { return s.bytes == 0; });
   return out;
 }
