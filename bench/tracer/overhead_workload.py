@@ -21,11 +21,7 @@ between them (outside the timed region, each switch followed by one untimed loop
 of the ratio run in the same process; the result is the median of the per-rep ratios. Each timed
 loop also times its steps (a token of the decode loop, 500 launches of the launch loop): the
 per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
-the result, so a slowdown spread over every step can be told from a few long stalls. Where the
-host lets a process count its own thread's CPU cycles and instructions (perf_event_open), each
-rep's ratio of those over the timed loop comes too: cycles do not move with the host's clock
-frequency as wall time does, and instructions count the work the tracer adds to the launching
-thread whatever the machine's speed.
+the result, so a slowdown spread over every step can be told from a few long stalls.
 """
 import argparse
 import contextlib
@@ -141,52 +137,6 @@ def quantiles(xs) -> dict:
     return {"p10": at(0.10), "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1.0)}
 
 
-class ThreadCounters:
-    """This thread's CPU cycles and instructions retired (perf_event_open on the calling thread,
-    user space only, which perf_event_paranoid 2 allows): a loop's cost that does not move with
-    the host's clock, unlike its wall time. `read()` is None where the counters cannot be opened
-    (no PMU in the VM, paranoid 3): the ratios are then simply not reported."""
-
-    def __init__(self):
-        import ctypes
-        self.fds = []
-        libc = ctypes.CDLL(None, use_errno=True)
-        for config in (0, 1):  # PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_HW_INSTRUCTIONS
-            attr = (ctypes.c_uint8 * 112)()  # struct perf_event_attr, PERF_ATTR_SIZE_VER5
-            ctypes.c_uint32.from_buffer(attr, 0).value = 0       # type: PERF_TYPE_HARDWARE
-            ctypes.c_uint32.from_buffer(attr, 4).value = 112     # size
-            ctypes.c_uint64.from_buffer(attr, 8).value = config  # config
-            ctypes.c_uint64.from_buffer(attr, 40).value = (1 << 5) | (1 << 6)  # exclude kernel, hv
-            fd = libc.syscall(298, attr, 0, -1, -1, 0)  # perf_event_open(attr, this thread, any CPU)
-            if fd < 0:
-                self.error = os.strerror(ctypes.get_errno())
-                self.close()
-                return
-            self.fds.append(fd)
-        self.error = None
-
-    def read(self):
-        if len(self.fds) != 2:
-            return None
-        return tuple(int.from_bytes(os.read(fd, 8), "little") for fd in self.fds)
-
-    def close(self):
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-
-
-def counted(run, counters, steps, into) -> float:
-    """timed(run, steps), with this thread's (cycles, instructions) over the same span appended
-    to `into` (when the counters exist)."""
-    before = counters.read()
-    seconds = timed(run, steps)
-    after = counters.read()
-    if before is not None and after is not None:
-        into.append((after[0] - before[0], after[1] - before[1]))
-    return seconds
-
-
 def toggled(args, iters: int, run) -> None:
     def attach(*action: str) -> None:
         subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
@@ -195,29 +145,19 @@ def toggled(args, iters: int, run) -> None:
     off, on = [], []
     off_steps, on_steps = [], []  # every step of every timed loop, each side
     step_ratios = []  # per rep: median step capturing / median step paused
-    counters = ThreadCounters()
-    off_counts, on_counts = [], []  # per timed loop: (cycles, instructions) of this thread
     for _ in range(args.reps):
         a, b = [], []
-        off.append(counted(run, counters, a, off_counts))
+        off.append(timed(run, a))
         attach("start", "--capture", args.toggle_capture)
         run()  # untimed: the first loop after a start meets new names and fresh buffers
-        on.append(counted(run, counters, b, on_counts))
+        on.append(timed(run, b))
         attach("stop")
         run()
         off_steps += a
         on_steps += b
         step_ratios.append(statistics.median(b) / statistics.median(a))
     ratios = [b / a for a, b in zip(off, on)]
-    counts = {}
-    if len(off_counts) == len(on_counts) == args.reps:
-        counts = {"cycle_ratios": [b[0] / a[0] for a, b in zip(off_counts, on_counts)],
-                  "instruction_ratios": [b[1] / a[1] for a, b in zip(off_counts, on_counts)],
-                  "paused_counts": off_counts, "capturing_counts": on_counts}
-    else:
-        counts = {"counters_error": counters.error or "counters stopped"}
-    counters.close()
-    print("RESULT " + json.dumps({**counts, "workload": args.workload, "iters": iters,
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
                                   "seconds": statistics.median(on),
                                   "paused_seconds": statistics.median(off),
                                   "ratio": statistics.median(ratios), "ratios": ratios,
