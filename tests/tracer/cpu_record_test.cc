@@ -1,5 +1,6 @@
 // `detrace record` end to end without a GPU: the launcher (exit status, manifest, refusals) and
-// the LD_PRELOAD seam (a program linked against a fake libnccl is recorded by the real tracer).
+// the LD_PRELOAD seam (programs linked against a fake libnccl or a fake cuBLAS are recorded by the
+// real tracer).
 #include <sys/wait.h>
 
 #include <array>
@@ -229,6 +230,126 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   auto m = db::readManifest(run);
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->exit_code, 0);
+}
+
+// The real interposer records cuBLAS and cuBLASLt GEMMs of a program linked against a fake
+// cuBLAS (tests/tracer/cublas_seam_app.cc lists the calls): shapes, leading dimensions, batches,
+// dtypes, compute types and the algorithm, the caller's or the one cuBLASLt's heuristic picks
+// (asked once per distinct problem).
+TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/cublas_seam_app", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("{} record -o {} -- {}", detrace(), run, app));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("heuristic calls 2"), std::string::npos)
+      << "the heuristic is asked once per distinct problem:\n" << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->ranks().size(), 1u) << o.out;
+  auto reader = r->openRank(r->ranks().front().rank);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto& t = **reader;
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  ASSERT_EQ(gemms->size(), 8u) << o.out;
+  std::vector<db::Gemm> g;
+  std::vector<db::Event> ev;
+  for (const auto& [seq, gemm] : *gemms) {
+    g.push_back(gemm);
+    auto e = t.event(seq);
+    ASSERT_TRUE(e.isOk());
+    ev.push_back(*e);
+  }
+  auto shape = [](const db::Gemm& x) {
+    return std::array<int64_t, 7>{x.m, x.n, x.k, x.lda, x.ldb, x.ldc, x.ldd};
+  };
+  // 1. cublasGemmEx, A^T B, bf16.
+  EXPECT_EQ(t.str(g[0].api), "cublasGemmEx");
+  EXPECT_EQ(t.str(ev[0].name), "cublasGemmEx");
+  EXPECT_EQ(ev[0].kind, db::EventKind::kGemm);
+  EXPECT_EQ((std::array{g[0].trans_a, g[0].trans_b}), (std::array{1, 0}));
+  EXPECT_EQ(shape(g[0]), (std::array<int64_t, 7>{64, 1, 512, 512, 512, 64, 64}));
+  EXPECT_EQ(g[0].a_dtype, db::DType::kBF16);
+  EXPECT_EQ(g[0].d_dtype, db::DType::kBF16);
+  EXPECT_EQ(t.str(g[0].compute_type), "CUBLAS_COMPUTE_32F");
+  EXPECT_EQ(g[0].algo_id, -1);  // CUBLAS_GEMM_DEFAULT
+  EXPECT_EQ(g[0].algo_source, 0);  // classic cuBLAS does not say which kernel it runs
+  EXPECT_EQ(g[0].batch_count, 1);
+  EXPECT_NE(g[0].a_addr, 0);
+  EXPECT_NE(g[0].a_addr, g[0].b_addr);
+  EXPECT_EQ(g[0].c_addr, g[0].d_addr);
+  // 2. cublasSgemm, A B^T.
+  EXPECT_EQ(t.str(g[1].api), "cublasSgemm");
+  EXPECT_EQ((std::array{g[1].trans_a, g[1].trans_b}), (std::array{0, 1}));
+  EXPECT_EQ(shape(g[1]), (std::array<int64_t, 7>{3, 5, 7, 3, 5, 3, 3}));
+  EXPECT_EQ(g[1].b_dtype, db::DType::kF32);
+  // 3. cublasGemmStridedBatchedEx, f16, batch 4.
+  EXPECT_EQ(t.str(g[2].api), "cublasGemmStridedBatchedEx");
+  EXPECT_EQ(shape(g[2]), (std::array<int64_t, 7>{16, 8, 32, 16, 32, 16, 16}));
+  EXPECT_EQ(g[2].batch_count, 4);
+  EXPECT_EQ((std::array{g[2].stride_a, g[2].stride_b, g[2].stride_c, g[2].stride_d}),
+            (std::array<int64_t, 4>{512, 256, 128, 128}));
+  EXPECT_EQ(g[2].c_dtype, db::DType::kF16);
+  EXPECT_EQ(g[2].algo_id, 99);  // CUBLAS_GEMM_DEFAULT_TENSOR_OP
+  // 4. cublasSgemmStridedBatched, A^T B^T, batch 2.
+  EXPECT_EQ(t.str(g[3].api), "cublasSgemmStridedBatched");
+  EXPECT_EQ((std::array{g[3].trans_a, g[3].trans_b}), (std::array{1, 1}));
+  EXPECT_EQ(shape(g[3]), (std::array<int64_t, 7>{2, 3, 4, 4, 3, 2, 2}));
+  EXPECT_EQ(g[3].batch_count, 2);
+  EXPECT_EQ((std::array{g[3].stride_a, g[3].stride_b, g[3].stride_c}), (std::array<int64_t, 3>{8, 12, 6}));
+  // 5. cublasLtMatmul with the caller's algorithm, read back from its configuration.
+  EXPECT_EQ(t.str(g[4].api), "cublasLtMatmul");
+  EXPECT_EQ((std::array{g[4].trans_a, g[4].trans_b}), (std::array{1, 0}));
+  EXPECT_EQ(shape(g[4]), (std::array<int64_t, 7>{128, 4, 256, 256, 256, 128, 128}));
+  EXPECT_EQ(g[4].a_dtype, db::DType::kBF16);
+  EXPECT_EQ(t.str(g[4].compute_type), "CUBLAS_COMPUTE_32F");
+  EXPECT_EQ(g[4].algo_source, 1);
+  EXPECT_EQ((std::array{g[4].algo_id, g[4].tile, g[4].split_k, g[4].reduction_scheme, g[4].swizzle,
+                        g[4].custom_option, g[4].stages}),
+            (std::array<int32_t, 7>{21, 18, 3, 1, 1, 2, 11}));
+  // 6.-8. No algorithm: the heuristic's answer (the fake's: id 100 + m mod 50, tile 7, split-K 1).
+  for (size_t i : {5u, 6u}) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(shape(g[i]), shape(g[4]));
+    EXPECT_EQ(g[i].algo_source, 2);
+    EXPECT_EQ((std::array{g[i].algo_id, g[i].tile, g[i].split_k}), (std::array<int32_t, 3>{128, 7, 1}));
+  }
+  EXPECT_EQ(shape(g[7]), (std::array<int64_t, 7>{96, 4, 256, 256, 256, 128, 128}));
+  EXPECT_EQ(g[7].batch_count, 2);
+  EXPECT_EQ((std::array{g[7].stride_a, g[7].stride_b, g[7].stride_d}), (std::array<int64_t, 3>{24576, 1024, 384}));
+  EXPECT_EQ(g[7].algo_source, 2);
+  EXPECT_EQ(g[7].algo_id, 146);
+  // Calls 1-4 named one stream, 5-8 another.
+  for (size_t i = 1; i < 8; ++i) EXPECT_EQ(ev[i].stream, ev[i < 4 ? 0 : 4].stream) << i;
+  EXPECT_NE(ev[0].stream, ev[4].stream);
+  for (size_t i = 1; i < 8; ++i) EXPECT_LT(ev[i - 1].cpu_ns, ev[i].cpu_ns + 1) << "API order";
+}
+
+// With DETRACE_DIAG_TIMING=1, gemm_wrapper times each outermost interposed GEMM call and gemm_call
+// the forwarded call inside it: one of each per GEMM, the forwarded call inside the whole one,
+// and the library op's recording inside the whole call too.
+TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/cublas_seam_app", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("DETRACE_DIAG_TIMING=1 {} record -o {} -- {}", detrace(), run, app));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto reader = r->openRank(r->ranks().front().rank);
+  ASSERT_TRUE(reader.isOk());
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  auto stat = [&](const std::string& key) {
+    auto it = stats->find(key);
+    return it == stats->end() ? int64_t{-1} : it->second;
+  };
+  EXPECT_EQ(stat("diag_gemm_wrapper_calls"), 8) << o.out;
+  EXPECT_EQ(stat("diag_gemm_call_calls"), 8);
+  EXPECT_EQ(stat("diag_library_op_calls"), 8);
+  EXPECT_GT(stat("diag_gemm_call_ns"), 0);
+  EXPECT_GT(stat("diag_gemm_wrapper_ns"), stat("diag_gemm_call_ns") + stat("diag_library_op_ns") - 1);
 }
 
 // DETRACE_DIAG_TIMING=1 times detrace's own code per site on the program's threads: each site
