@@ -244,6 +244,8 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   ASSERT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("heuristic calls 2"), std::string::npos)
       << "the heuristic is asked once per distinct problem:\n" << o.out;
+  EXPECT_NE(o.out.find(fmt::format("refused call returned {}", 7)), std::string::npos)
+      << "a refused call's status (CUBLAS_STATUS_INVALID_VALUE) comes back unchanged:\n" << o.out;
   auto r = db::Run::open(run);
   ASSERT_TRUE(r.isOk()) << r.status().message();
   ASSERT_EQ(r->ranks().size(), 1u) << o.out;
@@ -252,7 +254,7 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   auto& t = **reader;
   auto gemms = t.gemms();
   ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
-  ASSERT_EQ(gemms->size(), 8u) << o.out;
+  ASSERT_EQ(gemms->size(), 9u) << o.out;
   std::vector<db::Gemm> g;
   std::vector<db::Event> ev;
   for (const auto& [seq, gemm] : *gemms) {
@@ -298,6 +300,11 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   EXPECT_EQ(shape(g[3]), (std::array<int64_t, 7>{2, 3, 4, 4, 3, 2, 2}));
   EXPECT_EQ(g[3].batch_count, 2);
   EXPECT_EQ((std::array{g[3].stride_a, g[3].stride_b, g[3].stride_c}), (std::array<int64_t, 3>{8, 12, 6}));
+  // The refused call is recorded as made (its status is the program's to see).
+  EXPECT_EQ(t.str(g[4].api), "cublasSgemm");
+  EXPECT_EQ(g[4].m, -1);
+  g.erase(g.begin() + 4);
+  ev.erase(ev.begin() + 4);
   // 5. cublasLtMatmul with the caller's algorithm, read back from its configuration.
   EXPECT_EQ(t.str(g[4].api), "cublasLtMatmul");
   EXPECT_EQ((std::array{g[4].trans_a, g[4].trans_b}), (std::array{1, 0}));
@@ -345,9 +352,9 @@ TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
     auto it = stats->find(key);
     return it == stats->end() ? int64_t{-1} : it->second;
   };
-  EXPECT_EQ(stat("diag_gemm_wrapper_calls"), 8) << o.out;
-  EXPECT_EQ(stat("diag_gemm_call_calls"), 8);
-  EXPECT_EQ(stat("diag_library_op_calls"), 8);
+  EXPECT_EQ(stat("diag_gemm_wrapper_calls"), 9) << o.out;  // the refused call too
+  EXPECT_EQ(stat("diag_gemm_call_calls"), 9);
+  EXPECT_EQ(stat("diag_library_op_calls"), 9);
   EXPECT_GT(stat("diag_gemm_call_ns"), 0);
   EXPECT_GT(stat("diag_gemm_wrapper_ns"), stat("diag_gemm_call_ns") + stat("diag_library_op_ns") - 1);
 }

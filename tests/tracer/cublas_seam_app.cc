@@ -11,8 +11,9 @@
 //      tile 18, split-K 3, reduction scheme 1, swizzle 1, custom option 2, stages 11)
 //   6. and 7. the same problem without an algorithm (cuBLASLt's heuristic picks; asked once)
 //   8. m 96, batch 2 (strides 24576 / 1024 / 384), without an algorithm (the heuristic asked again)
-// Calls 1-4 run on stream 0x1234, 5-8 on stream 0x5678. It prints how often the fake's heuristic
-// was asked.
+// Between 4 and 5, a cublasSgemm_v2 with m -1, which the fake refuses (recorded as called; its
+// status is printed). Calls 1-4 run on stream 0x1234, 5-8 on stream 0x5678. It prints how often the
+// fake's heuristic was asked.
 #include <cublasLt.h>
 #include <cublas_api.h>
 
@@ -60,6 +61,10 @@ int classicGemms() {
                                    128, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP));
   CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_T, 2, 3, 4, &one, fa, 4, 8, fb, 3, 12,
                                   &zero, fc, 2, 6, 2));
+  // A refused call: its status must come back unchanged through the tracer.
+  const cublasStatus_t refused =
+      cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, -1, 5, 7, &one, fa, 3, fb, 7, &zero, fc, 3);
+  std::printf("cublas_seam_app: refused call returned %d\n", static_cast<int>(refused));
   CHECK(cublasDestroy_v2(h));
   return 0;
 }

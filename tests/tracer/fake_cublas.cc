@@ -1,5 +1,5 @@
 // A stand-in cuBLAS and cuBLASLt for the LD_PRELOAD seam test (no GPU, no real cuBLAS): GEMMs
-// succeed and compute nothing; handles and descriptors are heap objects that keep what they were
+// succeed and compute nothing (cublasSgemm_v2 refuses negative sizes); handles and descriptors are heap objects that keep what they were
 // given, so the tracer's wrappers can read them back as they read the real ones.
 //
 // - Matmul descriptors keep their compute type, scale type, transposes and epilogue; matrix
@@ -111,10 +111,11 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
     void*, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
+// A negative size is refused, as the real one refuses it.
 cublasStatus_t CUBLASWINAPI cublasSgemm_v2(cublasHandle_t, cublasOperation_t, cublasOperation_t,
-                                           int, int, int, const float*, const float*, int,
+                                           int m, int n, int k, const float*, const float*, int,
                                            const float*, int, const float*, float*, int) {
-  return CUBLAS_STATUS_SUCCESS;
+  return m < 0 || n < 0 || k < 0 ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t,
                                                       cublasOperation_t, int, int, int,
