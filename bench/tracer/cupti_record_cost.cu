@@ -15,6 +15,9 @@
 //   intercept  blocks of launches (records off) with that same callback enabled and disabled:
 //            whether one driver-API callback being on taxes every launch, as detrace keeps it on
 //            for as long as it records.
+//   params   blocks of cuLaunchKernel calls (records off) of an empty kernel taking 800 bytes of
+//            parameters, as a digest batch of 8 entries does, against one taking 8 bytes: what the
+//            digest launch's parameter block costs the GEMM's thread beyond a launch's own cost.
 // A CUPTI subscriber with the marker's callback on is there throughout, as in a detrace recording.
 // Activity buffers are handled as detrace handles them: a pool of 1 MiB buffers handed over
 // already zero (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER; --cleared lets CUPTI clear them on
@@ -46,6 +49,13 @@
 namespace {
 
 __global__ void emptyKernel() {}
+
+// The digest launch's parameters: kernels::detail::DigestBatch of kMaxBatch (8) entries is 800 bytes.
+struct BigParams {
+  uint64_t words[100];
+};
+__global__ void bigParamKernel(BigParams) {}
+__global__ void smallParamKernel(uint64_t) {}
 
 constexpr size_t kBufferBytes = size_t{1} << 20;
 constexpr int kPoolBuffers = 16;
@@ -340,6 +350,39 @@ bool measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
   return seen == expected;
 }
 
+// Nanoseconds per cuLaunchKernel of `f` with the one argument `arg`, over a block of `n`.
+double driverLaunchBlock(CUfunction f, void* arg, int n) {
+  void* args[] = {arg};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) CHECK_CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+  const double s = secondsSince(t0);
+  CHECK_CU(cuCtxSynchronize());
+  return s * 1e9 / n;
+}
+
+// What 800 bytes of kernel parameters cost a driver-API launch against 8 bytes (records off).
+void measureParams(const Options& o, CUcontext ctx) {
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  cudaFunction_t big = nullptr, small = nullptr;
+  if (const cudaError_t e = cudaGetFuncBySymbol(&big, reinterpret_cast<const void*>(bigParamKernel));
+      e != cudaSuccess) {
+    die("cudaGetFuncBySymbol(bigParamKernel)", cudaGetErrorString(e));
+  }
+  if (const cudaError_t e = cudaGetFuncBySymbol(&small, reinterpret_cast<const void*>(smallParamKernel));
+      e != cudaSuccess) {
+    die("cudaGetFuncBySymbol(smallParamKernel)", cudaGetErrorString(e));
+  }
+  BigParams params{};
+  uint64_t word = 0;
+  auto side = [&](bool with) {
+    return with ? driverLaunchBlock(reinterpret_cast<CUfunction>(big), &params, o.launches)
+                : driverLaunchBlock(reinterpret_cast<CUfunction>(small), &word, o.launches);
+  };
+  std::vector<double> on, off;
+  alternate(o.blocks, side, on, off);
+  report("params (driver launches, records off)", "with 800 bytes", "with 8 bytes", on, off);
+}
+
 // What the marker's callback being on costs a launch that never calls it (records off). Leaves
 // the callback on.
 void measureIntercept(const Options& o, CUpti_SubscriberHandle sub, CUcontext ctx) {
@@ -378,6 +421,7 @@ int main(int argc, char** argv) {
   const bool records_ok = measureRecords(o, recorded, other);
   const bool marker_ok = measureMarker(o, sub);
   measureIntercept(o, sub, other);
+  measureParams(o, other);
   CHECK_CUPTI(cuptiUnsubscribe(sub));
   CHECK_CU(cuCtxDestroy(other));
   CHECK_CU(cuCtxDestroy(recorded));
