@@ -50,7 +50,8 @@ namespace {
 
 __global__ void emptyKernel() {}
 
-// The digest launch's parameters: kernels::detail::DigestBatch of kMaxBatch (8) entries is 800 bytes.
+// The digest launch's parameters: kernels::detail::DigestBatch of kMaxBatch (8) entries is 800
+// bytes.
 struct BigParams {
   uint64_t words[100];
 };
@@ -354,7 +355,8 @@ bool measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
 double driverLaunchBlock(CUfunction f, void* arg, int n) {
   void* args[] = {arg};
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) CHECK_CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+  for (int i = 0; i < n; ++i)
+    CHECK_CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
   const double s = secondsSince(t0);
   CHECK_CU(cuCtxSynchronize());
   return s * 1e9 / n;
@@ -364,11 +366,13 @@ double driverLaunchBlock(CUfunction f, void* arg, int n) {
 void measureParams(const Options& o, CUcontext ctx) {
   CHECK_CU(cuCtxSetCurrent(ctx));
   cudaFunction_t big = nullptr, small = nullptr;
-  if (const cudaError_t e = cudaGetFuncBySymbol(&big, reinterpret_cast<const void*>(bigParamKernel));
+  if (const cudaError_t e =
+          cudaGetFuncBySymbol(&big, reinterpret_cast<const void*>(bigParamKernel));
       e != cudaSuccess) {
     die("cudaGetFuncBySymbol(bigParamKernel)", cudaGetErrorString(e));
   }
-  if (const cudaError_t e = cudaGetFuncBySymbol(&small, reinterpret_cast<const void*>(smallParamKernel));
+  if (const cudaError_t e =
+          cudaGetFuncBySymbol(&small, reinterpret_cast<const void*>(smallParamKernel));
       e != cudaSuccess) {
     die("cudaGetFuncBySymbol(smallParamKernel)", cudaGetErrorString(e));
   }

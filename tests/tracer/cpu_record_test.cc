@@ -245,9 +245,11 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   Output o = sh(fmt::format("{} record -o {} -- {}", detrace(), run, app));
   ASSERT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("heuristic calls 2"), std::string::npos)
-      << "the heuristic is asked once per distinct problem:\n" << o.out;
+      << "the heuristic is asked once per distinct problem:\n"
+      << o.out;
   EXPECT_NE(o.out.find(fmt::format("refused call returned {}", 7)), std::string::npos)
-      << "a refused call's status (CUBLAS_STATUS_INVALID_VALUE) comes back unchanged:\n" << o.out;
+      << "a refused call's status (CUBLAS_STATUS_INVALID_VALUE) comes back unchanged:\n"
+      << o.out;
   auto r = db::Run::open(run);
   ASSERT_TRUE(r.isOk()) << r.status().message();
   ASSERT_EQ(r->ranks().size(), 1u) << o.out;
@@ -277,7 +279,7 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   EXPECT_EQ(g[0].a_dtype, db::DType::kBF16);
   EXPECT_EQ(g[0].d_dtype, db::DType::kBF16);
   EXPECT_EQ(t.str(g[0].compute_type), "CUBLAS_COMPUTE_32F");
-  EXPECT_EQ(g[0].algo_id, -1);  // CUBLAS_GEMM_DEFAULT
+  EXPECT_EQ(g[0].algo_id, -1);     // CUBLAS_GEMM_DEFAULT
   EXPECT_EQ(g[0].algo_source, 0);  // classic cuBLAS does not say which kernel it runs
   EXPECT_EQ(g[0].batch_count, 1);
   EXPECT_NE(g[0].a_addr, 0);
@@ -301,7 +303,8 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   EXPECT_EQ((std::array{g[3].trans_a, g[3].trans_b}), (std::array{1, 1}));
   EXPECT_EQ(shape(g[3]), (std::array<int64_t, 7>{2, 3, 4, 4, 3, 2, 2}));
   EXPECT_EQ(g[3].batch_count, 2);
-  EXPECT_EQ((std::array{g[3].stride_a, g[3].stride_b, g[3].stride_c}), (std::array<int64_t, 3>{8, 12, 6}));
+  EXPECT_EQ((std::array{g[3].stride_a, g[3].stride_b, g[3].stride_c}),
+            (std::array<int64_t, 3>{8, 12, 6}));
   // The refused call is recorded as made (its status is the program's to see).
   EXPECT_EQ(t.str(g[4].api), "cublasSgemm");
   EXPECT_EQ(g[4].m, -1);
@@ -322,11 +325,13 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
     SCOPED_TRACE(i);
     EXPECT_EQ(shape(g[i]), shape(g[4]));
     EXPECT_EQ(g[i].algo_source, 2);
-    EXPECT_EQ((std::array{g[i].algo_id, g[i].tile, g[i].split_k}), (std::array<int32_t, 3>{128, 7, 1}));
+    EXPECT_EQ((std::array{g[i].algo_id, g[i].tile, g[i].split_k}),
+              (std::array<int32_t, 3>{128, 7, 1}));
   }
   EXPECT_EQ(shape(g[7]), (std::array<int64_t, 7>{96, 4, 256, 256, 256, 128, 128}));
   EXPECT_EQ(g[7].batch_count, 2);
-  EXPECT_EQ((std::array{g[7].stride_a, g[7].stride_b, g[7].stride_d}), (std::array<int64_t, 3>{24576, 1024, 384}));
+  EXPECT_EQ((std::array{g[7].stride_a, g[7].stride_b, g[7].stride_d}),
+            (std::array<int64_t, 3>{24576, 1024, 384}));
   EXPECT_EQ(g[7].algo_source, 2);
   EXPECT_EQ(g[7].algo_id, 146);
   // Calls 1-4 named one stream, 5-8 another.
@@ -348,7 +353,8 @@ struct DiagRun {
 };
 std::optional<DiagRun> recordDiag(TempDir& tmp, const std::string& command) {
   std::string run = tmp.file("run");
-  Output o = sh(fmt::format("DETRACE_DIAG_TIMING=1 {} record -o {} -- {}", detrace(), run, command));
+  Output o =
+      sh(fmt::format("DETRACE_DIAG_TIMING=1 {} record -o {} -- {}", detrace(), run, command));
   EXPECT_EQ(o.status, 0) << o.out;
   auto r = db::Run::open(run);
   EXPECT_TRUE(r.isOk()) << (r.isOk() ? "" : r.status().message()) << o.out;
@@ -374,7 +380,8 @@ TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
   EXPECT_EQ(d->stat("diag_gemm_call_calls"), 9);
   EXPECT_EQ(d->stat("diag_library_op_calls"), 9);
   EXPECT_GT(d->stat("diag_gemm_call_ns"), 0);
-  EXPECT_GE(d->stat("diag_gemm_wrapper_ns"), d->stat("diag_gemm_call_ns") + d->stat("diag_library_op_ns"));
+  EXPECT_GE(d->stat("diag_gemm_wrapper_ns"),
+            d->stat("diag_gemm_call_ns") + d->stat("diag_library_op_ns"));
 }
 
 // DETRACE_DIAG_TIMING=1 times detrace's own code per site on the program's threads: each site

@@ -14,11 +14,11 @@
 // Between 4 and 5, a cublasSgemm_v2 with m -1, which the fake refuses (recorded as called; its
 // status is printed). Calls 1-4 run on stream 0x1234, 5-8 on stream 0x5678. It prints how often the
 // fake's heuristic was asked.
-#include <cublasLt.h>
-#include <cublas_api.h>
-
 #include <cstdint>
 #include <cstdio>
+
+#include <cublasLt.h>
+#include <cublas_api.h>
 
 extern "C" int fake_cublaslt_heuristic_calls();
 
@@ -75,7 +75,8 @@ int ltGemms() {
   cublasLtMatmulDesc_t desc = nullptr;
   CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t transpose = CUBLAS_OP_T;
-  CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+  CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                       sizeof transpose));
   // op(A) = A^T is m x k, so A is stored k x m.
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, 256, 128, 256));
@@ -92,18 +93,22 @@ int ltGemms() {
   CHECK(setAlgo<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, 11));
   const float one = 1.0f, zero = 0.0f;
   auto* stream = reinterpret_cast<cudaStream_t>(0x5678);
-  CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, &algo, g_c, 1024, stream));
+  CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, &algo, g_c, 1024,
+                       stream));
   for (int i = 0; i < 2; ++i) {
-    CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, nullptr, g_c, 1024, stream));
+    CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, nullptr, g_c, 1024,
+                         stream));
   }
   // m 96, two matrices per operand.
   CHECK(setLayout<uint64_t>(a, CUBLASLT_MATRIX_LAYOUT_COLS, 96));
   CHECK(setLayout<uint64_t>(d, CUBLASLT_MATRIX_LAYOUT_ROWS, 96));
-  for (cublasLtMatrixLayout_t l : {a, b, d}) CHECK(setLayout<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 2));
+  for (cublasLtMatrixLayout_t l : {a, b, d})
+    CHECK(setLayout<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 2));
   CHECK(setLayout<int64_t>(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 24576));
   CHECK(setLayout<int64_t>(b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 1024));
   CHECK(setLayout<int64_t>(d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 384));
-  CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, nullptr, g_c, 1024, stream));
+  CHECK(cublasLtMatmul(h, desc, &one, g_a, a, g_b, b, &zero, g_d, d, g_d, d, nullptr, g_c, 1024,
+                       stream));
   for (cublasLtMatrixLayout_t l : {a, b, d}) CHECK(cublasLtMatrixLayoutDestroy(l));
   CHECK(cublasLtMatmulDescDestroy(desc));
   CHECK(cublasLtDestroy(h));

@@ -1,6 +1,7 @@
 // A stand-in cuBLAS and cuBLASLt for the LD_PRELOAD seam test (no GPU, no real cuBLAS): GEMMs
-// succeed and compute nothing (cublasSgemm_v2 refuses negative sizes); handles and descriptors are heap objects that keep what they were
-// given, so the tracer's wrappers can read them back as they read the real ones.
+// succeed and compute nothing (cublasSgemm_v2 refuses negative sizes); handles and descriptors are
+// heap objects that keep what they were given, so the tracer's wrappers can read them back as they
+// read the real ones.
 //
 // - Matmul descriptors keep their compute type, scale type, transposes and epilogue; matrix
 //   layouts their type, rows, columns, leading dimension, batch count and batch stride (set at
@@ -11,13 +12,13 @@
 // - The heuristic answers every problem with id 100 + (m mod 50), tile 7 and split-K 1, and counts
 //   its calls (fake_cublaslt_heuristic_calls), so a test can tell the tracer's cache from a fresh
 //   question.
-#include <cublasLt.h>
-#include <cublas_api.h>
-
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <vector>
+
+#include <cublasLt.h>
+#include <cublas_api.h>
 
 namespace {
 
@@ -60,9 +61,9 @@ struct BlasHandle {
 int g_heuristic_calls = 0;
 
 constexpr cublasLtMatmulAlgoConfigAttributes_t kAlgoFields[] = {
-    CUBLASLT_ALGO_CONFIG_TILE_ID,       CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+    CUBLASLT_ALGO_CONFIG_TILE_ID,          CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
-    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_STAGES_ID};
+    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,    CUBLASLT_ALGO_CONFIG_STAGES_ID};
 
 int algoField(cublasLtMatmulAlgoConfigAttributes_t attr) {
   if (attr == CUBLASLT_ALGO_CONFIG_ID) return 0;
@@ -160,7 +161,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t 
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
                                                            cublasLtMatmulDescAttributes_t attr,
-                                                           void* buf, size_t size, size_t* written) {
+                                                           void* buf, size_t size,
+                                                           size_t* written) {
   return attrs(desc)->get(attr, buf, size, written);
 }
 
@@ -238,10 +240,11 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t,
-    int requested, cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t, int requested,
+    cublasLtMatmulHeuristicResult_t results[], int* returned) {
   ++g_heuristic_calls;
-  if (requested < 1 || results == nullptr || returned == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (requested < 1 || results == nullptr || returned == nullptr)
+    return CUBLAS_STATUS_INVALID_VALUE;
   uint64_t m = 0;
   (void)attrs(Ddesc)->get(CUBLASLT_MATRIX_LAYOUT_ROWS, &m, sizeof m, nullptr);
   std::memset(&results[0], 0, sizeof results[0]);

@@ -596,8 +596,8 @@ namespace {
 
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
 // (`inputs`) or outputs.
-void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs,
-                  bool wait, bool inputs, bool deep, bool known_uncaptured = false) {
+void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
+                  bool inputs, bool deep, bool known_uncaptured = false) {
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext ctx = nullptr;

@@ -58,8 +58,8 @@ class Fingerprinter {
   // or outputs; on a stream being captured into a CUDA graph, captures them. `known_uncaptured`:
   // the caller has just asked the driver and `stream` is not being captured (the question costs
   // a GEMM's thread 0.2 us on the H200, so it is not asked twice). Never blocks; never throws.
-  void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-               bool inputs = true, bool known_uncaptured = false) noexcept;
+  void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs, bool inputs = true,
+               bool known_uncaptured = false) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;

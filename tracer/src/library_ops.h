@@ -106,7 +106,8 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
       if (note) Fingerprinter::noteOpToken(token);
       noteRecordedOp(token, position, record_stream);
     }
-    if (full && s.policy().capturesOp(ticket.index, is_gemm, name)) Fingerprinter::get().markCopy(token);
+    if (full && s.policy().capturesOp(ticket.index, is_gemm, name))
+      Fingerprinter::get().markCopy(token);
     return token;
   } catch (const std::exception& e) {
     Session::get().fail(std::string("recording a library call failed: ") + e.what());

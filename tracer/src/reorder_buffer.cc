@@ -114,7 +114,8 @@ uint64_t ReorderBuffer::addLibraryOp(const LibraryOp& op, uint64_t parent, bool 
   return addLibraryOp(std::make_unique<LibraryOp>(op), parent, complete);
 }
 
-uint64_t ReorderBuffer::addLibraryOp(std::unique_ptr<LibraryOp> copy, uint64_t parent, bool complete) {
+uint64_t ReorderBuffer::addLibraryOp(std::unique_ptr<LibraryOp> copy, uint64_t parent,
+                                     bool complete) {
   const uint64_t token = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   Cell& cell = claimCell(token);
   cell.what = Cell::What::kLibrary;
