@@ -4,10 +4,11 @@
 // For an op, enqueue() launches digest kernels on the op's own stream (inputs before the op's
 // kernels, outputs after them), writing into mapped host memory; the last launch's last block
 // then stores a completion number to a mapped word (kernels::DoneSignal), or, where that cannot be
-// used, a CUDA event is recorded behind them. The tracer's flusher thread calls poll(), which turns finished results into operand rows
-// once the op's sequence number is known (noteSeq(), from the reorder buffer). Memory is allocated
-// once per CUDA context: a ring of kEntries results and an arena of row digests. When the ring is
-// full the op simply gets no fingerprints, and the skip is counted.
+// used, a CUDA event is recorded behind them. The tracer's flusher thread calls poll(), which
+// turns finished results into operand rows once the op's sequence number is known (noteSeq(), from
+// the reorder buffer). Memory is allocated once per CUDA context: a ring of kEntries results and
+// an arena of row digests. When the ring is full the op simply gets no fingerprints, and the skip
+// is counted.
 //
 // CUDA graphs (graph_fingerprints.cc). An op called while its stream is being captured into a
 // graph runs only when the graph is launched, as often as it is launched. So its digest kernels
@@ -85,9 +86,9 @@ class Fingerprinter {
 
   // ---- CUDA graphs (graph_fingerprints.cc) ----
   // The calling thread's library op is being recorded (recordLibraryOp): kept, so that a
-  // captured call's digests can make it a template. noteOp copies it before it is published (its
-  // token then is not known yet: 0), noteOpToken gives it its token once it is.
-  static void noteOp(uint64_t token, const LibraryOp& op) noexcept;
+  // captured call's digests can make it a template. noteOp copies it before it is published, when
+  // its token is not known yet; noteOpToken gives it its token once it is.
+  static void noteOp(const LibraryOp& op) noexcept;
   static void noteOpToken(uint64_t token) noexcept;
   // NCCL reported its choices for call `token` after its digests were captured: the template
   // gets them too.
@@ -131,17 +132,19 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
                          bool inputs) noexcept;
 
 // Whether every operand of an op may be fingerprinted after its call, in one enqueue (one digest
-// launch, one completion signal, one lock instead of two of each): fingerprints are on, `stream` is not being
-// captured into a CUDA graph (captured digests bracket the op's kernels: graph_fingerprints.cc),
-// and the call cannot change what its inputs hold (outputsMayChangeInputs). The inputs' digests
-// then read them after the op's kernels, in stream order, where they still hold what the op read.
+// launch, one completion signal, one lock instead of two of each): fingerprints are on, `stream`
+// is not being captured into a CUDA graph (captured digests bracket the op's kernels:
+// graph_fingerprints.cc), and the call cannot change what its inputs hold (outputsMayChangeInputs).
+// The inputs' digests then read them after the op's kernels, in stream order, where they still
+// hold what the op read.
 // DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
 bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
 // Enqueues every operand of `specs` for op `token` on `stream` at once (after the call); only
 // where fingerprintAllAfter said yes just before the call (the stream is not asked again whether
 // it is being captured).
-void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept;
+void fingerprintAllOperands(uint64_t token, CUstream stream,
+                            std::vector<OperandSpec> specs) noexcept;
 
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).

@@ -353,9 +353,9 @@ thread_local ThreadReplay t_replay;
 
 }  // namespace
 
-void Fingerprinter::noteOp(uint64_t token, const LibraryOp& op) noexcept {
+void Fingerprinter::noteOp(const LibraryOp& op) noexcept {
   fp::LastOp& last = fp::lastOp();
-  last.token = token;
+  last.token = 0;  // noteOpToken
   last.op = op;
 }
 

@@ -101,7 +101,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
       // A call being captured into a CUDA graph: its template, which only the fingerprints of a
       // capture read (at --capture meta, a copy of the op for nothing).
       const bool note = s.policy().level != CaptureLevel::kMeta;
-      if (note) Fingerprinter::noteOp(0, op);
+      if (note) Fingerprinter::noteOp(op);
       token = buffer->addLibraryOp(std::move(owned), currentParent(), complete);
       if (note) Fingerprinter::noteOpToken(token);
       noteRecordedOp(token, position, record_stream);
