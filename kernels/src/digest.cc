@@ -300,8 +300,9 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   if (n > 0 && requests == nullptr) {
     return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany got no requests");
   }
-  // Planned first, all of them: an invalid request enqueues nothing.
-  detail::DigestBatch batches[kAlignments] = {};
+  // Planned first, all of them: an invalid request enqueues nothing. A batch is cleared when its
+  // alignment is first met (the launch's parameters are copied whole; most batches use one).
+  detail::DigestBatch batches[kAlignments];
   uint32_t members[kAlignments] = {};  // which requests each launch holds (bits)
   uint64_t blocks[kAlignments] = {};
   for (uint32_t i = 0; i < n; ++i) {
@@ -326,6 +327,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
     }
     const int a = alignmentIndex(p.align);
     detail::DigestBatch& b = batches[a];
+    if (members[a] == 0) b = detail::DigestBatch{};
     b.params[b.count++] = p;
     members[a] |= 1u << i;
     blocks[a] = std::max(blocks[a], gridFor(p.passes, static_cast<uint64_t>(many_kernels_.grid_caps[a])));
@@ -337,7 +339,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   int last = 0;  // the batch's last launch carries the done signal
   for (int a = 0; a < kAlignments; ++a) {
-    if (batches[a].count > 0) last = a;
+    if (members[a] != 0) last = a;
   }
   if (done != nullptr) {
     batches[last].done_flag = reinterpret_cast<uint64_t>(done->flag);
@@ -345,7 +347,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
     batches[last].done_counter = reinterpret_cast<uint64_t>(done->counter);
   }
   for (int a = 0; a < kAlignments; ++a) {
-    if (batches[a].count == 0) continue;
+    if (members[a] == 0) continue;
     void* args[] = {&batches[a]};
     DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(blocks[a]),
                                                   batches[a].count, 1, detail::kBlockThreads, 1, 1,

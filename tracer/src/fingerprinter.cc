@@ -257,7 +257,7 @@ db::Operand toOperand(const Pending& p, db::TraceWriter& w) {
   o.name = w.intern(p.spec.name);
   o.role = p.spec.role;
   o.dtype = p.spec.dtype;
-  o.shape = p.spec.shape;
+  o.shape = p.spec.shape.toVector();
   o.address = static_cast<int64_t>(p.spec.address);
   o.bytes = static_cast<int64_t>(p.spec.bytes);
   o.has_digest = true;
@@ -478,7 +478,8 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     auto it = contexts.find(ctx);
     if (it == contexts.end() || it->second.get() != cx) return;  // the context went away
   }
-  bool copy = marked.has(token);
+  // Only --capture full marks ops for copies (a look in the marks takes their lock).
+  bool copy = Session::get().policy().level == CaptureLevel::kFull && marked.has(token);
   size_t first = pending.size();
   // The op's digests go out in batches of up to kMaxBatch, one launch each (digestMany): a GEMM's
   // three or four operands cost the host one launch instead of one each. DETRACE_DIAG_DIGEST_MANY=0

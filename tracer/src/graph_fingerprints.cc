@@ -119,7 +119,7 @@ db::Operand replayedOperand(const CapturedOperand& c, int64_t seq, const volatil
   o.name = w.intern(spec.name);
   o.role = spec.role;
   o.dtype = spec.dtype;
-  o.shape = spec.shape;
+  o.shape = spec.shape.toVector();
   o.address = static_cast<int64_t>(spec.address);
   o.bytes = static_cast<int64_t>(spec.bytes);
   o.has_digest = true;

@@ -19,7 +19,7 @@ OperandSpec columnMajor(int32_t slot, const char* name, db::OperandRole role, db
   batch = batch < 1 ? 1 : batch;
   const int64_t one = (cols - 1) * ld + rows;  // elements from first to last of one matrix
   s.bytes = static_cast<uint64_t>(((batch - 1) * stride + one) * esize);
-  s.shape = batch > 1 ? std::vector<int64_t>{batch, cols, rows} : std::vector<int64_t>{cols, rows};
+  s.shape = batch > 1 ? OperandShape{batch, cols, rows} : OperandShape{cols, rows};
   if (batch == 1 || stride == ld * cols) {  // columns evenly spaced through every batch
     s.rows = cols * batch;
     s.row_bytes = rows * esize;

@@ -3,7 +3,10 @@
 // so CPU tests check the layout rules.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -11,12 +14,32 @@
 
 namespace detrace::tracer {
 
+// An operand's stored shape, up to three dimensions held inline: a GEMM's specs are built for every
+// fingerprinted GEMM on the program's thread, and a vector each cost it an allocation.
+class OperandShape {
+ public:
+  static constexpr size_t kMaxDims = 3;
+  OperandShape() = default;
+  // Dimensions past kMaxDims are not kept (no operand here has more).
+  OperandShape(std::initializer_list<int64_t> dims)
+      : n_(static_cast<uint8_t>(std::min(dims.size(), kMaxDims))) {
+    std::copy_n(dims.begin(), n_, dims_.begin());
+  }
+  size_t size() const { return n_; }
+  int64_t operator[](size_t i) const { return dims_[i]; }
+  std::vector<int64_t> toVector() const { return {dims_.begin(), dims_.begin() + n_}; }
+
+ private:
+  std::array<int64_t, kMaxDims> dims_{};
+  uint8_t n_ = 0;
+};
+
 struct OperandSpec {
   int32_t slot = 0;
   std::string name;  // "A", "B", "C", "D", "send", "recv"
   db::OperandRole role = db::OperandRole::kInput;
   db::DType dtype = db::DType::kUnknown;
-  std::vector<int64_t> shape;  // as stored: {columns, rows-per-column} for column-major GEMM operands
+  OperandShape shape;  // as stored: {columns, rows-per-column} for column-major GEMM operands
   uint64_t address = 0;
   uint64_t bytes = 0;          // whole extent, first to last byte
   int64_t rows = 0;            // per-row digests: count (0 = none), bytes and stride of each
