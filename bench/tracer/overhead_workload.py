@@ -18,7 +18,8 @@ launching thread, without the time other processes take the CPU from it).
 --toggle DETRACE (the process runs under `detrace record --paused`): each rep times one loop
 paused and one loop capturing at --toggle-capture, switching with `detrace attach PID start|stop`
 between them (outside the timed region, each switch followed by one untimed loop), so both sides
-of the ratio run in the same process; the result is the median of the per-rep ratios. Each timed
+of the ratio run in the same process; which side goes first alternates from rep to rep; the
+result is the median of the per-rep ratios. Each timed
 loop also times its steps (a token of the decode loop, 500 launches of the launch loop): the
 per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
 the result, so a slowdown spread over every step can be told from a few long stalls.
@@ -145,14 +146,24 @@ def toggled(args, iters: int, run) -> None:
     off, on = [], []
     off_steps, on_steps = [], []  # every step of every timed loop, each side
     step_ratios = []  # per rep: median step capturing / median step paused
-    for _ in range(args.reps):
-        a, b = [], []
-        off.append(timed(run, a))
+    def capturing(steps) -> float:
         attach("start", "--capture", args.toggle_capture)
         run()  # untimed: the first loop after a start meets new names and fresh buffers
-        on.append(timed(run, b))
+        t = timed(run, steps)
         attach("stop")
-        run()
+        run()  # untimed, as on the other side
+        return t
+
+    for rep in range(args.reps):
+        a, b = [], []
+        # Which side goes first alternates (paused first in even reps), so that a drift of the
+        # machine's speed within a rep does not favour one side.
+        if rep % 2 == 0:
+            off.append(timed(run, a))
+            on.append(capturing(b))
+        else:
+            on.append(capturing(b))
+            off.append(timed(run, a))
         off_steps += a
         on_steps += b
         step_ratios.append(statistics.median(b) / statistics.median(a))
