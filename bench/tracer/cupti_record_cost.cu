@@ -46,7 +46,13 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 
+#include "paired_blocks.h"
+
 namespace {
+
+using detrace::bench::alternate;
+using detrace::bench::kWarmupPairs;
+using detrace::bench::report;
 
 __global__ void emptyKernel() {}
 
@@ -182,47 +188,6 @@ double markerBlock(int n) {
   return secondsSince(t0) * 1e9 / n;
 }
 
-double quantile(std::vector<double> xs, double q) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  return xs[std::min(xs.size() - 1, static_cast<size_t>(q * static_cast<double>(xs.size())))];
-}
-
-void report(const char* part, const char* with, const char* without, const std::vector<double>& on,
-            const std::vector<double>& off) {
-  std::vector<double> diff(on.size());
-  for (size_t i = 0; i < on.size(); ++i) diff[i] = on[i] - off[i];
-  std::printf(
-      "%s: %zu block pairs; per call %s %.1f ns, %s %.1f ns (medians); paired difference "
-      "%.1f ns (quartiles %.1f / %.1f / %.1f)\n",
-      part, on.size(), with, quantile(on, 0.5), without, quantile(off, 0.5), quantile(diff, 0.5),
-      quantile(diff, 0.25), quantile(diff, 0.5), quantile(diff, 0.75));
-}
-
-constexpr int kWarmupPairs = 20;
-
-// Runs `side(true)` and `side(false)` block by block, kWarmupPairs pairs untimed first (modules
-// loaded, buffers in use on both sides), then `blocks` pairs whose first side alternates. With
-// `markers_before`, the marker count as the timed pairs begin.
-template <typename Side>
-void alternate(int blocks, Side&& side, std::vector<double>& on, std::vector<double>& off,
-               long long* markers_before = nullptr) {
-  for (int w = 0; w < kWarmupPairs; ++w) {
-    side(true);
-    side(false);
-  }
-  if (markers_before != nullptr) *markers_before = g_markers.load();
-  for (int b = 0; b < blocks; ++b) {
-    if (b % 2 == 0) {
-      on.push_back(side(true));
-      off.push_back(side(false));
-    } else {
-      off.push_back(side(false));
-      on.push_back(side(true));
-    }
-  }
-}
-
 struct Options {
   int blocks = 2000;
   int launches = 256;
@@ -342,7 +307,7 @@ bool measureMarker(const Options& o, CUpti_SubscriberHandle sub) {
   };
   std::vector<double> on, off;
   long long before = 0;
-  alternate(o.blocks, side, on, off, &before);
+  alternate(o.blocks, side, on, off, [&] { before = g_markers.load(); });
   report("marker (cuDriverGetVersion)", "with its callback", "without", on, off);
   const long long seen = g_markers.load() - before;
   const long long expected = static_cast<long long>(o.blocks) * o.launches;

@@ -34,7 +34,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "paired_blocks.h"
+
 namespace {
+
+using detrace::bench::alternate;
+using detrace::bench::report;
 
 // The digest stand-in: its results visible system-wide, then the done word.
 __global__ void storeDone(unsigned long long* word, unsigned long long value) {
@@ -62,24 +67,6 @@ void spinFor(double us) {
   const auto until = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(us * 1000));
   while (Clock::now() < until) {
   }
-}
-
-double quantile(std::vector<double> xs, double q) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  return xs[std::min(xs.size() - 1, static_cast<size_t>(q * static_cast<double>(xs.size())))];
-}
-
-void report(const char* part, const char* with, const char* without, const std::vector<double>& on,
-            const std::vector<double>& off) {
-  std::vector<double> diff(on.size());
-  for (size_t i = 0; i < on.size(); ++i) diff[i] = on[i] - off[i];
-  std::printf(
-      "%s: %zu block pairs; per call %s %.1f ns, %s %.1f ns (medians); paired difference "
-      "%.1f ns (quartiles %.1f / %.1f / %.1f)\n",
-      part, on.size(), with, quantile(on, 0.5), without, quantile(off, 0.5), quantile(diff, 0.5),
-      quantile(diff, 0.25), quantile(diff, 0.5), quantile(diff, 0.75));
-  std::fflush(stdout);
 }
 
 constexpr int kSlots = 4096;  // lane slots: a word pair each; a request ring of as many
@@ -207,23 +194,6 @@ void finish(Helper* helper) {
     if (Clock::now() > deadline) {
       std::fprintf(stderr, "lane_cost: the program's stream did not finish within 20 s (a hang)\n");
       std::exit(2);
-    }
-  }
-}
-
-template <typename Side>
-void alternate(int blocks, Side&& side, std::vector<double>& on, std::vector<double>& off) {
-  for (int w = 0; w < 20; ++w) {
-    side(true);
-    side(false);
-  }
-  for (int b = 0; b < blocks; ++b) {
-    if (b % 2 == 0) {
-      on.push_back(side(true));
-      off.push_back(side(false));
-    } else {
-      off.push_back(side(false));
-      on.push_back(side(true));
     }
   }
 }
