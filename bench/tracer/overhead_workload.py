@@ -23,6 +23,10 @@ result is the median of the per-rep ratios. Each timed
 loop also times its steps (a token of the decode loop, 500 launches of the launch loop): the
 per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
 the result, so a slowdown spread over every step can be told from a few long stalls.
+With BENCH_PIN_MAIN=auto in the environment, the reps run with the launching (main) thread alone
+on the process's highest CPU and every other thread of the process (the tracer's, CUPTI's,
+torch's) kept off that CPU and its hyperthread siblings: whether the tracer's threads slow the
+program by sharing its core.
 """
 import argparse
 import contextlib
@@ -31,6 +35,7 @@ import json
 import os
 import statistics
 import subprocess
+import threading
 import time
 
 LAUNCH_STEP = 500  # launches per timed step of the launch loop (--toggle)
@@ -138,7 +143,67 @@ def quantiles(xs) -> dict:
     return {"p10": at(0.10), "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1.0)}
 
 
+def cpu_list(text: str) -> set:
+    """CPUs of a kernel list such as "3,11" or "0-7"."""
+    cpus = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def threads() -> dict:
+    """This process's threads: tid -> name."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                out[int(tid)] = f.read().strip()
+        except OSError:
+            pass  # the thread has exited
+    return out
+
+
+def pin_main_alone() -> None:
+    """The main thread alone on the highest CPU this process may use; every other thread (now,
+    and those they start later) off it and its hyperthread siblings. Prints what it did."""
+    cpus = os.sched_getaffinity(0)
+    main_cpu = max(cpus)
+    with open(f"/sys/devices/system/cpu/cpu{main_cpu}/topology/thread_siblings_list") as f:
+        siblings = cpu_list(f.read())
+    rest = cpus - siblings
+    if not rest:
+        raise SystemExit(f"BENCH_PIN_MAIN: no CPU left for the other threads besides {siblings}")
+    main_tid = threading.get_native_id()
+    for tid in threads():
+        if tid != main_tid:
+            try:
+                os.sched_setaffinity(tid, rest)
+            except OSError:
+                pass  # the thread has exited
+    os.sched_setaffinity(0, {main_cpu})
+    print(f"pinned: main thread on CPU {main_cpu} (its siblings {sorted(siblings)}), "
+          f"{len(threads()) - 1} other threads on {len(rest)} other CPUs", flush=True)
+
+
+def report_threads_on(cpu: int) -> None:
+    """Threads other than main that may run on `cpu` (started by main after pin_main_alone)."""
+    main_tid = threading.get_native_id()
+    shared = []
+    for tid, name in threads().items():
+        try:
+            if tid != main_tid and cpu in os.sched_getaffinity(tid):
+                shared.append(name)
+        except OSError:
+            pass
+    print(f"pinned: threads besides main allowed on CPU {cpu} at the end: {shared or 'none'}",
+          flush=True)
+
+
 def toggled(args, iters: int, run) -> None:
+    pinned = os.environ.get("BENCH_PIN_MAIN") == "auto"
+    if pinned:
+        pin_main_alone()
     def attach(*action: str) -> None:
         subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
                        stdout=subprocess.DEVNULL)
@@ -167,6 +232,8 @@ def toggled(args, iters: int, run) -> None:
         off_steps += a
         on_steps += b
         step_ratios.append(statistics.median(b) / statistics.median(a))
+    if pinned:
+        report_threads_on(max(os.sched_getaffinity(0)))
     ratios = [b / a for a, b in zip(off, on)]
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
                                   "seconds": statistics.median(on),
