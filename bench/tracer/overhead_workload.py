@@ -164,9 +164,9 @@ def threads() -> dict:
     return out
 
 
-def pin_main_alone() -> None:
+def pin_main_alone() -> str:
     """The main thread alone on the highest CPU this process may use; every other thread (now,
-    and those they start later) off it and its hyperthread siblings. Prints what it did."""
+    and those they start later) off it and its hyperthread siblings. Says what it did."""
     cpus = os.sched_getaffinity(0)
     main_cpu = max(cpus)
     with open(f"/sys/devices/system/cpu/cpu{main_cpu}/topology/thread_siblings_list") as f:
@@ -182,11 +182,11 @@ def pin_main_alone() -> None:
             except OSError:
                 pass  # the thread has exited
     os.sched_setaffinity(0, {main_cpu})
-    print(f"pinned: main thread on CPU {main_cpu} (its siblings {sorted(siblings)}), "
-          f"{len(threads()) - 1} other threads on {len(rest)} other CPUs", flush=True)
+    return (f"main thread on CPU {main_cpu} (its siblings {sorted(siblings)}), "
+            f"{len(threads()) - 1} other threads on {len(rest)} other CPUs")
 
 
-def report_threads_on(cpu: int) -> None:
+def threads_on(cpu: int) -> str:
     """Threads other than main that may run on `cpu` (started by main after pin_main_alone)."""
     main_tid = threading.get_native_id()
     shared = []
@@ -196,14 +196,11 @@ def report_threads_on(cpu: int) -> None:
                 shared.append(name)
         except OSError:
             pass
-    print(f"pinned: threads besides main allowed on CPU {cpu} at the end: {shared or 'none'}",
-          flush=True)
+    return f"threads besides main allowed on CPU {cpu} at the end: {shared or 'none'}"
 
 
 def toggled(args, iters: int, run) -> None:
-    pinned = os.environ.get("BENCH_PIN_MAIN") == "auto"
-    if pinned:
-        pin_main_alone()
+    pinned = pin_main_alone() if os.environ.get("BENCH_PIN_MAIN") == "auto" else ""
     def attach(*action: str) -> None:
         subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
                        stdout=subprocess.DEVNULL)
@@ -233,7 +230,7 @@ def toggled(args, iters: int, run) -> None:
         on_steps += b
         step_ratios.append(statistics.median(b) / statistics.median(a))
     if pinned:
-        report_threads_on(max(os.sched_getaffinity(0)))
+        pinned += "; " + threads_on(max(os.sched_getaffinity(0)))
     ratios = [b / a for a, b in zip(off, on)]
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
                                   "seconds": statistics.median(on),
@@ -242,7 +239,8 @@ def toggled(args, iters: int, run) -> None:
                                   "paused_all": off, "capturing_all": on,
                                   "step_ratios": step_ratios,
                                   "paused_steps_us": quantiles(off_steps),
-                                  "capturing_steps_us": quantiles(on_steps)}),
+                                  "capturing_steps_us": quantiles(on_steps),
+                                  "pinned": pinned}),
           flush=True)
 
 
