@@ -54,10 +54,10 @@ __global__ void emptyKernel() {}
   std::fprintf(stderr, "lane_cost: %s failed: %s\n", call, s != nullptr ? s : "?");
   std::exit(1);
 }
-#define CHECK_CU(call)                        \
-  do {                                        \
-    const CUresult r_ = (call);               \
-    if (r_ != CUDA_SUCCESS) die(#call, r_);   \
+#define CHECK_CU(call)                      \
+  do {                                      \
+    const CUresult r_ = (call);             \
+    if (r_ != CUDA_SUCCESS) die(#call, r_); \
   } while (0)
 
 using Clock = std::chrono::steady_clock;
@@ -128,7 +128,8 @@ class Helper {
       const uint64_t t = tail_.load(std::memory_order_relaxed);
       if (t == head_.load(std::memory_order_acquire)) continue;  // spin
       const Request r = ring_[t % kSlots];
-      CHECK_CU(cuStreamWaitValue64(s, gemm_.dev + r.slot * 8ull, r.value, CU_STREAM_WAIT_VALUE_GEQ));
+      CHECK_CU(
+          cuStreamWaitValue64(s, gemm_.dev + r.slot * 8ull, r.value, CU_STREAM_WAIT_VALUE_GEQ));
       CUdeviceptr word = done_.dev + r.slot * 8ull;
       unsigned long long value = r.value;
       void* args[] = {&word, &value};
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   Words gemm(kSlots), done(kSlots), scratch(1);
   Helper helper(ctx, gemm, done, reinterpret_cast<CUfunction>(store),
                 reinterpret_cast<CUfunction>(empty));
-  uint64_t value = 0;  // increases with every lane call: each slot's words only grow
+  uint64_t value = 0;       // increases with every lane call: each slot's words only grow
   CUstream prog = nullptr;  // the legacy default stream, as eager PyTorch launches on
 
   auto direct = [&] {
@@ -232,8 +233,8 @@ int main(int argc, char** argv) {
       CUdeviceptr word = scratch.dev;
       unsigned long long v = static_cast<unsigned long long>(i);
       void* args[] = {&word, &v};
-      CHECK_CU(cuLaunchKernel(reinterpret_cast<CUfunction>(store), 1, 1, 1, 1, 1, 1, 0, prog,
-                              args, nullptr));
+      CHECK_CU(cuLaunchKernel(reinterpret_cast<CUfunction>(store), 1, 1, 1, 1, 1, 1, 0, prog, args,
+                              nullptr));
       spinFor(o.gap_us);
     }
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
@@ -264,13 +265,15 @@ int main(int argc, char** argv) {
   };
 
   std::vector<double> on, off;
-  alternate(o.blocks, [&](bool with) { return with ? direct() : memop(false); }, on, off);
+  alternate(
+      o.blocks, [&](bool with) { return with ? direct() : memop(false); }, on, off);
   report("memop", "direct launch", "memop (helper idle)", on, off);
 
   on.clear();
   off.clear();
   helper.setMode(Helper::kLane);
-  alternate(o.blocks, [&](bool with) { return with ? direct() : memop(true); }, on, off);
+  alternate(
+      o.blocks, [&](bool with) { return with ? direct() : memop(true); }, on, off);
   report("lane", "direct launch", "lane (helper launching)", on, off);
   // Every done word holds the last value its slot was given: each stand-in ran.
   finish(&helper);
@@ -279,15 +282,19 @@ int main(int argc, char** argv) {
     if (done.host[v % kSlots] != v) ++wrong;
   }
   std::printf("lane: %llu lane calls; done words of the last %d: %s\n",
-              static_cast<unsigned long long>(value), std::min<int>(kSlots, static_cast<int>(value)),
+              static_cast<unsigned long long>(value),
+              std::min<int>(kSlots, static_cast<int>(value)),
               wrong == 0 ? "all as expected" : "SOME WRONG");
 
   on.clear();
   off.clear();
-  alternate(o.blocks, [&](bool with) {
-    helper.setMode(with ? Helper::kBusy : Helper::kIdle);
-    return direct();
-  }, on, off);
+  alternate(
+      o.blocks,
+      [&](bool with) {
+        helper.setMode(with ? Helper::kBusy : Helper::kIdle);
+        return direct();
+      },
+      on, off);
   helper.setMode(Helper::kIdle);
   report("contention", "direct launch, helper launching", "helper idle", on, off);
   return wrong == 0 ? 0 : 1;
