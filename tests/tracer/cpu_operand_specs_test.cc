@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <vector>
 
 #include "detrace/tracer/operand_specs.h"
 
@@ -75,6 +76,50 @@ TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
   EXPECT_EQ(specs[1].rows, 0);      // B batches are 100 apart, not 32: whole extent only
   EXPECT_EQ(specs[1].bytes, static_cast<uint64_t>((2 * 100 + 3 * 8 + 8) * 2));
   EXPECT_EQ(specs[2].rows, 4 * 3);
+}
+
+// The stored shapes the trace records for each operand (held inline since the third session of
+// 2026-12-02): {columns, rows per column} of each column-major matrix, {batch, ...} for batched
+// GEMMs, {elements} or {rows, row elements} for collectives.
+TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t m = 1 + rng() % 500, n = 1 + rng() % 500, k = 1 + rng() % 500;
+    const int batch = 1 + static_cast<int>(rng() % 4);
+    db::Gemm g;
+    g.trans_a = static_cast<int>(rng() % 2);
+    g.trans_b = static_cast<int>(rng() % 2);
+    g.m = m; g.n = n; g.k = k;
+    const int64_t a_rows = g.trans_a ? k : m, a_cols = g.trans_a ? m : k;
+    const int64_t b_rows = g.trans_b ? n : k, b_cols = g.trans_b ? k : n;
+    g.lda = a_rows; g.ldb = b_rows; g.ldc = m; g.ldd = m;
+    g.batch_count = batch;
+    g.stride_a = a_rows * a_cols; g.stride_b = b_rows * b_cols; g.stride_c = g.stride_d = m * n;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+    g.a_addr = 0x1000; g.b_addr = 0x200000; g.c_addr = g.d_addr = 0x900000;
+    const auto specs = gemmOperandSpecs(g);
+    ASSERT_EQ(specs.size(), 3u);
+    auto expected = [&](int64_t rows, int64_t cols) {
+      return batch > 1 ? std::vector<int64_t>{batch, cols, rows} : std::vector<int64_t>{cols, rows};
+    };
+    EXPECT_EQ(specs[0].shape.toVector(), expected(a_rows, a_cols)) << "A, trial " << trial;
+    EXPECT_EQ(specs[1].shape.toVector(), expected(b_rows, b_cols)) << "B, trial " << trial;
+    EXPECT_EQ(specs[2].shape.toVector(), expected(m, n)) << "D, trial " << trial;
+    EXPECT_EQ(specs[2].shape.size(), batch > 1 ? 3u : 2u);
+    EXPECT_EQ(specs[2].shape[specs[2].shape.size() - 1], m);
+  }
+  db::Collective c;
+  c.op = db::CollOp::kAllReduce;
+  c.dtype = db::DType::kBF16;
+  c.count = 6 * 1024;
+  c.comm_nranks = 1;
+  c.send_addr = 0x10000;
+  c.recv_addr = 0x80000;
+  EXPECT_EQ(collectiveOperandSpecs(c, 0)[0].shape.toVector(), std::vector<int64_t>{6 * 1024});
+  EXPECT_EQ(collectiveOperandSpecs(c, 1024 * 2)[1].shape.toVector(),
+            (std::vector<int64_t>{6, 1024}));
+  EXPECT_EQ(OperandShape({1, 2, 3, 4}).toVector(), (std::vector<int64_t>{1, 2, 3}));  // 3 kept
+  EXPECT_EQ(OperandShape().toVector(), std::vector<int64_t>{});
 }
 
 TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
