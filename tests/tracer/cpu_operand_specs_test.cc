@@ -80,7 +80,7 @@ TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
 
 // The stored shapes the trace records for each operand (held inline since the third session of
 // 2026-12-02): {columns, rows per column} of each column-major matrix, {batch, ...} for batched
-// GEMMs, {elements} or {rows, row elements} for collectives.
+// GEMMs (a collective's are checked in CollectivesUseTheLastGemmRowWidth).
 TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
   std::mt19937 rng(std::random_device{}());
   for (int trial = 0; trial < 50; ++trial) {
@@ -108,16 +108,6 @@ TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
     EXPECT_EQ(specs[2].shape.size(), batch > 1 ? 3u : 2u);
     EXPECT_EQ(specs[2].shape[specs[2].shape.size() - 1], m);
   }
-  db::Collective c;
-  c.op = db::CollOp::kAllReduce;
-  c.dtype = db::DType::kBF16;
-  c.count = 6 * 1024;
-  c.comm_nranks = 1;
-  c.send_addr = 0x10000;
-  c.recv_addr = 0x80000;
-  EXPECT_EQ(collectiveOperandSpecs(c, 0)[0].shape.toVector(), std::vector<int64_t>{6 * 1024});
-  EXPECT_EQ(collectiveOperandSpecs(c, 1024 * 2)[1].shape.toVector(),
-            (std::vector<int64_t>{6, 1024}));
   EXPECT_EQ(OperandShape({1, 2, 3, 4}).toVector(), (std::vector<int64_t>{1, 2, 3}));  // 3 kept
   EXPECT_EQ(OperandShape().toVector(), std::vector<int64_t>{});
 }
@@ -170,9 +160,12 @@ TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
   EXPECT_EQ(specs[0].rows, 7);
   EXPECT_EQ(specs[1].role, db::OperandRole::kOutput);
   EXPECT_EQ(specs[1].bytes, 7u * 4096 * 2);
+  EXPECT_EQ(specs[0].shape.toVector(), (std::vector<int64_t>{7, 4096}));  // {rows, row elements}
+  EXPECT_EQ(specs[1].shape.toVector(), (std::vector<int64_t>{7, 4096}));
   // A width that does not divide the buffer: whole digests only.
   auto odd = collectiveOperandSpecs(c, 3000);
   EXPECT_EQ(odd[0].rows, 0);
+  EXPECT_EQ(odd[0].shape.toVector(), std::vector<int64_t>{7 * 4096});  // {elements}
   // AllGather receives nranks times what it sends; Send has no receive buffer.
   c.op = db::CollOp::kAllGather;
   auto ag = collectiveOperandSpecs(c, 0);
