@@ -16,6 +16,10 @@
 //   lane       a direct launch against the whole lane (memop; the helper launching each digest)
 //   contention a direct launch with the helper thread launching empty kernels on its own stream
 //              against one with it idle: whether two launching threads slow each other
+//   graph      a direct launch against cuGraphLaunch of a graph holding the same kernel alone
+//              (instantiated beforehand; kGraphs graphs used in turn, each storing its own word):
+//              whether a prepared graph launches for less than a kernel (the digest's parameters
+//              would then sit in a per-graph slot the host fills before the launch)
 // --gap-us N spins N microseconds between calls (the program's own work between GEMMs). No CUPTI
 // here: a direct launch also pays CUPTI's record (0.35-0.62 us measured by cupti_record_cost); the
 // memop has no kernel record. Checks that every digest stand-in stored its word (exit status 1 if
@@ -70,6 +74,7 @@ void spinFor(double us) {
 }
 
 constexpr int kSlots = 4096;  // lane slots: a word pair each; a request ring of as many
+constexpr int kGraphs = 64;   // graphs of the graph pass, each storing to its own word
 
 // Words in mapped host memory: the host can always release a wait on them.
 struct Words {
@@ -264,7 +269,53 @@ int main(int argc, char** argv) {
     return ns / o.calls - o.gap_us * 1000;
   };
 
+  // The graph pass's graphs: one storeDone node each, parameters fixed when instantiated.
+  Words graph_words(kGraphs);
+  std::vector<CUgraphExec> execs(kGraphs);
+  std::vector<unsigned long long> graph_values(kGraphs);
+  std::vector<CUdeviceptr> graph_targets(kGraphs);
+  for (int g = 0; g < kGraphs; ++g) {
+    graph_targets[g] = graph_words.dev + g * 8ull;
+    graph_values[g] = static_cast<unsigned long long>(g + 1);
+    void* args[] = {&graph_targets[g], &graph_values[g]};
+    CUgraph graph = nullptr;
+    CHECK_CU(cuGraphCreate(&graph, 0));
+    CUDA_KERNEL_NODE_PARAMS kp;
+    std::memset(&kp, 0, sizeof kp);
+    kp.func = reinterpret_cast<CUfunction>(store);
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CUgraphNode node = nullptr;
+    CHECK_CU(cuGraphAddKernelNode(&node, graph, nullptr, 0, &kp));
+    CHECK_CU(cuGraphInstantiate(&execs[g], graph, 0));
+    CHECK_CU(cuGraphDestroy(graph));
+  }
+  auto graphs = [&] {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.calls; ++i) {
+      CHECK_CU(cuGraphLaunch(execs[i % kGraphs], prog));
+      spinFor(o.gap_us);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    finish(nullptr);
+    return ns / o.calls - o.gap_us * 1000;
+  };
+
   std::vector<double> on, off;
+  alternate(
+      o.blocks, [&](bool with) { return with ? direct() : graphs(); }, on, off);
+  report("graph", "direct launch", "graph launch", on, off);
+  int graph_wrong = 0;
+  for (int g = 0; g < std::min(kGraphs, o.calls); ++g) {
+    if (graph_words.host[g] != static_cast<unsigned long long>(g + 1)) ++graph_wrong;
+  }
+  std::printf("graph: the %d graphs' words %s\n", std::min(kGraphs, o.calls),
+              graph_wrong == 0 ? "all stored" : "SOME NOT STORED");
+  for (CUgraphExec e : execs) cuGraphExecDestroy(e);
+
+  on.clear();
+  off.clear();
   alternate(
       o.blocks, [&](bool with) { return with ? direct() : memop(false); }, on, off);
   report("memop", "direct launch", "memop (helper idle)", on, off);
@@ -297,5 +348,5 @@ int main(int argc, char** argv) {
       on, off);
   helper.setMode(Helper::kIdle);
   report("contention", "direct launch, helper launching", "helper idle", on, off);
-  return wrong == 0 ? 0 : 1;
+  return wrong == 0 && graph_wrong == 0 ? 0 : 1;
 }
