@@ -336,11 +336,41 @@ cublasStatus_t missing(const char* name) {
 // only) and returns its token, `call()` forwards it; fingerprints around the forwarded call. With
 // DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
 // one inside it: their difference is everything the tracer does on a GEMM's thread.
+// With DETRACE_DIAG_TIMING=1 the gap from one outermost GEMM call's return to the next one's entry
+// on the thread is timed too (gemm_gap; stalls of kMaxGapNs or more, the pauses between loops,
+// left out), and all three sites are kept apart by whether a capture was on.
+class GemmGap {
+ public:
+  explicit GemmGap(bool on) : on_(on), capturing_(on && Session::get().capturing()) {
+    if (!on_) return;
+    const int64_t gap = diagNowNs() - t_exit_ns;
+    if (t_exit_ns != 0 && t_exit_capturing == capturing_ && gap < kMaxGapNs)
+      diagAdd(capturing_ ? DiagSite::kGemmGap : DiagSite::kGemmGapPaused, gap);
+  }
+  ~GemmGap() {
+    if (!on_) return;
+    t_exit_ns = diagNowNs();
+    t_exit_capturing = capturing_;
+  }
+  GemmGap(const GemmGap&) = delete;
+  GemmGap& operator=(const GemmGap&) = delete;
+  DiagSite wrapperSite() const { return capturing_ || !on_ ? DiagSite::kGemmWrapper : DiagSite::kGemmWrapperPaused; }
+  DiagSite callSite() const { return capturing_ || !on_ ? DiagSite::kGemmCall : DiagSite::kGemmCallPaused; }
+
+ private:
+  static constexpr int64_t kMaxGapNs = 20'000'000;
+  static inline thread_local int64_t t_exit_ns = 0;
+  static inline thread_local bool t_exit_capturing = false;
+  bool on_;
+  bool capturing_;
+};
+
 template <typename Record, typename Call>
 cublasStatus_t tracedGemm(Record&& record, Call&& call) {
   const bool outermost = t_gemm_depth == 0;
+  GemmGap gap(outermost && diagTimingOn());  // destroyed last: its exit time follows the whole call's
   std::optional<DiagScope> whole;
-  if (outermost) whole.emplace(DiagSite::kGemmWrapper);
+  if (outermost) whole.emplace(gap.wrapperSite());
   uint64_t token = 0;
   db::Gemm g;
   cudaStream_t stream = nullptr;
@@ -351,7 +381,7 @@ cublasStatus_t tracedGemm(Record&& record, Call&& call) {
     DepthScope depth;
     ParentScope scope(token);
     std::optional<DiagScope> forwarded;
-    if (outermost) forwarded.emplace(DiagSite::kGemmCall);
+    if (outermost) forwarded.emplace(gap.callSite());
     st = call();
   }
   prints.after(st == CUBLAS_STATUS_SUCCESS);

@@ -44,6 +44,10 @@ const char* siteName(int site) {
     case DiagSite::kMarker: return "marker";
     case DiagSite::kGemmWrapper: return "gemm_wrapper";
     case DiagSite::kGemmCall: return "gemm_call";
+    case DiagSite::kGemmGap: return "gemm_gap";
+    case DiagSite::kGemmWrapperPaused: return "gemm_wrapper_paused";
+    case DiagSite::kGemmCallPaused: return "gemm_call_paused";
+    case DiagSite::kGemmGapPaused: return "gemm_gap_paused";
     case DiagSite::kCount: break;
   }
   return "unknown";

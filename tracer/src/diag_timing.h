@@ -45,6 +45,13 @@ enum class DiagSite : int {
   kGemmWrapper,     // an interposed GEMM call, whole (outermost on its thread: record, forward,
                     // fingerprints, markers)
   kGemmCall,        // ... the forwarded cuBLAS/cuBLASLt call inside it
+  kGemmGap,         // from a GEMM call's return to the next GEMM call on its thread (the program's
+                    // own work between them: Python, other launches), both while capturing
+  // The same three while paused (`record --paused`, or between `attach stop` and `start`), so
+  // that one process toggled both ways says which part a capture slows.
+  kGemmWrapperPaused,
+  kGemmCallPaused,
+  kGemmGapPaused,
   kCount
 };
 
