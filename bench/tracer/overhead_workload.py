@@ -22,7 +22,9 @@ of the ratio run in the same process; which side goes first alternates from rep 
 result is the median of the per-rep ratios. Each timed
 loop also times its steps (a token of the decode loop, 500 launches of the launch loop): the
 per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
-the result, so a slowdown spread over every step can be told from a few long stalls.
+the result, so a slowdown spread over every step can be told from a few long stalls, and so do
+the main thread's CPU time, page faults and context switches per loop (medians, each side):
+whether capturing makes the program's thread work more, fault in fresh memory or block.
 With BENCH_PIN_MAIN=auto in the environment, the reps run with the launching (main) thread alone
 on the process's highest CPU and every other thread of the process (the tracer's, CUPTI's,
 torch's) kept off that CPU and its hyperthread siblings: whether the tracer's threads slow the
@@ -33,6 +35,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import threading
@@ -125,14 +128,29 @@ def no_gc():
         gc.enable()
 
 
-def timed(run, steps=None) -> float:
+USAGE_FIELDS = ("cpu_ms", "minflt", "majflt", "nvcsw", "nivcsw")
+
+
+def thread_usage() -> tuple:
+    """The calling thread's CPU time (ms), page faults (minor, major) and context switches
+    (voluntary: it blocked, on a lock or in the kernel; involuntary: preempted) so far."""
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return (time.thread_time() * 1e3, r.ru_minflt, r.ru_majflt, r.ru_nvcsw, r.ru_nivcsw)
+
+
+def timed(run, steps=None, usage=None) -> float:
+    """One loop's wall time; with `usage` (a list), appends the loop's thread_usage() deltas."""
     import torch
     torch.cuda.synchronize()
     with no_gc():
+        u0 = thread_usage()
         t0 = time.perf_counter()
         run() if steps is None else run(steps)
         torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        t = time.perf_counter() - t0
+        if usage is not None:
+            usage.append([b - a for a, b in zip(u0, thread_usage())])
+        return t
 
 
 def quantiles(xs) -> dict:
@@ -199,6 +217,11 @@ def threads_on(cpu: int) -> str:
     return f"threads besides main allowed on CPU {cpu} at the end: {shared or 'none'}"
 
 
+def usage_medians(loops) -> dict:
+    """Per field of USAGE_FIELDS, the median over timed loops (the main thread's counts)."""
+    return {f: statistics.median(u[i] for u in loops) for i, f in enumerate(USAGE_FIELDS)} if loops else {}
+
+
 def toggled(args, iters: int, run) -> None:
     pinned = pin_main_alone() if os.environ.get("BENCH_PIN_MAIN") == "auto" else ""
     def attach(*action: str) -> None:
@@ -207,11 +230,12 @@ def toggled(args, iters: int, run) -> None:
 
     off, on = [], []
     off_steps, on_steps = [], []  # every step of every timed loop, each side
+    off_usage, on_usage = [], []  # per timed loop: the main thread's faults and switches
     step_ratios = []  # per rep: median step capturing / median step paused
     def capturing(steps) -> float:
         attach("start", "--capture", args.toggle_capture)
         run()  # untimed: the first loop after a start meets new names and fresh buffers
-        t = timed(run, steps)
+        t = timed(run, steps, on_usage)
         attach("stop")
         run()  # untimed, as on the other side
         return t
@@ -221,11 +245,11 @@ def toggled(args, iters: int, run) -> None:
         # Which side goes first alternates (paused first in even reps), so that a drift of the
         # machine's speed within a rep does not favour one side.
         if rep % 2 == 0:
-            off.append(timed(run, a))
+            off.append(timed(run, a, off_usage))
             on.append(capturing(b))
         else:
             on.append(capturing(b))
-            off.append(timed(run, a))
+            off.append(timed(run, a, off_usage))
         off_steps += a
         on_steps += b
         step_ratios.append(statistics.median(b) / statistics.median(a))
@@ -240,7 +264,9 @@ def toggled(args, iters: int, run) -> None:
                                   "step_ratios": step_ratios,
                                   "paused_steps_us": quantiles(off_steps),
                                   "capturing_steps_us": quantiles(on_steps),
-                                  "pinned": pinned}),
+                                  "pinned": pinned,
+                                  "paused_usage": usage_medians(off_usage),
+                                  "capturing_usage": usage_medians(on_usage)}),
           flush=True)
 
 

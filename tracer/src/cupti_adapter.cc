@@ -984,6 +984,7 @@ void flusherLoop() {
     lk.unlock();
     {
       std::lock_guard turn(g_flush_call_mu);
+      DiagScope timing(DiagSite::kPeriodicFlush);
       g_cupti.flush_all(0);
       if (g_diag_teardown) logLine("teardown: %.3f ms: periodic flush", diagMs());
     }

@@ -48,6 +48,7 @@ const char* siteName(int site) {
     case DiagSite::kGemmWrapperPaused: return "gemm_wrapper_paused";
     case DiagSite::kGemmCallPaused: return "gemm_call_paused";
     case DiagSite::kGemmGapPaused: return "gemm_gap_paused";
+    case DiagSite::kPeriodicFlush: return "periodic_flush";
     case DiagSite::kCount: break;
   }
   return "unknown";

@@ -52,6 +52,7 @@ enum class DiagSite : int {
   kGemmWrapperPaused,
   kGemmCallPaused,
   kGemmGapPaused,
+  kPeriodicFlush,   // the flusher's cuptiActivityFlushAll every 100 ms (its thread)
   kCount
 };
 
