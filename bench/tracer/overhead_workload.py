@@ -24,7 +24,10 @@ loop also times its steps (a token of the decode loop, 500 launches of the launc
 per-rep ratio of median steps (steady against stalls) and each side's step quantiles come with
 the result, so a slowdown spread over every step can be told from a few long stalls, and so do
 the main thread's CPU time, page faults and context switches per loop (medians, each side):
-whether capturing makes the program's thread work more, fault in fresh memory or block.
+whether capturing makes the program's thread work more, fault in fresh memory or block; the
+other threads' CPU time per loop comes too (the tracer's work off the program's thread).
+--burn DUTY (no tracer) toggles the same way between loops alone and loops beside another
+process that spins DUTY of every 10 ms: what the machine charges the loop for CPU work elsewhere.
 With BENCH_PIN_MAIN=auto in the environment, the reps run with the launching (main) thread alone
 on the process's highest CPU and every other thread of the process (the tracer's, CUPTI's,
 torch's) kept off that CPU and its hyperthread siblings: whether the tracer's threads slow the
@@ -38,6 +41,7 @@ import os
 import resource
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -128,14 +132,18 @@ def no_gc():
         gc.enable()
 
 
-USAGE_FIELDS = ("cpu_ms", "minflt", "majflt", "nvcsw", "nivcsw")
+USAGE_FIELDS = ("cpu_ms", "others_cpu_ms", "minflt", "majflt", "nvcsw", "nivcsw")
 
 
 def thread_usage() -> tuple:
-    """The calling thread's CPU time (ms), page faults (minor, major) and context switches
-    (voluntary: it blocked, on a lock or in the kernel; involuntary: preempted) so far."""
+    """The calling thread's CPU time (ms), the CPU time of the process's other threads (ms: the
+    tracer's, CUPTI's, torch's), the calling thread's page faults (minor, major) and context
+    switches (voluntary: it blocked, on a lock or in the kernel; involuntary: preempted) so far."""
     r = resource.getrusage(resource.RUSAGE_THREAD)
-    return (time.thread_time() * 1e3, r.ru_minflt, r.ru_majflt, r.ru_nvcsw, r.ru_nivcsw)
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    mine = (r.ru_utime + r.ru_stime) * 1e3
+    return (time.thread_time() * 1e3, (a.ru_utime + a.ru_stime) * 1e3 - mine, r.ru_minflt,
+            r.ru_majflt, r.ru_nvcsw, r.ru_nivcsw)
 
 
 def timed(run, steps=None, usage=None) -> float:
@@ -222,11 +230,30 @@ def usage_medians(loops) -> dict:
     return {f: statistics.median(u[i] for u in loops) for i, f in enumerate(USAGE_FIELDS)} if loops else {}
 
 
+BURNER = """
+import sys, time
+duty, period = float(sys.argv[1]), 0.01
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < duty * period:
+        pass
+    time.sleep(period * (1 - duty))
+"""
+
+
 def toggled(args, iters: int, run) -> None:
     pinned = pin_main_alone() if os.environ.get("BENCH_PIN_MAIN") == "auto" else ""
+    burner = None
     def attach(*action: str) -> None:
-        subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
-                       stdout=subprocess.DEVNULL)
+        nonlocal burner
+        if args.burn is None:
+            subprocess.run([args.toggle, "attach", str(os.getpid()), *action], check=True,
+                           stdout=subprocess.DEVNULL)
+        elif action[0] == "start":  # --burn: another process's CPU work stands in for a capture
+            burner = subprocess.Popen([sys.executable, "-c", BURNER, str(args.burn)])
+        else:
+            burner.kill()
+            burner.wait()
 
     off, on = [], []
     off_steps, on_steps = [], []  # every step of every timed loop, each side
@@ -279,6 +306,9 @@ def main() -> None:
     p.add_argument("--kineto", action="store_true")
     p.add_argument("--toggle", metavar="DETRACE", help="detrace binary: time paused vs capturing")
     p.add_argument("--toggle-capture", default="meta", choices=["meta", "digest"])
+    p.add_argument("--burn", type=float, metavar="DUTY",
+                   help="no tracer: time loops alone against loops beside a process that spins "
+                        "DUTY of every 10 ms (what other CPU work on the machine costs the loop)")
     args = p.parse_args()
     iters = args.iters or (64 if args.workload == "decode" else 20000)
     if args.workload == "cxx":
@@ -288,7 +318,7 @@ def main() -> None:
     run = launch_loop(iters) if args.workload == "launch" else decode_loop(iters)
     run()  # warm-up: allocator, cuBLAS handles, kernels loaded
     torch.cuda.synchronize()
-    if args.toggle:
+    if args.toggle or args.burn is not None:
         toggled(args, iters, run)
         return
     prof = contextlib.nullcontext()
