@@ -371,7 +371,9 @@ std::optional<DiagRun> recordDiag(TempDir& tmp, const std::string& command) {
 
 // With DETRACE_DIAG_TIMING=1, gemm_wrapper times each outermost interposed GEMM call and gemm_call
 // the forwarded call inside it: one of each per GEMM, the forwarded call inside the whole one,
-// and the library op's recording inside the whole call too.
+// and the library op's recording inside the whole call too; gemm_gap the time from one GEMM call's
+// return to the next one's entry (8 gaps between 9 calls). All were made while capturing: none
+// lands on the paused sites.
 TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
   TempDir tmp;
   auto d = recordDiag(tmp, fmt::format("{}/tests/cublas_seam_app", DETRACE_BINARY_DIR));
@@ -382,6 +384,10 @@ TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
   EXPECT_GT(d->stat("diag_gemm_call_ns"), 0);
   EXPECT_GE(d->stat("diag_gemm_wrapper_ns"),
             d->stat("diag_gemm_call_ns") + d->stat("diag_library_op_ns"));
+  EXPECT_EQ(d->stat("diag_gemm_gap_calls"), 8);
+  EXPECT_GT(d->stat("diag_gemm_gap_ns"), 0);
+  for (const char* paused : {"wrapper", "call", "gap"})
+    EXPECT_EQ(d->stat(fmt::format("diag_gemm_{}_paused_calls", paused)), -1) << paused;
 }
 
 // DETRACE_DIAG_TIMING=1 times detrace's own code per site on the program's threads: each site
