@@ -332,13 +332,10 @@ cublasStatus_t missing(const char* name) {
   return CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
-// One interposed GEMM call: `record(g, stream)` records it (outermost GEMM call of the thread
-// only) and returns its token, `call()` forwards it; fingerprints around the forwarded call. With
-// DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
-// one inside it: their difference is everything the tracer does on a GEMM's thread.
-// With DETRACE_DIAG_TIMING=1 the gap from one outermost GEMM call's return to the next one's entry
-// on the thread is timed too (gemm_gap; stalls of kMaxGapNs or more, the pauses between loops,
-// left out), and all three sites are kept apart by whether a capture was on.
+// With DETRACE_DIAG_TIMING=1, the gap from one outermost GEMM call's return to the next one's
+// entry on the thread (gemm_gap: the program's own work between GEMMs; gaps of kMaxGapNs or more,
+// the pauses between loops, left out), and which sites a GEMM call's timings go to: apart while
+// paused and while capturing, so that one toggled process says which part a capture slows.
 class GemmGap {
  public:
   explicit GemmGap(bool on) : on_(on), capturing_(on && Session::get().capturing()) {
@@ -354,8 +351,12 @@ class GemmGap {
   }
   GemmGap(const GemmGap&) = delete;
   GemmGap& operator=(const GemmGap&) = delete;
-  DiagSite wrapperSite() const { return capturing_ || !on_ ? DiagSite::kGemmWrapper : DiagSite::kGemmWrapperPaused; }
-  DiagSite callSite() const { return capturing_ || !on_ ? DiagSite::kGemmCall : DiagSite::kGemmCallPaused; }
+  DiagSite wrapperSite() const {
+    return capturing_ || !on_ ? DiagSite::kGemmWrapper : DiagSite::kGemmWrapperPaused;
+  }
+  DiagSite callSite() const {
+    return capturing_ || !on_ ? DiagSite::kGemmCall : DiagSite::kGemmCallPaused;
+  }
 
  private:
   static constexpr int64_t kMaxGapNs = 20'000'000;
@@ -365,10 +366,14 @@ class GemmGap {
   bool capturing_;
 };
 
+// One interposed GEMM call: `record(g, stream)` records it (outermost GEMM call of the thread
+// only) and returns its token, `call()` forwards it; fingerprints around the forwarded call. With
+// DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
+// one inside it: their difference is everything the tracer does on a GEMM's thread.
 template <typename Record, typename Call>
 cublasStatus_t tracedGemm(Record&& record, Call&& call) {
   const bool outermost = t_gemm_depth == 0;
-  GemmGap gap(outermost && diagTimingOn());  // destroyed last: its exit time follows the whole call's
+  GemmGap gap(outermost && diagTimingOn());  // destroyed last: its exit time ends the whole call
   std::optional<DiagScope> whole;
   if (outermost) whole.emplace(gap.wrapperSite());
   uint64_t token = 0;
