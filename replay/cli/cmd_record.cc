@@ -1,6 +1,7 @@
 // detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest|full] [--capture-ops LIST]
 //                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B]
-//                [--deep WINDOW] [--paused] [--launch-callbacks] -- COMMAND...
+//                [--deep WINDOW] [--paused] [--launch-callbacks] [--row-digests all|tokens]
+//                -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -47,6 +48,9 @@ constexpr const char* kRecordFooter =
     "      after them; diff two such runs to name the kernel where they part)\n"
     "  detrace record --paused -o runP -- python serve.py &   then   detrace attach runP start\n"
     "      (dormant until attached: see detrace attach --help)\n"
+    "  detrace record -o runT --row-digests tokens -- python serve.py\n"
+    "      (per-row digests of token rows only: a much smaller trace; runs compared by detrace diff\n"
+    "      should be recorded with the same --row-digests, since A's whole digest differs)\n"
     "\n"
     "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[-B][+K]: the Nth launch,\n"
     "from 0, of a kernel whose name contains NAME, the K launches after it (K = 31 if left out)\n"
@@ -110,6 +114,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     int64_t max_capture_bytes = 0;
     bool paused = false;
     bool launch_callbacks = false;
+    std::string row_digests = "all";
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -151,6 +156,13 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                 "Follow every kernel launch through CUPTI's launch callbacks (launch API, CPU launch "
                 "time, exact parents with many launching threads) instead of placing kernels by "
                 "correlation id; costs more per launch (see below)");
+  cmd->add_option("--row-digests", opts->row_digests,
+                  "Which GEMM operands get per-row digests besides their whole digest: all (A too: "
+                  "in PyTorch's calls the weight, whose rows are most of a digest trace's bytes) or "
+                  "tokens (only B, C and D, whose rows are tokens; the diff's batch rows need no "
+                  "more). Collectives are not affected")
+      ->check(CLI::IsMember({"all", "tokens"}))
+      ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -175,6 +187,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.deep = opts->deep;
       options.paused = opts->paused;
       options.launch_callbacks = opts->launch_callbacks;
+      options.row_digests = opts->row_digests;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

@@ -148,12 +148,36 @@ struct Gathered {
   bool fingerprinted_a = false, fingerprinted_b = false;
 };
 
+// A metadata value of a rank's trace, `fallback` where it has none.
+std::string metaOr(const db::TraceReader& r, const char* key, const char* fallback) {
+  auto it = r.meta().find(key);
+  return it == r.meta().end() ? fallback : it->second;
+}
+
+// Runs fingerprinted under different --row-digests cannot be compared: a GEMM's A operand has its
+// whole digest hashed from its row digests under one and from its bytes under the other, so every
+// A would differ. (Traces from before the option have no value: they fingerprinted every row.)
+Status sameRowDigests(const db::TraceReader& a, const db::TraceReader& b, int32_t rank) {
+  const bool fingerprinted =
+      metaOr(a, "capture", "digest") != "meta" && metaOr(b, "capture", "digest") != "meta";
+  const std::string rows_a = metaOr(a, "row_digests", "all");
+  const std::string rows_b = metaOr(b, "row_digests", "all");
+  if (!fingerprinted || rows_a == rows_b) return Status::ok();
+  return makeError(ErrorCode::kInvalidArgument,
+                   "rank {}: run A was recorded with --row-digests {} and run B with --row-digests "
+                   "{}; a GEMM's A operand is fingerprinted differently under each (from its row "
+                   "digests, or from its bytes alone), so the runs' digests cannot be compared. "
+                   "Record both runs with the same --row-digests",
+                   rank, rows_a, rows_b);
+}
+
 // Diffs one rank present in both runs into `out`.
 Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
                    const DiffOptions& options, std::optional<KeyOptions>& keys, RunDiff& out,
                    Gathered& g) {
   DETRACE_ASSIGN_OR_RETURN(auto ra, run_a.openRank(rank));
   DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rank));
+  DETRACE_RETURN_IF_ERROR(sameRowDigests(*ra, *rb, rank));
   if (!keys) {
     DETRACE_ASSIGN_OR_RETURN(keys, keyOptions(*ra, *rb, options, out.batch_mode));
   }

@@ -26,13 +26,17 @@ struct Plant {
 
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
 // (+ its kernel). The hidden state's fingerprint flows through; `plant` perturbs one spot.
-void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed, Plant plant) {
+// `row_digests`: the --row-digests the traces say they were recorded with (nullptr: none said,
+// as in traces from before the option).
+void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed, Plant plant,
+                const char* row_digests = nullptr) {
   std::vector<std::unique_ptr<db::TraceWriter>> w;
   std::vector<uint64_t> h(static_cast<size_t>(world));
   for (int32_t r = 0; r < world; ++r) {
     auto wr = db::TraceWriter::create(fmt::format("{}/proc-{}.dtrace", dir, 100 + r));
     ASSERT_TRUE(wr.isOk());
     (*wr)->setRank({r, world, r, r, 100 + r, "h", "GPU", ""});
+    if (row_digests != nullptr) (*wr)->setMeta("row_digests", row_digests);
     w.push_back(std::move(*wr));
     h[static_cast<size_t>(r)] = mix(seed, 7);  // the same prompt on every rank
   }
@@ -142,6 +146,40 @@ TEST(Diff, IdenticalRunsAreIdentical) {
     EXPECT_EQ(r.counts.at(PairStatus::kIdentical), r.events_a);
   }
   EXPECT_NE(formatDiff(d, {}).find("IDENTICAL"), std::string::npos);
+}
+
+// Runs fingerprinted under different --row-digests are refused with a message that says how to
+// record them; the same setting (or a trace from before the option, which fingerprinted every
+// row, against "all") compares as usual.
+TEST(Diff, RunsRecordedWithDifferentRowDigestsAreRefused) {
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  struct Case {
+    const char* a;
+    const char* b;
+    bool refused;
+  };
+  for (const Case& c : {Case{"all", "tokens", true}, Case{nullptr, "tokens", true},
+                        Case{"tokens", "tokens", false}, Case{nullptr, "all", false}}) {
+    SCOPED_TRACE(fmt::format("{} against {}", c.a ? c.a : "(none)", c.b));
+    TempDir a, b;
+    writeModel(a.path().string(), 2, 3, seed, {}, c.a);
+    writeModel(b.path().string(), 2, 3, seed, {}, c.b);
+    auto ra = db::Run::open(a.path().string());
+    auto rb = db::Run::open(b.path().string());
+    ASSERT_TRUE(ra.isOk() && rb.isOk());
+    auto d = diffRuns(*ra, *rb);
+    if (c.refused) {
+      ASSERT_FALSE(d.isOk());
+      EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(d.status().message().find("Record both runs with the same --row-digests"),
+                std::string::npos)
+          << d.status().message();
+    } else {
+      ASSERT_TRUE(d.isOk()) << d.status().message();
+      EXPECT_TRUE(d->identical());
+    }
+  }
 }
 
 TEST(Diff, GemmAlgorithmChangeIsKernelSelectionOnTheRightRank) {

@@ -112,6 +112,44 @@ TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
   EXPECT_EQ(OperandShape().toVector(), std::vector<int64_t>{});
 }
 
+// --row-digests tokens: rows only where the stored columns are the output's (the tokens): B when
+// not transposed, C and D. A and a transposed B keep their whole extent, shape and everything
+// else, with no rows; with the default (all) every operand keeps its rows as before.
+TEST(OperandSpecs, TokenRowsOnlyLeaveAAndTransposedBWhole) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 100; ++trial) {
+    const int64_t m = 1 + rng() % 400, n = 1 + rng() % 400, k = 1 + rng() % 400;
+    db::Gemm g;
+    g.trans_a = static_cast<int>(rng() % 2);
+    g.trans_b = static_cast<int>(rng() % 2);
+    g.m = m; g.n = n; g.k = k;
+    g.lda = (g.trans_a ? k : m) + static_cast<int64_t>(rng() % 3);
+    g.ldb = (g.trans_b ? n : k) + static_cast<int64_t>(rng() % 3);
+    g.ldc = g.ldd = m + static_cast<int64_t>(rng() % 3);
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
+    g.a_addr = 0x1000; g.b_addr = 0x400000; g.c_addr = 0x800000; g.d_addr = 0xc00000;
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": m " << m << " n " << n << " k "
+                                      << k << " ta " << g.trans_a << " tb " << g.trans_b);
+    const auto all = gemmOperandSpecs(g);
+    const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens);
+    ASSERT_EQ(all.size(), 4u);
+    ASSERT_EQ(tokens.size(), 4u);
+    EXPECT_EQ(all[0].rows, g.trans_a ? m : k) << "all: A keeps its stored columns as rows";
+    EXPECT_EQ(all[1].rows, g.trans_b ? k : n);
+    for (size_t i = 0; i < 4; ++i) {
+      const bool whole = i == 0 || (i == 1 && g.trans_b);
+      EXPECT_EQ(tokens[i].name, all[i].name);
+      EXPECT_EQ(tokens[i].bytes, all[i].bytes) << all[i].name;
+      EXPECT_EQ(tokens[i].address, all[i].address);
+      EXPECT_EQ(tokens[i].shape.toVector(), all[i].shape.toVector());
+      EXPECT_EQ(tokens[i].rows, whole ? 0 : all[i].rows) << all[i].name;
+      EXPECT_EQ(tokens[i].row_bytes, whole ? 0 : all[i].row_bytes) << all[i].name;
+      EXPECT_EQ(tokens[i].row_stride, whole ? 0 : all[i].row_stride) << all[i].name;
+    }
+    EXPECT_EQ(tokens[3].rows, n) << "D: one row per token";
+  }
+}
+
 TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
   std::mt19937 rng(std::random_device{}());
   for (int trial = 0; trial < 200; ++trial) {

@@ -91,6 +91,13 @@ TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
   ASSERT_TRUE(manifest.isOk());
   EXPECT_EQ(manifest->options.at("capture_range"), "4:9");
   EXPECT_EQ(manifest->options.at("window"), "steps:1:3");
+  EXPECT_EQ(manifest->options.at("row_digests"), "all");
+  Output tokens = sh(fmt::format("{} record -o {} --row-digests tokens -- /bin/sh -c "
+                                 "'echo \"[$DETRACE_ROW_DIGESTS]\"'",
+                                 detrace(), tmp.file("tokens")));
+  EXPECT_EQ(tokens.status, 0) << tokens.out;
+  EXPECT_NE(tokens.out.find("[tokens]"), std::string::npos) << tokens.out;
+  EXPECT_EQ(db::readManifest(tmp.file("tokens"))->options.at("row_digests"), "tokens");
 }
 
 // Capture options are checked before anything starts, with a message that says what to write.
@@ -111,6 +118,7 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--deep ops:4:6 --paused", "cannot be combined with --paused"},
       {"--window launches:x", "--window:"},
       {"--window kernel:racy@2-4", "cannot look back"},
+      {"--row-digests weights", "--row-digests"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));
@@ -388,6 +396,25 @@ TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
   EXPECT_GT(d->stat("diag_gemm_gap_ns"), 0);
   for (const char* paused : {"wrapper", "call", "gap"})
     EXPECT_EQ(d->stat(fmt::format("diag_gemm_{}_paused_calls", paused)), -1) << paused;
+}
+
+// Each trace says which --row-digests it was recorded with (diff refuses to compare runs that
+// differ), "all" by default.
+TEST(RecordSeam, TheTraceSaysWhichRowDigestsItWasRecordedWith) {
+  TempDir tmp;
+  for (const char* rows : {"", "tokens", "all"}) {
+    const std::string run = tmp.file(fmt::format("run-{}", rows));
+    Output o = sh(fmt::format("{} record -o {} {}{} -- {}/tests/cublas_seam_app", detrace(), run,
+                              *rows ? "--row-digests " : "", rows, DETRACE_BINARY_DIR));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto r = db::Run::open(run);
+    ASSERT_TRUE(r.isOk() && !r->ranks().empty()) << o.out;
+    auto reader = r->openRank(r->ranks().front().rank);
+    ASSERT_TRUE(reader.isOk());
+    const auto& meta = (*reader)->meta();
+    ASSERT_TRUE(meta.count("row_digests")) << rows;
+    EXPECT_EQ(meta.at("row_digests"), *rows ? rows : "all");
+  }
 }
 
 // DETRACE_DIAG_TIMING=1 times detrace's own code per site on the program's threads: each site

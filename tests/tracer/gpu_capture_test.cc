@@ -158,6 +158,46 @@ TEST(TracerCapture, NvtxRangesAndFullCopiesMatchTheProgram) {
   EXPECT_EQ((*stats)["captures_skipped_budget"], 0);
 }
 
+// --row-digests tokens: A (whose stored columns run along k, not the tokens) gets its whole digest
+// alone, the CPU twin's digest of its copied bytes; B and D keep their rows, equal to the twin's.
+TEST(TracerCapture, TokenRowDigestsLeaveAWhole) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recorded r;
+  ASSERT_NO_FATAL_FAILURE(
+      recordApp(tmp.file("run"), "--capture full --capture-ops gemm --row-digests tokens", r));
+  EXPECT_EQ(r.reader->metaValue("row_digests"), "tokens");
+  auto gemms = r.reader->gemms();
+  ASSERT_TRUE(gemms.isOk());
+  ASSERT_EQ(gemms->size(), 2u);
+  for (const auto& [seq, g] : *gemms) {
+    auto ops = r.reader->operands(seq);
+    ASSERT_TRUE(ops.isOk());
+    std::map<std::string, int> seen;
+    for (const db::Operand& o : *ops) {
+      const std::string name = r.reader->str(o.name);
+      ++seen[name];
+      ASSERT_TRUE(o.has_digest) << name;
+      ASSERT_GT(o.capture_bytes, 0) << name << " of GEMM " << seq << " was not copied";
+      auto bytes = r.reader->captureBytes(o.id);
+      ASSERT_TRUE(bytes.isOk()) << bytes.status().message();
+      std::vector<uint64_t> rows;
+      EXPECT_EQ(cpuDigest(o, *bytes, rows), o.digest) << name << ": GPU digest != CPU twin";
+      if (name == "A") {
+        EXPECT_EQ(o.rows, 0) << "A: whole digest only";
+        EXPECT_TRUE(o.row_digests.empty());
+        EXPECT_EQ(o.digest, kernels::digestCpu(bytes->data(), bytes->size()));
+      } else {
+        EXPECT_GT(o.rows, 0) << name << ": token rows kept";
+        EXPECT_EQ(rows, o.row_digests) << name;
+      }
+    }
+    EXPECT_EQ(seen["A"], 1);
+    EXPECT_EQ(seen["B"], 1);
+    EXPECT_GE(seen["D"], 1);
+  }
+}
+
 TEST(TracerCapture, CaptureRangeCopiesOnlyTheChosenOps) {
   DETRACE_REQUIRE_GPU();
   testing::TempDir tmp;

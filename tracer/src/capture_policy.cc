@@ -208,6 +208,17 @@ const char* captureLevelName(CaptureLevel level) {
   return "digest";
 }
 
+Result<RowDigests> parseRowDigests(const std::string& text) {
+  if (text == "all") return RowDigests::kAll;
+  if (text == "tokens") return RowDigests::kTokens;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "--row-digests {}: use all (every GEMM operand per row, weights included) or "
+                   "tokens (only the operands whose rows are tokens: B, C and D of PyTorch's calls)",
+                   text);
+}
+
+const char* rowDigestsName(RowDigests rows) { return rows == RowDigests::kTokens ? "tokens" : "all"; }
+
 bool CapturePolicy::isStep(const char* text) const {
   return text != nullptr && !step_prefix.empty() &&
          strncasecmp(text, step_prefix.c_str(), step_prefix.size()) == 0;
@@ -245,6 +256,9 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
     }
   }
   if (const char* v = env("DETRACE_STEP_PREFIX")) p.step_prefix = v;
+  if (const char* v = env("DETRACE_ROW_DIGESTS")) {
+    if (auto r = parseRowDigests(v); r.isOk()) p.row_digests = *r; else note(r.status());
+  }
   return p;
 }
 

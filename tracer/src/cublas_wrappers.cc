@@ -298,7 +298,7 @@ class GemmFingerprints {
     // GEMM's thread about a microsecond), and no row width for the next collective's digests.
     if (token_ != 0 && !Fingerprinter::get().enabled()) token_ = 0;
     if (token_ == 0) return;
-    specs_ = gemmOperandSpecs(g);
+    specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     all_after_ = fingerprintAllAfter(stream_, specs_);
     if (!all_after_) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
     for (const OperandSpec& s : specs_) {

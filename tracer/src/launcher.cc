@@ -266,6 +266,7 @@ Status checkCaptureOptions(const RecordOptions& options) {
                      "full copies; add --capture full");
   }
   if (!options.capture_ops.empty()) DETRACE_RETURN_IF_ERROR(parseOpFilter(options.capture_ops).status());
+  DETRACE_RETURN_IF_ERROR(parseRowDigests(options.row_digests).status());
   if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
   if (!options.window.empty()) {
     auto w = parseWindow(options.window);
@@ -348,6 +349,7 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (!options.deep.empty()) env.push_back("DETRACE_DEEP=" + options.deep);
   if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
   if (options.launch_callbacks) env.push_back("DETRACE_LAUNCH_CALLBACKS=1");
+  env.push_back("DETRACE_ROW_DIGESTS=" + options.row_digests);
   return env;
 }
 
@@ -384,6 +386,7 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},
                       {"launch_callbacks", options.launch_callbacks ? "true" : "false"},
+                      {"row_digests", options.row_digests},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 

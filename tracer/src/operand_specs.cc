@@ -28,9 +28,12 @@ OperandSpec columnMajor(int32_t slot, const char* name, db::OperandRole role, db
   return s;
 }
 
+// Leaves an operand its whole digest alone.
+void dropRows(OperandSpec& s) { s.rows = s.row_bytes = s.row_stride = 0; }
+
 }  // namespace
 
-std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g) {
+std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g, RowDigests rows) {
   using db::OperandRole;
   std::vector<OperandSpec> out;
   out.reserve(4);
@@ -49,6 +52,10 @@ std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g) {
                               static_cast<uint64_t>(g.d_addr), g.m, g.n, g.ldd, g.batch_count,
                               g.stride_d);
   out.push_back(std::move(d));
+  if (rows == RowDigests::kTokens) {
+    dropRows(out[0]);                  // A: its columns run along k or m, never the tokens
+    if (g.trans_b) dropRows(out[1]);   // B^T: stored n x k, its columns run along k
+  }
   std::erase_if(out, [](const OperandSpec& s) { return s.bytes == 0; });
   return out;
 }

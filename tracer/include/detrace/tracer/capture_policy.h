@@ -9,6 +9,7 @@
 //   --window UNIT:A:B                DETRACE_WINDOW          steps, ops or launches A <= i < B
 //   --deep WINDOW                    DETRACE_DEEP            the deep window (same forms as --window,
 //                                                            plus kernel:NAME@N[-B][+K])
+//   --row-digests all|tokens         DETRACE_ROW_DIGESTS     which GEMM operands get per-row digests
 //
 // Library ops (GEMMs and collectives) are numbered per process from 0 in call order: that index
 // is the `op` column of `detrace info --ops` and the diff report's "library op #i". A step is an
@@ -82,6 +83,16 @@ const char* captureLevelName(CaptureLevel level);
 
 inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
 
+// Which of a GEMM's operands get per-row digests besides their whole digest. kAll: every operand
+// whose stored columns are evenly spaced, A's too (in PyTorch's calls A is the weight, and its
+// "rows" are weight rows: most of a digest trace's bytes, 23,552 row digests per token of a small
+// Qwen2). kTokens: only the operands whose stored columns are the output's columns, the tokens
+// (B when not transposed, C, D); A, and B when transposed, get their whole digest alone.
+// Collectives are not affected.
+enum class RowDigests { kAll, kTokens };
+Result<RowDigests> parseRowDigests(const std::string& text);
+const char* rowDigestsName(RowDigests rows);
+
 struct CapturePolicy {
   CaptureLevel level = CaptureLevel::kDigest;
   OpFilter ops;
@@ -94,6 +105,7 @@ struct CapturePolicy {
   bool deep = false;
   RecordWindow deep_window;
   std::string step_prefix = "step";
+  RowDigests row_digests = RowDigests::kAll;
 
   // Whether library op number `op_index` (a GEMM or a collective named `name`) gets copies.
   bool capturesOp(int64_t op_index, bool is_gemm, const std::string& name) const {

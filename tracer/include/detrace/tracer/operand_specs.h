@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "detrace/db/records.h"
+#include "detrace/tracer/capture_policy.h"
 
 namespace detrace::tracer {
 
@@ -51,7 +52,9 @@ struct OperandSpec {
 // output. A "row" is one stored column: contiguous, ld elements apart. In PyTorch's
 // y = x W^T, cuBLAS computes y^T = W x^T, so the columns of B and D are tokens and those of A are
 // weight rows. Batched GEMMs get whole-extent digests, and rows only when batches are packed.
-std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm);
+// With RowDigests::kTokens, A and a transposed B (whose stored columns are not the output's
+// columns) get no rows: their whole digest alone.
+std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows = RowDigests::kAll);
 
 // NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
 // last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
