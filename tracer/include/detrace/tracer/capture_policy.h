@@ -87,8 +87,9 @@ inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
 // whose stored columns are evenly spaced, A's too (in PyTorch's calls A is the weight, and its
 // "rows" are weight rows: most of a digest trace's bytes, 23,552 row digests per token of a small
 // Qwen2). kTokens: only the operands whose stored columns are the output's columns, the tokens
-// (B when not transposed, C, D); A, and B when transposed, get their whole digest alone.
-// Collectives are not affected.
+// (B when not transposed, C, D); A, and B when transposed, get their whole digest alone, of their
+// whole extent (first to last byte, any padding between columns included). Collectives are not
+// affected.
 enum class RowDigests { kAll, kTokens };
 Result<RowDigests> parseRowDigests(const std::string& text);
 const char* rowDigestsName(RowDigests rows);
