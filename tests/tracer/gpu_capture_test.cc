@@ -88,6 +88,21 @@ std::vector<uint8_t> bytesOf(const std::vector<float>& v) {
   return b;
 }
 
+// The operands of each of the app's two GEMMs, in call order.
+std::vector<std::vector<db::Operand>> gemmOperands(const Recorded& r) {
+  std::vector<std::vector<db::Operand>> out;
+  auto gemms = r.reader->gemms();
+  EXPECT_TRUE(gemms.isOk());
+  if (!gemms.isOk()) return out;
+  EXPECT_EQ(gemms->size(), 2u);
+  for (const auto& [seq, g] : *gemms) {
+    auto ops = r.reader->operands(seq);
+    EXPECT_TRUE(ops.isOk()) << "operands of GEMM " << seq;
+    if (ops.isOk()) out.push_back(std::move(*ops));
+  }
+  return out;
+}
+
 std::vector<std::string> markerNames(const Recorded& r, db::MarkerKind kind) {
   std::vector<std::string> names;
   for (const db::Event& e : r.events) {
@@ -127,21 +142,18 @@ TEST(TracerCapture, NvtxRangesAndFullCopiesMatchTheProgram) {
   auto a = pattern(kM * kK, 97, 0.25f, 0.0f), b = pattern(kK * kN, 89, 0.5f, -3.0f);
   std::map<std::string, std::vector<uint8_t>> expected = {
       {"A", bytesOf(a)}, {"B", bytesOf(b)}, {"D", bytesOf(product(a, b))}};
-  auto gemms = r.reader->gemms();
-  ASSERT_TRUE(gemms.isOk());
-  ASSERT_EQ(gemms->size(), 2u);
-  for (const auto& [seq, g] : *gemms) {
-    auto ops = r.reader->operands(seq);
-    ASSERT_TRUE(ops.isOk());
+  const auto gemms = gemmOperands(r);
+  ASSERT_EQ(gemms.size(), 2u);
+  for (const std::vector<db::Operand>& ops : gemms) {
     std::map<std::string, int> seen;
-    for (const db::Operand& o : *ops) {
+    for (const db::Operand& o : ops) {
       std::string name = r.reader->str(o.name);
       if (!expected.count(name)) continue;
       ++seen[name];
-      ASSERT_GT(o.capture_bytes, 0) << name << " of GEMM " << seq << " was not copied";
+      ASSERT_GT(o.capture_bytes, 0) << name << " of GEMM " << o.seq << " was not copied";
       auto bytes = r.reader->captureBytes(o.id);
       ASSERT_TRUE(bytes.isOk()) << bytes.status().message();
-      EXPECT_EQ(*bytes, expected[name]) << name << " of GEMM " << seq;
+      EXPECT_EQ(*bytes, expected[name]) << name << " of GEMM " << o.seq;
       std::vector<uint64_t> rows;
       EXPECT_EQ(cpuDigest(o, *bytes, rows), o.digest) << name << ": GPU digest != CPU twin";
       if (o.rows > 0) {
@@ -167,18 +179,15 @@ TEST(TracerCapture, TokenRowDigestsLeaveAWhole) {
   ASSERT_NO_FATAL_FAILURE(
       recordApp(tmp.file("run"), "--capture full --capture-ops gemm --row-digests tokens", r));
   EXPECT_EQ(r.reader->metaValue("row_digests"), "tokens");
-  auto gemms = r.reader->gemms();
-  ASSERT_TRUE(gemms.isOk());
-  ASSERT_EQ(gemms->size(), 2u);
-  for (const auto& [seq, g] : *gemms) {
-    auto ops = r.reader->operands(seq);
-    ASSERT_TRUE(ops.isOk());
+  const auto gemms = gemmOperands(r);
+  ASSERT_EQ(gemms.size(), 2u);
+  for (const std::vector<db::Operand>& ops : gemms) {
     std::map<std::string, int> seen;
-    for (const db::Operand& o : *ops) {
+    for (const db::Operand& o : ops) {
       const std::string name = r.reader->str(o.name);
       ++seen[name];
       ASSERT_TRUE(o.has_digest) << name;
-      ASSERT_GT(o.capture_bytes, 0) << name << " of GEMM " << seq << " was not copied";
+      ASSERT_GT(o.capture_bytes, 0) << name << " of GEMM " << o.seq << " was not copied";
       auto bytes = r.reader->captureBytes(o.id);
       ASSERT_TRUE(bytes.isOk()) << bytes.status().message();
       std::vector<uint64_t> rows;
