@@ -148,20 +148,16 @@ struct Gathered {
   bool fingerprinted_a = false, fingerprinted_b = false;
 };
 
-// A metadata value of a rank's trace, `fallback` where it has none.
-std::string metaOr(const db::TraceReader& r, const char* key, const char* fallback) {
-  auto it = r.meta().find(key);
-  return it == r.meta().end() ? fallback : it->second;
-}
-
 // Runs fingerprinted under different --row-digests cannot be compared: a GEMM's A operand has its
 // whole digest hashed from its row digests under one and from its bytes under the other, so every
 // A would differ. (Traces from before the option have no value: they fingerprinted every row.)
 Status sameRowDigests(const db::TraceReader& a, const db::TraceReader& b, int32_t rank) {
-  const bool fingerprinted =
-      metaOr(a, "capture", "digest") != "meta" && metaOr(b, "capture", "digest") != "meta";
-  const std::string rows_a = metaOr(a, "row_digests", "all");
-  const std::string rows_b = metaOr(b, "row_digests", "all");
+  auto rows = [](const db::TraceReader& r) {
+    std::string v = r.metaValue("row_digests");
+    return v.empty() ? std::string("all") : v;
+  };
+  const bool fingerprinted = a.metaValue("capture") != "meta" && b.metaValue("capture") != "meta";
+  const std::string rows_a = rows(a), rows_b = rows(b);
   if (!fingerprinted || rows_a == rows_b) return Status::ok();
   return makeError(ErrorCode::kInvalidArgument,
                    "rank {}: run A was recorded with --row-digests {} and run B with --row-digests "
