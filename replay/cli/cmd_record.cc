@@ -48,9 +48,9 @@ constexpr const char* kRecordFooter =
     "      after them; diff two such runs to name the kernel where they part)\n"
     "  detrace record --paused -o runP -- python serve.py &   then   detrace attach runP start\n"
     "      (dormant until attached: see detrace attach --help)\n"
-    "  detrace record -o runT --row-digests tokens -- python serve.py\n"
-    "      (per-row digests of token rows only: a much smaller trace; runs compared by detrace diff\n"
-    "      should be recorded with the same --row-digests, since A's whole digest differs)\n"
+    "  detrace record -o runW --row-digests all -- python serve.py\n"
+    "      (per-row digests of every GEMM operand, the weights' too: a trace about three times\n"
+    "      larger; detrace diff compares only runs recorded with the same --row-digests)\n"
     "\n"
     "Deep window (--deep WINDOW; the forms of --window, or kernel:NAME@N[-B][+K]: the Nth launch,\n"
     "from 0, of a kernel whose name contains NAME, the K launches after it (K = 31 if left out)\n"
@@ -114,7 +114,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     int64_t max_capture_bytes = 0;
     bool paused = false;
     bool launch_callbacks = false;
-    std::string row_digests = "all";
+    std::string row_digests = "tokens";
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -157,10 +157,10 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                 "time, exact parents with many launching threads) instead of placing kernels by "
                 "correlation id; costs more per launch (see below)");
   cmd->add_option("--row-digests", opts->row_digests,
-                  "Which GEMM operands get per-row digests besides their whole digest: all (A too: "
-                  "in PyTorch's calls the weight, whose rows are most of a digest trace's bytes) or "
-                  "tokens (only B, C and D, whose rows are tokens; the diff's batch rows need no "
-                  "more). Collectives are not affected")
+                  "Which GEMM operands get per-row digests besides their whole digest: tokens "
+                  "(only B, C and D, whose rows are tokens; all the diff's batch rows use) or all "
+                  "(A too: in PyTorch's calls the weight, whose rows are most of a digest trace's "
+                  "bytes). Collectives are not affected")
       ->check(CLI::IsMember({"all", "tokens"}))
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");

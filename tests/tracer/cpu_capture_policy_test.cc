@@ -108,7 +108,7 @@ TEST(CapturePolicy, ReadsTheEnvironmentAndReportsBadValues) {
   EXPECT_FALSE(p.isStep("layer 3"));
 }
 
-// --row-digests: all (the default) or tokens, read back from DETRACE_ROW_DIGESTS; anything else
+// --row-digests: tokens (the default) or all, read back from DETRACE_ROW_DIGESTS; anything else
 // is a problem reported with what is accepted, and leaves the default.
 TEST(CapturePolicy, RowDigestsFromTheEnvironment) {
   EXPECT_EQ(*parseRowDigests("all"), RowDigests::kAll);
@@ -117,18 +117,18 @@ TEST(CapturePolicy, RowDigestsFromTheEnvironment) {
   EXPECT_STREQ(rowDigestsName(RowDigests::kTokens), "tokens");
   EXPECT_STREQ(rowDigestsName(RowDigests::kAll), "all");
   std::vector<std::string> none;
-  EXPECT_EQ(CapturePolicy::fromEnvironment(none).row_digests, RowDigests::kAll);
+  EXPECT_EQ(CapturePolicy::fromEnvironment(none).row_digests, RowDigests::kTokens);
   EXPECT_TRUE(none.empty());
-  setenv("DETRACE_ROW_DIGESTS", "tokens", 1);
+  setenv("DETRACE_ROW_DIGESTS", "all", 1);
   std::vector<std::string> problems;
-  const RowDigests tokens = CapturePolicy::fromEnvironment(problems).row_digests;
+  const RowDigests all = CapturePolicy::fromEnvironment(problems).row_digests;
   setenv("DETRACE_ROW_DIGESTS", "weights", 1);
   std::vector<std::string> bad;
   const RowDigests fallback = CapturePolicy::fromEnvironment(bad).row_digests;
   unsetenv("DETRACE_ROW_DIGESTS");
-  EXPECT_EQ(tokens, RowDigests::kTokens);
+  EXPECT_EQ(all, RowDigests::kAll);
   EXPECT_TRUE(problems.empty());
-  EXPECT_EQ(fallback, RowDigests::kAll);
+  EXPECT_EQ(fallback, RowDigests::kTokens);
   ASSERT_EQ(bad.size(), 1u);
   EXPECT_NE(bad[0].find("use all"), std::string::npos) << bad[0];
 }

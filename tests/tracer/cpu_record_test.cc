@@ -91,13 +91,13 @@ TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
   ASSERT_TRUE(manifest.isOk());
   EXPECT_EQ(manifest->options.at("capture_range"), "4:9");
   EXPECT_EQ(manifest->options.at("window"), "steps:1:3");
-  EXPECT_EQ(manifest->options.at("row_digests"), "all");
-  Output tokens = sh(fmt::format("{} record -o {} --row-digests tokens -- /bin/sh -c "
-                                 "'echo \"[$DETRACE_ROW_DIGESTS]\"'",
-                                 detrace(), tmp.file("tokens")));
-  EXPECT_EQ(tokens.status, 0) << tokens.out;
-  EXPECT_NE(tokens.out.find("[tokens]"), std::string::npos) << tokens.out;
-  EXPECT_EQ(db::readManifest(tmp.file("tokens"))->options.at("row_digests"), "tokens");
+  EXPECT_EQ(manifest->options.at("row_digests"), "tokens");
+  Output all = sh(fmt::format("{} record -o {} --row-digests all -- /bin/sh -c "
+                              "'echo \"[$DETRACE_ROW_DIGESTS]\"'",
+                              detrace(), tmp.file("all")));
+  EXPECT_EQ(all.status, 0) << all.out;
+  EXPECT_NE(all.out.find("[all]"), std::string::npos) << all.out;
+  EXPECT_EQ(db::readManifest(tmp.file("all"))->options.at("row_digests"), "all");
 }
 
 // Capture options are checked before anything starts, with a message that says what to write.
@@ -399,7 +399,7 @@ TEST(RecordSeam, DiagTimingTimesAGemmsWholeCallAroundItsForwardedCall) {
 }
 
 // Each trace says which --row-digests it was recorded with (diff refuses to compare runs that
-// differ), "all" by default.
+// differ), "tokens" by default.
 TEST(RecordSeam, TheTraceSaysWhichRowDigestsItWasRecordedWith) {
   TempDir tmp;
   for (const char* rows : {"", "tokens", "all"}) {
@@ -413,7 +413,7 @@ TEST(RecordSeam, TheTraceSaysWhichRowDigestsItWasRecordedWith) {
     ASSERT_TRUE(reader.isOk());
     const auto& meta = (*reader)->meta();
     ASSERT_TRUE(meta.count("row_digests")) << rows;
-    EXPECT_EQ(meta.at("row_digests"), *rows ? rows : "all");
+    EXPECT_EQ(meta.at("row_digests"), *rows ? rows : "tokens");
   }
 }
 

@@ -83,12 +83,13 @@ const char* captureLevelName(CaptureLevel level);
 
 inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
 
-// Which of a GEMM's operands get per-row digests besides their whole digest. kAll: every operand
-// whose stored columns are evenly spaced, A's too (in PyTorch's calls A is the weight, and its
-// "rows" are weight rows: most of a digest trace's bytes, 23,552 row digests per token of a small
-// Qwen2). kTokens: only the operands whose stored columns are the output's columns, the tokens
-// (B when not transposed, C, D); A, and B when transposed, get their whole digest alone, of their
-// whole extent (first to last byte, any padding between columns included). Collectives are not
+// Which of a GEMM's operands get per-row digests besides their whole digest. kTokens (the
+// default): only the operands whose stored columns are the output's columns, the tokens (B when
+// not transposed, C, D); A, and B when transposed, get their whole digest alone, of their whole
+// extent (first to last byte, any padding between columns included). kAll: every operand whose
+// stored columns are evenly spaced, A's too (in PyTorch's calls A is the weight, and its "rows"
+// are weight rows: most of a digest trace's bytes, 23,552 row digests per token of a small Qwen2,
+// and about a quarter of the tracer's background CPU time on its decode loop). Collectives are not
 // affected.
 enum class RowDigests { kAll, kTokens };
 Result<RowDigests> parseRowDigests(const std::string& text);
@@ -106,7 +107,7 @@ struct CapturePolicy {
   bool deep = false;
   RecordWindow deep_window;
   std::string step_prefix = "step";
-  RowDigests row_digests = RowDigests::kAll;
+  RowDigests row_digests = RowDigests::kTokens;
 
   // Whether library op number `op_index` (a GEMM or a collective named `name`) gets copies.
   bool capturesOp(int64_t op_index, bool is_gemm, const std::string& name) const {
