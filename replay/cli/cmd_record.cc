@@ -158,9 +158,10 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                 "correlation id; costs more per launch (see below)");
   cmd->add_option("--row-digests", opts->row_digests,
                   "Which GEMM operands get per-row digests besides their whole digest: tokens "
-                  "(only B, C and D, whose rows are tokens; all the diff's batch rows use) or all "
-                  "(A too: in PyTorch's calls the weight, whose rows are most of a digest trace's "
-                  "bytes). Collectives are not affected")
+                  "(only those whose rows are tokens: B, C and D, and A where it is batched, as "
+                  "attention's keys are; all the diff's batch rows use) or all (A too where it is "
+                  "a linear layer's weight, whose rows are most of a digest trace's bytes). "
+                  "Collectives are not affected")
       ->check(CLI::IsMember({"all", "tokens"}))
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");

@@ -150,6 +150,45 @@ TEST(OperandSpecs, TokenRowsOnlyLeaveAAndTransposedBWhole) {
   }
 }
 
+// --row-digests tokens on batched GEMMs: an A with a matrix of its own per batch (eager attention's
+// keys or values: its columns are tokens) keeps its rows; an A shared by every batch (stride 0: a
+// weight) and an unbatched A do not. B, C and D as for one matrix.
+TEST(OperandSpecs, TokenRowsKeepABatchedAsAttentionIs) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 100; ++trial) {
+    const int64_t m = 1 + rng() % 200, n = 1 + rng() % 200, k = 1 + rng() % 200;
+    db::Gemm g;
+    g.trans_a = static_cast<int>(rng() % 2);
+    g.trans_b = 0;
+    g.m = m; g.n = n; g.k = k;
+    g.batch_count = 1 + static_cast<int32_t>(rng() % 8);
+    g.lda = g.trans_a ? k : m;
+    g.ldb = k;
+    g.ldc = g.ldd = m;
+    const int64_t a_cols = g.trans_a ? m : k;
+    const bool shared_a = rng() % 3 == 0;  // one weight for every batch
+    g.stride_a = shared_a ? 0 : g.lda * a_cols;
+    g.stride_b = g.ldb * n;
+    g.stride_c = g.stride_d = g.ldd * n;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+    g.a_addr = 0x1000; g.b_addr = 0x4000000; g.d_addr = 0x8000000; g.c_addr = g.d_addr;
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": m " << m << " n " << n << " k "
+                                      << k << " ta " << g.trans_a << " batch " << g.batch_count
+                                      << (shared_a ? " shared A" : ""));
+    const auto all = gemmOperandSpecs(g);
+    const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens);
+    ASSERT_EQ(tokens.size(), 3u);  // A, B, D (C is D)
+    ASSERT_EQ(all.size(), 3u);
+    const bool a_keeps = g.batch_count > 1 && !shared_a;
+    EXPECT_EQ(tokens[0].rows, a_keeps ? a_cols * g.batch_count : 0);
+    EXPECT_EQ(tokens[0].rows, a_keeps ? all[0].rows : 0);
+    EXPECT_EQ(tokens[0].row_bytes, a_keeps ? all[0].row_bytes : 0);
+    EXPECT_EQ(tokens[0].bytes, all[0].bytes);
+    EXPECT_EQ(tokens[1].rows, n * g.batch_count) << "B: the tokens of every batch";
+    EXPECT_EQ(tokens[2].rows, n * g.batch_count) << "D";
+  }
+}
+
 TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
   std::mt19937 rng(std::random_device{}());
   for (int trial = 0; trial < 200; ++trial) {

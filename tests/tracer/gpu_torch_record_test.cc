@@ -60,12 +60,14 @@ struct Recording {
   std::string expect_dir;
 };
 
-void recordTorch(const std::string& tmp, const std::string& app_args, Recording& out) {
+void recordTorch(const std::string& tmp, const std::string& app_args, Recording& out,
+                 const std::string& record_args = "") {
   out.expect_dir = tmp + "/expect";
   std::string log;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/torch_record_app.py "
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run {5} -- python3 {2}/tests/tracer/torch_record_app.py "
                              "--expect-dir {3} {4}",
-                             DETRACE_BINARY_DIR, tmp, DETRACE_SOURCE_DIR, out.expect_dir, app_args),
+                             DETRACE_BINARY_DIR, tmp, DETRACE_SOURCE_DIR, out.expect_dir, app_args,
+                             record_args),
                  log);
   ASSERT_EQ(rc, 0) << log;
   std::ifstream in(out.expect_dir + "/expect.json");
@@ -178,6 +180,62 @@ TEST(TracerTorch, Qwen2WithAllReduceMatchesWhatTheProgramDid) {
   auto stats = t.stats();
   ASSERT_TRUE(stats.isOk());
   EXPECT_EQ((*stats)["events_dropped"], 0);
+  EXPECT_EQ((*stats)["fingerprints_lost"], 0);
+}
+
+// Under the default --row-digests tokens, eager attention's batched GEMMs (a matrix of keys or
+// values per sequence and head as cuBLAS's A) keep A's rows, which are tokens, while the linear
+// layers' A (the weight) gets its whole digest alone. Every operand's digest, and its row digests,
+// equal the CPU twin's digests of the bytes the tracer copied (--capture full).
+TEST(TracerTorch, EagerAttentionKeepsTheRowsOfItsBatchedA) {
+  DETRACE_REQUIRE_GPU();
+  DETRACE_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordTorch(tmp.path().string(), "--batch 2 --steps 1 --attn eager", r,
+                                      "--capture full --capture-ops gemm"));
+  db::TraceReader& t = *r.reader;
+  EXPECT_EQ(t.metaValue("row_digests"), "tokens");
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk());
+  int batched_a = 0, weight_a = 0, operands = 0;
+  for (const auto& [seq, g] : *gemms) {
+    auto ops = t.operands(seq);
+    ASSERT_TRUE(ops.isOk());
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      SCOPED_TRACE(fmt::format("GEMM {} ({} x {} x {}, batch {}) {}", seq, g.m, g.n, g.k,
+                               g.batch_count, name));
+      ASSERT_TRUE(o.has_digest);
+      ASSERT_GT(o.capture_bytes, 0) << "not copied";
+      auto bytes = t.captureBytes(o.id);
+      ASSERT_TRUE(bytes.isOk()) << bytes.status().message();
+      EXPECT_EQ(cpuDigest(o, *bytes), o.digest) << "GPU digest != CPU twin";
+      if (o.rows > 0) {
+        std::vector<uint64_t> rows(static_cast<size_t>(o.rows));
+        kernels::digestRowsCpu(bytes->data(), static_cast<uint32_t>(o.rows), o.row_bytes,
+                               o.row_stride, rows.data());
+        EXPECT_EQ(rows, o.row_digests);
+      }
+      ++operands;
+      if (name != "A") continue;
+      if (g.batch_count > 1 && g.stride_a != 0) {
+        // Rows need the batches packed (one column stride through them), as under --row-digests all.
+        const int64_t a_cols = g.trans_a ? g.m : g.k;
+        const bool packed = g.stride_a == g.lda * a_cols;
+        EXPECT_EQ(o.rows, packed ? a_cols * g.batch_count : 0) << "a batched A keeps its rows";
+        batched_a += packed ? 1 : 0;
+      } else {
+        EXPECT_EQ(o.rows, 0) << "a weight: its whole digest alone";
+        ++weight_a;
+      }
+    }
+  }
+  EXPECT_GT(batched_a, 0) << "no batched GEMM (eager attention's) among " << gemms->size();
+  EXPECT_GT(weight_a, 0);
+  EXPECT_GT(operands, 0);
+  auto stats = t.stats();
+  ASSERT_TRUE(stats.isOk());
   EXPECT_EQ((*stats)["fingerprints_lost"], 0);
 }
 

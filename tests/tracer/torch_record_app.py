@@ -10,6 +10,7 @@ check the trace against it, independently of detrace:
   allreduce-N.bin  the bytes of the N-th all-reduce's buffer (N < 3), taken before the call
   logits.bin       the bytes of the last lm_head GEMM's output (tokens x vocab, bf16)
 
+--attn eager computes attention with batched GEMMs instead of SDPA's kernel.
 --cuda-graph captures one decode step (static KV cache) in a torch.cuda.CUDAGraph and replays it.
 """
 import argparse
@@ -28,13 +29,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_model(hidden: int, layers: int, vocab: int):
+def build_model(hidden: int, layers: int, vocab: int, attn: str = "sdpa"):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(hidden_size=hidden, intermediate_size=hidden * 3, num_hidden_layers=layers,
                       num_attention_heads=8, num_key_value_heads=2, vocab_size=vocab,
                       max_position_embeddings=512, tie_word_embeddings=False)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attn
     torch.manual_seed(1234)
     return Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
 
@@ -49,6 +50,8 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--cuda-graph", action="store_true")
+    p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
+                   help="eager: attention through batched GEMMs (keys and values as cuBLAS's A)")
     args = p.parse_args()
     os.makedirs(args.expect_dir, exist_ok=True)
 
@@ -56,7 +59,7 @@ def main() -> None:
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     dist.init_process_group("nccl", rank=0, world_size=1)
 
-    model = build_model(args.hidden, args.layers, args.vocab)
+    model = build_model(args.hidden, args.layers, args.vocab, args.attn)
     linear_calls: Counter = Counter()
     allreduces = [0]
     capturing = [False]

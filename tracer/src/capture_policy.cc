@@ -213,7 +213,8 @@ Result<RowDigests> parseRowDigests(const std::string& text) {
   if (text == "tokens") return RowDigests::kTokens;
   return makeError(ErrorCode::kInvalidArgument,
                    "--row-digests {}: use all (every GEMM operand per row, weights included) or "
-                   "tokens (only the operands whose rows are tokens: B, C and D of PyTorch's calls)",
+                   "tokens (only the operands whose rows are tokens: B, C and D of PyTorch's linear "
+                   "layers, and a batched A)",
                    text);
 }
 

@@ -53,7 +53,11 @@ std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g, RowDigests rows) {
                               g.stride_d);
   out.push_back(std::move(d));
   if (rows == RowDigests::kTokens) {
-    dropRows(out[0]);                  // A: its columns run along k or m, never the tokens
+    // A of one matrix (or one matrix for every batch) is a linear layer's weight: its columns are
+    // weight rows. A with a matrix of its own per batch is an activation (eager attention's keys
+    // or values, one matrix per sequence and head), whose columns are tokens: it keeps them.
+    const bool a_per_batch = g.batch_count > 1 && g.stride_a != 0;
+    if (!a_per_batch) dropRows(out[0]);
     if (g.trans_b) dropRows(out[1]);   // B^T: stored n x k, its columns run along k
   }
   std::erase_if(out, [](const OperandSpec& s) { return s.bytes == 0; });

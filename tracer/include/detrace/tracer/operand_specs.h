@@ -52,8 +52,10 @@ struct OperandSpec {
 // output. A "row" is one stored column: contiguous, ld elements apart. In PyTorch's
 // y = x W^T, cuBLAS computes y^T = W x^T, so the columns of B and D are tokens and those of A are
 // weight rows. Batched GEMMs get whole-extent digests, and rows only when batches are packed.
-// With RowDigests::kTokens, A and a transposed B (whose stored columns are not the output's
-// columns) get no rows: their whole digest alone.
+// With RowDigests::kTokens, a transposed B (whose stored columns run along k) and an A that is
+// not batched with a matrix of its own per batch (a linear layer's weight, whose stored columns
+// are weight rows) get no rows: their whole digest alone. A batched A (eager attention's keys or
+// values) keeps its rows, which are tokens.
 std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows = RowDigests::kAll);
 
 // NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
