@@ -386,8 +386,8 @@ Status TraceReader::forEachOperandFingerprint(int64_t from, int64_t to,
   Operand o;
   return forEachRowIn(
       db_.get(),
-      "SELECT seq, slot, role, rows, digest, row_digests FROM operands WHERE seq >= ? AND seq < ? "
-      "ORDER BY seq, slot, id",
+      "SELECT seq, slot, role, rows, digest, row_digests, bytes FROM operands WHERE seq >= ? AND "
+      "seq < ? ORDER BY seq, slot, id",
       from, to, [&](sqlite3_stmt* s) -> Status {
         o.seq = sqlite3_column_int64(s, 0);
         o.slot = sqlite3_column_int(s, 1);
@@ -396,6 +396,7 @@ Status TraceReader::forEachOperandFingerprint(int64_t from, int64_t to,
         o.has_digest = sqlite3_column_type(s, 4) != SQLITE_NULL;
         o.digest = static_cast<uint64_t>(sqlite3_column_int64(s, 4));
         o.row_digests = decodeDigests(sqlite3_column_blob(s, 5), static_cast<size_t>(sqlite3_column_bytes(s, 5)));
+        o.bytes = sqlite3_column_int64(s, 6);
         return fn(o);
       });
 }

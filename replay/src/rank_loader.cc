@@ -127,6 +127,11 @@ class OperandReducer {
       r_.row_digests.insert(r_.row_digests.end(), o.row_digests.begin(), o.row_digests.end());
       r_.row_operands.push_back({o.slot, o.role, first, digestEnd()});
       row_seqs_.push_back(o.seq);
+    } else if (rows_ && o.has_digest && o.role == db::OperandRole::kInput && o.bytes > 0) {
+      int64_t first = digestEnd();
+      r_.row_digests.push_back(o.digest);
+      r_.row_operands.push_back({o.slot, o.role, first, digestEnd(), o.bytes});
+      row_seqs_.push_back(o.seq);
     }
   }
 

@@ -274,9 +274,12 @@ namespace {
 
 // One rank, `layers` GEMMs, each with per-row fingerprints. The request's row is row 0 at bs=1 and
 // row `slot` among `batch` rows otherwise; `variant_layer` makes the request's output row depend on
-// the batch from that layer on (a batch-variant kernel).
+// the batch from that layer on (a batch-variant kernel). `weights`: each GEMM also reads a weight
+// recorded as under --row-digests tokens (its whole digest, no rows), the same at every batch size
+// but at `bad_weight_layer`, whose weight is another tensor of the same size.
 void writeBatchModel(const std::string& dir, int layers, int batch, int slot, int variant_layer,
-                     uint64_t seed, bool tokens_in_n = false) {
+                     uint64_t seed, bool tokens_in_n = false, bool weights = false,
+                     int bad_weight_layer = -1) {
   auto w = db::TraceWriter::create(dir + "/proc-1.dtrace");
   ASSERT_TRUE(w.isOk());
   (*w)->setRank({0, 1, 0, 0, 1, "h", "GPU", ""});
@@ -314,6 +317,16 @@ void writeBatchModel(const std::string& dir, int layers, int batch, int slot, in
     d.row_digests = out;
     d.digest = mix(out[0], static_cast<uint64_t>(batch));
     EXPECT_TRUE((*w)->appendOperand(a));
+    if (weights) {
+      db::Operand wt;
+      wt.seq = *seq;
+      wt.slot = 1;
+      wt.role = db::OperandRole::kInput;
+      wt.bytes = 4096 * 4096 * 2;
+      wt.has_digest = true;
+      wt.digest = mix(seed + 77, static_cast<uint64_t>(layer)) ^ (layer == bad_weight_layer ? 1u : 0u);
+      EXPECT_TRUE((*w)->appendOperand(wt));
+    }
     EXPECT_TRUE((*w)->appendOperand(d));
     request = out[static_cast<size_t>(slot)];
     for (int r = 0; r < batch; ++r) {
@@ -333,6 +346,34 @@ TEST(DiffBatch, BatchInvariantRunsAreIdenticalInBatchMode) {
   ASSERT_TRUE(d.isOk()) << d.status().message();
   EXPECT_TRUE(d->batch_mode) << "GEMMs differing only in m were not detected as a batch pair";
   EXPECT_TRUE(d->identical()) << formatDiff(*d, {});
+}
+
+// Weights with their whole digest alone (--row-digests tokens, the default): equal ones leave the
+// verdict to the token rows, both ways; a weight that differs between the runs makes its GEMM's
+// inputs differ (propagated), not its kernel batch-variant, though the request's rows match.
+TEST(DiffBatch, WeightsWithoutRowsAreComparedWhole) {
+  TempDir a, b, c, d;
+  testing::Rng rng;
+  uint64_t seed = rng.u64();
+  int variant = static_cast<int>(rng.range(1, 4));
+  writeBatchModel(a.path().string(), 6, 1, 0, -1, seed, false, true);
+  writeBatchModel(b.path().string(), 6, 8, 5, -1, seed, false, true);
+  writeBatchModel(c.path().string(), 6, 8, 2, variant, seed, false, true);
+  writeBatchModel(d.path().string(), 6, 8, 2, -1, seed, false, true, variant);
+  auto same = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(b.path().string()));
+  ASSERT_TRUE(same.isOk()) << same.status().message();
+  ASSERT_TRUE(same->batch_mode);
+  EXPECT_TRUE(same->identical()) << formatDiff(*same, {});
+  auto planted = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(c.path().string()));
+  ASSERT_TRUE(planted.isOk());
+  ASSERT_FALSE(planted->identical());
+  EXPECT_EQ(planted->ranks[0].first->status, PairStatus::kBatchVariant);
+  EXPECT_EQ(planted->ranks[0].first->a, variant);
+  auto weight = diffRuns(*db::Run::open(a.path().string()), *db::Run::open(d.path().string()));
+  ASSERT_TRUE(weight.isOk());
+  ASSERT_FALSE(weight->identical()) << "a differing weight went unnoticed";
+  EXPECT_EQ(weight->ranks[0].first->status, PairStatus::kPropagated) << weight->ranks[0].why;
+  EXPECT_EQ(weight->ranks[0].first->a, variant) << "seq of the GEMM with the other weight";
 }
 
 TEST(DiffBatch, FirstBatchVariantOpIsNamedWithTheKernelChoices) {

@@ -102,7 +102,7 @@ class TraceReader {
   // Every operand of the trace, in (seq, slot) order, without captured bytes: one scan, for
   // analyses that need the fingerprints of all ops.
   Result<std::vector<Operand>> allOperands();
-  // The same with only seq, slot, role, rows, digest and row_digests filled (no shape parsing):
+  // The same with only seq, slot, role, bytes, rows, digest and row_digests filled (no shape parsing):
   // what comparing runs needs, several times faster on large traces.
   Result<std::vector<Operand>> allOperandFingerprints();
   // The same, one operand at a time (nothing accumulated): `fn` may keep what it needs. An error

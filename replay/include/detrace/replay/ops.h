@@ -71,11 +71,14 @@ struct GemmInfo {
   db::DType c_dtype = db::DType::kUnknown, d_dtype = db::DType::kUnknown;
 };
 
-// An operand's per-row digests (batch-size mode): RankOps::rows() maps [begin, end).
+// An operand's per-row digests (batch-size mode): RankOps::rows() maps [begin, end). An input
+// recorded without row digests (a GEMM's weight under `record --row-digests tokens`) is held as
+// one "row", its whole digest, with whole_bytes > 0: its size.
 struct RowOperand {
   int32_t slot = 0;
   db::OperandRole role = db::OperandRole::kInput;
   int64_t begin = 0, end = 0;
+  int64_t whole_bytes = 0;
 };
 
 // An NVTX range start or end, an instant or a step marker (db::Marker), in sequence order.
