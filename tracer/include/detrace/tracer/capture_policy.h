@@ -87,11 +87,11 @@ inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
 // default): only the operands whose stored columns are tokens (B when not transposed, C, D, and A
 // when it is batched with a matrix of its own per batch, as eager attention's keys and values
 // are); A otherwise (a linear layer's weight) and a transposed B get their whole digest alone, of
-// their whole extent (first to last byte, any padding between columns included). kAll: every operand whose
-// stored columns are evenly spaced, A's too (in PyTorch's calls A is the weight, and its "rows"
-// are weight rows: most of a digest trace's bytes, 23,552 row digests per token of a small Qwen2,
-// and about a quarter of the tracer's background CPU time on its decode loop). Collectives are not
-// affected.
+// their whole extent (first to last byte, any padding between columns included). kAll: every
+// operand whose stored columns are evenly spaced, A's too (in PyTorch's linear layers A is the
+// weight, and its "rows" are weight rows: most of a digest trace's bytes, 23,552 row digests per
+// token of a small Qwen2, and about a quarter of the tracer's background CPU time on its decode
+// loop). Collectives are not affected.
 enum class RowDigests { kAll, kTokens };
 Result<RowDigests> parseRowDigests(const std::string& text);
 const char* rowDigestsName(RowDigests rows);

@@ -29,7 +29,7 @@ struct RecordOptions {
   bool paused = false;               // start dormant: nothing is recorded until `detrace attach`
   bool launch_callbacks = false;     // follow every launch through CUPTI callbacks (else: placement
                                      // of kernel records by correlation id where allowed)
-  std::string row_digests = "tokens";   // which GEMM operands get per-row digests: all or tokens
+  std::string row_digests = "tokens";  // which GEMM operands get per-row digests: tokens or all
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
