@@ -122,6 +122,21 @@ void deepWarnings(const RankSummary& r, std::string& out) {
   }
 }
 
+// How rank 0 was recorded: capture level, which GEMM operands got row digests, how kernels were
+// placed, the window. Traces from before these were written say nothing: no line.
+std::string captureLine(const RankSummary& r) {
+  if (r.meta.find("capture") == r.meta.end()) return "";
+  std::string out = fmt::format("capture   {}", metaOr(r, "capture"));
+  if (metaOr(r, "capture") != "meta") out += ", row digests " + metaOr(r, "row_digests", "all");
+  const std::string placement = metaOr(r, "kernel_placement", "");
+  if (!placement.empty()) {
+    out += placement == "correlation" ? ", kernels placed by correlation id"
+                                      : ", kernels followed by launch callbacks";
+  }
+  if (auto w = r.meta.find("window"); w != r.meta.end()) out += ", window " + w->second;
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string formatSummary(const RunSummary& s) {
@@ -142,6 +157,7 @@ std::string formatSummary(const RunSummary& s) {
                        metaOr(r0, "tool_version"), metaOr(r0, "driver_version"),
                        metaOr(r0, "cuda_version"), metaOr(r0, "nccl_version"),
                        metaOr(r0, "cublas_version"));
+    out += captureLine(r0);
   }
   out += deepLines(s);
   out += fmt::format("\n{:>4}  {:>3}  {:<20} {:>8}  {:>8}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>10}  {:>8}\n",

@@ -48,6 +48,29 @@ TEST(SummaryDeep, ShowsTheWindowAndItsCost) {
   EXPECT_EQ(text.find("warning"), std::string::npos) << text;
 }
 
+// The capture line: level, row digests, kernel placement and window, as rank 0's trace says; none
+// for traces that do not say (recorded before these were written).
+TEST(SummaryDeep, SaysHowTheRunWasCaptured) {
+  testing::TempDir dir, old;
+  {
+    auto w = db::TraceWriter::create(dir.file("proc-42.dtrace"));
+    ASSERT_TRUE(w.isOk()) << w.status().message();
+    (*w)->setRank({0, 1, 0, 0, 42, "h", "NVIDIA H200", ""});
+    (*w)->setMeta("capture", "digest");
+    (*w)->setMeta("row_digests", "tokens");
+    (*w)->setMeta("kernel_placement", "correlation");
+    (*w)->setMeta("window", "steps:2:4");
+    ASSERT_TRUE((*w)->close().isOk());
+  }
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find("capture   digest, row digests tokens, kernels placed by correlation id, "
+                      "window steps:2:4\n"),
+            std::string::npos)
+      << text;
+  writeRank(old.file("proc-42.dtrace"), {}, false);
+  EXPECT_EQ(info(old.path().string()).find("capture "), std::string::npos);
+}
+
 TEST(SummaryDeep, WarnsAboutWhatTheWindowLost) {
   testing::TempDir dir;
   writeRank(dir.file("proc-42.dtrace"),
