@@ -23,7 +23,7 @@ TEST(OperandSpecs, PyTorchLinearRowsAreTokens) {
     g.lda = in; g.ldb = in; g.ldc = out; g.ldd = out;
     g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
     g.a_addr = 0x1000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x900000;
-    auto specs = gemmOperandSpecs(g);
+    auto specs = gemmOperandSpecs(g, RowDigests::kAll);
     ASSERT_EQ(specs.size(), 3u);  // A, B, D (C is D)
     const OperandSpec& w = specs[0];
     const OperandSpec& x = specs[1];
@@ -51,7 +51,7 @@ TEST(OperandSpecs, PaddedLeadingDimensionAndSeparateC) {
   g.lda = 16; g.ldb = 4; g.ldc = 12; g.ldd = 12;  // A and C/D padded
   g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF32;
   g.a_addr = 0x10; g.b_addr = 0x20; g.c_addr = 0x30; g.d_addr = 0x40;
-  auto specs = gemmOperandSpecs(g);
+  auto specs = gemmOperandSpecs(g, RowDigests::kAll);
   ASSERT_EQ(specs.size(), 4u);
   EXPECT_EQ(specs[0].rows, 4);                  // A stored m x k: k columns of m
   EXPECT_EQ(specs[0].row_bytes, 10 * 4);
@@ -70,7 +70,7 @@ TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
   g.stride_a = 64; g.stride_b = 100; g.stride_c = g.stride_d = 32;
   g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
   g.a_addr = 1; g.b_addr = 2; g.c_addr = g.d_addr = 3;
-  auto specs = gemmOperandSpecs(g);
+  auto specs = gemmOperandSpecs(g, RowDigests::kAll);
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].rows, 8 * 3);  // packed: stride = ld * cols
   EXPECT_EQ(specs[1].rows, 0);      // B batches are 100 apart, not 32: whole extent only
@@ -97,7 +97,7 @@ TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
     g.stride_a = a_rows * a_cols; g.stride_b = b_rows * b_cols; g.stride_c = g.stride_d = m * n;
     g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
     g.a_addr = 0x1000; g.b_addr = 0x200000; g.c_addr = g.d_addr = 0x900000;
-    const auto specs = gemmOperandSpecs(g);
+    const auto specs = gemmOperandSpecs(g, RowDigests::kAll);
     ASSERT_EQ(specs.size(), 3u);
     auto expected = [&](int64_t rows, int64_t cols) {
       return batch > 1 ? std::vector<int64_t>{batch, cols, rows} : std::vector<int64_t>{cols, rows};
@@ -130,7 +130,7 @@ TEST(OperandSpecs, TokenRowsOnlyLeaveAAndTransposedBWhole) {
     g.a_addr = 0x1000; g.b_addr = 0x400000; g.c_addr = 0x800000; g.d_addr = 0xc00000;
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": m " << m << " n " << n << " k "
                                       << k << " ta " << g.trans_a << " tb " << g.trans_b);
-    const auto all = gemmOperandSpecs(g);
+    const auto all = gemmOperandSpecs(g, RowDigests::kAll);
     const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens);
     ASSERT_EQ(all.size(), 4u);
     ASSERT_EQ(tokens.size(), 4u);
@@ -175,7 +175,7 @@ TEST(OperandSpecs, TokenRowsKeepABatchedAsAttentionIs) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": m " << m << " n " << n << " k "
                                       << k << " ta " << g.trans_a << " batch " << g.batch_count
                                       << (shared_a ? " shared A" : ""));
-    const auto all = gemmOperandSpecs(g);
+    const auto all = gemmOperandSpecs(g, RowDigests::kAll);
     const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens);
     ASSERT_EQ(tokens.size(), 3u);  // A, B, D (C is D)
     ASSERT_EQ(all.size(), 3u);
@@ -200,13 +200,13 @@ TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
     g.a_addr = 0x10000000;
     g.b_addr = 0x20000000;
     g.c_addr = g.d_addr = 0x30000000;
-    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g))) << "separate buffers";
+    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll))) << "separate buffers";
     // D placed somewhere inside or just past B's extent (B: k x n floats from 0x20000000).
     const int64_t b_bytes = k * n * 4;
     const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(b_bytes + 64)) & ~int64_t{3};
     g.c_addr = g.d_addr = g.b_addr + at;
     const bool overlaps = at < b_bytes;
-    EXPECT_EQ(outputsMayChangeInputs(gemmOperandSpecs(g)), overlaps) << "D at B + " << at;
+    EXPECT_EQ(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll)), overlaps) << "D at B + " << at;
   }
   OperandSpec both;
   both.role = db::OperandRole::kInOut;

@@ -56,7 +56,7 @@ struct OperandSpec {
 // not batched with a matrix of its own per batch (a linear layer's weight, whose stored columns
 // are weight rows) get no rows: their whole digest alone. A batched A (eager attention's keys or
 // values) keeps its rows, which are tokens.
-std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows = RowDigests::kAll);
+std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows);
 
 // NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
 // last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
