@@ -9,6 +9,13 @@ launching thread, without the time other processes take the CPU from it).
   launch  a launch-bound loop of tiny kernels (x.add_(1) on 1024 floats, --iters times)
   decode  a small Qwen2 model (transformers, random weights) decoding --iters tokens greedily
           with a KV cache, batch 1, bf16
+  decode-graph  the same model and tokens as an engine runs them: one decode step over a static
+          KV cache captured in a CUDA graph and replayed per token (greedy sampling and the
+          position's increment outside the graph, as in vLLM or SGLang). The step is captured
+          after each `attach` switch (--toggle), so each side replays a graph captured in its own
+          state: the capturing side's graph holds the tracer's digest launches. Should the static
+          cache not capture, a 16-token window without a cache stands in (the result's "form"
+          says which ran, and "check" whether the graph's tokens equal the eager step's)
   cxx     a C++ launch loop (tests/tracer/attach_gpu_app, --app): --iters launches of an empty
           kernel, timing the launch calls only (batches of 256, synchronised between batches);
           the program is this script's child, so it is recorded like the script would be
@@ -67,14 +74,8 @@ def launch_loop(iters: int):
 
 def decode_loop(iters: int):
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=2, vocab_size=4096,
-                      max_position_embeddings=1024, tie_word_embeddings=False)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    _, model = small_qwen2()
     prompt = torch.randint(0, 4096, (1, 16), device="cuda")
 
     def run(steps=None):
@@ -89,6 +90,157 @@ def decode_loop(iters: int):
                 if steps is not None:  # the host's time per token (the loop is launch-bound)
                     steps.append(time.perf_counter() - t0)
     return run
+
+
+def small_qwen2():
+    """The decode loops' model: a small Qwen2 with random weights, bf16, on the GPU."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=2, vocab_size=4096,
+                      max_position_embeddings=1024, tie_word_embeddings=False)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return cfg, Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+
+
+def static_cache(cfg, length: int):
+    """transformers' StaticCache (its signature changed between 4.x and 5.x)."""
+    import torch
+    from transformers import StaticCache
+    try:
+        return StaticCache(config=cfg, max_cache_len=length)
+    except TypeError:
+        return StaticCache(config=cfg, max_batch_size=1, max_cache_len=length, device="cuda",
+                           dtype=torch.bfloat16)
+
+
+class GraphDecode:
+    """decode-graph: one decode step captured in a CUDA graph, replayed once per token.
+
+    form "static": a static KV cache; the step reads its token and position from fixed tensors
+    that the loop updates on the GPU (argmax into the token, +1 on the position), so a loop of
+    --iters tokens makes --iters replays and three small launches each, and no host sync.
+    form "window": no cache; the step runs the model over the last 16 tokens (the form the
+    tracer's graph test uses), for a transformers whose static cache does not capture."""
+
+    PROMPT = 16
+
+    def __init__(self, iters: int):
+        import torch
+        self.torch, self.iters = torch, iters
+        self.cfg, self.model = small_qwen2()
+        self.prompt = torch.randint(0, self.cfg.vocab_size, (1, self.PROMPT), device="cuda")
+        self.graph, self.form, self.check, self.error = None, "static", "", ""
+        try:
+            self._setup_static()
+        except Exception as e:  # noqa: BLE001 - any failure of the static form: fall back
+            self.error = f"{type(e).__name__}: {e}"[:300]
+            self.form = "window"
+            self.graph = None
+            self._setup_window()
+
+    # -- static KV cache ---------------------------------------------------------------------
+    def _setup_static(self):
+        torch = self.torch
+        self.cache = static_cache(self.cfg, self.PROMPT + self.iters + 1)
+        with torch.no_grad():
+            out = self.model(input_ids=self.prompt, past_key_values=self.cache, use_cache=True,
+                             cache_position=torch.arange(self.PROMPT, device="cuda"))
+        self.first = out.logits[:, -1:].argmax(-1)  # the first decoded token, (1, 1)
+        self.ids = self.first.clone()
+        self.pos = torch.full((1,), self.PROMPT, dtype=torch.long, device="cuda")
+        eager = self._eager_tokens(8)
+        self.capture()
+        self.check = f"{sum(a == b for a, b in zip(eager, self._graph_tokens(8)))} of 8 tokens equal the eager step's"
+
+    def _step(self):
+        return self.model(input_ids=self.ids, past_key_values=self.cache, use_cache=True,
+                          cache_position=self.pos).logits
+
+    def _eager_tokens(self, n: int) -> list:
+        torch, tokens = self.torch, []
+        self._reset()
+        with torch.no_grad():
+            for _ in range(n):
+                self.ids.copy_(self._step()[:, -1:].argmax(-1))
+                self.pos.add_(1)
+                tokens.append(int(self.ids))
+        return tokens
+
+    def _graph_tokens(self, n: int) -> list:
+        tokens = []
+        self._reset()
+        for _ in range(n):
+            self._advance()
+            tokens.append(int(self.ids))
+        return tokens
+
+    # -- a 16-token window, no cache ---------------------------------------------------------
+    def _setup_window(self):
+        self.ids = self.prompt.clone()
+        self.first = self.prompt.clone()
+        self.capture()
+        self.check = "window form: not compared"
+
+    # -- both forms --------------------------------------------------------------------------
+    def _reset(self):
+        self.ids.copy_(self.first)
+        if self.form == "static":
+            self.pos.fill_(self.PROMPT)
+
+    def capture(self):
+        """(Re)captures the step in the tracer's current state: drops the old graph first."""
+        torch = self.torch
+        self.graph = None
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture (cuBLAS workspaces)
+                for _ in range(2):
+                    self._reset()
+                    self._forward()
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            self._reset()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.logits = self._forward()
+        self.graph = graph
+        torch.cuda.synchronize()
+
+    def _forward(self):
+        if self.form == "static":
+            return self._step()
+        return self.model(input_ids=self.ids, use_cache=False).logits
+
+    def _advance(self):
+        """One token: a replay, then greedy sampling into the step's input."""
+        self.graph.replay()
+        nxt = self.logits[:, -1:].argmax(-1)
+        if self.form == "static":
+            self.ids.copy_(nxt)
+            self.pos.add_(1)
+        else:
+            self.ids.copy_(self.torch.cat([self.ids[:, 1:], nxt], dim=1))
+
+    def __call__(self, steps=None):
+        self._reset()
+        for _ in range(self.iters):
+            t0 = time.perf_counter()
+            self._advance()
+            if steps is not None:
+                steps.append(time.perf_counter() - t0)
+
+
+def graph_form(run) -> dict:
+    """decode-graph: which form ran, its check against the eager step, and why the static form
+    fell back (empty for the other workloads)."""
+    if not isinstance(run, GraphDecode):
+        return {}
+    return {"form": run.form, "check": run.check, "fallback_reason": run.error}
 
 
 def cxx_times(args, iters: int) -> None:
@@ -259,11 +411,17 @@ def toggled(args, iters: int, run) -> None:
     off_steps, on_steps = [], []  # every step of every timed loop, each side
     off_usage, on_usage = [], []  # per timed loop: the main thread's faults and switches
     step_ratios = []  # per rep: median step capturing / median step paused
+    recapture = getattr(run, "capture", None)  # decode-graph: capture the step in each state
+    def switch(*action: str) -> None:
+        attach(*action)
+        if recapture is not None:
+            recapture()
+
     def capturing(steps) -> float:
-        attach("start", "--capture", args.toggle_capture)
+        switch("start", "--capture", args.toggle_capture)
         run()  # untimed: the first loop after a start meets new names and fresh buffers
         t = timed(run, steps, on_usage)
-        attach("stop")
+        switch("stop")
         run()  # untimed, as on the other side
         return t
 
@@ -283,7 +441,7 @@ def toggled(args, iters: int, run) -> None:
     if pinned:
         pinned += "; " + threads_on(max(os.sched_getaffinity(0)))
     ratios = [b / a for a, b in zip(off, on)]
-    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters, **graph_form(run),
                                   "seconds": statistics.median(on),
                                   "paused_seconds": statistics.median(off),
                                   "ratio": statistics.median(ratios), "ratios": ratios,
@@ -299,7 +457,7 @@ def toggled(args, iters: int, run) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--workload", choices=["launch", "decode", "cxx"], required=True)
+    p.add_argument("--workload", choices=["launch", "decode", "decode-graph", "cxx"], required=True)
     p.add_argument("--app", help="cxx: the attach_gpu_app binary")
     p.add_argument("--iters", type=int, default=0, help="default: 20000 launches / 64 tokens")
     p.add_argument("--reps", type=int, default=5)
@@ -310,12 +468,17 @@ def main() -> None:
                    help="no tracer: time loops alone against loops beside a process that spins "
                         "DUTY of every 10 ms (what other CPU work on the machine costs the loop)")
     args = p.parse_args()
-    iters = args.iters or (64 if args.workload == "decode" else 20000)
+    iters = args.iters or (64 if args.workload.startswith("decode") else 20000)
     if args.workload == "cxx":
         cxx_times(args, iters)
         return
     import torch
-    run = launch_loop(iters) if args.workload == "launch" else decode_loop(iters)
+    if args.workload == "launch":
+        run = launch_loop(iters)
+    elif args.workload == "decode":
+        run = decode_loop(iters)
+    else:
+        run = GraphDecode(iters)
     run()  # warm-up: allocator, cuBLAS handles, kernels loaded
     torch.cuda.synchronize()
     if args.toggle or args.burn is not None:
@@ -335,7 +498,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 times.append(time.perf_counter() - t0)
                 cpus.append(time.thread_time() - c0)
-    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters,
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters, **graph_form(run),
                                   "seconds": statistics.median(times), "all": times,
                                   "cpu_seconds": statistics.median(cpus)}), flush=True)
 
