@@ -10,12 +10,12 @@ launching thread, without the time other processes take the CPU from it).
   decode  a small Qwen2 model (transformers, random weights) decoding --iters tokens greedily
           with a KV cache, batch 1, bf16
   decode-graph  the same model and tokens as an engine runs them: one decode step over a static
-          KV cache captured in a CUDA graph and replayed per token (greedy sampling and the
-          position's increment outside the graph, as in vLLM or SGLang). The step is captured
-          after each `attach` switch (--toggle), so each side replays a graph captured in its own
-          state: the capturing side's graph holds the tracer's digest launches. Should the static
-          cache not capture, a 16-token window without a cache stands in (the result's "form"
-          says which ran, and "check" whether the graph's tokens equal the eager step's)
+          KV cache captured in a CUDA graph and replayed per token (greedy sampling outside
+          the graph, as in vLLM or SGLang). The step is captured again after each `attach`
+          switch (--toggle), so each side replays a graph captured in its own state: the
+          capturing side's graph holds the tracer's digest launches. Should the static cache not
+          capture, a 16-token window without a cache stands in (the result's "form" says which
+          ran, and "check" whether the graph's tokens equal the eager step's)
   cxx     a C++ launch loop (tests/tracer/attach_gpu_app, --app): --iters launches of an empty
           kernel, timing the launch calls only (batches of 256, synchronised between batches);
           the program is this script's child, so it is recorded like the script would be
@@ -119,9 +119,11 @@ def static_cache(cfg, length: int):
 class GraphDecode:
     """decode-graph: one decode step captured in a CUDA graph, replayed once per token.
 
-    form "static": a static KV cache; the step reads its token and position from fixed tensors
-    that the loop updates on the GPU (argmax into the token, +1 on the position), so a loop of
-    --iters tokens makes --iters replays and three small launches each, and no host sync.
+    form "static": transformers' static KV cache, whose layers keep their length in a device
+    tensor that the step advances itself (transformers 5: no cache_position argument any more);
+    the step reads its token from a fixed tensor that the loop fills on the GPU (argmax, copy),
+    so a loop of --iters tokens makes --iters replays and two small launches each, and no host
+    sync. A loop starts by setting the layers' lengths back to the prompt's.
     form "window": no cache; the step runs the model over the last 16 tokens (the form the
     tracer's graph test uses), for a transformers whose static cache does not capture."""
 
@@ -146,18 +148,19 @@ class GraphDecode:
         torch = self.torch
         self.cache = static_cache(self.cfg, self.PROMPT + self.iters + 1)
         with torch.no_grad():
-            out = self.model(input_ids=self.prompt, past_key_values=self.cache, use_cache=True,
-                             cache_position=torch.arange(self.PROMPT, device="cuda"))
+            out = self.model(input_ids=self.prompt, past_key_values=self.cache, use_cache=True)
+        lengths = [getattr(layer, "cumulative_length", None) for layer in self.cache.layers]
+        if not all(isinstance(n, torch.Tensor) for n in lengths):
+            raise RuntimeError("this transformers' static cache keeps no device tensor of its length")
+        self.lengths = lengths
         self.first = out.logits[:, -1:].argmax(-1)  # the first decoded token, (1, 1)
         self.ids = self.first.clone()
-        self.pos = torch.full((1,), self.PROMPT, dtype=torch.long, device="cuda")
         eager = self._eager_tokens(8)
         self.capture()
         self.check = f"{sum(a == b for a, b in zip(eager, self._graph_tokens(8)))} of 8 tokens equal the eager step's"
 
     def _step(self):
-        return self.model(input_ids=self.ids, past_key_values=self.cache, use_cache=True,
-                          cache_position=self.pos).logits
+        return self.model(input_ids=self.ids, past_key_values=self.cache, use_cache=True).logits
 
     def _eager_tokens(self, n: int) -> list:
         torch, tokens = self.torch, []
@@ -165,7 +168,6 @@ class GraphDecode:
         with torch.no_grad():
             for _ in range(n):
                 self.ids.copy_(self._step()[:, -1:].argmax(-1))
-                self.pos.add_(1)
                 tokens.append(int(self.ids))
         return tokens
 
@@ -188,7 +190,8 @@ class GraphDecode:
     def _reset(self):
         self.ids.copy_(self.first)
         if self.form == "static":
-            self.pos.fill_(self.PROMPT)
+            for n in self.lengths:
+                n.fill_(self.PROMPT)
 
     def capture(self):
         """(Re)captures the step in the tracer's current state: drops the old graph first."""
@@ -222,7 +225,6 @@ class GraphDecode:
         nxt = self.logits[:, -1:].argmax(-1)
         if self.form == "static":
             self.ids.copy_(nxt)
-            self.pos.add_(1)
         else:
             self.ids.copy_(self.torch.cat([self.ids[:, 1:], nxt], dim=1))
 
