@@ -475,7 +475,8 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
 // registers it spilled 76 bytes. The byte-aligned loader holds
 // three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
 // Every loader variant, as X(name suffix, words per load batch, min blocks per SM, loader); each
-// kernel family below is instantiated once per variant (detrace_digest_<suffix>[_via|_many]).
+// kernel family below is instantiated once per variant
+// (detrace_digest_<suffix>[_via|_many|_many_via]).
 #define DETRACE_DIGEST_VARIANTS(X)     \
   X(a16, 8, 4, kAlign16)               \
   X(a16_deep, 16, 3, kAlign16)         \
@@ -539,6 +540,24 @@ __device__ void signalDone(const dd::DigestBatch& b) {
   }
 
 DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY)
+
+// Several *_via digests in one launch (Digester::digestManyVia, for CUDA graph captures): blockIdx.y
+// picks one, whose p.out is the cell holding the replay's destination base and p.out_offset its
+// place there, as in the *_via kernels. Every block of one digest reads the same cell, so a base of
+// 0 returns them all before any barrier. No completion signal (a replay's end is its own event).
+#define DETRACE_DIGEST_KERNEL_MANY_VIA(suffix, batch, min_blocks, align)                    \
+  extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
+      detrace_digest_##suffix##_many_via(const __grid_constant__ dd::DigestBatch b) {     \
+    if (blockIdx.y >= b.count) return;                                                    \
+    const dd::DigestParams& p = b.params[blockIdx.y];                                     \
+    const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out); \
+    if (base == 0) return;                                                                \
+    dd::DigestParams q = p;                                                               \
+    q.out = base + 8ull * p.out_offset;                                                   \
+    digestAny<align, batch>(q);                                                           \
+  }
+
+DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY_VIA)
 
 // Stores p.value[i] to the device word p.addr[i] for i < p.count (one block). Launched on a stream
 // just before a CUDA graph (the destinations of its *_via digests) and just after it (0: the graph's

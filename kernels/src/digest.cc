@@ -189,6 +189,12 @@ Status planWhole(const char* who, CUdeviceptr src, uint64_t len, DigestSlot* slo
   return Status::ok();
 }
 
+// Whether a request of a batch uses its slot or workspace: a whole buffer or rows longer than one
+// block pass (smaller ones are finished by a single block, without atomics on a slot).
+bool usesSlot(const DigestRequest& r) {
+  return r.slot != nullptr && (r.rows == 0 ? r.bytes : r.row_bytes) > kDigestRowBytesWithoutWorkspace;
+}
+
 }  // namespace
 
 namespace detail {
@@ -238,6 +244,7 @@ Result<Digester> Digester::create() {
   DETRACE_RETURN_IF_ERROR(load("", d.kernels_));
   DETRACE_RETURN_IF_ERROR(load("_via", d.via_kernels_));
   DETRACE_RETURN_IF_ERROR(load("_many", d.many_kernels_));
+  DETRACE_RETURN_IF_ERROR(load("_many_via", d.many_via_kernels_));
   DETRACE_CU_RETURN_IF_ERROR(cu, ModuleGetFunction(&d.store_words_, module, "detrace_store_words"));
   return d;
 }
@@ -288,50 +295,69 @@ Status Digester::digestRows(CUdeviceptr base, uint32_t rows, uint64_t row_bytes,
   return launch(kernels_, &p, stream);
 }
 
-Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
-                            uint32_t* enqueued, const DoneSignal* done) const {
-  if (enqueued != nullptr) *enqueued = 0;
-  static_assert(kMaxBatch == static_cast<uint32_t>(detail::kMaxBatch),
-                "digest.h and digest_params.h disagree");
-  if (n > kMaxBatch) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany takes at most {} digests, not {}",
-                     kMaxBatch, n);
-  }
-  if (n > 0 && requests == nullptr) {
-    return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany got no requests");
-  }
-  // Planned first, all of them: an invalid request enqueues nothing. A batch is cleared when its
-  // alignment is first met (the launch's parameters are copied whole; most batches use one).
+struct Digester::PlannedBatches {
   detail::DigestBatch batches[kAlignments];
   uint32_t members[kAlignments] = {};  // which requests each launch holds (bits)
   uint64_t blocks[kAlignments] = {};
+};
+
+Status Digester::planBatches(const char* who, const DigestRequest* requests, uint32_t n,
+                             const Kernels& kernels, const uint64_t* via_cell,
+                             PlannedBatches& out) const {
+  static_assert(kMaxBatch == static_cast<uint32_t>(detail::kMaxBatch),
+                "digest.h and digest_params.h disagree");
+  if (n > kMaxBatch) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::{} takes at most {} digests, not {}",
+                     who, kMaxBatch, n);
+  }
+  if (n > 0 && requests == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::{} got no requests", who);
+  }
+  // A slot is used for its sums, or for the result of a whole buffer without another destination.
+  auto uses = [via_cell](const DigestRequest& q) {
+    return usesSlot(q) || (q.slot != nullptr && q.rows == 0 && q.out == nullptr && via_cell == nullptr);
+  };
+  // Planned first, all of them: an invalid request enqueues nothing. A batch is cleared when its
+  // alignment is first met (the launch's parameters are copied whole; most batches use one).
   for (uint32_t i = 0; i < n; ++i) {
     const DigestRequest& r = requests[i];
     // In one launch two digests sharing a slot or workspace would add into each other's sums.
     for (uint32_t j = 0; j < i; ++j) {
-      if (r.slot != nullptr && r.slot == requests[j].slot) {
+      if (uses(r) && uses(requests[j]) && r.slot == requests[j].slot) {
         return makeError(ErrorCode::kInvalidArgument,
-                         "Digester::digestMany: requests {} and {} share a slot or workspace", j, i);
+                         "Digester::{}: requests {} and {} share a slot or workspace", who, j, i);
       }
     }
     detail::DigestParams p{};
     if (r.rows == 0) {
-      DETRACE_RETURN_IF_ERROR(planWhole("digestMany", r.base, r.bytes, r.slot, p));
+      DETRACE_RETURN_IF_ERROR(planWhole(who, r.base, r.bytes, r.slot, p));
       p.out = reinterpret_cast<uint64_t>(r.out != nullptr ? r.out : &r.slot->digest);
     } else {
-      if (r.out == nullptr) {
-        return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany: rows need an output array");
+      if (r.out == nullptr && via_cell == nullptr) {
+        return makeError(ErrorCode::kInvalidArgument, "Digester::{}: rows need an output array", who);
       }
-      DETRACE_RETURN_IF_ERROR(planRows("digestMany", r.base, r.rows, r.row_bytes, r.row_stride, r.slot, p));
+      DETRACE_RETURN_IF_ERROR(planRows(who, r.base, r.rows, r.row_bytes, r.row_stride, r.slot, p));
       p.out = reinterpret_cast<uint64_t>(r.out);
     }
+    if (via_cell != nullptr) {
+      p.out = reinterpret_cast<uint64_t>(via_cell);
+      p.out_offset = r.out_offset;
+    }
     const int a = alignmentIndex(p.align);
-    detail::DigestBatch& b = batches[a];
-    if (members[a] == 0) b = detail::DigestBatch{};
+    detail::DigestBatch& b = out.batches[a];
+    if (out.members[a] == 0) b = detail::DigestBatch{};
     b.params[b.count++] = p;
-    members[a] |= 1u << i;
-    blocks[a] = std::max(blocks[a], gridFor(p.passes, static_cast<uint64_t>(many_kernels_.grid_caps[a])));
+    out.members[a] |= 1u << i;
+    out.blocks[a] = std::max(out.blocks[a], gridFor(p.passes, static_cast<uint64_t>(kernels.grid_caps[a])));
   }
+  return Status::ok();
+}
+
+Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream stream,
+                            uint32_t* enqueued, const DoneSignal* done) const {
+  if (enqueued != nullptr) *enqueued = 0;
+  PlannedBatches plan;
+  DETRACE_RETURN_IF_ERROR(planBatches("digestMany", requests, n, many_kernels_, nullptr, plan));
   if (n == 0) return Status::ok();
   if (done != nullptr && (done->flag == nullptr || done->counter == nullptr)) {
     return makeError(ErrorCode::kInvalidArgument, "Digester::digestMany: a done signal needs a flag and a counter");
@@ -339,20 +365,42 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
   int last = 0;  // the batch's last launch carries the done signal
   for (int a = 0; a < kAlignments; ++a) {
-    if (members[a] != 0) last = a;
+    if (plan.members[a] != 0) last = a;
   }
   if (done != nullptr) {
-    batches[last].done_flag = reinterpret_cast<uint64_t>(done->flag);
-    batches[last].done_value = done->value;
-    batches[last].done_counter = reinterpret_cast<uint64_t>(done->counter);
+    plan.batches[last].done_flag = reinterpret_cast<uint64_t>(done->flag);
+    plan.batches[last].done_value = done->value;
+    plan.batches[last].done_counter = reinterpret_cast<uint64_t>(done->counter);
   }
   for (int a = 0; a < kAlignments; ++a) {
-    if (members[a] == 0) continue;
-    void* args[] = {&batches[a]};
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(blocks[a]),
-                                                  batches[a].count, 1, detail::kBlockThreads, 1, 1,
+    if (plan.members[a] == 0) continue;
+    void* args[] = {&plan.batches[a]};
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(plan.blocks[a]),
+                                                  plan.batches[a].count, 1, detail::kBlockThreads, 1, 1,
                                                   0, stream, args, nullptr));
-    if (enqueued != nullptr) *enqueued |= members[a];
+    if (enqueued != nullptr) *enqueued |= plan.members[a];
+  }
+  return Status::ok();
+}
+
+Status Digester::digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
+                               CUstream stream, uint32_t* launches) const {
+  if (launches != nullptr) *launches = 0;
+  if (out_cell == nullptr) {
+    return makeError(ErrorCode::kInvalidArgument, "Digester::digestManyVia needs an out cell");
+  }
+  PlannedBatches plan;
+  DETRACE_RETURN_IF_ERROR(planBatches("digestManyVia", requests, n, many_via_kernels_, out_cell, plan));
+  if (n == 0) return Status::ok();
+  DETRACE_RETURN_IF_ERROR(checkContext(*cu_, context_));
+  for (int a = 0; a < kAlignments; ++a) {
+    if (plan.members[a] == 0) continue;
+    void* args[] = {&plan.batches[a]};
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_via_kernels_.fns[a],
+                                                  static_cast<unsigned>(plan.blocks[a]),
+                                                  plan.batches[a].count, 1, detail::kBlockThreads,
+                                                  1, 1, 0, stream, args, nullptr));
+    if (launches != nullptr) ++*launches;
   }
   return Status::ok();
 }

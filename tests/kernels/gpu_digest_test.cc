@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 
 #include "detrace/kernels/digest.h"
@@ -554,6 +555,128 @@ TEST_F(DigestGpuTest, ManySmallDigestsBesideALargeOne) {
       }
     }
   }
+}
+
+// digestManyVia captured into a CUDA graph: a random batch of whole buffers and row sets (mixed
+// alignments, so some batches take two launches or more, small whole buffers sharing one slot as
+// the tracer's do) writes, at each replay, to wherever the cell points then: two destinations in
+// turn, each poisoned before, give the CPU twin's digests at each request's offset; a replay with
+// the cell at 0 writes nothing; the launch count is one per alignment class.
+TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
+  DETRACE_REQUIRE_GPU();
+  const uint64_t whole_sizes[] = {0, 1, 1000, 65536, 65537, (3u << 20) + 5};
+  const RowCase row_cases[] = {{1, 1024, 1024, 0}, {7, 100, 101, 3}, {64, 1024, 1040, 0},
+                               {3, 70000, 70003, 5}, {2, 1u << 20, (1u << 20) + 2, 2}};
+  DeviceBuffer cell(8), shared_ws(sizeof(DigestSlot));
+  ASSERT_TRUE(cell.ok() && shared_ws.ok());
+  shared_ws.poison(0);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (int trial = 0; trial < 10; ++trial) {
+    const uint32_t n = 1 + static_cast<uint32_t>(rng_() % Digester::kMaxBatch);
+    struct Item {
+      std::vector<unsigned char> host;
+      uint64_t offset = 0;
+      DeviceBuffer buf, ws;
+    };
+    std::vector<Item> items(n);
+    std::vector<DigestRequest> reqs(n);
+    std::vector<uint64_t> want;  // every digest of the batch, in destination order
+    std::set<uint64_t> aligns;
+    for (uint32_t i = 0; i < n; ++i) {
+      Item& it = items[i];
+      DigestRequest& r = reqs[i];
+      it.offset = std::array<uint64_t, 4>{0, 0, 8, 1}[rng_() % 4];
+      r.out_offset = static_cast<uint32_t>(want.size());
+      if (rng_() % 2 == 0) {
+        const RowCase c = row_cases[rng_() % std::size(row_cases)];
+        const uint64_t span = (c.rows - 1) * c.stride + c.row_bytes;
+        it.host = randomBytes(span + it.offset + 1);
+        it.ws = DeviceBuffer(c.rows * sizeof(DigestSlot));
+        r.rows = c.rows;
+        r.row_bytes = c.row_bytes;
+        r.row_stride = c.stride;
+        std::vector<uint64_t> rows(c.rows);
+        digestRowsCpu(it.host.data() + it.offset, c.rows, c.row_bytes, c.stride, rows.data());
+        want.insert(want.end(), rows.begin(), rows.end());
+        aligns.insert((it.offset | (c.rows > 1 ? c.stride : 0)) % 16 == 0 ? 16
+                      : (it.offset | (c.rows > 1 ? c.stride : 0)) % 8 == 0 ? 8
+                      : (it.offset | (c.rows > 1 ? c.stride : 0)) % 4 == 0 ? 4 : 1);
+      } else {
+        const uint64_t len = whole_sizes[rng_() % std::size(whole_sizes)];
+        it.host = randomBytes(len + it.offset + 1);
+        it.ws = DeviceBuffer(sizeof(DigestSlot));
+        r.bytes = len;
+        want.push_back(digestCpu(it.host.data() + it.offset, len));
+        aligns.insert(it.offset % 16 == 0 ? 16 : it.offset % 8 == 0 ? 8 : it.offset % 4 == 0 ? 4 : 1);
+      }
+      it.buf = DeviceBuffer(it.host.size());
+      ASSERT_TRUE(it.buf.ok() && it.ws.ok());
+      it.buf.upload(it.host.data(), it.host.size());
+      it.ws.poison(0);
+      r.base = reinterpret_cast<CUdeviceptr>(it.buf.get() + it.offset);
+      const bool small_whole = r.rows == 0 && r.bytes <= kDigestRowBytesWithoutWorkspace;
+      r.slot = reinterpret_cast<DigestSlot*>(small_whole ? shared_ws.get() : it.ws.get());
+      r.out = nullptr;  // ignored: the cell says where
+    }
+    const uint64_t words = want.size();
+    DeviceBuffer dest[2] = {DeviceBuffer(8 * words), DeviceBuffer(8 * words)};
+    ASSERT_TRUE(dest[0].ok() && dest[1].ok());
+    const auto* cell_word = reinterpret_cast<const uint64_t*>(cell.get());
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    uint32_t launches = 0;
+    const Status st = digester_->digestManyVia(reqs.data(), n, cell_word, stream, &launches);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    EXPECT_EQ(launches, aligns.size()) << "trial " << trial << ": one launch per alignment class";
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 4; ++replay) {
+      const int d = replay % 2;
+      dest[0].poison();
+      dest[1].poison();
+      const uint64_t* cells[] = {cell_word};
+      const uint64_t base = reinterpret_cast<uint64_t>(dest[d].get());
+      ASSERT_TRUE(digester_->storeWords(cells, &base, 1, stream).isOk());
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto got = dest[d].download(8 * words);
+      for (uint64_t w = 0; w < words; ++w) {
+        uint64_t g;
+        std::memcpy(&g, got.data() + 8 * w, 8);
+        ASSERT_EQ(g, want[w]) << "trial " << trial << " replay " << replay << ": word " << w
+                              << " of " << words;
+      }
+      const auto other = dest[1 - d].download(8 * words);
+      ASSERT_TRUE(std::all_of(other.begin(), other.end(), [](unsigned char b) { return b == 0xff; }))
+          << "trial " << trial << ": the other destination was written";
+    }
+    // The cell at 0: the replay skips every digest.
+    dest[0].poison();
+    const uint64_t* cells[] = {cell_word};
+    const uint64_t zero = 0;
+    ASSERT_TRUE(digester_->storeWords(cells, &zero, 1, stream).isOk());
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto none = dest[0].download(8 * words);
+    EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](unsigned char b) { return b == 0xff; }))
+        << "trial " << trial << ": a replay with the cell at 0 wrote";
+    for (const Item& it : items) {  // slots and workspaces left zero for the next replay
+      const auto left = it.ws.download(it.ws.bytes());
+      ASSERT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned char b) { return b == 0; }))
+          << "trial " << trial << ": a slot or workspace left dirty";
+    }
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+  }
+  // No cell: refused before anything is enqueued.
+  DigestRequest one;
+  one.base = reinterpret_cast<CUdeviceptr>(shared_ws.get());
+  one.bytes = 8;
+  one.slot = reinterpret_cast<DigestSlot*>(shared_ws.get());
+  EXPECT_EQ(digester_->digestManyVia(&one, 1, nullptr, stream).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

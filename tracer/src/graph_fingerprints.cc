@@ -222,20 +222,46 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     ++graph_ops_captured;
   }
   SelfLaunchScope self;  // our kernels stay out of the trace
-  const auto* cell = reinterpret_cast<const uint64_t*>(cap->cell);
+  // The operands' digests go into the graph in batches of up to kMaxBatch (digestManyVia): one
+  // kernel node per batch and alignment class, usually one per captured call.
+  std::vector<CapturedOperand> batch;
+  std::vector<kernels::DigestRequest> requests;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    uint32_t launches = 0;
+    const Status st = cx.digester->digestManyVia(requests.data(), static_cast<uint32_t>(requests.size()),
+                                                 reinterpret_cast<const uint64_t*>(cap->cell),
+                                                 stream, &launches);
+    for (CapturedOperand& c : batch) {
+      // The words stay reserved even when the batch failed: the operands after it keep their
+      // offsets, and a launch of the batch that did go in writes only into its own words.
+      cap->words += c.rows > 0 ? c.rows : 1;
+      if (!st.isOk()) {
+        ++skipped_error;
+        continue;
+      }
+      op->operands.push_back(std::move(c));
+      ++graph_operands_captured;
+    }
+    (inputs ? op->own_before : op->own_after) += static_cast<int32_t>(launches);
+    batch.clear();
+    requests.clear();
+  };
+  uint64_t words_planned = cap->words;
   for (const OperandSpec& spec : specs) {
     CapturedOperand c;
     c.spec = spec;
     c.rows = rowsOf(spec);
     uint64_t words = c.rows > 0 ? c.rows : 1;
-    if (cap->words + words > (uint64_t{1} << 31)) return true;  // an absurd capture: the rest go
-    c.offset = cap->words;
-    Status st = Status::ok();
+    if (words_planned + words > (uint64_t{1} << 31)) break;  // an absurd capture: the rest go
+    kernels::DigestRequest r;
+    r.base = spec.address;
     if (c.rows > 0) {
-      st = cx.digester->digestRowsVia(spec.address, c.rows, static_cast<uint64_t>(spec.row_bytes),
-                                      static_cast<uint64_t>(spec.row_stride), cell, c.offset,
-                                      nullptr, stream);
+      r.rows = c.rows;
+      r.row_bytes = static_cast<uint64_t>(spec.row_bytes);
+      r.row_stride = static_cast<uint64_t>(spec.row_stride);
     } else {
+      r.bytes = spec.bytes;
       CUdeviceptr slot = spec.bytes > kernels::kDigestRowBytesWithoutWorkspace
                              ? poolTake(cx, sizeof(kernels::DigestSlot))
                              : cx.graph_pool + kPoolDummySlot;
@@ -243,19 +269,16 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
         ++skipped_full;
         continue;
       }
-      st = cx.digester->digestVia(spec.address, spec.bytes,
-                                  reinterpret_cast<kernels::DigestSlot*>(slot), cell, c.offset,
-                                  stream);
+      r.slot = reinterpret_cast<kernels::DigestSlot*>(slot);
     }
-    if (!st.isOk()) {
-      ++skipped_error;
-      continue;
-    }
-    cap->words += static_cast<uint32_t>(words);
-    ++(inputs ? op->own_before : op->own_after);
-    op->operands.push_back(std::move(c));
-    ++graph_operands_captured;
+    c.offset = static_cast<uint32_t>(words_planned);
+    r.out_offset = c.offset;
+    words_planned += words;
+    batch.push_back(std::move(c));
+    requests.push_back(r);
+    if (requests.size() == kernels::Digester::kMaxBatch) flush();
   }
+  flush();
   return true;
 }
 

@@ -68,6 +68,7 @@ struct DigestRequest {
   uint64_t row_stride = 0;
   uint64_t* out = nullptr;
   DigestSlot* slot = nullptr;
+  uint32_t out_offset = 0;  // digestManyVia only: where in the replay's destination (in words)
 };
 
 // The completion signal of a Digester::digestMany batch: `value` is stored to `flag` (mapped host
@@ -111,7 +112,9 @@ class Digester {
   // launch per alignment class among them (16, 8, 4, 1: one launch when every base and row stride
   // is a multiple of 16, the usual case for tensors; two when some are multiples of 8 only): the
   // same results as digest() / digestRows() called one by one.
-  // Each request needs its own slot or workspace (shared ones are refused). Nothing is enqueued if
+  // Each request needs its own slot or workspace where it uses one (shared ones are refused; a
+  // whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never touches its slot, and rows
+  // that short need no workspace). Nothing is enqueued if
   // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
   // enqueued: all of them on success, possibly some when a later launch of the batch failed.
   // `done`, when given, is how the host learns that the whole batch has finished without an event:
@@ -134,6 +137,16 @@ class Digester {
   Status digestRowsVia(CUdeviceptr base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                        const uint64_t* out_cell, uint32_t out_offset, DigestSlot* workspace,
                        CUstream stream) const;
+
+  // digestMany for launches captured into a CUDA graph: the digests of request i go to the base
+  // held in `out_cell` (read when the kernel runs; 0 skips them) plus requests[i].out_offset words;
+  // requests[i].out is ignored. One launch per alignment class among the requests (one for
+  // tensors), where digestVia / digestRowsVia would make one per request: a captured GEMM's
+  // operands become one graph node. `launches`, when given, gets the number of launches enqueued.
+  // Slots and workspaces as for digestMany; a small whole buffer's slot (at most
+  // kDigestRowBytesWithoutWorkspace bytes) is never touched, so such requests may share one.
+  Status digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
+                       CUstream stream, uint32_t* launches = nullptr) const;
 
   // Enqueues a small kernel on `stream` that stores values[i] to the device word addr[i], for
   // i < n (one launch per kMaxStores words): how the destinations of the *Via digests are set,
@@ -158,12 +171,18 @@ class Digester {
   Digester() = default;
   Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
   Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
+  // A batch of requests planned into one DigestBatch per alignment class (digestMany and
+  // digestManyVia); `via` takes each request's out_offset instead of its out.
+  struct PlannedBatches;
+  Status planBatches(const char* who, const DigestRequest* requests, uint32_t n,
+                     const Kernels& kernels, const uint64_t* via_cell, PlannedBatches& out) const;
 
   const detail::DriverApi* cu_ = nullptr;  // driver entry points (resolved at run time)
   ScopedResource<CUmodule, detail::unloadModule> module_;
   Kernels kernels_;
   Kernels via_kernels_;  // the *_via entry points (graph replays)
   Kernels many_kernels_;  // the *_many entry points (digestMany)
+  Kernels many_via_kernels_;  // the *_many_via entry points (digestManyVia)
   CUfunction store_words_ = nullptr;
   CUcontext context_ = nullptr;
 };
