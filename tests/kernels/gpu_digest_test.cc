@@ -558,8 +558,8 @@ TEST_F(DigestGpuTest, ManySmallDigestsBesideALargeOne) {
 }
 
 // digestManyVia captured into a CUDA graph: a random batch of whole buffers and row sets (mixed
-// alignments, so some batches take two launches or more, small whole buffers sharing one slot as
-// the tracer's do) writes, at each replay, to wherever the cell points then: two destinations in
+// alignments, so some batches take two launches or more; small whole buffers and short rows
+// sharing one slot, which must stay zero) writes, at each replay, to wherever the cell points then: two destinations in
 // turn, each poisoned before, give the CPU twin's digests at each request's offset; a replay with
 // the cell at 0 writes nothing; the launch count is one per alignment class.
 TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
@@ -615,10 +615,12 @@ TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
       it.buf.upload(it.host.data(), it.host.size());
       it.ws.poison(0);
       r.base = reinterpret_cast<CUdeviceptr>(it.buf.get() + it.offset);
-      const bool small_whole = r.rows == 0 && r.bytes <= kDigestRowBytesWithoutWorkspace;
-      r.slot = reinterpret_cast<DigestSlot*>(small_whole ? shared_ws.get() : it.ws.get());
+      // Small whole buffers and short rows never touch their slot or workspace: they share one.
+      const bool shares = (r.rows == 0 ? r.bytes : r.row_bytes) <= kDigestRowBytesWithoutWorkspace;
+      r.slot = reinterpret_cast<DigestSlot*>(shares ? shared_ws.get() : it.ws.get());
       r.out = nullptr;  // ignored: the cell says where
     }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // uploads and zeroed slots in place
     const uint64_t words = want.size();
     DeviceBuffer dest[2] = {DeviceBuffer(8 * words), DeviceBuffer(8 * words)};
     ASSERT_TRUE(dest[0].ok() && dest[1].ok());
@@ -636,6 +638,7 @@ TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
       const int d = replay % 2;
       dest[0].poison();
       dest[1].poison();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // poisoned before the stream's work
       const uint64_t* cells[] = {cell_word};
       const uint64_t base = reinterpret_cast<uint64_t>(dest[d].get());
       ASSERT_TRUE(digester_->storeWords(cells, &base, 1, stream).isOk());
@@ -654,6 +657,7 @@ TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
     }
     // The cell at 0: the replay skips every digest.
     dest[0].poison();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const uint64_t* cells[] = {cell_word};
     const uint64_t zero = 0;
     ASSERT_TRUE(digester_->storeWords(cells, &zero, 1, stream).isOk());
@@ -667,6 +671,9 @@ TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
       ASSERT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned char b) { return b == 0; }))
           << "trial " << trial << ": a slot or workspace left dirty";
     }
+    const auto shared_left = shared_ws.download(sizeof(DigestSlot));
+    ASSERT_TRUE(std::all_of(shared_left.begin(), shared_left.end(), [](unsigned char b) { return b == 0; }))
+        << "trial " << trial << ": the shared slot was touched";
     (void)cudaGraphExecDestroy(exec);
     (void)cudaGraphDestroy(graph);
   }

@@ -298,6 +298,22 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
     EXPECT_EQ(checked["AllReduce recv"], replays);
   }
 
+  // The app's own kernel before each GEMM, replayed from the graph, is no GEMM's child: not taken
+  // for a kernel of the GEMM after it (each replayed op's kernels lie between its input and output
+  // digests).
+  int markers = 0;
+  for (const db::Event& e : r.events) {
+    if (e.graph_id == db::kUnset || t.str(e.name).find("app_marker_kernel") == std::string::npos) {
+      continue;
+    }
+    ++markers;
+    const bool gemm_parent = e.parent_seq >= 0 && e.parent_seq < static_cast<int64_t>(r.events.size()) &&
+                             r.events[static_cast<size_t>(e.parent_seq)].kind == db::EventKind::kGemm;
+    EXPECT_FALSE(gemm_parent) << "the app's kernel at seq " << e.seq << " was taken for GEMM "
+                              << e.parent_seq << "'s";
+  }
+  EXPECT_EQ(markers, 2 * replays) << "the app's kernels replayed from the graph";
+
   // The tracer's own kernels (digests, their destinations) are never events.
   for (const db::Event& e : r.events) {
     EXPECT_NE(t.str(e.name).rfind("detrace_", 0), 0u) << "event " << e.seq << " is the tracer's";

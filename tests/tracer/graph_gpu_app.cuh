@@ -1,7 +1,8 @@
 // `tracer_gpu_app graph DIR`: library ops captured into CUDA graphs, for gpu_graph_test.cc.
 //
 // A chain of two GEMMs, y = W (A x), on one stream: a cuBLASLt matmul (D1 = A X) and a classic
-// cublasGemmEx (Y = W D1), both fp32, column major. Then, if libnccl can be loaded, a world-size-1
+// cublasGemmEx (Y = W D1), both fp32, column major, each after a kernel of the app's own
+// (app_marker_kernel, on a scratch buffer). Then, if libnccl can be loaded, a world-size-1
 // ncclAllReduce (Z = sum of Y over one rank). Each is run once eagerly (warm-up: cuBLAS and NCCL
 // set themselves up, the tracer its result memory), then captured: the GEMMs into one graph, the
 // all-reduce into a second one, and both graphs are launched kReplays times. Before every launch X
@@ -39,6 +40,12 @@ __global__ void fill(float* x, int n, int mul, int add, int mod, int shift) {
   if (i < n) x[i] = static_cast<float>((i * mul + add) % mod - shift);
 }
 
+// A kernel of the program's own before each GEMM (in the graph too): it touches no operand, and a
+// replayed GEMM must not take it for one of its kernels.
+__global__ void app_marker_kernel(float* scratch, int i) {
+  if (threadIdx.x == 0) scratch[i] += 1.0f;
+}
+
 // NCCL's C API, declared here (the app is built without NCCL's headers).
 using NcclComm = struct ncclComm*;
 constexpr int kNcclFloat32 = 7, kNcclSum = 0;
@@ -72,6 +79,7 @@ struct Gemms {
   cublasHandle_t blas = nullptr;
   GemmEx gemm_ex = nullptr;
   float *A = nullptr, *X = nullptr, *D1 = nullptr, *W = nullptr, *Y = nullptr;
+  float* scratch = nullptr;  // app_marker_kernel's
   void* ws = nullptr;
   size_t ws_bytes = 4 << 20;
   cudaStream_t s = nullptr;
@@ -79,7 +87,11 @@ struct Gemms {
   // D1 = A X (cuBLASLt), then Y = W D1 (cublasGemmEx).
   int run() {
     const float alpha = 1.0f, beta = 0.0f;
+    app_marker_kernel<<<1, 32, 0, s>>>(scratch, 0);
+    GK(cudaGetLastError());
     GK(cublasLtMatmul(lt, desc, &alpha, A, la, X, lx, &beta, D1, ld, D1, ld, nullptr, ws, ws_bytes, s));
+    app_marker_kernel<<<1, 32, 0, s>>>(scratch, 1);
+    GK(cudaGetLastError());
     GK(gemm_ex(blas, CUBLAS_OP_N, CUBLAS_OP_N, kM2, kN, kM, &alpha, W, CUDA_R_32F, kM2, D1,
                CUDA_R_32F, kM, &beta, Y, CUDA_R_32F, kM2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
@@ -97,6 +109,7 @@ inline int graphMain(const std::string& dir) {
   float* Z = nullptr;
   GK(cudaMalloc(&Z, kM2 * kN * sizeof(float)));
   GK(cudaMalloc(&g.ws, g.ws_bytes));
+  GK(cudaMalloc(&g.scratch, 2 * sizeof(float)));
   fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 1, 0, 17, 8);
   fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 1, 0, 11, 5);
   fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 3, 1, 13, 6);

@@ -288,8 +288,8 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 }
 
 // Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
-// call cannot change its inputs (fingerprintAllAfter; captured into a CUDA graph or not), else the
-// inputs before it and the output after it.
+// call cannot change its inputs and the stream is not being captured (fingerprintAllAfter), else
+// the inputs before it and the output after it.
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
@@ -300,17 +300,17 @@ class GemmFingerprints {
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     all_after_ = fingerprintAllAfter(stream_, specs_);
-    if (all_after_ == AllAfter::kNo) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    if (!all_after_) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
   void after(bool ok) {
     if (token_ == 0) return;
-    if (all_after_ != AllAfter::kNo) {
+    if (all_after_) {
       // A failed call wrote nothing: its inputs are still worth their digests.
       if (ok) {
-        fingerprintAllOperands(token_, stream_, std::move(specs_), all_after_);  // their last use
+        fingerprintAllOperands(token_, stream_, std::move(specs_));  // their last use
       } else {
         fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
       }
@@ -323,7 +323,7 @@ class GemmFingerprints {
   uint64_t token_;
   CUstream stream_;
   std::vector<OperandSpec> specs_;
-  AllAfter all_after_ = AllAfter::kNo;
+  bool all_after_ = false;
 };
 
 cublasStatus_t missing(const char* name) {

@@ -686,30 +686,28 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
   }
 }
 
-AllAfter fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
   try {
     static const bool allowed = [] {
       const char* v = std::getenv("DETRACE_DIAG_DIGEST_AFTER");
       return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    if (!allowed || specs.empty() || !Fingerprinter::get().enabled()) return AllAfter::kNo;
-    if (outputsMayChangeInputs(specs)) return AllAfter::kNo;
+    if (!allowed || specs.empty() || !Fingerprinter::get().enabled()) return false;
+    if (outputsMayChangeInputs(specs)) return false;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (Driver::get().is_capturing(stream, &capture) != CUDA_SUCCESS) return AllAfter::kNo;
-    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) return AllAfter::kUncaptured;
-    return capture == CU_STREAM_CAPTURE_STATUS_ACTIVE ? AllAfter::kCaptured : AllAfter::kNo;
+    return Driver::get().is_capturing(stream, &capture) == CUDA_SUCCESS &&
+           capture == CU_STREAM_CAPTURE_STATUS_NONE;
   } catch (...) {
-    return AllAfter::kNo;
+    return false;
   }
 }
 
-void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            AllAfter how) noexcept {
-  if (token == 0 || how == AllAfter::kNo) return;
-  // `inputs` = false: under capture every digest is counted after the op's kernels (own_after),
-  // where they run. Uncaptured, the stream's capture status is not asked again.
+void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept {
+  if (token == 0) return;
+  // Not capturing (fingerprintAllAfter asked just before the call): `inputs` only matters to a
+  // capture, and the stream's capture status is not asked again.
   Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false,
-                               /*known_uncaptured=*/how == AllAfter::kUncaptured);
+                               /*known_uncaptured=*/true);
 }
 
 namespace {

@@ -132,20 +132,19 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
                          bool inputs) noexcept;
 
 // Whether every operand of an op may be fingerprinted after its call, in one enqueue (one digest
-// launch, one completion signal, one lock instead of two of each; under CUDA graph capture one
-// kernel node instead of two): fingerprints are on, `stream` is not in a capture that was
-// invalidated, and the call cannot change what its inputs hold (outputsMayChangeInputs). The
-// inputs' digests then read them after the op's kernels, in stream order (at every replay, when
-// captured), where they still hold what the op read.
+// launch, one completion signal, one lock instead of two of each): fingerprints are on, `stream`
+// is not being captured into a CUDA graph (captured digests bracket the op's kernels:
+// graph_fingerprints.cc), and the call cannot change what its inputs hold (outputsMayChangeInputs).
+// The inputs' digests then read them after the op's kernels, in stream order, where they still
+// hold what the op read.
 // DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
-enum class AllAfter : uint8_t { kNo, kUncaptured, kCaptured };
-AllAfter fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
 // Enqueues every operand of `specs` for op `token` on `stream` at once (after the call); only
-// where fingerprintAllAfter said yes just before the call, passing what it said (an uncaptured
-// stream is not asked again whether it is being captured).
-void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            AllAfter how) noexcept;
+// where fingerprintAllAfter said yes just before the call (the stream is not asked again whether
+// it is being captured).
+void fingerprintAllOperands(uint64_t token, CUstream stream,
+                            std::vector<OperandSpec> specs) noexcept;
 
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).

@@ -6,8 +6,9 @@
 // At capture (the op's call, on the capturing thread): the digest kernels go into the graph in
 // their *Via form, reading their destination from the capture's cell (a device word) plus a fixed
 // offset, the operands of one call batched into one launch (digestManyVia; one per alignment
-// class): a node before the call's kernels for its inputs and one after for its outputs, or one
-// after for all of a GEMM's operands where the call cannot change its inputs. At each launch of an executable graph holding such captures (the CUPTI launch callback,
+// class): a node before the call's kernels for its inputs and one after for its outputs. Both are
+// needed: the reorder buffer places a replayed op's kernels between its own kernels (so a kernel
+// of the program's between two captured calls is not taken for the second call's). At each launch of an executable graph holding such captures (the CUPTI launch callback,
 // on the launching thread): one stream-ordered kernel stores each capture's share of a range of the
 // pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
 // does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays

@@ -112,9 +112,10 @@ class Digester {
   // launch per alignment class among them (16, 8, 4, 1: one launch when every base and row stride
   // is a multiple of 16, the usual case for tensors; two when some are multiples of 8 only): the
   // same results as digest() / digestRows() called one by one.
-  // Each request needs its own slot or workspace where it uses one (shared ones are refused; a
-  // whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never touches its slot, and rows
-  // that short need no workspace). Nothing is enqueued if
+  // Each request needs its own slot or workspace where it uses one (shared ones are refused): a
+  // whole buffer longer than kDigestRowBytesWithoutWorkspace bytes keeps its sums there, and one
+  // without an `out` its result; a shorter one with an `out`, and rows no longer than that, never
+  // touch it. Nothing is enqueued if
   // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
   // enqueued: all of them on success, possibly some when a later launch of the batch failed.
   // `done`, when given, is how the host learns that the whole batch has finished without an event:
@@ -141,10 +142,10 @@ class Digester {
   // digestMany for launches captured into a CUDA graph: the digests of request i go to the base
   // held in `out_cell` (read when the kernel runs; 0 skips them) plus requests[i].out_offset words;
   // requests[i].out is ignored. One launch per alignment class among the requests (one for
-  // tensors), where digestVia / digestRowsVia would make one per request: a captured GEMM's
-  // operands become one graph node. `launches`, when given, gets the number of launches enqueued.
-  // Slots and workspaces as for digestMany; a small whole buffer's slot (at most
-  // kDigestRowBytesWithoutWorkspace bytes) is never touched, so such requests may share one.
+  // tensors), where digestVia / digestRowsVia would make one per request: a captured call's
+  // inputs become one graph node, and its outputs another. `launches`, when given, gets the number of launches enqueued.
+  // Slots and workspaces as for digestMany (`out` being the cell's, a whole buffer of at most
+  // kDigestRowBytesWithoutWorkspace bytes never touches its slot, so such requests may share one).
   Status digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
                        CUstream stream, uint32_t* launches = nullptr) const;
 
