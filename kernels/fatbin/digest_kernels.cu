@@ -499,14 +499,23 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL)
 // p.out_offset words. A base of 0 (a replay the tracer does not record) skips the digest: every
 // thread reads the same word, so the whole grid returns before any barrier. Separate entry points,
 // so the kernels above are compiled exactly as before.
+namespace {
+// A *_via digest: p.out is the cell; every thread of the digest reads it, so a base of 0 returns
+// them all before any barrier.
+template <int kAlign, int kBatch>
+__device__ __forceinline__ void digestVia(const dd::DigestParams& p) {
+  const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out);
+  if (base == 0) return;
+  dd::DigestParams q = p;
+  q.out = base + 8ull * p.out_offset;
+  digestAny<kAlign, kBatch>(q);
+}
+}  // namespace
+
 #define DETRACE_DIGEST_KERNEL_VIA(suffix, batch, min_blocks, align)                         \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
       detrace_digest_##suffix##_via(const dd::DigestParams p) {                           \
-    const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out); \
-    if (base == 0) return;                                                                \
-    dd::DigestParams q = p;                                                               \
-    q.out = base + 8ull * p.out_offset;                                                   \
-    digestAny<align, batch>(q);                                                           \
+    digestVia<align, batch>(p);                                                           \
   }
 
 DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_VIA)
@@ -549,12 +558,7 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY)
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
       detrace_digest_##suffix##_many_via(const __grid_constant__ dd::DigestBatch b) {     \
     if (blockIdx.y >= b.count) return;                                                    \
-    const dd::DigestParams& p = b.params[blockIdx.y];                                     \
-    const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out); \
-    if (base == 0) return;                                                                \
-    dd::DigestParams q = p;                                                               \
-    q.out = base + 8ull * p.out_offset;                                                   \
-    digestAny<align, batch>(q);                                                           \
+    digestVia<align, batch>(b.params[blockIdx.y]);                                        \
   }
 
 DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY_VIA)
