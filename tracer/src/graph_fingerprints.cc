@@ -8,8 +8,9 @@
 // offset, the operands of one call batched into one launch (digestManyVia; one per alignment
 // class): a node before the call's kernels for its inputs and one after for its outputs. Both are
 // needed: the reorder buffer places a replayed op's kernels between its own kernels (so a kernel
-// of the program's between two captured calls is not taken for the second call's). At each launch of an executable graph holding such captures (the CUPTI launch callback,
-// on the launching thread): one stream-ordered kernel stores each capture's share of a range of the
+// of the program's between two captured calls is not taken for the second call's). At each
+// launch of an executable graph holding such captures (the CUPTI launch callback, on the
+// launching thread): one stream-ordered kernel stores each capture's share of a range of the
 // pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
 // does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
 // of one executable graph are ordered by CUDA; a launch on another stream than the previous one

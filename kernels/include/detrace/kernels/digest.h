@@ -115,8 +115,7 @@ class Digester {
   // Each request needs its own slot or workspace where it uses one (shared ones are refused): a
   // whole buffer longer than kDigestRowBytesWithoutWorkspace bytes keeps its sums there, and one
   // without an `out` its result; a shorter one with an `out`, and rows no longer than that, never
-  // touch it. Nothing is enqueued if
-  // any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
+  // touch it. Nothing is enqueued if any request is invalid. `enqueued`, when given, gets a bit per request whose kernel was
   // enqueued: all of them on success, possibly some when a later launch of the batch failed.
   // `done`, when given, is how the host learns that the whole batch has finished without an event:
   // the last launch stores done->value to done->flag when every digest of the batch is written
@@ -143,9 +142,10 @@ class Digester {
   // held in `out_cell` (read when the kernel runs; 0 skips them) plus requests[i].out_offset words;
   // requests[i].out is ignored. One launch per alignment class among the requests (one for
   // tensors), where digestVia / digestRowsVia would make one per request: a captured call's
-  // inputs become one graph node, and its outputs another. `launches`, when given, gets the number of launches enqueued.
-  // Slots and workspaces as for digestMany (`out` being the cell's, a whole buffer of at most
-  // kDigestRowBytesWithoutWorkspace bytes never touches its slot, so such requests may share one).
+  // inputs become one graph node, and its outputs another. `launches`, when given, gets the
+  // number of launches enqueued. Slots and workspaces as for digestMany (the cell being every
+  // request's destination, a whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never
+  // touches its slot, so such requests may share one).
   Status digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
                        CUstream stream, uint32_t* launches = nullptr) const;
 
@@ -173,7 +173,8 @@ class Digester {
   Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
   Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
   // A batch of requests planned into one DigestBatch per alignment class (digestMany and
-  // digestManyVia); `via` takes each request's out_offset instead of its out.
+  // digestManyVia); with `via_cell`, each request's destination is that cell and its out_offset,
+  // not its out.
   struct PlannedBatches;
   Status planBatches(const char* who, const DigestRequest* requests, uint32_t n,
                      const Kernels& kernels, const uint64_t* via_cell, PlannedBatches& out) const;
