@@ -5,6 +5,7 @@
 // write and a read, and traces without it read as having none.
 #include <algorithm>
 #include <random>
+#include <string>
 
 #include <sqlite3.h>
 
@@ -260,6 +261,109 @@ TEST(GraphReplay, LaterSlotsAreFoundPastTheReplayedOpsTokens) {
   EXPECT_EQ(rb.pending(), 0u);
   EXPECT_EQ(rb.stats().matched, 39);
   EXPECT_EQ(sink.rows.size(), 1u + 50u + 38u);
+}
+
+// A GEMM captured with all its digests after its kernels (own_after of them), placed by the ids
+// of its call's graph nodes.
+GraphOpTemplate gemmByNodes(int64_t m, std::vector<int64_t> nodes, int32_t after = 1) {
+  GraphOpTemplate t = capturedGemm(m, 0, 0, after);
+  t.node_ids = std::move(nodes);
+  t.by_nodes = true;
+  return t;
+}
+
+GraphOpTemplate capturedAllReduce(int32_t before, int32_t after) {
+  GraphOpTemplate t;
+  t.op.event.kind = EventKind::kCollective;
+  db::Collective c;
+  c.op = db::CollOp::kAllReduce;
+  t.op.detail = c;
+  t.own_before = before;
+  t.own_after = after;
+  return t;
+}
+
+// One launch of a graph replaying `ops`, its records arriving in a random order: each row as a
+// label ("k<node>" a kernel, "g<m>" a GEMM, "ar" an all-reduce) and "^<its parent's label>".
+std::vector<std::string> replayLabels(GraphOpTemplates ops, std::vector<Activity> records,
+                                      ReorderStats* stats = nullptr) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  rb.addLaunch(graphLaunch(1, 10, std::make_shared<GraphOpTemplates>(std::move(ops)),
+                           static_cast<int32_t>(records.size()), 0));
+  std::shuffle(records.begin(), records.end(), std::mt19937(std::random_device{}()));
+  for (const Activity& a : records) rb.addActivity(a);
+  EXPECT_EQ(rb.pending(), 0u);
+  if (stats != nullptr) *stats = rb.stats();
+  auto label = [&](const FakeSink::Row& r) {
+    if (r.gemm) return "g" + std::to_string(r.gemm->m);
+    if (r.coll) return std::string("ar");
+    return "k" + std::to_string(r.e.graph_node_id);
+  };
+  std::vector<std::string> out;
+  for (const FakeSink::Row& r : sink.rows) {
+    std::string l = label(r);
+    if (r.e.parent_seq != db::kUnset) l += "^" + label(sink.rows.at(static_cast<size_t>(r.e.parent_seq)));
+    out.push_back(l);
+  }
+  return out;
+}
+
+// k0 | g64's kernel (node 11), own | the program's k1 | g128's kernels (12, 13), own | k2: no own
+// kernel comes before either GEMM's kernels.
+std::vector<Activity> gemmsDigestedAfter() {
+  return {record(1, 0, 0),   record(1, 10, 11), record(1, 20, 100, true), record(1, 30, 1),
+          record(1, 40, 12), record(1, 45, 13), record(1, 50, 101, true), record(1, 60, 2)};
+}
+
+TEST(GraphReplay, OpsPlacedByTheirNodesOwnTheirKernelsAndNothingBetween) {
+  ReorderStats stats;
+  // Each op's ids: its call's nodes and their copies, of which the records name some.
+  auto rows = replayLabels({gemmByNodes(64, {901, 11}), gemmByNodes(128, {13, 902, 12})},
+                           gemmsDigestedAfter(), &stats);
+  EXPECT_EQ(rows, (std::vector<std::string>{"k0", "g64", "k11^g64", "k1", "g128", "k12^g128",
+                                            "k13^g128", "k2"}));
+  EXPECT_EQ(stats.graph_ops, 2);
+  EXPECT_EQ(stats.graph_ops_by_count, 0);
+  // Counting own kernels cannot tell: with nothing before g128's kernels, k1 passes for its own.
+  rows = replayLabels({capturedGemm(64, 0, 0, 1), capturedGemm(128, 0, 0, 1)}, gemmsDigestedAfter(),
+                      &stats);
+  EXPECT_EQ(rows[3], "g128");
+  EXPECT_EQ(rows[4], "k1^g128");
+  EXPECT_EQ(stats.graph_ops_by_count, 2);
+}
+
+TEST(GraphReplay, OpsPlacedByNodesThatDidNotComeOwnNothing) {
+  ReorderStats stats;
+  auto rows = replayLabels({gemmByNodes(64, {777}), gemmByNodes(128, {778})}, gemmsDigestedAfter(),
+                           &stats);
+  // Written where their own kernels say (op 1 after op 0's digest), parents of nothing.
+  EXPECT_EQ(rows, (std::vector<std::string>{"g64", "k0", "k11", "g128", "k1", "k12", "k13", "k2"}));
+  EXPECT_EQ(stats.graph_ops_by_count, 2);
+}
+
+TEST(GraphReplay, OpsOnConcurrentBranchesAreToldApartByTheirNodes) {
+  // g64's kernels (11, 14) and g128's (12) interleave on two branches; the digests come last.
+  std::vector<Activity> records = {record(1, 10, 11), record(1, 20, 12), record(1, 40, 14),
+                                   record(1, 50, 100, true), record(1, 55, 101, true)};
+  auto rows = replayLabels({gemmByNodes(64, {11, 14}), gemmByNodes(128, {12})}, records);
+  EXPECT_EQ(rows, (std::vector<std::string>{"g64", "k11^g64", "g128", "k12^g128", "k14^g64"}));
+  // In GPU order, whatever the order of the calls.
+  rows = replayLabels({gemmByNodes(128, {12}), gemmByNodes(64, {11, 14})}, records);
+  EXPECT_EQ(rows, (std::vector<std::string>{"g64", "k11^g64", "g128", "k12^g128", "k14^g64"}));
+}
+
+TEST(GraphReplay, OpsPlacedByNodesAndByCountingShareALaunch) {
+  // g64 by its node, then the program's k1, then an all-reduce with digests on both sides
+  // (counted), then k2.
+  std::vector<Activity> records = {record(1, 10, 11),       record(1, 20, 100, true),
+                                   record(1, 30, 1),        record(1, 40, 101, true),
+                                   record(1, 50, 20),       record(1, 60, 102, true),
+                                   record(1, 70, 2)};
+  ReorderStats stats;
+  auto rows = replayLabels({gemmByNodes(64, {11}), capturedAllReduce(1, 1)}, records, &stats);
+  EXPECT_EQ(rows, (std::vector<std::string>{"g64", "k11^g64", "k1", "ar", "k20^ar", "k2"}));
+  EXPECT_EQ(stats.graph_ops_by_count, 1);
 }
 
 TEST(GraphReplay, GraphOpsTableRoundTrips) {

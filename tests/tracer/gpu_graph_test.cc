@@ -299,8 +299,8 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   }
 
   // The app's own kernel before each GEMM, replayed from the graph, is no GEMM's child: not taken
-  // for a kernel of the GEMM after it (each replayed op's kernels lie between its input and output
-  // digests).
+  // for a kernel of the GEMM after it (a replayed GEMM's kernels are its call's graph nodes; no
+  // digest of its comes before them).
   int markers = 0;
   for (const db::Event& e : r.events) {
     if (e.graph_id == db::kUnset || t.str(e.name).find("app_marker_kernel") == std::string::npos) {
@@ -336,6 +336,9 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0)
       << "the graphs' own kernels count to their records";
   EXPECT_EQ((*stats)["tracer_graph_ops"], static_cast<int64_t>(rows.size()));
+  // The GEMMs' kernels are found by their graph node ids (their digests all come after them); only
+  // the all-reduce, whose kernel NCCL may launch outside its call, is placed between its digests.
+  EXPECT_EQ((*stats)["tracer_graph_ops_placed_by_count"], nccl ? replays : 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
 }
 

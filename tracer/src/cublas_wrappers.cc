@@ -288,8 +288,9 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 }
 
 // Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
-// call cannot change its inputs and the stream is not being captured (fingerprintAllAfter), else
-// the inputs before it and the output after it.
+// call cannot change its inputs (fingerprintPlan), else the inputs before it and the output after
+// it. On a stream being captured, the graph nodes the call creates are noted too: they find the
+// op's kernels at every replay.
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
@@ -299,23 +300,29 @@ class GemmFingerprints {
     if (token_ != 0 && !Fingerprinter::get().enabled()) token_ = 0;
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
-    all_after_ = fingerprintAllAfter(stream_, specs_);
-    if (!all_after_) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    plan_ = fingerprintPlan(stream_, specs_);
+    if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
   void after(bool ok) {
     if (token_ == 0) return;
-    if (all_after_) {
+    CallNodes nodes;
+    nodes.all_after = plan_.all_after;
+    if (nodes_) nodes.ids = nodes_->take();
+    nodes_.reset();
+    const CallNodes* captured = plan_.captured ? &nodes : nullptr;
+    if (plan_.all_after) {
       // A failed call wrote nothing: its inputs are still worth their digests.
       if (ok) {
-        fingerprintAllOperands(token_, stream_, std::move(specs_));  // their last use
+        fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
       } else {
-        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, captured);
       }
     } else if (ok) {
-      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false);
+      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured);
     }
   }
 
@@ -323,7 +330,8 @@ class GemmFingerprints {
   uint64_t token_;
   CUstream stream_;
   std::vector<OperandSpec> specs_;
-  bool all_after_ = false;
+  DigestPlan plan_;
+  std::optional<CallNodeScope> nodes_;
 };
 
 cublasStatus_t missing(const char* name) {

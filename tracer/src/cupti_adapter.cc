@@ -705,10 +705,31 @@ void onContextTeardown(CUcontext context) {
   diagTeardown("committed");
 }
 
+// CUPTI's id of a graph callback's node (`original`: of the node it was copied from); 0 if none.
+uint64_t graphNodeId(const CUpti_ResourceData* data, bool original) {
+  auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
+  CUgraphNode node = g == nullptr ? nullptr : original ? g->originalNode : g->node;
+  uint64_t id = 0;
+  if (node == nullptr || g_cupti.graph_node_id == nullptr || g_cupti.graph_node_id(node, &id) != CUPTI_SUCCESS) {
+    return 0;
+  }
+  return id;
+}
+
 void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     // Inside a plain launch's call: the launch went into a graph being captured.
     if (t_in_flight.active) t_in_flight.captured = true;
+    // Inside a library call being captured: one of its kernels (CallNodeScope).
+    if (CallNodeScope::open() && !selfLaunchFlag()) {
+      if (uint64_t id = graphNodeId(data, false)) CallNodeScope::note(id);
+    }
+    return;
+  }
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    // A captured op's node copied into an executable (or cloned, or parent) graph: so is its copy.
+    uint64_t original = graphNodeId(data, true), copy = graphNodeId(data, false);
+    if (original != 0 && copy != 0) Fingerprinter::get().noteNodeCloned(original, copy);
     return;
   }
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED) {
@@ -1147,9 +1168,14 @@ bool enableCallbacks() {
                                              CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING), "stream callback");
-  // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch).
+  // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch); and
+  // inside a library call being captured: its kernels, whose copies (GRAPHNODE_CLONED, at
+  // instantiation) its replays' records name (CallNodeScope).
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED), "graph node callback");
+  setGraphNodeIdsUsable(g_cupti.graph_node_id != nullptr &&
+                        g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                                CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) == CUPTI_SUCCESS);
   // Module unloads: kernel names are remembered by function handle (and deep mode's parameter
   // layouts by function), which an unload may hand to other kernels.
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,

@@ -63,6 +63,8 @@ bool CuptiApi::load(std::string& error) {
   get(device_id, "cuptiGetDeviceId");
   get(stream_id, "cuptiGetStreamIdEx");
   get(version, "cuptiGetVersion");
+  // Optional: without it captured library ops are placed among replayed kernels by their digests.
+  graph_node_id = reinterpret_cast<decltype(graph_node_id)>(dlsym(h, "cuptiGetGraphNodeId"));
   return ok;
 }
 

@@ -598,7 +598,8 @@ namespace {
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
 // (`inputs`) or outputs.
 void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
-                  bool inputs, bool deep, bool known_uncaptured = false) {
+                  bool inputs, bool deep, bool known_uncaptured = false,
+                  const CallNodes* nodes = nullptr) {
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext ctx = nullptr;
@@ -614,7 +615,7 @@ void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& spe
     // Captured into a CUDA graph: the digests are captured with the op and run at every replay.
     std::lock_guard lk(s.mu);
     bool captured = !deep && capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
-                    s.captureLocked(token, ctx, stream, specs, inputs);
+                    s.captureLocked(token, ctx, stream, specs, inputs, nodes);
     if (!captured) ++s.skipped_capture;
     return;
   }
@@ -629,11 +630,11 @@ void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& spe
 }  // namespace
 
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            bool inputs, bool known_uncaptured) noexcept {
+                            bool inputs, bool known_uncaptured, const CallNodes* nodes) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   DiagScope timing(DiagSite::kFingerprint);
   try {
-    enqueueSpecs(token, stream, specs, false, inputs, false, known_uncaptured);
+    enqueueSpecs(token, stream, specs, false, inputs, false, known_uncaptured, nodes);
   } catch (...) {
     Session::get().fail("taking fingerprints");
   }
@@ -672,7 +673,7 @@ void Fingerprinter::attachParams(uint64_t token, std::string layout,
 }
 
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                         bool inputs) noexcept {
+                         bool inputs, const CallNodes* nodes) noexcept {
   try {
     if (token == 0 || !Fingerprinter::get().enabled()) return;
     std::vector<OperandSpec> chosen;
@@ -681,34 +682,73 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
       bool is_out = spec.role != db::OperandRole::kInput;
       if (inputs ? is_in : is_out) chosen.push_back(spec);
     }
-    Fingerprinter::get().enqueue(token, stream, std::move(chosen), inputs);
+    Fingerprinter::get().enqueue(token, stream, std::move(chosen), inputs, false, nodes);
   } catch (...) {
   }
 }
 
-bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& specs) noexcept {
+  DigestPlan plan;
   try {
     static const bool allowed = [] {
       const char* v = std::getenv("DETRACE_DIAG_DIGEST_AFTER");
       return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    if (!allowed || specs.empty() || !Fingerprinter::get().enabled()) return false;
-    if (outputsMayChangeInputs(specs)) return false;
+    if (specs.empty() || !Fingerprinter::get().enabled()) return plan;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    return Driver::get().is_capturing(stream, &capture) == CUDA_SUCCESS &&
-           capture == CU_STREAM_CAPTURE_STATUS_NONE;
+    plan.captured = Driver::get().is_capturing(stream, &capture) != CUDA_SUCCESS ||
+                    capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    plan.all_after = allowed && !outputsMayChangeInputs(specs) &&
+                     (!plan.captured || (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && graphNodeIdsUsable()));
   } catch (...) {
-    return false;
+    plan = {};
+  }
+  return plan;
+}
+
+void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
+                            const DigestPlan& plan, const CallNodes* nodes) noexcept {
+  if (token == 0) return;
+  // An uncaptured stream (fingerprintPlan asked just before the call) is not asked again; `inputs`
+  // only matters to a capture (its digests all come after the op's kernels).
+  Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false,
+                               /*known_uncaptured=*/!plan.captured, nodes);
+}
+
+// ---- the graph nodes of a library call (CallNodeScope) ----
+
+namespace {
+constexpr size_t kMaxCallNodes = 64;  // a call's kernels beyond these are not told apart
+struct CallNodeCollector {
+  int depth = 0;
+  std::vector<uint64_t> ids;
+};
+thread_local CallNodeCollector t_call_nodes;
+std::atomic<bool> g_node_ids_usable{false};
+}  // namespace
+
+CallNodeScope::CallNodeScope() : outer_(t_call_nodes.depth++ == 0) {
+  if (outer_) t_call_nodes.ids.clear();
+}
+CallNodeScope::~CallNodeScope() { --t_call_nodes.depth; }
+
+std::vector<uint64_t> CallNodeScope::take() noexcept {
+  if (!outer_) return {};
+  return std::exchange(t_call_nodes.ids, {});
+}
+
+bool CallNodeScope::open() noexcept { return t_call_nodes.depth > 0; }
+
+void CallNodeScope::note(uint64_t node_id) noexcept {
+  if (t_call_nodes.depth == 0 || t_call_nodes.ids.size() >= kMaxCallNodes) return;
+  try {
+    t_call_nodes.ids.push_back(node_id);
+  } catch (...) {
   }
 }
 
-void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs) noexcept {
-  if (token == 0) return;
-  // Not capturing (fingerprintAllAfter asked just before the call): `inputs` only matters to a
-  // capture, and the stream's capture status is not asked again.
-  Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false,
-                               /*known_uncaptured=*/true);
-}
+void setGraphNodeIdsUsable(bool usable) noexcept { g_node_ids_usable.store(usable); }
+bool graphNodeIdsUsable() noexcept { return g_node_ids_usable.load(std::memory_order_relaxed); }
 
 namespace {
 thread_local int64_t t_last_row_bytes = 0;

@@ -2,7 +2,7 @@
 // and without ever making the program's streams wait on the host.
 //
 // For an op, enqueue() launches digest kernels on the op's own stream (inputs before the op's
-// kernels, outputs after them), writing into mapped host memory; the last launch's last block
+// kernels and outputs after them, or all after them where the call cannot change its inputs), writing into mapped host memory; the last launch's last block
 // then stores a completion number to a mapped word (kernels::DoneSignal), or, where that cannot be
 // used, a CUDA event is recorded behind them. The tracer's flusher thread calls poll(), which
 // turns finished results into operand rows once the op's sequence number is known (noteSeq(), from
@@ -13,8 +13,9 @@
 // CUDA graphs (graph_fingerprints.cc). An op called while its stream is being captured into a
 // graph runs only when the graph is launched, as often as it is launched. So its digest kernels
 // are captured with it, in the *Via form: each reads, when it runs, where its results go from a
-// device word of its capture (0: nowhere). The call is recorded once, at capture, as the op's
-// template. At every graph launch the tracer sees, on the launching thread: the reorder buffer
+// device word of its capture (0: nowhere); a GEMM's all in one node after its kernels, whose graph
+// nodes (and their copies) place it at replay, other ops' inputs before and outputs after. The
+// call is recorded once, at capture, as the op's template. At every graph launch the tracer sees, on the launching thread: the reorder buffer
 // takes a slot for each op the graph replays (written among the launch's kernels, with the
 // template's details), the op results of the launch get a contiguous range of a pinned ring, one
 // small kernel stores that range into the capture's word on the launch's stream before the graph,
@@ -50,6 +51,39 @@ namespace fp {
 struct ExecInfo;
 }  // namespace fp
 
+// The graph nodes (CUPTI's node ids) a library call created on its thread while its stream was
+// being captured: at replay, the records of those nodes (and of their copies in executable graphs)
+// are the op's kernels, whatever else the graph runs around them. `all_after`: the op's digests
+// all come after its kernels (none before them), so only its nodes can place it.
+struct CallNodes {
+  std::vector<uint64_t> ids;
+  bool all_after = false;
+};
+
+// Collects the nodes the calling thread creates from open to close (the GRAPHNODE_CREATED
+// callback calls note); nested opens are one. Never throws.
+class CallNodeScope {
+ public:
+  CallNodeScope();
+  ~CallNodeScope();
+  CallNodeScope(const CallNodeScope&) = delete;
+  CallNodeScope& operator=(const CallNodeScope&) = delete;
+  // The nodes created since the scope opened (empty for a nested scope).
+  std::vector<uint64_t> take() noexcept;
+  // Whether a scope is open on this thread (the callback asks CUPTI for a node's id only then).
+  static bool open() noexcept;
+  static void note(uint64_t node_id) noexcept;
+
+ private:
+  bool outer_ = false;
+};
+
+// Whether the replayed records' node ids can be told apart (CUPTI gives node ids and reports node
+// copies): set once by the CUPTI adapter. Without it, captured ops keep a digest before their
+// kernels to be placed by.
+void setGraphNodeIdsUsable(bool usable) noexcept;
+bool graphNodeIdsUsable() noexcept;
+
 class Fingerprinter {
  public:
   static Fingerprinter& get();
@@ -59,8 +93,9 @@ class Fingerprinter {
   // or outputs; on a stream being captured into a CUDA graph, captures them. `known_uncaptured`:
   // the caller has just asked the driver and `stream` is not being captured (the question costs
   // a GEMM's thread 0.2 us on the H200, so it is not asked twice). Never blocks; never throws.
+  // `nodes`: the graph nodes the op's call created while its stream was captured (see CallNodes).
   void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs, bool inputs = true,
-               bool known_uncaptured = false) noexcept;
+               bool known_uncaptured = false, const CallNodes* nodes = nullptr) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
@@ -97,6 +132,9 @@ class Fingerprinter {
   // was made in `ctx` from `graphs` (the graph and every child graph in it); an executable graph
   // or a graph is about to be destroyed.
   void noteGraphCloned(CUgraph original, CUgraph clone) noexcept;
+  // A graph node was copied (into an executable graph at instantiation, or into a cloned or parent
+  // graph): if the original is a captured op's node, so is the copy (graph node ids, CUPTI's).
+  void noteNodeCloned(uint64_t original, uint64_t copy) noexcept;
   void noteExec(uint64_t exec, CUcontext ctx, const std::vector<CUgraph>& graphs) noexcept;
   // cuGraphExecUpdate(exec, graph) is about to give `exec` the nodes of `graph`: its launches are
   // no longer followed, and `graph`'s captures count it among their executable graphs.
@@ -129,22 +167,27 @@ class Fingerprinter {
 
 // Enqueues the input (inputs = true) or output operands of `specs` for op `token` on `stream`.
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                         bool inputs) noexcept;
+                         bool inputs, const CallNodes* nodes = nullptr) noexcept;
 
-// Whether every operand of an op may be fingerprinted after its call, in one enqueue (one digest
-// launch, one completion signal, one lock instead of two of each): fingerprints are on, `stream`
-// is not being captured into a CUDA graph (captured digests bracket the op's kernels:
-// graph_fingerprints.cc), and the call cannot change what its inputs hold (outputsMayChangeInputs).
-// The inputs' digests then read them after the op's kernels, in stream order, where they still
-// hold what the op read.
+// How a GEMM's operands are fingerprinted around its call (fingerprintPlan, asked just before it).
+// All after: every operand after the call, in one enqueue (one digest launch, one completion
+// signal, one lock instead of two of each); the inputs' digests then read them after the op's
+// kernels, in stream order, where they still hold what the op read. That needs fingerprints on and
+// a call that cannot change what its inputs hold (outputsMayChangeInputs); on a stream being
+// captured into a CUDA graph it also needs the graph node ids (graphNodeIdsUsable), by which the
+// op's replayed kernels are found instead of between its digests (graph_fingerprints.cc).
 // DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
-bool fingerprintAllAfter(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+struct DigestPlan {
+  bool all_after = false;
+  bool captured = false;  // the stream is being captured (or its status is unknown)
+};
+DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
 // Enqueues every operand of `specs` for op `token` on `stream` at once (after the call); only
-// where fingerprintAllAfter said yes just before the call (the stream is not asked again whether
-// it is being captured).
-void fingerprintAllOperands(uint64_t token, CUstream stream,
-                            std::vector<OperandSpec> specs) noexcept;
+// where fingerprintPlan said all after just before the call (an uncaptured stream is not asked
+// again whether it is being captured). `nodes`: the call's graph nodes, when captured.
+void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
+                            const DigestPlan& plan, const CallNodes* nodes = nullptr) noexcept;
 
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).

@@ -28,6 +28,7 @@
 #include "detrace/kernels/digest.h"
 #include "detrace/tracer/operand_specs.h"
 #include "detrace/tracer/reorder_buffer.h"
+#include "fingerprinter.h"
 
 namespace detrace::tracer::fp {
 
@@ -136,6 +137,10 @@ struct CapturedOp {
   LibraryOp op;        // its event and details (NCCL's choices amended in)
   std::vector<CapturedOperand> operands;
   int32_t own_before = 0, own_after = 0;  // digest kernels captured before and after its call
+  // Its call's graph nodes and their copies (CUPTI node ids), by which replays find its kernels;
+  // by_nodes: its digests all come after its kernels, so nothing else can place it.
+  std::vector<uint64_t> node_ids;
+  bool by_nodes = false;
 };
 
 // One stream capture (cuStreamGetCaptureInfo's id) holding captured digests.
@@ -301,6 +306,7 @@ class State {
   std::unordered_map<uint64_t, std::shared_ptr<ExecInfo>> execs;
   std::unordered_map<uint64_t, CapturedOp*> captured_ops;  // by token, while its call runs
   std::deque<uint64_t> captured_order;                     // bounds captured_ops (oldest first)
+  std::unordered_map<uint64_t, CapturedOp*> node_ops;       // a captured op's node ids (and copies')
   size_t pending_replays = 0;
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
@@ -349,9 +355,12 @@ class State {
                      CUstream stream, std::vector<OperandSpec>& specs, bool wait);
 
   // Graphs: captures digests of `specs` (inputs: before the op's kernels) into the graph that
-  // `stream` is being captured into; false if they cannot be (counted by the caller).
+  // `stream` is being captured into, and notes the call's graph nodes (`nodes`, if any); false if
+  // they cannot be (counted by the caller).
   bool captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
-                     const std::vector<OperandSpec>& specs, bool inputs);
+                     const std::vector<OperandSpec>& specs, bool inputs, const CallNodes* nodes);
+  // Notes `id` as a node of `op`'s (bounded: beyond the bounds the op keeps the ids it has).
+  void addNodeLocked(CapturedOp& op, uint64_t id);
   // A replay whose digests are done (or will never come): writes its operands, if it may.
   enum class ReplayStep { kWritten, kWait };
   ReplayStep drainReplayLocked(Pending& p, bool final, db::TraceWriter* w);

@@ -6,9 +6,14 @@
 // At capture (the op's call, on the capturing thread): the digest kernels go into the graph in
 // their *Via form, reading their destination from the capture's cell (a device word) plus a fixed
 // offset, the operands of one call batched into one launch (digestManyVia; one per alignment
-// class): a node before the call's kernels for its inputs and one after for its outputs. Both are
-// needed: the reorder buffer places a replayed op's kernels between its own kernels (so a kernel
-// of the program's between two captured calls is not taken for the second call's). At each
+// class). A GEMM whose call cannot change its inputs gets one node, after its kernels, for all its
+// operands; the graph nodes its call created (CallNodeScope: CUPTI's GRAPHNODE_CREATED on the
+// calling thread) and their copies in executable graphs (GRAPHNODE_CLONED, at instantiation) are
+// noted, and the reorder buffer finds the op's replayed kernels by those node ids. Other ops (a
+// GEMM that may overwrite an input, NCCL calls, whose kernel may be launched at the group's end)
+// get a node before their kernels for their inputs and one after for their outputs, and are placed
+// between their own kernels (so that a kernel of the program's between two captured calls is not
+// taken for the second call's). At each
 // launch of an executable graph holding such captures (the CUPTI launch callback, on the
 // launching thread): one stream-ordered kernel stores each capture's share of a range of the
 // pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
@@ -39,8 +44,13 @@ constexpr size_t kMaxCapturedOps = 4096;                  // captured calls awai
 constexpr int64_t kReplayExitTimeoutNs = 10'000'000'000;  // a launch whose API exit never came
 constexpr uint64_t kPoolDummySlot = 0;  // a DigestSlot no kernel touches (buffers <= 64 KiB)
 constexpr uint64_t kPoolFirstFree = 32;
+// Node ids kept per captured op (its call's nodes and their copies: one per executable graph made
+// from its graph), and in all.
+constexpr size_t kMaxOpNodeIds = 256;
+constexpr size_t kMaxNodeIds = size_t{1} << 20;
 
 thread_local bool t_has_captured = false;  // this thread captured a call (amendCaptured's filter)
+std::atomic<bool> g_has_node_ops{false};   // some captured op has graph node ids (noteNodeCloned)
 
 int64_t monotonicNs() {
   timespec ts{};
@@ -81,6 +91,8 @@ void buildTemplates(ExecInfo& e, TemplateSeqs& seqs) {
       t.template_seq = seq >= 0 ? seq : db::kUnset;
       t.own_before = op->own_before;
       t.own_after = op->own_after;
+      t.node_ids.assign(op->node_ids.begin(), op->node_ids.end());
+      t.by_nodes = op->by_nodes;
       templates->push_back(std::move(t));
       e.ops.push_back(op.get());
       e.op_base.push_back(e.capture_base[k]);
@@ -175,7 +187,7 @@ LastOp& lastOp() {
 // ---- capture ----
 
 bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
-                          const std::vector<OperandSpec>& specs, bool inputs) {
+                          const std::vector<OperandSpec>& specs, bool inputs, const CallNodes* nodes) {
   const Driver& d = Driver::get();
   auto cit = contexts.find(ctx);  // made now it would allocate during the capture: not here
   if (d.capture_info == nullptr || cit == contexts.end()) return false;
@@ -224,6 +236,10 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     template_seqs.expect(token);
     t_has_captured = true;
     ++graph_ops_captured;
+  }
+  if (nodes != nullptr) {
+    op->by_nodes = op->by_nodes || nodes->all_after;
+    for (uint64_t node : nodes->ids) addNodeLocked(*op, node);
   }
   SelfLaunchScope self;  // our kernels stay out of the trace
   // The operands' digests go into the graph in batches of up to kMaxBatch (digestManyVia): one
@@ -286,7 +302,15 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
   return true;
 }
 
+void State::addNodeLocked(CapturedOp& op, uint64_t id) {
+  if (op.node_ids.size() >= kMaxOpNodeIds || node_ops.size() >= kMaxNodeIds) return;
+  if (!node_ops.emplace(id, &op).second) return;  // a node is one op's
+  op.node_ids.push_back(id);
+  g_has_node_ops.store(true, std::memory_order_relaxed);
+}
+
 void State::forgetGraphsLocked(Context* cx) {
+  std::erase_if(node_ops, [cx](const auto& kv) { return kv.second->capture->ctx == cx; });
   for (auto it = execs.begin(); it != execs.end();) {
     it = it->second->ctx == cx ? execs.erase(it) : std::next(it);
   }
@@ -407,6 +431,19 @@ void Fingerprinter::noteGraphCloned(CUgraph original, CUgraph clone) noexcept {
     if (it == s.graph_captures.end() || original == clone) return;
     std::vector<fp::Capture*> caps = it->second;
     s.graph_captures[clone] = std::move(caps);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::noteNodeCloned(uint64_t original, uint64_t copy) noexcept {
+  // Every node of every graph instantiated or cloned comes here: nothing to do (and no lock)
+  // until some captured op has nodes.
+  if (!fp::g_has_node_ops.load(std::memory_order_relaxed) || original == copy) return;
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.node_ops.find(original);
+    if (it != s.node_ops.end()) s.addNodeLocked(*it->second, copy);
   } catch (...) {
   }
 }

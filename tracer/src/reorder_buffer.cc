@@ -707,36 +707,74 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
 
 // Where the replayed ops of a graph launch go among its records (in GPU order): op i is written
 // just before record place[i] (records.size(): after the last), and a record belongs to the op
-// whose kernel it is (owner, -1: none). The tracer's own kernels bracket each op's kernels in the
-// graph: own_before of them (its input digests), then its kernels, then own_after (its output
-// digests). So in a graph whose captured ops ran one after another, op i's kernels are the
-// records that start after exactly anchor_i own kernels, anchor_i being the own kernels of the ops
-// before it plus its own_before. Ops on concurrent branches may be placed among each other's
-// kernels; ops whose own kernels did not all come are written after the last record.
+// whose kernel it is (owner, -1: none). Two ways, per op:
+//   - By node ids: a record whose graph node id is one of the op's (its call's nodes at capture,
+//     and their copies at instantiation) is the op's kernel, wherever its digests are; the op goes
+//     just before the first of them. Exact on concurrent branches too.
+//   - Otherwise by counting the tracer's own kernels, which bracket each op's kernels in the
+//     graph: own_before of them (its input digests), then its kernels, then own_after (its output
+//     digests). In a graph whose captured ops ran one after another, op i's kernels are the
+//     records that start after exactly anchor_i own kernels, anchor_i being the own kernels of the
+//     ops before it plus its own_before. Ops on concurrent branches may be placed among each
+//     other's kernels. An op placed `by_nodes` none of whose nodes came owns nothing (with no own
+//     kernel before it, counting would take the program's kernel before it for its own).
+// Ops whose own kernels did not all come are written after the last record.
 struct GraphPlacement {
   std::vector<size_t> place;
   std::vector<int32_t> owner;
+  int64_t by_count = 0;  // ops placed by counting own kernels
 };
+
+// Marks each record that is a node of an op's as that op's; returns which ops were so placed.
+static std::vector<bool> placeByNodeIds(const GraphOpTemplates& ops, const std::vector<Activity>& records,
+                                        GraphPlacement& p) {
+  std::vector<std::pair<int64_t, int32_t>> ids;  // (node id, op), sorted
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (int64_t id : ops[i].node_ids) ids.emplace_back(id, static_cast<int32_t>(i));
+  }
+  std::vector<bool> placed(ops.size(), false);
+  if (ids.empty()) return placed;
+  std::sort(ids.begin(), ids.end());
+  for (size_t r = 0; r < records.size(); ++r) {
+    const int64_t node = records[r].graph_node_id;
+    if (node == db::kUnset) continue;
+    auto it = std::lower_bound(ids.begin(), ids.end(), std::pair<int64_t, int32_t>{node, -1});
+    if (it == ids.end() || it->first != node) continue;
+    const int32_t op = it->second;
+    p.owner[r] = op;
+    if (!placed[op]) p.place[op] = r;  // records are in GPU order: its first kernel
+    placed[op] = true;
+  }
+  return placed;
+}
 
 static GraphPlacement placeGraphOps(const GraphOpTemplates& ops, const std::vector<Activity>& records,
                                     std::vector<int64_t> own_starts) {
   GraphPlacement p;
   p.place.assign(ops.size(), records.size());
   p.owner.assign(records.size(), -1);
+  const std::vector<bool> by_node = placeByNodeIds(ops, records, p);
   std::sort(own_starts.begin(), own_starts.end());
   std::vector<int64_t> anchor(ops.size());
   int64_t total = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     anchor[i] = total + std::max(ops[i].own_before, 0);
     total = anchor[i] + std::max(ops[i].own_after, 0);
+    if (!by_node[i]) ++p.by_count;
   }
   size_t own = 0, next = 0;  // own kernels started so far; the next op to place
   for (size_t r = 0; r < records.size(); ++r) {
     while (own < own_starts.size() && own_starts[own] <= records[r].gpu_start_ns) ++own;
     const auto seen = static_cast<int64_t>(own);
-    while (next < ops.size() && anchor[next] <= seen) p.place[next++] = r;
-    // The last op placed owns the record if no own kernel ran since it was placed.
-    if (next > 0 && anchor[next - 1] == seen) p.owner[r] = static_cast<int32_t>(next - 1);
+    for (; next < ops.size() && anchor[next] <= seen; ++next) {
+      if (!by_node[next]) p.place[next] = r;
+    }
+    // The last op placed owns the record if no own kernel ran since it was placed (and the record
+    // is no node of an op's, and the op is one that counting may place).
+    if (next > 0 && anchor[next - 1] == seen && p.owner[r] < 0 && !by_node[next - 1] &&
+        !ops[next - 1].by_nodes) {
+      p.owner[r] = static_cast<int32_t>(next - 1);
+    }
   }
   return p;
 }
@@ -758,13 +796,21 @@ void ReorderBuffer::writeGraphLocked(Slot& slot, const db::Event& base) {
     if (start[o] == db::kUnset || a.gpu_start_ns < start[o]) start[o] = a.gpu_start_ns;
     if (end[o] == db::kUnset || a.gpu_end_ns > end[o]) end[o] = a.gpu_end_ns;
   }
+  stats_.graph_ops_by_count += placed.by_count;
+  // Ops in the order of their places (by node ids, ops on concurrent branches may come in another
+  // order than their calls'); call order among ops placed alike.
+  std::vector<size_t> order(ops.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return placed.place[a] < placed.place[b]; });
   std::optional<int64_t> first;
   std::vector<std::optional<int64_t>> op_seq(ops.size());
-  size_t next_op = 0;
+  size_t next = 0;
   auto writeOpsUpTo = [&](size_t r) {
-    for (; next_op < ops.size() && placed.place[next_op] <= r; ++next_op) {
-      op_seq[next_op] = writeGraphOpLocked(slot, next_op, base, start[next_op], end[next_op]);
-      if (!first) first = op_seq[next_op];
+    for (; next < order.size() && placed.place[order[next]] <= r; ++next) {
+      const size_t i = order[next];
+      op_seq[i] = writeGraphOpLocked(slot, i, base, start[i], end[i]);
+      if (!first) first = op_seq[i];
     }
   };
   if (slot.records.empty()) {  // no GPU records (timeout, flush): the launch, then its ops

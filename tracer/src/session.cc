@@ -492,6 +492,7 @@ void Session::finish() {
       {"tracer_graph_records_dropped", s.group_records_dropped},
       {"tracer_own_records_dropped", s.own_records},
       {"tracer_graph_ops", s.graph_ops},
+      {"tracer_graph_ops_placed_by_count", s.graph_ops_by_count},
       {"tracer_graph_op_rows_dropped", s.graph_op_rows_dropped},
       {"tracer_activities_held_early", s.held_early},
       {"tracer_ingress_full", s.ingress_full},

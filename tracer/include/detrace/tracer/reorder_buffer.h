@@ -112,6 +112,12 @@ struct GraphOpTemplate {
   int64_t template_seq = db::kUnset;    // its seq, if known (else looked up by token)
   int32_t own_before = 0;  // the tracer's own kernels the graph runs just before the op's kernels
   int32_t own_after = 0;   // ... and just after them
+  // The graph node ids of the op's kernels (the nodes its call created at capture, and their
+  // copies in executable and cloned graphs): a replayed record whose graphNodeId is among them is
+  // the op's. With `by_nodes` the op is placed by them alone (its digests may all come after its
+  // kernels); without, between its own kernels (own_before, own_after).
+  std::vector<int64_t> node_ids;
+  bool by_nodes = false;
 };
 using GraphOpTemplates = std::vector<GraphOpTemplate>;
 
@@ -197,6 +203,7 @@ struct ReorderStats {
   int64_t sink_dropped = 0;        // events the sink refused (writer queue full)
   int64_t own_records = 0;         // the tracer's own memsets/memcpys/kernels (dropped)
   int64_t graph_ops = 0;           // library ops written for graph launches that replayed them
+  int64_t graph_ops_by_count = 0;  // ... of them placed by counting own kernels, not by node ids
   int64_t graph_op_rows_dropped = 0;  // their graph_ops rows the sink refused
   int64_t held_early = 0;          // kernel records held because they came before their slot could
   int64_t ingress_full = 0;        // times a launching thread found the way-in ring full
