@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include <xxhash.h>
 
@@ -73,6 +75,23 @@ uint32_t rowsOf(const OperandSpec& spec) {
   return rows ? static_cast<uint32_t>(spec.rows) : 0;
 }
 
+// DETRACE_DIAG_GRAPH_NODES=1: each replayed op's graph node ids on stderr when its executable
+// graph's templates are made (to compare with the node ids of the trace's kernel records).
+bool diagGraphNodes() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GRAPH_NODES");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+void logTemplate(size_t index, const GraphOpTemplate& t) {
+  std::string ids;
+  for (int64_t id : t.node_ids) ids += " " + std::to_string(id);
+  logLine("graph op %zu: own kernels %d before, %d after; placed by %s; node ids:%s", index,
+          t.own_before, t.own_after, t.by_nodes ? "nodes" : "own kernels", ids.c_str());
+}
+
 // The ops of an executable graph in replay order, with where each one's digests go. Rebuilt at
 // later launches while some captured call has no sequence number yet (still in the reorder buffer
 // at the first launch).
@@ -93,6 +112,7 @@ void buildTemplates(ExecInfo& e, TemplateSeqs& seqs) {
       t.own_after = op->own_after;
       t.node_ids.assign(op->node_ids.begin(), op->node_ids.end());
       t.by_nodes = op->by_nodes;
+      if (diagGraphNodes()) logTemplate(templates->size(), t);
       templates->push_back(std::move(t));
       e.ops.push_back(op.get());
       e.op_base.push_back(e.capture_base[k]);
