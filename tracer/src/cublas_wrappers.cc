@@ -289,9 +289,8 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 
 // Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
 // call cannot change its inputs (fingerprintPlan), else the inputs before it and the output after
-// it (on a stream being captured, the inputs' on a branch beside the call's kernels). On a stream
-// being captured, the graph nodes the call creates are noted too: they find the op's kernels at
-// every replay.
+// it. On a stream being captured, the graph nodes the call creates are noted too: they find the
+// op's kernels at every replay.
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
@@ -302,29 +301,18 @@ class GemmFingerprints {
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     plan_ = fingerprintPlan(stream_, specs_);
-    if (!plan_.all_after) {
-      CallNodes fork;
-      fork.branch = fork.by_nodes = plan_.branch;
-      fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, plan_.captured ? &fork : nullptr);
-    }
+    if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
-  ~GemmFingerprints() {
-    if (plan_.branch) joinCapturedBranch();  // after() was not reached: the capture needs it
-  }
-  GemmFingerprints(const GemmFingerprints&) = delete;
-  GemmFingerprints& operator=(const GemmFingerprints&) = delete;
-
   void after(bool ok) {
     if (token_ == 0) return;
     CallNodes nodes;
-    nodes.by_nodes = plan_.all_after || plan_.branch;
+    nodes.all_after = plan_.all_after;
     if (nodes_) nodes.ids = nodes_->take();
     nodes_.reset();
-    if (plan_.branch) joinCapturedBranch();  // before anything after the call may write the inputs
     const CallNodes* captured = plan_.captured ? &nodes : nullptr;
     if (plan_.all_after) {
       // A failed call wrote nothing: its inputs are still worth their digests.

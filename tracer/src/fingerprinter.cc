@@ -61,7 +61,6 @@ const Driver& Driver::get() {
     // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
     x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
     x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
-    x.stream_create = reinterpret_cast<StreamCreate>(sym("cuStreamCreate"));
     x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
            x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
     return x;
@@ -699,17 +698,8 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     plan.captured = Driver::get().is_capturing(stream, &capture) != CUDA_SUCCESS ||
                     capture != CU_STREAM_CAPTURE_STATUS_NONE;
-    static const bool branch = [] {
-      const char* v = std::getenv("DETRACE_DIAG_GRAPH_BRANCH");
-      return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    const bool unchanged = allowed && !outputsMayChangeInputs(specs);
-    if (!plan.captured) {
-      plan.all_after = unchanged;
-    } else if (unchanged && capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && graphNodeIdsUsable()) {
-      plan.branch = branch && Driver::get().stream_create != nullptr;
-      plan.all_after = !plan.branch;
-    }
+    plan.all_after = allowed && !outputsMayChangeInputs(specs) &&
+                     (!plan.captured || (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && graphNodeIdsUsable()));
   } catch (...) {
     plan = {};
   }
@@ -1017,7 +1007,6 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
       w->addStat("graph_fingerprint_ops_captured", s.graph_ops_captured);
       w->addStat("graph_fingerprint_operands_captured", s.graph_operands_captured);
-      w->addStat("graph_fingerprint_input_branches", s.graph_input_branches);
       w->addStat("graph_replays_fingerprinted", s.graph_replays);
       w->addStat("graph_replays_skipped_ring_full", s.graph_replays_ring_full);
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);

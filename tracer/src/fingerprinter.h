@@ -53,20 +53,12 @@ struct ExecInfo;
 
 // The graph nodes (CUPTI's node ids) a library call created on its thread while its stream was
 // being captured: at replay, the records of those nodes (and of their copies in executable graphs)
-// are the op's kernels, whatever else the graph runs around them. `by_nodes`: no digest of the op's
-// is sure to run between the kernels before its own and its own (its digests all come after its
-// kernels, or its inputs' run on a branch beside them), so only its nodes can place it. `branch`
-// (with the inputs, before the call): their digests go on a branch forked from the stream here,
-// which joinCapturedBranch() joins back after the call.
+// are the op's kernels, whatever else the graph runs around them. `all_after`: the op's digests
+// all come after its kernels (none before them), so only its nodes can place it.
 struct CallNodes {
   std::vector<uint64_t> ids;
-  bool by_nodes = false;
-  bool branch = false;
+  bool all_after = false;
 };
-
-// Joins the branch that the calling thread's last captured input digests were forked on (see
-// CallNodes) back into the stream they branched from; nothing if there is none. Never throws.
-void joinCapturedBranch() noexcept;
 
 // Collects the nodes the calling thread creates from open to close (the GRAPHNODE_CREATED
 // callback calls note); nested opens are one. Never throws.
@@ -185,14 +177,9 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
 // captured into a CUDA graph it also needs the graph node ids (graphNodeIdsUsable), by which the
 // op's replayed kernels are found instead of between its digests (graph_fingerprints.cc).
 // DETRACE_DIAG_DIGEST_AFTER=0 says no (inputs before the call, as before; for measuring it).
-// On a captured stream, where the call cannot change its inputs, the inputs' digests may instead go
-// on a branch beside the call's kernels (one node in series after them for the outputs, the
-// inputs' node in parallel with the call): `branch`. DETRACE_DIAG_GRAPH_BRANCH=0 says no (all
-// after, one node in series).
 struct DigestPlan {
   bool all_after = false;
   bool captured = false;  // the stream is being captured (or its status is unknown)
-  bool branch = false;    // captured: the inputs' digests on a branch beside the call
 };
 DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -62,7 +61,6 @@ struct Driver {
   using CaptureInfo = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
                                    const CUgraphNode**, const CUgraphEdgeData**, size_t*);
   using StreamWaitEvent = CUresult (*)(CUstream, CUevent, unsigned int);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
@@ -76,7 +74,6 @@ struct Driver {
   CopyDtoH copy_dtoh = nullptr;        // optional: only full capture needs it
   CaptureInfo capture_info = nullptr;  // optional: only CUDA graphs need these two
   StreamWaitEvent stream_wait_event = nullptr;
-  StreamCreate stream_create = nullptr;  // optional: captured input digests on a branch
   bool ok = false;
 
   static const Driver& get();
@@ -116,13 +113,6 @@ struct Context {
   uint64_t graph_words = 0, graph_head = 0, graph_used = 0;
   bool graph_results_tried = false;
   bool graph_broken = false;  // a replay's results went astray: no more graph fingerprints here
-  // Streams on which captured GEMMs' input digests branch off (graph_fingerprints.cc forkLocked):
-  // a branch is taken by one capture at a time (while that capture holds the stream).
-  struct Branch {
-    CUstream side = nullptr;
-    CUevent fork = nullptr, join = nullptr;
-  };
-  std::vector<Branch> branches;
 };
 
 // Reserves `n` contiguous units of a FIFO ring of `size` (head, used updated); false if full.
@@ -319,7 +309,6 @@ class State {
   std::unordered_map<uint64_t, CapturedOp*> node_ops;       // a captured op's node ids (and copies')
   size_t pending_replays = 0;
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
-  int64_t graph_input_branches = 0;  // captured GEMMs whose inputs' digests run beside them
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
 
@@ -370,10 +359,6 @@ class State {
   // they cannot be (counted by the caller).
   bool captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
                      const std::vector<OperandSpec>& specs, bool inputs, const CallNodes* nodes);
-  // A branch of `stream`'s capture (`capture_id`) for a GEMM's input digests: forked from it here,
-  // joined back by joinCapturedBranch() after the GEMM's call; nullptr if none can be (then the
-  // digests go on `stream`).
-  std::optional<Context::Branch> forkLocked(Context& cx, CUstream stream, uint64_t capture_id);
   // Notes `id` as a node of `op`'s (bounded: beyond the bounds the op keeps the ids it has).
   void addNodeLocked(CapturedOp& op, uint64_t id);
   // A replay whose digests are done (or will never come): writes its operands, if it may.

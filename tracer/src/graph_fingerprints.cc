@@ -25,7 +25,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 
 #include <xxhash.h>
@@ -54,13 +53,6 @@ constexpr size_t kMaxNodeIds = size_t{1} << 20;
 
 thread_local bool t_has_captured = false;  // this thread captured a call (amendCaptured's filter)
 std::atomic<bool> g_has_node_ops{false};   // some captured op has graph node ids (noteNodeCloned)
-// The branch of a captured GEMM's input digests that its stream waits for after the call.
-struct BranchJoin {
-  CUstream stream = nullptr;
-  CUevent join = nullptr;
-};
-thread_local BranchJoin t_branch_join;
-constexpr size_t kMaxBranches = 8;  // per context: captures running at once
 
 int64_t monotonicNs() {
   timespec ts{};
@@ -266,28 +258,20 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     ++graph_ops_captured;
   }
   if (nodes != nullptr) {
-    op->by_nodes = op->by_nodes || nodes->by_nodes;
+    op->by_nodes = op->by_nodes || nodes->all_after;
     for (uint64_t node : nodes->ids) addNodeLocked(*op, node);
   }
   SelfLaunchScope self;  // our kernels stay out of the trace
   // The operands' digests go into the graph in batches of up to kMaxBatch (digestManyVia): one
-  // kernel node per batch and alignment class, usually one per captured call; a GEMM's inputs' on a
-  // branch beside its call where asked (forked at the first launch, joined after the call).
-  const bool want_branch = inputs && nodes != nullptr && nodes->branch;
-  std::optional<Context::Branch> branch;
-  bool fork_tried = false;
+  // kernel node per batch and alignment class, usually one per captured call.
   std::vector<CapturedOperand> batch;
   std::vector<kernels::DigestRequest> requests;
   auto flush = [&] {
     if (batch.empty()) return;
-    if (want_branch && !fork_tried) {
-      fork_tried = true;
-      branch = forkLocked(cx, stream, id);
-    }
     uint32_t launches = 0;
     const Status st = cx.digester->digestManyVia(requests.data(), static_cast<uint32_t>(requests.size()),
                                                  reinterpret_cast<const uint64_t*>(cap->cell),
-                                                 branch ? branch->side : stream, &launches);
+                                                 stream, &launches);
     for (CapturedOperand& c : batch) {
       // The words stay reserved even when the batch failed: the operands after it keep their
       // offsets, and a launch of the batch that did go in writes only into its own words.
@@ -335,53 +319,7 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     if (requests.size() == kernels::Digester::kMaxBatch) flush();
   }
   flush();
-  if (branch) {
-    // The end of the branch, which the call's stream waits for after the call.
-    if (Driver::get().event_record(branch->join, branch->side) == CUDA_SUCCESS) {
-      t_branch_join = {stream, branch->join};
-      ++graph_input_branches;
-    } else {
-      logLine("a captured GEMM's input digests could not be joined back: the capture will fail to end");
-    }
-  }
   return true;
-}
-
-std::optional<Context::Branch> State::forkLocked(Context& cx, CUstream stream, uint64_t capture_id) {
-  const Driver& d = Driver::get();
-  if (d.stream_create == nullptr || d.stream_wait_event == nullptr || d.capture_info == nullptr) {
-    return std::nullopt;
-  }
-  // A branch stream is free when no capture holds it, or when this capture already does.
-  const Context::Branch* pick = nullptr;
-  for (const Context::Branch& b : cx.branches) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    cuuint64_t holder = 0;
-    if (d.capture_info(b.side, &status, &holder, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS) continue;
-    if (status == CU_STREAM_CAPTURE_STATUS_NONE ||
-        (status == CU_STREAM_CAPTURE_STATUS_ACTIVE && holder == capture_id)) {
-      pick = &b;
-      break;
-    }
-  }
-  if (pick == nullptr) {
-    if (cx.branches.size() >= kMaxBranches) return std::nullopt;
-    Context::Branch b;
-    RelaxedCaptureScope relaxed;  // the thread is capturing
-    if (d.stream_create(&b.side, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-        d.event_create(&b.fork, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-        d.event_create(&b.join, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      return std::nullopt;  // (what was made is left: once per context at most)
-    }
-    cx.branches.push_back(b);
-    pick = &cx.branches.back();
-  }
-  // The branch starts where the stream is now: after what the call's inputs depend on.
-  if (d.event_record(pick->fork, stream) != CUDA_SUCCESS ||
-      d.stream_wait_event(pick->side, pick->fork, 0) != CUDA_SUCCESS) {
-    return std::nullopt;
-  }
-  return *pick;
 }
 
 void State::addNodeLocked(CapturedOp& op, uint64_t id) {
@@ -515,15 +453,6 @@ void Fingerprinter::noteGraphCloned(CUgraph original, CUgraph clone) noexcept {
     s.graph_captures[clone] = std::move(caps);
   } catch (...) {
   }
-}
-
-void joinCapturedBranch() noexcept {
-  fp::BranchJoin& j = fp::t_branch_join;
-  if (j.join == nullptr) return;
-  if (fp::Driver::get().stream_wait_event(j.stream, j.join, 0) != CUDA_SUCCESS) {
-    logLine("a captured GEMM's input digests could not be joined back: the capture will fail to end");
-  }
-  j = {};
 }
 
 void Fingerprinter::noteNodeCloned(uint64_t original, uint64_t copy) noexcept {
