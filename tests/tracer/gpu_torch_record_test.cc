@@ -253,6 +253,7 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
   ASSERT_TRUE(cursor.isOk());
   std::map<int64_t, int> per_graph_kernels;
   std::map<std::string, int> names;
+  std::map<int64_t, int> children;  // replayed kernels per parent op
   for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
     const db::Event& e = cursor->event();
     if (e.kind != db::EventKind::kKernel || e.graph_id == db::kUnset) continue;
@@ -260,6 +261,7 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
     EXPECT_GT(e.gpu_start_ns, 0);
     ++per_graph_kernels[e.graph_id];
     ++names[t.str(e.name)];
+    if (e.parent_seq != db::kUnset) ++children[e.parent_seq];
   }
   ASSERT_FALSE(names.empty()) << "no kernel replayed from a CUDA graph was recorded";
   for (const auto& [name, n] : names) EXPECT_EQ(n % replays, 0) << name << " ran " << n << " times";
@@ -270,9 +272,15 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
   EXPECT_GE(colls->size(), static_cast<size_t>(2 * 2));  // warm-up passes + capture, 2 layers
   std::map<int64_t, int> per_template;
   std::map<int64_t, std::set<int64_t>> replays_of;
-  size_t graph_ops = 0, fingerprinted = 0;
+  size_t graph_ops = 0, fingerprinted = 0, replayed_gemms = 0;
   ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
     ++graph_ops;
+    // A replayed GEMM is found among the replay's kernels by its graph nodes: its kernels name it.
+    auto gemm = t.gemm(g.seq);
+    if (gemm.isOk() && gemm->has_value()) {
+      ++replayed_gemms;
+      EXPECT_GE(children[g.seq], 1) << "no replayed kernel names the GEMM at " << g.seq;
+    }
     ++per_template[g.template_seq];
     replays_of[g.template_seq].insert(g.replay);
     auto ops = t.operands(g.seq);
@@ -295,6 +303,9 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], replays);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
   EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
+  // Only the all-reduces are placed between their own digests; every GEMM by its graph nodes.
+  ASSERT_GT(replayed_gemms, 0u);
+  EXPECT_EQ((*stats)["tracer_graph_ops_placed_by_count"], static_cast<int64_t>(graph_ops - replayed_gemms));
 }
 
 }  // namespace

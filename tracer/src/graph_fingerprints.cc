@@ -85,6 +85,17 @@ bool diagGraphNodes() {
   return on;
 }
 
+// DETRACE_DIAG_GRAPH_WEIGHTS=0: a captured call's inputs without rows larger than 64 KiB (the
+// weights, under --row-digests tokens) get no digests, to time what digesting them at every
+// replay costs. The trace then lacks them.
+bool diagGraphWeights() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GRAPH_WEIGHTS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 void logTemplate(size_t index, const GraphOpTemplate& t) {
   std::string ids;
   for (int64_t id : t.node_ids) ids += " " + std::to_string(id);
@@ -292,6 +303,10 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     CapturedOperand c;
     c.spec = spec;
     c.rows = rowsOf(spec);
+    if (c.rows == 0 && spec.role == db::OperandRole::kInput && !diagGraphWeights() &&
+        spec.bytes > kernels::kDigestRowBytesWithoutWorkspace) {
+      continue;  // (diagnostics: a weight left out)
+    }
     uint64_t words = c.rows > 0 ? c.rows : 1;
     if (words_planned + words > (uint64_t{1} << 31)) break;  // an absurd capture: the rest go
     kernels::DigestRequest r;
