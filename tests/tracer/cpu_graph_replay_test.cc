@@ -353,6 +353,19 @@ TEST(GraphReplay, OpsOnConcurrentBranchesAreToldApartByTheirNodes) {
   EXPECT_EQ(rows, (std::vector<std::string>{"g64", "k11^g64", "g128", "k12^g128", "k14^g64"}));
 }
 
+TEST(GraphReplay, AnOpWithNoDigestAfterItKeepsItsKernelBeforeAGemmPlacedByNodes) {
+  // A send (its input's digest before it, nothing after: it has no output), then a GEMM whose
+  // digests all come after its kernel: both have the same count of own kernels before them.
+  std::vector<Activity> records = {record(1, 10, 100, true), record(1, 20, 30), record(1, 30, 11),
+                                   record(1, 40, 101, true), record(1, 50, 2)};
+  auto rows = replayLabels({capturedAllReduce(1, 0), gemmByNodes(64, {11})}, records);
+  EXPECT_EQ(rows, (std::vector<std::string>{"ar", "k30^ar", "g64", "k11^g64", "k2"}));
+  // A program kernel after the GEMM's is the send's no more.
+  records.push_back(record(1, 35, 3));
+  rows = replayLabels({capturedAllReduce(1, 0), gemmByNodes(64, {11})}, records);
+  EXPECT_EQ(rows, (std::vector<std::string>{"ar", "k30^ar", "g64", "k11^g64", "k3", "k2"}));
+}
+
 TEST(GraphReplay, OpsPlacedByNodesAndByCountingShareALaunch) {
   // g64 by its node, then the program's k1, then an all-reduce with digests on both sides
   // (counted), then k2.

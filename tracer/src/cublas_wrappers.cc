@@ -301,7 +301,7 @@ class GemmFingerprints {
     if (token_ == 0) return;
     specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     plan_ = fingerprintPlan(stream_, specs_);
-    if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true);
+    if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr, !plan_.captured);
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
@@ -319,10 +319,10 @@ class GemmFingerprints {
       if (ok) {
         fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
       } else {
-        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, captured);
+        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, captured, !plan_.captured);
       }
     } else if (ok) {
-      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured);
+      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured, !plan_.captured);
     }
   }
 

@@ -1240,6 +1240,7 @@ bool start() {
   g_active = true;
   if (!enableCallbacks() || !enableActivities()) {
     g_active = false;
+    setGraphNodeIdsUsable(false);  // no GRAPHNODE callbacks will come
     g_cupti.unsubscribe(g_subscriber);
     logLine("kernels are not recorded (CUPTI setup failed); NCCL and cuBLAS calls still are");
     return false;

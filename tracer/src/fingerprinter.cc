@@ -673,7 +673,7 @@ void Fingerprinter::attachParams(uint64_t token, std::string layout,
 }
 
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                         bool inputs, const CallNodes* nodes) noexcept {
+                         bool inputs, const CallNodes* nodes, bool known_uncaptured) noexcept {
   try {
     if (token == 0 || !Fingerprinter::get().enabled()) return;
     std::vector<OperandSpec> chosen;
@@ -682,7 +682,7 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
       bool is_out = spec.role != db::OperandRole::kInput;
       if (inputs ? is_in : is_out) chosen.push_back(spec);
     }
-    Fingerprinter::get().enqueue(token, stream, std::move(chosen), inputs, false, nodes);
+    Fingerprinter::get().enqueue(token, stream, std::move(chosen), inputs, known_uncaptured, nodes);
   } catch (...) {
   }
 }
@@ -702,6 +702,7 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
                      (!plan.captured || (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && graphNodeIdsUsable()));
   } catch (...) {
     plan = {};
+    plan.captured = true;  // unknown: the enqueues ask again
   }
   return plan;
 }
@@ -1007,6 +1008,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
       w->addStat("graph_fingerprint_ops_captured", s.graph_ops_captured);
       w->addStat("graph_fingerprint_operands_captured", s.graph_operands_captured);
+      w->addStat("graph_node_ids_dropped", s.graph_node_ids_dropped);
       w->addStat("graph_replays_fingerprinted", s.graph_replays);
       w->addStat("graph_replays_skipped_ring_full", s.graph_replays_ring_full);
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);

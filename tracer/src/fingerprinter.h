@@ -166,8 +166,10 @@ class Fingerprinter {
 };
 
 // Enqueues the input (inputs = true) or output operands of `specs` for op `token` on `stream`.
+// `known_uncaptured`: as for Fingerprinter::enqueue.
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                         bool inputs, const CallNodes* nodes = nullptr) noexcept;
+                         bool inputs, const CallNodes* nodes = nullptr,
+                         bool known_uncaptured = false) noexcept;
 
 // How a GEMM's operands are fingerprinted around its call (fingerprintPlan, asked just before it).
 // All after: every operand after the call, in one enqueue (one digest launch, one completion

@@ -309,6 +309,7 @@ class State {
   std::unordered_map<uint64_t, CapturedOp*> node_ops;       // a captured op's node ids (and copies')
   size_t pending_replays = 0;
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
+  int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
 

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <variant>
 
 #include <xxhash.h>
 
@@ -48,7 +49,7 @@ constexpr uint64_t kPoolDummySlot = 0;  // a DigestSlot no kernel touches (buffe
 constexpr uint64_t kPoolFirstFree = 32;
 // Node ids kept per captured op (its call's nodes and their copies: one per executable graph made
 // from its graph), and in all.
-constexpr size_t kMaxOpNodeIds = 256;
+constexpr size_t kMaxOpNodeIds = 1024;
 constexpr size_t kMaxNodeIds = size_t{1} << 20;
 
 thread_local bool t_has_captured = false;  // this thread captured a call (amendCaptured's filter)
@@ -85,8 +86,8 @@ bool diagGraphNodes() {
   return on;
 }
 
-// DETRACE_DIAG_GRAPH_WEIGHTS=0: a captured call's inputs without rows larger than 64 KiB (the
-// weights, under --row-digests tokens) get no digests, to time what digesting them at every
+// DETRACE_DIAG_GRAPH_WEIGHTS=0: a captured GEMM's inputs without rows larger than 64 KiB (its
+// weight, under --row-digests tokens) get no digests, to time what digesting them at every
 // replay costs. The trace then lacks them.
 bool diagGraphWeights() {
   static const bool on = [] {
@@ -303,8 +304,9 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     CapturedOperand c;
     c.spec = spec;
     c.rows = rowsOf(spec);
-    if (c.rows == 0 && spec.role == db::OperandRole::kInput && !diagGraphWeights() &&
-        spec.bytes > kernels::kDigestRowBytesWithoutWorkspace) {
+    if (!diagGraphWeights() && c.rows == 0 && spec.role == db::OperandRole::kInput &&
+        spec.bytes > kernels::kDigestRowBytesWithoutWorkspace &&
+        std::holds_alternative<db::Gemm>(op->op.detail)) {
       continue;  // (diagnostics: a weight left out)
     }
     uint64_t words = c.rows > 0 ? c.rows : 1;
@@ -338,7 +340,13 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
 }
 
 void State::addNodeLocked(CapturedOp& op, uint64_t id) {
-  if (op.node_ids.size() >= kMaxOpNodeIds || node_ops.size() >= kMaxNodeIds) return;
+  if (op.node_ids.size() >= kMaxOpNodeIds || node_ops.size() >= kMaxNodeIds) {
+    if (graph_node_ids_dropped++ == 0) {
+      logLine("CUDA graph node ids past the tracer's bounds are not kept: replays of the graphs they "
+              "belong to place their GEMMs among the replay's kernels less exactly");
+    }
+    return;
+  }
   if (!node_ops.emplace(id, &op).second) return;  // a node is one op's
   op.node_ids.push_back(id);
   g_has_node_ops.store(true, std::memory_order_relaxed);

@@ -763,17 +763,24 @@ static GraphPlacement placeGraphOps(const GraphOpTemplates& ops, const std::vect
     if (!by_node[i]) ++p.by_count;
   }
   size_t own = 0, next = 0;  // own kernels started so far; the next op to place
+  int64_t counted = -1;      // the last op placed by counting, while it may own records
   for (size_t r = 0; r < records.size(); ++r) {
     while (own < own_starts.size() && own_starts[own] <= records[r].gpu_start_ns) ++own;
     const auto seen = static_cast<int64_t>(own);
     for (; next < ops.size() && anchor[next] <= seen; ++next) {
-      if (!by_node[next]) p.place[next] = r;
+      if (by_node[next]) continue;
+      p.place[next] = r;
+      if (!ops[next].by_nodes) counted = static_cast<int64_t>(next);
     }
-    // The last op placed owns the record if no own kernel ran since it was placed (and the record
-    // is no node of an op's, and the op is one that counting may place).
-    if (next > 0 && anchor[next - 1] == seen && p.owner[r] < 0 && !by_node[next - 1] &&
-        !ops[next - 1].by_nodes) {
-      p.owner[r] = static_cast<int32_t>(next - 1);
+    if (p.owner[r] >= 0) {
+      // A kernel of an op after it (by node ids): the counted op's kernels are behind it.
+      if (p.owner[r] > counted) counted = -1;
+      continue;
+    }
+    // The last op placed by counting owns the record if no own kernel ran since it was placed.
+    // (An op placed by node ids may share its anchor: with nothing of its own before its kernels.)
+    if (counted >= 0 && anchor[static_cast<size_t>(counted)] == seen) {
+      p.owner[r] = static_cast<int32_t>(counted);
     }
   }
   return p;
