@@ -500,21 +500,11 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL)
 // thread reads the same word, so the whole grid returns before any barrier. Separate entry points,
 // so the kernels above are compiled exactly as before.
 namespace {
-// A launch made with programmatic stream serialization (Digester::digestManyVia with
-// `overlap_previous`) may start once the previous kernel's blocks have all exited or triggered,
-// before that kernel's writes are visible: griddepcontrol.wait blocks until every prerequisite
-// grid has completed and its memory is visible. Every thread of such a launch runs it before it
-// reads an operand and before it exits, so that the launch never completes before its
-// predecessor (the graph's next node depends on it alone). On a launch made without the
-// attribute it returns at once.
-__device__ __forceinline__ void waitForPrimary() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
 // A *_via digest: p.out is the cell; every thread of the digest reads it, so a base of 0 returns
-// them all before any barrier (after the wait).
+// them all before any barrier.
 template <int kAlign, int kBatch>
 __device__ __forceinline__ void digestVia(const dd::DigestParams& p) {
   const unsigned long long base = *reinterpret_cast<const volatile unsigned long long*>(p.out);
-  waitForPrimary();  // the cell was stored before the graph began; the operands need the wait
   if (base == 0) return;
   dd::DigestParams q = p;
   q.out = base + 8ull * p.out_offset;
@@ -564,14 +554,10 @@ DETRACE_DIGEST_VARIANTS(DETRACE_DIGEST_KERNEL_MANY)
 // picks one, whose p.out is the cell holding the replay's destination base and p.out_offset its
 // place there, as in the *_via kernels. Every block of one digest reads the same cell, so a base of
 // 0 returns them all before any barrier. No completion signal (a replay's end is its own event).
-// Every thread waits for the previous kernel (waitForPrimary) before it reads an operand or exits.
 #define DETRACE_DIGEST_KERNEL_MANY_VIA(suffix, batch, min_blocks, align)                    \
   extern "C" __global__ void __launch_bounds__(dd::kBlockThreads, min_blocks)            \
       detrace_digest_##suffix##_many_via(const __grid_constant__ dd::DigestBatch b) {     \
-    if (blockIdx.y >= b.count) {                                                          \
-      waitForPrimary();                                                                   \
-      return;                                                                             \
-    }                                                                                     \
+    if (blockIdx.y >= b.count) return;                                                    \
     digestVia<align, batch>(b.params[blockIdx.y]);                                        \
   }
 

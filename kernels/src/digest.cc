@@ -384,7 +384,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
 }
 
 Status Digester::digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
-                               CUstream stream, uint32_t* launches, bool overlap_previous) const {
+                               CUstream stream, uint32_t* launches) const {
   if (launches != nullptr) *launches = 0;
   if (out_cell == nullptr) {
     return makeError(ErrorCode::kInvalidArgument, "Digester::digestManyVia needs an out cell");
@@ -396,23 +396,10 @@ Status Digester::digestManyVia(const DigestRequest* requests, uint32_t n, const 
   for (int a = 0; a < kAlignments; ++a) {
     if (plan.members[a] == 0) continue;
     void* args[] = {&plan.batches[a]};
-    // Programmatic stream serialization: the launch may start as soon as the previous kernel's
-    // blocks have all exited (or triggered), without waiting for that kernel's completion to be
-    // resolved; the kernel's griddepcontrol.wait holds every thread until then.
-    CUlaunchAttribute attr{};
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = static_cast<unsigned>(plan.blocks[a]);
-    config.gridDimY = plan.batches[a].count;
-    config.gridDimZ = 1;
-    config.blockDimX = detail::kBlockThreads;
-    config.blockDimY = 1;
-    config.blockDimZ = 1;
-    config.hStream = stream;
-    config.attrs = overlap_previous ? &attr : nullptr;
-    config.numAttrs = overlap_previous ? 1 : 0;
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernelEx(&config, many_via_kernels_.fns[a], args, nullptr));
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_via_kernels_.fns[a],
+                                                  static_cast<unsigned>(plan.blocks[a]),
+                                                  plan.batches[a].count, 1, detail::kBlockThreads,
+                                                  1, 1, 0, stream, args, nullptr));
     if (launches != nullptr) ++*launches;
   }
   return Status::ok();

@@ -54,7 +54,6 @@ Result<DriverApi> load() {
   DETRACE_RETURN_IF_ERROR(resolve(get, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
                                   api.OccupancyMaxActiveBlocksPerMultiprocessor));
   DETRACE_RETURN_IF_ERROR(resolve(get, "cuLaunchKernel", api.LaunchKernel));
-  DETRACE_RETURN_IF_ERROR(resolve(get, "cuLaunchKernelEx", api.LaunchKernelEx));
   return api;
 }
 

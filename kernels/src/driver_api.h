@@ -24,7 +24,6 @@ struct DriverApi {
   decltype(&::cuFuncSetAttribute) FuncSetAttribute;
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) OccupancyMaxActiveBlocksPerMultiprocessor;
   decltype(&::cuLaunchKernel) LaunchKernel;
-  decltype(&::cuLaunchKernelEx) LaunchKernelEx;  // launches with attributes (digestManyVia)
 };
 
 // The entry points, resolved once per process (thread-safe); kUnavailable without a driver.

@@ -13,7 +13,6 @@
 #include <string>
 
 #include "detrace/kernels/digest.h"
-#include "gpu_late_writer.h"
 #include "kernels_gpu_util.h"
 
 namespace detrace::kernels {
@@ -684,128 +683,6 @@ TEST_F(DigestGpuTest, ManyViaInAGraphFollowTheCell) {
   one.bytes = 8;
   one.slot = reinterpret_cast<DigestSlot*>(shared_ws.get());
   EXPECT_EQ(digester_->digestManyVia(&one, 1, nullptr, stream).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
-}
-
-
-// digestManyVia with overlap_previous, captured into a graph behind a kernel that lets its
-// dependents start at once and writes the digested buffer late (testing::launchLateWriter), and
-// before a kernel that reads what the writer stored last. First a control: a copy launched the
-// same way without waiting reads the buffer before the writer's copy lands (so the overlap is
-// real here). Then at every replay, with fresh source bytes and the buffer poisoned: the digests
-// (a whole buffer split over blocks, rows of one block each, a small whole buffer) are the CPU
-// twin's of the written bytes, the edge from the writer to the digests is programmatic, and the
-// kernel after the digests sees the writer's last store, also when the cell is 0 and the digests
-// are skipped (the digest launch never completes before the writer).
-TEST_F(DigestGpuTest, OverlappedDigestsWaitForTheKernelBeforeThem) {
-  DETRACE_REQUIRE_GPU();
-  constexpr size_t kBytes = (1u << 20) + 3 * 1024;
-  constexpr uint32_t kRows = 64;
-  constexpr uint64_t kRowBytes = kBytes / kRows;  // 16432 bytes: one block per row
-  constexpr uint64_t kSmall = 4096;
-  constexpr long long kSpin = 200000;  // about 100 us
-  DeviceBuffer src(kBytes), dst(kBytes), snap(kBytes), flag(8), seen(8), cell(8),
-      slot(2 * sizeof(DigestSlot)), dest(8 * (2 + kRows));
-  ASSERT_TRUE(src.ok() && dst.ok() && snap.ok() && flag.ok() && seen.ok() && cell.ok() &&
-              slot.ok() && dest.ok());
-  slot.poison(0);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  auto* flag_word = reinterpret_cast<uint64_t*>(flag.get());
-  auto* seen_word = reinterpret_cast<uint64_t*>(seen.get());
-
-  int early = 0;  // control: snapshots that read poison the writer had not yet replaced
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    const auto bytes = randomBytes(kBytes);
-    src.upload(bytes.data(), kBytes);
-    dst.poison();
-    snap.poison(0);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(testing::launchLateWriter(src.get(), dst.get(), kBytes, flag_word, 1, kSpin, stream), cudaSuccess);
-    ASSERT_EQ(testing::launchSnapshotOverlapped(dst.get(), snap.get(), kBytes, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const auto got = snap.download(kBytes);
-    if (std::count(got.begin(), got.end(), static_cast<unsigned char>(0xff)) > static_cast<long>(kBytes / 2)) ++early;
-  }
-  ASSERT_GT(early, 0) << "no overlapped launch ran before the writer's copy: the test would show nothing";
-
-  DigestRequest reqs[3];
-  reqs[0].base = reinterpret_cast<CUdeviceptr>(dst.get());
-  reqs[0].bytes = kBytes;
-  reqs[0].slot = reinterpret_cast<DigestSlot*>(slot.get());
-  reqs[0].out_offset = 0;
-  reqs[1].base = reinterpret_cast<CUdeviceptr>(dst.get());
-  reqs[1].rows = kRows;
-  reqs[1].row_bytes = kRowBytes;
-  reqs[1].row_stride = kRowBytes;
-  reqs[1].out_offset = 1;
-  reqs[2].base = reinterpret_cast<CUdeviceptr>(dst.get());
-  reqs[2].bytes = kSmall;
-  reqs[2].slot = reinterpret_cast<DigestSlot*>(slot.get()) + 1;  // small: never touched
-  reqs[2].out_offset = 1 + kRows;
-  const uint64_t value = rng_() | 1;
-  const auto* cell_word = reinterpret_cast<const uint64_t*>(cell.get());
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const cudaError_t wrote = testing::launchLateWriter(src.get(), dst.get(), kBytes, flag_word, value, kSpin, stream);
-  uint32_t launches = 0;
-  const Status st = digester_->digestManyVia(reqs, 3, cell_word, stream, &launches, /*overlap_previous=*/true);
-  const cudaError_t copied = testing::launchCopyWord(flag_word, seen_word, stream);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(wrote, cudaSuccess);
-  ASSERT_EQ(copied, cudaSuccess);
-  ASSERT_TRUE(st.isOk()) << st.message();
-  ASSERT_EQ(launches, 1u);
-  size_t n_edges = 0;
-  ASSERT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n_edges), cudaSuccess);
-  ASSERT_EQ(n_edges, 2u);
-  std::vector<cudaGraphNode_t> from(n_edges), to(n_edges);
-  std::vector<cudaGraphEdgeData> edges(n_edges);
-  ASSERT_EQ(cudaGraphGetEdges(graph, from.data(), to.data(), edges.data(), &n_edges), cudaSuccess);
-  int programmatic = 0;
-  for (const cudaGraphEdgeData& e : edges) programmatic += e.type == cudaGraphDependencyTypeProgrammatic;
-  EXPECT_EQ(programmatic, 1) << "the writer-to-digest edge should be programmatic, the next one not";
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-
-  for (int replay = 0; replay < 5; ++replay) {
-    const bool recorded = replay != 3;  // replay 3 runs with the cell at 0
-    const auto bytes = randomBytes(kBytes);
-    src.upload(bytes.data(), kBytes);
-    dst.poison();
-    dest.poison();
-    flag.poison(0);
-    seen.poison();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const uint64_t* cells[] = {cell_word};
-    const uint64_t base = recorded ? reinterpret_cast<uint64_t>(dest.get()) : 0;
-    ASSERT_TRUE(digester_->storeWords(cells, &base, 1, stream).isOk());
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    uint64_t after_digests = 0;
-    const auto seen_bytes = seen.download(8);
-    std::memcpy(&after_digests, seen_bytes.data(), 8);
-    EXPECT_EQ(after_digests, value) << "replay " << replay << ": the kernel after the digests ran before the writer's store";
-    const auto got = dest.download(8 * (2 + kRows));
-    std::vector<uint64_t> words(2 + kRows);
-    std::memcpy(words.data(), got.data(), got.size());
-    if (!recorded) {
-      EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](unsigned char b) { return b == 0xff; }))
-          << "a replay with the cell at 0 wrote digests";
-      continue;
-    }
-    EXPECT_EQ(words[0], digestCpu(bytes.data(), kBytes)) << "replay " << replay << ": whole buffer";
-    std::vector<uint64_t> rows(kRows);
-    digestRowsCpu(bytes.data(), kRows, kRowBytes, kRowBytes, rows.data());
-    for (uint32_t r = 0; r < kRows; ++r) {
-      ASSERT_EQ(words[1 + r], rows[r]) << "replay " << replay << ": row " << r;
-    }
-    EXPECT_EQ(words[1 + kRows], digestCpu(bytes.data(), kSmall)) << "replay " << replay << ": small buffer";
-  }
-  const auto left = slot.download(2 * sizeof(DigestSlot));
-  EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned char b) { return b == 0; })) << "a slot was left dirty";
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 

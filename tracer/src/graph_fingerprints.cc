@@ -97,17 +97,6 @@ bool diagGraphWeights() {
   return on;
 }
 
-// DETRACE_DIAG_GRAPH_OVERLAP=0: a captured GEMM's digest node waits for the GEMM's kernel the
-// ordinary way instead of being launched with programmatic stream serialization (to time what the
-// overlap saves at every replay; the digests are the same either way).
-bool diagGraphOverlap() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_OVERLAP");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 void logTemplate(size_t index, const GraphOpTemplate& t) {
   std::string ids;
   for (int64_t id : t.node_ids) ids += " " + std::to_string(id);
@@ -289,16 +278,12 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
   // kernel node per batch and alignment class, usually one per captured call.
   std::vector<CapturedOperand> batch;
   std::vector<kernels::DigestRequest> requests;
-  // A GEMM's one digest node follows its own kernels (the nodes its call created): it may be
-  // scheduled while the last of them finishes, and waits inside for it (digestManyVia).
-  const bool overlap = !inputs && nodes != nullptr && nodes->all_after && !nodes->ids.empty() &&
-                       diagGraphOverlap();
   auto flush = [&] {
     if (batch.empty()) return;
     uint32_t launches = 0;
     const Status st = cx.digester->digestManyVia(requests.data(), static_cast<uint32_t>(requests.size()),
                                                  reinterpret_cast<const uint64_t*>(cap->cell),
-                                                 stream, &launches, overlap);
+                                                 stream, &launches);
     for (CapturedOperand& c : batch) {
       // The words stay reserved even when the batch failed: the operands after it keep their
       // offsets, and a launch of the batch that did go in writes only into its own words.

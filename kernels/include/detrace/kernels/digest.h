@@ -146,14 +146,8 @@ class Digester {
   // number of launches enqueued. Slots and workspaces as for digestMany (the cell being every
   // request's destination, a whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never
   // touches its slot, so such requests may share one).
-  // `overlap_previous` launches with programmatic stream serialization (compute capability 9.0):
-  // the digests may be scheduled while the stream's previous kernel finishes, and wait inside the
-  // kernel (griddepcontrol.wait) until it has completed and its writes are visible, so their
-  // results are the same; only the gap between the two kernels shrinks. Every thread waits before
-  // it exits, so the launch never completes before the previous kernel.
   Status digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
-                       CUstream stream, uint32_t* launches = nullptr,
-                       bool overlap_previous = false) const;
+                       CUstream stream, uint32_t* launches = nullptr) const;
 
   // Enqueues a small kernel on `stream` that stores values[i] to the device word addr[i], for
   // i < n (one launch per kMaxStores words): how the destinations of the *Via digests are set,
