@@ -112,6 +112,7 @@ struct Context {
   CUdeviceptr graph_results_dev = 0;
   uint64_t graph_words = 0, graph_head = 0, graph_used = 0;
   bool graph_results_tried = false;
+  CUdeviceptr diag_device_results = 0;  // DETRACE_DIAG_GRAPH_DEVICE_RESULTS: half the pool
   bool graph_broken = false;  // a replay's results went astray: no more graph fingerprints here
 };
 

@@ -108,6 +108,19 @@ bool diagGraphEmptyNodes() {
   return on;
 }
 
+// DETRACE_DIAG_GRAPH_DEVICE_RESULTS=1: replays' digests go to device memory (half the graph
+// pool, the same words at every replay) instead of the mapped host ring, to time what writing
+// them across the bus costs each node. The trace's digests of replays are then not the GPU's.
+CUdeviceptr diagDeviceResults(Context& cx, uint64_t words) {
+  static const bool on = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GRAPH_DEVICE_RESULTS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (!on || words * 8 > kGraphPoolBytes / 2) return 0;
+  if (cx.diag_device_results == 0) cx.diag_device_results = poolTake(cx, kGraphPoolBytes / 2);
+  return cx.diag_device_results;
+}
+
 void logTemplate(size_t index, const GraphOpTemplate& t) {
   std::string ids;
   for (int64_t id : t.node_ids) ids += " " + std::to_string(id);
@@ -659,9 +672,11 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     r->begun_ns = fp::monotonicNs();
     std::vector<const uint64_t*> cells;
     std::vector<uint64_t> values;
+    const CUdeviceptr diag_dest = fp::diagDeviceResults(cx, e.words);
     for (size_t k = 0; k < e.captures.size(); ++k) {
       cells.push_back(reinterpret_cast<const uint64_t*>(e.captures[k]->cell));
-      values.push_back(cx.graph_results_dev + (off + e.capture_base[k]) * sizeof(uint64_t));
+      values.push_back(diag_dest != 0 ? diag_dest + e.capture_base[k] * sizeof(uint64_t)
+                                      : cx.graph_results_dev + (off + e.capture_base[k]) * sizeof(uint64_t));
     }
     fp::Pending p;
     p.ctx = &cx;
