@@ -93,6 +93,14 @@ struct StoreParams {
 // without it and would only churn L2 (33 MiB of chunks are in progress at once at full occupancy).
 inline constexpr uint64_t kPrefetchMaxPasses = 256;
 
+// Launches whose digests have at most this many passes each (a 2 MiB buffer, or rows of one
+// block) take the 16-byte kernel with all of a thread's loads in flight (detrace_digest_a16_flat)
+// when their chunk starts allow 16-byte loads: every block runs one pass, so what a pass costs is
+// its loads' round trips, not bandwidth. The digest nodes of a CUDA graph replayed at batch 1 are
+// such launches (docs/overhead.md).
+inline constexpr uint64_t kSmallMaxPasses = 32;
+inline constexpr const char* kDigestSmallDefault = "detrace_digest_a16_flat";
+
 // Whether larger launches prefetch too (each chunk just before it is loaded). Measured on the H200
 // (bench_kernels, one run): slower, 3.23 against 3.60 TB/s at 256 MiB and 3.18 against 3.82 at
 // 1 GiB; prefetching the next pass's chunk instead (DETRACE_DIGEST_PREFETCH=next) was slower
