@@ -46,7 +46,8 @@ uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 //       launches the next pass's chunk while hashing this one (next)
 //   DETRACE_DIGEST_L2HINT=0|1               8-byte loads with the L2::256B hint
 //   DETRACE_DIGEST_WIDE=0|1|deep            16-byte loads where chunk starts allow them (1, or
-//       deep: more loads in flight at 3 blocks per SM); 0 gives them the 8-byte kernel
+//       deep: more loads in flight at 3 blocks per SM); 0 gives them the 8-byte kernel, except
+//       small launches while DETRACE_DIGEST_SMALL (below) gives those a kernel of their own
 enum class PrefetchPolicy { kSmall, kAll, kNext };
 
 PrefetchPolicy prefetchPolicyFromEnv() {
@@ -96,8 +97,8 @@ std::string wideStem(const std::string& a8) {
 }
 
 // The kernel for small 16-byte-aligned launches (detail::kSmallMaxPasses):
-// DETRACE_DIGEST_SMALL=flat (all loads in flight, the default), deep, or 0 (none: the 16-byte
-// kernel above takes them).
+// DETRACE_DIGEST_SMALL=flat (all loads in flight; the default, and what any other value means),
+// deep, or 0 (none: the 16-byte kernel above takes them).
 std::string smallStem() {
   const char* e = std::getenv("DETRACE_DIGEST_SMALL");
   const std::string v = e != nullptr ? e : "";
@@ -399,8 +400,9 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   for (int a = 0; a < kAlignments; ++a) {
     if (plan.members[a] == 0) continue;
     void* args[] = {&plan.batches[a]};
-    const CUfunction fn = many_kernels_.fns[kernelSlot(many_kernels_, a, plan.max_passes[a], kSmall16)];
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(fn, static_cast<unsigned>(plan.blocks[a]),
+    const int k = kernelSlot(many_kernels_, a, plan.max_passes[a], kSmall16);
+    const uint64_t blocks = std::min<uint64_t>(plan.blocks[a], many_kernels_.grid_caps[k]);
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[k], static_cast<unsigned>(blocks),
                                                   plan.batches[a].count, 1, detail::kBlockThreads, 1, 1,
                                                   0, stream, args, nullptr));
     if (enqueued != nullptr) *enqueued |= plan.members[a];
@@ -421,9 +423,10 @@ Status Digester::digestManyVia(const DigestRequest* requests, uint32_t n, const 
   for (int a = 0; a < kAlignments; ++a) {
     if (plan.members[a] == 0) continue;
     void* args[] = {&plan.batches[a]};
-    const CUfunction fn = many_via_kernels_.fns[kernelSlot(many_via_kernels_, a, plan.max_passes[a], kSmall16)];
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(fn,
-                                                  static_cast<unsigned>(plan.blocks[a]),
+    const int k = kernelSlot(many_via_kernels_, a, plan.max_passes[a], kSmall16);
+    const uint64_t blocks = std::min<uint64_t>(plan.blocks[a], many_via_kernels_.grid_caps[k]);
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_via_kernels_.fns[k],
+                                                  static_cast<unsigned>(blocks),
                                                   plan.batches[a].count, 1, detail::kBlockThreads,
                                                   1, 1, 0, stream, args, nullptr));
     if (launches != nullptr) ++*launches;
