@@ -97,12 +97,11 @@ std::string wideStem(const std::string& a8) {
 }
 
 // The kernel for small 16-byte-aligned launches (detail::kSmallMaxPasses):
-// DETRACE_DIGEST_SMALL=flat (all loads in flight; the default, and what any other value means),
-// deep, or 0 (none: the 16-byte kernel above takes them).
+// DETRACE_DIGEST_SMALL=flat (all loads in flight), deep, or 0 (none: the 16-byte kernel above
+// takes them; the default, kDigestSmallDefault, and what any other value means).
 std::string smallStem() {
   const char* e = std::getenv("DETRACE_DIGEST_SMALL");
   const std::string v = e != nullptr ? e : "";
-  if (v == "0") return "";
   if (v == "deep") return "detrace_digest_a16_deep";
   if (v == "flat") return "detrace_digest_a16_flat";
   return detail::kDigestSmallDefault;
