@@ -474,15 +474,12 @@ __device__ __forceinline__ void digestAny(const dd::DigestParams& p) {
 // variant keeps 8 (16 words, as many as the 8-byte loader) at 3 blocks per SM, since at 64
 // registers it spilled 76 bytes. The byte-aligned loader holds
 // three 4-byte words per 8-byte word, so it keeps 8 loads in flight and asks for 3 blocks per SM.
-// The _flat variant keeps all 16 of a thread's loads in flight at 2 blocks per SM: for launches
-// of a few passes (kSmallMaxPasses), where each block runs one pass and latency is all there is.
 // Every loader variant, as X(name suffix, words per load batch, min blocks per SM, loader); each
 // kernel family below is instantiated once per variant
 // (detrace_digest_<suffix>[_via|_many|_many_via]).
 #define DETRACE_DIGEST_VARIANTS(X)     \
   X(a16, 8, 4, kAlign16)               \
   X(a16_deep, 16, 3, kAlign16)         \
-  X(a16_flat, 32, 2, kAlign16)         \
   X(a8, 16, 4, 8)                      \
   X(a8_l2hint, 16, 4, kAlign8L2Hint)   \
   X(a4, 16, 4, 4)                      \

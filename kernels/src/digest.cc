@@ -46,8 +46,7 @@ uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 //       launches the next pass's chunk while hashing this one (next)
 //   DETRACE_DIGEST_L2HINT=0|1               8-byte loads with the L2::256B hint
 //   DETRACE_DIGEST_WIDE=0|1|deep            16-byte loads where chunk starts allow them (1, or
-//       deep: more loads in flight at 3 blocks per SM); 0 gives them the 8-byte kernel, except
-//       small launches while DETRACE_DIGEST_SMALL (below) gives those a kernel of their own
+//       deep: more loads in flight at 3 blocks per SM); 0 gives them the 8-byte kernel
 enum class PrefetchPolicy { kSmall, kAll, kNext };
 
 PrefetchPolicy prefetchPolicyFromEnv() {
@@ -96,17 +95,6 @@ std::string wideStem(const std::string& a8) {
   return detail::kDigestWideDefault;
 }
 
-// The kernel for small 16-byte-aligned launches (detail::kSmallMaxPasses):
-// DETRACE_DIGEST_SMALL=flat (all loads in flight), deep, or 0 (none: the 16-byte kernel above
-// takes them; the default, kDigestSmallDefault, and what any other value means).
-std::string smallStem() {
-  const char* e = std::getenv("DETRACE_DIGEST_SMALL");
-  const std::string v = e != nullptr ? e : "";
-  if (v == "deep") return "detrace_digest_a16_deep";
-  if (v == "flat") return "detrace_digest_a16_flat";
-  return detail::kDigestSmallDefault;
-}
-
 // Fills the mode and pass fields of `p` from rows, row_bytes, base and row_stride (see
 // digest_params.h). Pure arithmetic: this runs on every call.
 void planPasses(detail::DigestParams& p) {
@@ -149,13 +137,6 @@ void planPasses(detail::DigestParams& p) {
 // The kernel of an alignment (16, 8, 4, 1) in each Kernels set.
 int alignmentIndex(uint32_t align) {
   return align == 16 ? 0 : align == 8 ? 1 : align == 4 ? 2 : 3;
-}
-
-// The kernel slot of a launch of alignment index `a` whose digests have at most `passes` passes
-// each: the small 16-byte kernel where there is one and the launch is small.
-template <typename Kernels>
-int kernelSlot(const Kernels& k, int a, uint64_t passes, int small_slot) {
-  return a == 0 && passes <= detail::kSmallMaxPasses && k.fns[small_slot] != nullptr ? small_slot : a;
 }
 
 // Blocks for `passes` passes with at most `cap` resident: as few rounds as the cap allows, and the
@@ -247,19 +228,17 @@ Result<Digester> Digester::create() {
   // its 16-byte-aligned one the 16-byte loader unless DETRACE_DIGEST_WIDE=0 (then the 8-byte one).
   const std::string a8 = l2HintLoads() ? "detrace_digest_a8_l2hint" : "detrace_digest_a8";
   const std::string a16 = wideStem(a8);
-  const std::string small = smallStem();
-  auto names_with = [&](const std::string& suffix, std::string (&out)[kKernelSlots]) {
+  auto names_with = [&](const std::string& suffix, std::string (&out)[kAlignments]) {
     out[0] = a16 + suffix;
     out[1] = a8 + suffix;
     out[2] = "detrace_digest_a4" + suffix;
     out[3] = "detrace_digest_a1" + suffix;
-    out[kSmall16] = small.empty() ? "" : small + suffix;
   };
   auto load = [&](const std::string& suffix, Kernels& out) {
-    std::string names[kKernelSlots];
+    std::string names[kAlignments];
     names_with(suffix, names);
-    const char* const c_names[kKernelSlots] = {names[0].c_str(), names[1].c_str(), names[2].c_str(),
-                                               names[3].c_str(), names[4].c_str()};
+    const char* const c_names[kAlignments] = {names[0].c_str(), names[1].c_str(), names[2].c_str(),
+                                              names[3].c_str()};
     return d.loadKernels(c_names, sms, out);
   };
   DETRACE_RETURN_IF_ERROR(load("", d.kernels_));
@@ -270,9 +249,8 @@ Result<Digester> Digester::create() {
   return d;
 }
 
-Status Digester::loadKernels(const char* const (&names)[kKernelSlots], int sms, Kernels& out) {
-  for (int a = 0; a < kKernelSlots; ++a) {
-    if (names[a][0] == '\0') continue;  // no small kernel
+Status Digester::loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out) {
+  for (int a = 0; a < kAlignments; ++a) {
     DETRACE_CU_RETURN_IF_ERROR(*cu_, ModuleGetFunction(&out.fns[a], module_.get(), names[a]));
     int per_sm = 0;
     DETRACE_CU_RETURN_IF_ERROR(*cu_, OccupancyMaxActiveBlocksPerMultiprocessor(
@@ -284,7 +262,7 @@ Status Digester::loadKernels(const char* const (&names)[kKernelSlots], int sms, 
 
 Status Digester::launch(const Kernels& kernels, const void* params, CUstream stream) const {
   const auto& p = *static_cast<const detail::DigestParams*>(params);
-  const int a = kernelSlot(kernels, alignmentIndex(p.align), p.passes, kSmall16);
+  const int a = alignmentIndex(p.align);
   // A persistent grid: blocks loop over passes, so more blocks than are resident buy nothing.
   const uint64_t blocks = gridFor(p.passes, static_cast<uint64_t>(kernels.grid_caps[a]));
   void* args[] = {const_cast<void*>(params)};
@@ -321,7 +299,6 @@ struct Digester::PlannedBatches {
   detail::DigestBatch batches[kAlignments];
   uint32_t members[kAlignments] = {};  // which requests each launch holds (bits)
   uint64_t blocks[kAlignments] = {};
-  uint64_t max_passes[kAlignments] = {};  // of any one digest in the launch
 };
 
 Status Digester::planBatches(const char* who, const DigestRequest* requests, uint32_t n,
@@ -372,7 +349,6 @@ Status Digester::planBatches(const char* who, const DigestRequest* requests, uin
     b.params[b.count++] = p;
     out.members[a] |= 1u << i;
     out.blocks[a] = std::max(out.blocks[a], gridFor(p.passes, static_cast<uint64_t>(kernels.grid_caps[a])));
-    out.max_passes[a] = std::max(out.max_passes[a], p.passes);
   }
   return Status::ok();
 }
@@ -399,9 +375,7 @@ Status Digester::digestMany(const DigestRequest* requests, uint32_t n, CUstream 
   for (int a = 0; a < kAlignments; ++a) {
     if (plan.members[a] == 0) continue;
     void* args[] = {&plan.batches[a]};
-    const int k = kernelSlot(many_kernels_, a, plan.max_passes[a], kSmall16);
-    const uint64_t blocks = std::min<uint64_t>(plan.blocks[a], many_kernels_.grid_caps[k]);
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[k], static_cast<unsigned>(blocks),
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_kernels_.fns[a], static_cast<unsigned>(plan.blocks[a]),
                                                   plan.batches[a].count, 1, detail::kBlockThreads, 1, 1,
                                                   0, stream, args, nullptr));
     if (enqueued != nullptr) *enqueued |= plan.members[a];
@@ -422,10 +396,8 @@ Status Digester::digestManyVia(const DigestRequest* requests, uint32_t n, const 
   for (int a = 0; a < kAlignments; ++a) {
     if (plan.members[a] == 0) continue;
     void* args[] = {&plan.batches[a]};
-    const int k = kernelSlot(many_via_kernels_, a, plan.max_passes[a], kSmall16);
-    const uint64_t blocks = std::min<uint64_t>(plan.blocks[a], many_via_kernels_.grid_caps[k]);
-    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_via_kernels_.fns[k],
-                                                  static_cast<unsigned>(blocks),
+    DETRACE_CU_RETURN_IF_ERROR(*cu_, LaunchKernel(many_via_kernels_.fns[a],
+                                                  static_cast<unsigned>(plan.blocks[a]),
                                                   plan.batches[a].count, 1, detail::kBlockThreads,
                                                   1, 1, 0, stream, args, nullptr));
     if (launches != nullptr) ++*launches;

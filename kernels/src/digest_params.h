@@ -93,17 +93,6 @@ struct StoreParams {
 // without it and would only churn L2 (33 MiB of chunks are in progress at once at full occupancy).
 inline constexpr uint64_t kPrefetchMaxPasses = 256;
 
-// Launches whose digests have at most this many passes each (a 2 MiB buffer, or rows of one
-// block) can take a 16-byte kernel of their own when their chunk starts allow 16-byte loads
-// (DETRACE_DIGEST_SMALL=flat: all of a thread's loads in flight, detrace_digest_a16_flat; deep):
-// every block runs one pass, so what a pass costs is its loads' round trips, not bandwidth. The
-// digest nodes of a CUDA graph replayed at batch 1 are such launches.
-inline constexpr uint64_t kSmallMaxPasses = 32;
-// None by default: on the graph-replayed decode loop (H200, eighth session of 2026-12-02) the flat
-// kernel measured +54.6% against +52.6% without it, and the deep one +51.5% against +54.4%, both
-// within the loop's spread at one or two rounds (docs/overhead.md).
-inline constexpr const char* kDigestSmallDefault = "";
-
 // Whether larger launches prefetch too (each chunk just before it is loaded). Measured on the H200
 // (bench_kernels, one run): slower, 3.23 against 3.60 TB/s at 256 MiB and 3.18 against 3.82 at
 // 1 GiB; prefetching the next pass's chunk instead (DETRACE_DIGEST_PREFETCH=next) was slower

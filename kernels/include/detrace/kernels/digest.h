@@ -162,18 +162,15 @@ class Digester {
 
  private:
   static constexpr int kAlignments = 4;  // kernels for chunk starts aligned to 16, 8, 4 and 1 bytes
-  static constexpr int kSmall16 = kAlignments;  // and one for small 16-byte-aligned launches
-  static constexpr int kKernelSlots = kAlignments + 1;
 
-  // One entry point per alignment and one for small 16-byte-aligned launches (null: none), and
-  // the largest grid each is launched with.
+  // One entry point per alignment, and the largest grid each is launched with.
   struct Kernels {
-    CUfunction fns[kKernelSlots] = {};
-    int grid_caps[kKernelSlots] = {};
+    CUfunction fns[kAlignments] = {};
+    int grid_caps[kAlignments] = {};
   };
 
   Digester() = default;
-  Status loadKernels(const char* const (&names)[kKernelSlots], int sms, Kernels& out);
+  Status loadKernels(const char* const (&names)[kAlignments], int sms, Kernels& out);
   Status launch(const Kernels& kernels, const void* params, CUstream stream) const;
   // A batch of requests planned into one DigestBatch per alignment class (digestMany and
   // digestManyVia); with `via_cell`, each request's destination is that cell and its out_offset,
