@@ -76,13 +76,16 @@ uint32_t rowsOf(const OperandSpec& spec) {
   return rows ? static_cast<uint32_t>(spec.rows) : 0;
 }
 
+// Whether the environment variable `name` is set to `value` (the diagnostics' switches below).
+bool envIs(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 // DETRACE_DIAG_GRAPH_NODES=1: each replayed op's graph node ids on stderr when its executable
 // graph's templates are made (to compare with the node ids of the trace's kernel records).
 bool diagGraphNodes() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_NODES");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = envIs("DETRACE_DIAG_GRAPH_NODES", "1");
   return on;
 }
 
@@ -90,10 +93,7 @@ bool diagGraphNodes() {
 // weight, under --row-digests tokens) get no digests, to time what digesting them at every
 // replay costs. The trace then lacks them.
 bool diagGraphWeights() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_WEIGHTS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = !envIs("DETRACE_DIAG_GRAPH_WEIGHTS", "0");
   return on;
 }
 
@@ -101,10 +101,7 @@ bool diagGraphWeights() {
 // that stores a zero to a word nobody reads, to time what a node costs a replay by itself,
 // whatever it computes. The trace then lacks the captured calls' digests.
 bool diagGraphEmptyNodes() {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_EMPTY_NODES");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = envIs("DETRACE_DIAG_GRAPH_EMPTY_NODES", "1");
   return on;
 }
 
@@ -112,10 +109,7 @@ bool diagGraphEmptyNodes() {
 // pool, the same words at every replay) instead of the mapped host ring, to time what writing
 // them across the bus costs each node. The trace's digests of replays are then not the GPU's.
 CUdeviceptr diagDeviceResults(Context& cx, uint64_t words) {
-  static const bool on = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_DEVICE_RESULTS");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = envIs("DETRACE_DIAG_GRAPH_DEVICE_RESULTS", "1");
   if (!on || words * 8 > kGraphPoolBytes / 2) return 0;
   if (cx.diag_device_results == 0) cx.diag_device_results = poolTake(cx, kGraphPoolBytes / 2);
   return cx.diag_device_results;
