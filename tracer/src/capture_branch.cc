@@ -136,6 +136,7 @@ bool InputDigestsBeside::open(uint64_t token, CUstream stream,
       // The previous GEMM's output digests join with this GEMM's input digests instead.
       passed_ = std::move(t_held.after);
       before = std::move(t_held.before);
+      fp::state().graph_outputs_deferred.fetch_add(1, std::memory_order_relaxed);
     }
     t_held = {};
     fingerprintOperands(token, stream, specs, /*inputs=*/true, nullptr, /*known_uncaptured=*/false);

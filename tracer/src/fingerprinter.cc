@@ -1018,6 +1018,9 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_lost", s.graph_replays_lost);
       w->addStat("graph_gemm_input_digests_beside", s.graph_inputs_beside.load());
       w->addStat("graph_gemm_input_digests_unjoined", s.graph_inputs_unjoined.load());
+      if (s.graph_outputs_deferred.load() > 0) {
+        w->addStat("graph_gemm_output_digests_deferred", s.graph_outputs_deferred.load());
+      }
     }
     if (Session::get().policy().deep) {
       w->addStat("deep_params_written", s.params_written);

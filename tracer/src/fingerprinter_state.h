@@ -320,6 +320,7 @@ class State {
   // Captured GEMMs whose input digests run beside their kernels, and those whose branch could not
   // join the stream again (capture_branch.cc; counted without the lock).
   std::atomic<int64_t> graph_inputs_beside{0}, graph_inputs_unjoined{0};
+  std::atomic<int64_t> graph_outputs_deferred{0};  // DETRACE_GRAPH_DEFER_OUTPUTS=1 (experimental)
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Where a replayed CUDA graph's time goes in a recorded run (decode-graph): per graph launch, the
+GPU span from its first kernel's start to its last kernel's end, the time some program kernel was
+running, and the gaps between one kernel's end and the next one's start, split by whether the
+kernel before the gap is a GEMM's last kernel (its parent is a GEMM). The tracer's digest kernels
+are not in the trace, but a captured GEMM's digest node that lies on the graph's critical path
+shows up as a longer gap after that GEMM. Also the period from one launch's first kernel to the
+next one's (the loop's time per token, host included) and the trace's graph counters.
+
+usage: graph_timeline.py LABEL RUN_DIR     (reads every *.dtrace in RUN_DIR; Python's sqlite3 only)
+"""
+import collections
+import glob
+import os
+import sqlite3
+import statistics
+import sys
+
+GEMM = 5
+
+
+def launches(path):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = db.execute(
+        "SELECT e.correlation_id, e.gpu_start_ns, e.gpu_end_ns, e.parent_seq, p.kind FROM events e "
+        "LEFT JOIN events p ON p.seq = e.parent_seq "
+        "WHERE e.kind = 1 AND e.graph_id IS NOT NULL AND e.gpu_start_ns IS NOT NULL "
+        "AND e.gpu_end_ns IS NOT NULL ORDER BY e.gpu_start_ns").fetchall()
+    stats = dict(db.execute("SELECT key, value FROM stats WHERE key LIKE 'graph%' "
+                            "OR key LIKE 'fingerprints%' OR key LIKE 'tracer_graph%'").fetchall())
+    db.close()
+    by_launch = collections.defaultdict(list)
+    for corr, start, end, parent, parent_kind in rows:
+        by_launch[corr].append((start, end, parent, parent_kind == GEMM))
+    return list(by_launch.values()), stats
+
+
+def measure(kernels):
+    kernels.sort()
+    span = max(k[1] for k in kernels) - kernels[0][0]
+    busy, cur_s, cur_e = 0, kernels[0][0], kernels[0][1]
+    for s, e, _, _ in kernels[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    after_gemm, after_other = [], []
+    for k, nxt in zip(kernels, kernels[1:]):
+        gap = max(0, nxt[0] - k[1])
+        if k[3] and nxt[2] != k[2]:
+            after_gemm.append(gap)  # after a GEMM's last kernel
+        else:
+            after_other.append(gap)
+    return span, busy, after_gemm, after_other
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    label, run = sys.argv[1], sys.argv[2]
+    for path in sorted(glob.glob(os.path.join(run, "*.dtrace"))):
+        groups, stats = launches(path)
+        if not groups:
+            print(f"{label}: no kernels replayed from a graph")
+            continue
+        size = statistics.mode(len(g) for g in groups)  # the decode step's graph
+        groups = [g for g in groups if len(g) == size]
+        firsts = sorted(min(k[0] for k in g) for g in groups)
+        periods = [b - a for a, b in zip(firsts, firsts[1:])]
+        m = [measure(g) for g in groups]
+        med = lambda xs: statistics.median(xs) / 1000 if xs else float("nan")  # noqa: E731
+        gemm_gaps = [x for _, _, a, _ in m for x in a]
+        other_gaps = [x for _, _, _, o in m for x in o]
+        print(f"{label}: {len(groups)} launches of {size} kernels, {len(m[0][2])} GEMMs each; per launch (medians, us): "
+              f"period {med(periods):.1f}, GPU span {med([x[0] for x in m]):.1f}, "
+              f"kernels running {med([x[1] for x in m]):.1f}, "
+              f"gaps after GEMMs {med([sum(x[2]) for x in m]):.1f} (each {med(gemm_gaps):.2f}), "
+              f"other gaps {med([sum(x[3]) for x in m]):.1f} (each {med(other_gaps):.2f})")
+        print(f"{label}: stats " + " ".join(f"{k}={v}" for k, v in sorted(stats.items())))
+
+
+if __name__ == "__main__":
+    main()
