@@ -5,7 +5,6 @@
 // recorded at capture (graph_ops), whose operands' digests and row digests equal the CPU twin's
 // digests of the bytes the program copied back after that launch. First, the digest kernels those
 // graphs capture (Digester::digestVia, digestRowsVia, storeWords) against the CPU twin, directly.
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -341,104 +340,6 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   // the all-reduce, whose kernel NCCL may launch outside its call, is placed between its digests.
   EXPECT_EQ((*stats)["tracer_graph_ops_placed_by_count"], nccl ? replays : 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
-}
-
-// The GEMMs' graph as the app dumped it right after its capture (gemm_graph.txt): every node's
-// class and which nodes each one reaches.
-struct CapturedGraph {
-  enum Kind { kMarker, kOwn, kLibrary };
-  std::vector<Kind> kind;
-  std::vector<std::vector<bool>> reaches;  // reaches[a][b]: b depends on a, directly or not
-
-  bool concurrent(size_t a, size_t b) const { return !reaches[a][b] && !reaches[b][a]; }
-};
-
-CapturedGraph readCapturedGraph(const std::string& path) {
-  CapturedGraph g;
-  std::ifstream in(path);
-  std::string word;
-  std::vector<std::pair<size_t, size_t>> edges;
-  while (in >> word) {
-    if (word == "node") {
-      size_t index = 0;
-      int type = 0;
-      std::string name;
-      in >> index >> type >> name;
-      EXPECT_EQ(index, g.kind.size());
-      g.kind.push_back(name.find("app_marker_kernel") != std::string::npos ? CapturedGraph::kMarker
-                       : name.find("detrace_") != std::string::npos      ? CapturedGraph::kOwn
-                                                                          : CapturedGraph::kLibrary);
-    } else {
-      long from = -1, to = -1;
-      in >> from >> to;
-      EXPECT_TRUE(from >= 0 && to >= 0) << "an edge to a node the dump did not list";
-      if (from >= 0 && to >= 0) edges.emplace_back(static_cast<size_t>(from), static_cast<size_t>(to));
-    }
-  }
-  const size_t n = g.kind.size();
-  g.reaches.assign(n, std::vector<bool>(n, false));
-  for (auto [from, to] : edges) {
-    if (from < n && to < n) g.reaches[from][to] = true;
-  }
-  for (size_t k = 0; k < n; ++k) {  // transitive closure (a handful of nodes)
-    for (size_t a = 0; a < n; ++a) {
-      for (size_t b = 0; b < n; ++b) {
-        if (g.reaches[a][k] && g.reaches[k][b]) g.reaches[a][b] = true;
-      }
-    }
-  }
-  return g;
-}
-
-// In the captured graph each GEMM's input digests run beside its kernels, not after them: the
-// GEMM's kernels wait for no digest of its own, one of its digest nodes is concurrent with all of
-// them (the inputs'), another comes after all of them and after that one (the output's), and what
-// the program captured next (its marker kernel) waits for every digest of the GEMM before it. The
-// replays' digests are still the CPU twin's (the test above, on the same graph).
-TEST(TracerGraph, CapturedGemmsDigestTheirInputsBesideTheirKernels) {
-  DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r));
-  const CapturedGraph g = readCapturedGraph(r.dir + "/gemm_graph.txt");
-  std::vector<size_t> markers;
-  for (size_t i = 0; i < g.kind.size(); ++i) {
-    if (g.kind[i] == CapturedGraph::kMarker) markers.push_back(i);
-  }
-  ASSERT_EQ(markers.size(), 2u) << "the app's two marker kernels";
-  if (g.reaches[markers[1]][markers[0]]) std::swap(markers[0], markers[1]);
-  ASSERT_TRUE(g.reaches[markers[0]][markers[1]]);
-  for (int gemm = 0; gemm < 2; ++gemm) {
-    SCOPED_TRACE(gemm == 0 ? "cublasLtMatmul (between the markers)" : "cublasGemmEx (after both)");
-    std::vector<size_t> lib, own;
-    for (size_t i = 0; i < g.kind.size(); ++i) {
-      const bool inside = gemm == 0 ? g.reaches[markers[0]][i] && g.reaches[i][markers[1]]
-                                    : g.reaches[markers[1]][i];
-      if (!inside || g.kind[i] == CapturedGraph::kMarker) continue;
-      (g.kind[i] == CapturedGraph::kOwn ? own : lib).push_back(i);
-    }
-    ASSERT_FALSE(lib.empty()) << "the GEMM's own kernels";
-    ASSERT_GE(own.size(), 2u) << "its input digests and its output's";
-    for (size_t o : own) {
-      for (size_t l : lib) EXPECT_FALSE(g.reaches[o][l]) << "the GEMM waits for a digest of its own";
-      if (gemm == 0) EXPECT_TRUE(g.reaches[o][markers[1]]) << "a digest the next kernel does not wait for";
-    }
-    bool beside = false, after = false;
-    for (size_t in : own) {
-      if (!std::all_of(lib.begin(), lib.end(), [&](size_t l) { return g.concurrent(in, l); })) continue;
-      beside = true;
-      for (size_t out : own) {
-        after = after || (g.reaches[in][out] &&
-                          std::all_of(lib.begin(), lib.end(), [&](size_t l) { return g.reaches[l][out]; }));
-      }
-    }
-    EXPECT_TRUE(beside) << "no digest node runs beside the GEMM's kernels";
-    EXPECT_TRUE(after) << "no digest node comes after both the GEMM's kernels and its input digests";
-  }
-  auto stats = r.reader->stats();
-  ASSERT_TRUE(stats.isOk());
-  EXPECT_EQ((*stats)["graph_gemm_input_digests_beside"], 2);
-  EXPECT_EQ((*stats)["graph_gemm_input_digests_unjoined"], 0);
 }
 
 }  // namespace

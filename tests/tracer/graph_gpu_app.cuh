@@ -9,13 +9,12 @@
 // gets new values (replay r's pattern) and D1, Y and Z are poisoned (0xff bytes), so a digest taken
 // at the wrong moment cannot match. After every launch the program copies X, D1, Y and Z back and
 // writes them to DIR/replay<r>_<name>.bin (A and W, constant, to DIR/A.bin and DIR/W.bin), and
-// DIR/graph.txt says what ran, DIR/gemm_graph.txt the GEMMs' graph as captured (dumpGraph).
-// cuBLAS and NCCL are loaded with dlopen(RTLD_GLOBAL) and called through the global scope, so the
-// tracer's LD_PRELOAD wrappers see the calls (the app links only cudart, the driver and cuBLASLt).
+// DIR/graph.txt says what ran. cuBLAS and NCCL are loaded with dlopen(RTLD_GLOBAL) and called
+// through the global scope, so the tracer's LD_PRELOAD wrappers see the calls (the app links only
+// cudart and cuBLASLt).
 #pragma once
 
 #include <cublas_api.h>
-#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -71,44 +70,6 @@ bool dump(const std::string& dir, const std::string& name, const float* dev, siz
   if (f == nullptr) return false;
   bool ok = std::fwrite(host.data(), sizeof(float), n, f) == n;
   return std::fclose(f) == 0 && ok;
-}
-
-// The captured graph's shape, for the test: "node I TYPE NAME" for every node (NAME: a kernel's
-// function name, "-" for other nodes) and "edge I J" for every dependency (J depends on I).
-bool dumpGraph(const std::string& path, cudaGraph_t graph) {
-  CUgraph g = reinterpret_cast<CUgraph>(graph);
-  size_t n = 0, e = 0;
-  if (cuGraphGetNodes(g, nullptr, &n) != CUDA_SUCCESS) return false;
-  std::vector<CUgraphNode> nodes(n);
-  if (cuGraphGetNodes(g, nodes.data(), &n) != CUDA_SUCCESS) return false;
-  if (cuGraphGetEdges(g, nullptr, nullptr, nullptr, &e) != CUDA_SUCCESS) return false;
-  std::vector<CUgraphNode> from(e), to(e);
-  if (e > 0 && cuGraphGetEdges(g, from.data(), to.data(), nullptr, &e) != CUDA_SUCCESS) return false;
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) return false;
-  auto index = [&](CUgraphNode node) {
-    for (size_t i = 0; i < n; ++i) {
-      if (nodes[i] == node) return static_cast<long>(i);
-    }
-    return -1L;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-    const char* name = "-";
-    if (cuGraphNodeGetType(nodes[i], &type) == CUDA_SUCCESS && type == CU_GRAPH_NODE_TYPE_KERNEL) {
-      CUDA_KERNEL_NODE_PARAMS params{};
-      if (cuGraphKernelNodeGetParams(nodes[i], &params) == CUDA_SUCCESS) {
-        const char* got = nullptr;
-        if (params.func != nullptr ? cuFuncGetName(&got, params.func) == CUDA_SUCCESS
-                                   : cuKernelGetName(&got, params.kern) == CUDA_SUCCESS) {
-          name = got;
-        }
-      }
-    }
-    std::fprintf(f, "node %zu %d %s\n", i, static_cast<int>(type), name);
-  }
-  for (size_t i = 0; i < e; ++i) std::fprintf(f, "edge %ld %ld\n", index(from[i]), index(to[i]));
-  return std::fclose(f) == 0;
 }
 
 struct Gemms {
@@ -200,7 +161,6 @@ inline int graphMain(const std::string& dir) {
   GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
   if (g.run() != 0) return 1;
   GK(cudaStreamEndCapture(g.s, &gemm_graph));
-  if (!dumpGraph(dir + "/gemm_graph.txt", gemm_graph)) return 1;
   GK(cudaGraphInstantiate(&gemm_exec, gemm_graph, 0));
   bool nccl_graph = false;
   if (all_reduce != nullptr) {

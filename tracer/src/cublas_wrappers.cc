@@ -290,8 +290,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 // Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
 // call cannot change its inputs (fingerprintPlan), else the inputs before it and the output after
 // it. On a stream being captured, the graph nodes the call creates are noted too: they find the
-// op's kernels at every replay; and where all would come after it, the inputs' digests are
-// captured before it instead, on a branch beside its kernels (InputDigestsBeside).
+// op's kernels at every replay.
 class GemmFingerprints {
  public:
   GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
@@ -303,8 +302,6 @@ class GemmFingerprints {
     specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     plan_ = fingerprintPlan(stream_, specs_);
     if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr, !plan_.captured);
-    // In a graph, the inputs' digests may run beside the call's kernels rather than after them.
-    if (plan_.all_after && plan_.captured) inputs_beside_ = beside_.open(token_, stream_, specs_);
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
     for (const OperandSpec& s : specs_) {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
@@ -317,10 +314,7 @@ class GemmFingerprints {
     if (nodes_) nodes.ids = nodes_->take();
     nodes_.reset();
     const CallNodes* captured = plan_.captured ? &nodes : nullptr;
-    beside_.join();  // the output's digests wait for the inputs' too
-    if (inputs_beside_) {
-      if (ok) beside_.digestOutputs(token_, specs_, captured);
-    } else if (plan_.all_after) {
+    if (plan_.all_after) {
       // A failed call wrote nothing: its inputs are still worth their digests.
       if (ok) {
         fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
@@ -337,8 +331,6 @@ class GemmFingerprints {
   CUstream stream_;
   std::vector<OperandSpec> specs_;
   DigestPlan plan_;
-  InputDigestsBeside beside_;
-  bool inputs_beside_ = false;  // the inputs' digests are captured already (before the call)
   std::optional<CallNodeScope> nodes_;
 };
 

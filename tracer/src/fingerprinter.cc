@@ -61,8 +61,6 @@ const Driver& Driver::get() {
     // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
     x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
     x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
-    x.update_capture_deps =
-        reinterpret_cast<UpdateCaptureDeps>(sym("cuStreamUpdateCaptureDependencies_v2"));
     x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
            x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
     return x;
@@ -1016,11 +1014,6 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
       w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
       w->addStat("graph_replays_lost", s.graph_replays_lost);
-      w->addStat("graph_gemm_input_digests_beside", s.graph_inputs_beside.load());
-      w->addStat("graph_gemm_input_digests_unjoined", s.graph_inputs_unjoined.load());
-      if (s.graph_outputs_deferred.load() > 0) {
-        w->addStat("graph_gemm_output_digests_deferred", s.graph_outputs_deferred.load());
-      }
     }
     if (Session::get().policy().deep) {
       w->addStat("deep_params_written", s.params_written);

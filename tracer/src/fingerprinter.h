@@ -191,36 +191,6 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
 void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
                             const DigestPlan& plan, const CallNodes* nodes = nullptr) noexcept;
 
-// A captured GEMM's input digests on a branch of the graph beside its kernels (capture_branch.cc).
-// In a replayed graph every digest node after a GEMM lies on the critical path: the next kernel
-// waits for it. Where the plan puts all of a captured GEMM's digests after its call (all_after: the
-// call cannot change its inputs), open() instead captures its input digests before the call on a
-// branch that leaves from the same point as the call's kernels (through the stream's capture
-// dependencies), and join() after the call makes what is captured next (the output's digests
-// first) wait for that branch too. The replay then reads the inputs, a weight most of all, while
-// the GEMM runs. DETRACE_DIAG_GRAPH_INPUTS_AFTER=1 turns it off (one node after the call).
-class InputDigestsBeside {
- public:
-  // Before the call, on a stream being captured: captures the digests of `specs`' inputs for op
-  // `token`. True: they are captured (beside the call's kernels, or, if the dependencies could not
-  // be put back, before them); false: nothing was captured, the caller digests them as before.
-  bool open(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
-  // After the call (whether it succeeded or not): the branch joins the stream again.
-  void join() noexcept;
-  // After join(), where open() returned true and the call succeeded: captures the digests of
-  // `specs`' outputs, after the call's kernels and the input digests. With
-  // DETRACE_GRAPH_DEFER_OUTPUTS=1 (experimental) they are held: if the next thing this thread
-  // captures on the stream is another GEMM that writes none of their bytes, that GEMM and its
-  // input digests do not wait for them, and its join() waits for them instead.
-  void digestOutputs(uint64_t token, const std::vector<OperandSpec>& specs,
-                     const CallNodes* nodes) noexcept;
-
- private:
-  CUstream stream_ = nullptr;
-  std::vector<CUgraphNode> tail_;    // the branch's last nodes; empty: nothing to join
-  std::vector<CUgraphNode> passed_;  // the previous GEMM's held output digests, joined here too
-};
-
 // The row width (bytes) of the last GEMM output on this thread: a token's hidden vector, used as
 // the row width of the collectives that follow (0 = unknown).
 int64_t lastGemmRowBytes();

@@ -11,7 +11,6 @@
 // and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -62,8 +61,6 @@ struct Driver {
   using CaptureInfo = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
                                    const CUgraphNode**, const CUgraphEdgeData**, size_t*);
   using StreamWaitEvent = CUresult (*)(CUstream, CUevent, unsigned int);
-  using UpdateCaptureDeps = CUresult (*)(CUstream, CUgraphNode*, const CUgraphEdgeData*, size_t,
-                                         unsigned int);
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
@@ -77,7 +74,6 @@ struct Driver {
   CopyDtoH copy_dtoh = nullptr;        // optional: only full capture needs it
   CaptureInfo capture_info = nullptr;  // optional: only CUDA graphs need these two
   StreamWaitEvent stream_wait_event = nullptr;
-  UpdateCaptureDeps update_capture_deps = nullptr;  // optional: input digests beside a GEMM
   bool ok = false;
 
   static const Driver& get();
@@ -317,10 +313,6 @@ class State {
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
-  // Captured GEMMs whose input digests run beside their kernels, and those whose branch could not
-  // join the stream again (capture_branch.cc; counted without the lock).
-  std::atomic<int64_t> graph_inputs_beside{0}, graph_inputs_unjoined{0};
-  std::atomic<int64_t> graph_outputs_deferred{0};  // DETRACE_GRAPH_DEFER_OUTPUTS=1 (experimental)
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
