@@ -340,7 +340,7 @@ Status Digester::planBatches(const char* who, const DigestRequest* requests, uin
       p.out = reinterpret_cast<uint64_t>(r.out);
     }
     if (via_cell != nullptr) {
-      p.out = reinterpret_cast<uint64_t>(via_cell);
+      p.out = reinterpret_cast<uint64_t>(r.out_cell != nullptr ? r.out_cell : via_cell);
       p.out_offset = r.out_offset;
     }
     const int a = alignmentIndex(p.align);

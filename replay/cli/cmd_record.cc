@@ -1,7 +1,7 @@
 // detrace record -o RUN_DIR [--force] [--queue N] [--capture meta|digest|full] [--capture-ops LIST]
 //                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B]
 //                [--deep WINDOW] [--paused] [--launch-callbacks] [--row-digests all|tokens]
-//                -- COMMAND...
+//                [--graph-weights-every N] -- COMMAND...
 #include <algorithm>
 #include <cstdio>
 
@@ -88,8 +88,16 @@ constexpr const char* kRecordFooter =
     "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH, LD_PRELOAD and\n"
     "NCCL_PROFILER_PLUGIN set to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child\n"
     "processes inherit them (a NCCL_PROFILER_PLUGIN of your own is kept, with a warning, and\n"
-    "NCCL's choices are then not recorded). Ops issued during CUDA graph capture get no\n"
-    "fingerprints.\n"
+    "NCCL's choices are then not recorded).\n"
+    "\n"
+    "CUDA graphs: a library op called while its stream is captured is recorded once, at capture,\n"
+    "without fingerprints; its digest kernels are captured with it, and every replay of the graph\n"
+    "records the op again with fingerprints of its own. Reading every GEMM's weight again at\n"
+    "every replay costs a decode step about 12% on the H200 (docs/overhead.md);\n"
+    "--graph-weights-every N digests the weights on replays 0, N, 2N, ... of each executable\n"
+    "graph only, and writes the replays between with the last weight digest taken (the trace's\n"
+    "meta graph_weights_every says so): a weight that changes between two sampled replays is\n"
+    "seen only at the next one. Activations and outputs are digested at every replay.\n"
     "Environment: DETRACE_TRACER_LIB (the tracer library to inject), DETRACE_CUPTI_LIB (the\n"
     "libcupti.so to use), DETRACE_REORDER_TIMEOUT_MS (how long a launch waits for its GPU record,\n"
     "default 5000), DETRACE_ZEROED_BUFFERS=0 (let CUPTI clear its activity buffers itself, on the\n"
@@ -115,6 +123,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     bool paused = false;
     bool launch_callbacks = false;
     std::string row_digests = "tokens";
+    int64_t graph_weights_every = 1;
     std::vector<std::string> command;
   };
   auto opts = std::make_shared<Options>();
@@ -164,6 +173,14 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "Collectives are not affected")
       ->check(CLI::IsMember({"all", "tokens"}))
       ->capture_default_str();
+  cmd->add_option("--graph-weights-every", opts->graph_weights_every,
+                  "A GEMM replayed from a CUDA graph gets its weight (an input without per-row "
+                  "digests, over 64 KiB) digested on replays 0, N, 2N, ... of its graph only; the "
+                  "replays between carry the last weight digest taken (at most about 12% of a "
+                  "decode step on an H200; see below). Default 1: every replay")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+      ->type_name("N")
+      ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
   cmd->callback([opts, &run] {
@@ -189,6 +206,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.paused = opts->paused;
       options.launch_callbacks = opts->launch_callbacks;
       options.row_digests = opts->row_digests;
+      options.graph_weights_every = opts->graph_weights_every;
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());

@@ -133,6 +133,32 @@ TEST(CapturePolicy, RowDigestsFromTheEnvironment) {
   EXPECT_NE(bad[0].find("use all"), std::string::npos) << bad[0];
 }
 
+// --graph-weights-every: a whole number of replays, 1 (every replay) by default, read back from
+// DETRACE_GRAPH_WEIGHTS_EVERY; anything else is reported and replaced by 1.
+TEST(CapturePolicy, GraphWeightsEveryFromTheEnvironment) {
+  EXPECT_EQ(*parseGraphWeightsEvery("1"), 1);
+  EXPECT_EQ(*parseGraphWeightsEvery("64"), 64);
+  EXPECT_EQ(*parseGraphWeightsEvery("1000000"), 1000000);
+  for (const char* bad : {"0", "-3", "1000001", "4x", "", " 4", "often"}) {
+    auto r = parseGraphWeightsEvery(bad);
+    ASSERT_FALSE(r.isOk()) << bad;
+    EXPECT_NE(r.status().message().find("--graph-weights-every"), std::string::npos) << bad;
+  }
+  std::vector<std::string> none;
+  EXPECT_EQ(CapturePolicy::fromEnvironment(none).graph_weights_every, 1);
+  setenv("DETRACE_GRAPH_WEIGHTS_EVERY", "16", 1);
+  std::vector<std::string> problems;
+  const int64_t sixteen = CapturePolicy::fromEnvironment(problems).graph_weights_every;
+  setenv("DETRACE_GRAPH_WEIGHTS_EVERY", "0", 1);
+  std::vector<std::string> bad;
+  const int64_t fallback = CapturePolicy::fromEnvironment(bad).graph_weights_every;
+  unsetenv("DETRACE_GRAPH_WEIGHTS_EVERY");
+  EXPECT_EQ(sixteen, 16);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_EQ(fallback, 1);
+  EXPECT_EQ(bad.size(), 1u);
+}
+
 TEST(CapturePolicy, ParsesKernelWindowsAndWritesWindowsBack) {
   auto w = parseWindow("kernel:at::native::index_add@3+5");
   ASSERT_TRUE(w.isOk()) << w.status().message();

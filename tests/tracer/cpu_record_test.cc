@@ -98,6 +98,13 @@ TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {
   EXPECT_EQ(all.status, 0) << all.out;
   EXPECT_NE(all.out.find("[all]"), std::string::npos) << all.out;
   EXPECT_EQ(db::readManifest(tmp.file("all"))->options.at("row_digests"), "all");
+  EXPECT_EQ(db::readManifest(tmp.file("all"))->options.at("graph_weights_every"), "1");
+  Output every = sh(fmt::format("{} record -o {} --graph-weights-every 64 -- /bin/sh -c "
+                                "'echo \"[$DETRACE_GRAPH_WEIGHTS_EVERY]\"'",
+                                detrace(), tmp.file("every")));
+  EXPECT_EQ(every.status, 0) << every.out;
+  EXPECT_NE(every.out.find("[64]"), std::string::npos) << every.out;
+  EXPECT_EQ(db::readManifest(tmp.file("every"))->options.at("graph_weights_every"), "64");
 }
 
 // Capture options are checked before anything starts, with a message that says what to write.
@@ -119,6 +126,9 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--window launches:x", "--window:"},
       {"--window kernel:racy@2-4", "cannot look back"},
       {"--row-digests weights", "--row-digests"},
+      {"--graph-weights-every 0", "--graph-weights-every"},
+      {"--graph-weights-every often", "--graph-weights-every"},
+      {"--graph-weights-every 4 --capture meta", "needs --capture digest"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));
@@ -414,6 +424,8 @@ TEST(RecordSeam, TheTraceSaysWhichRowDigestsItWasRecordedWith) {
     const auto& meta = (*reader)->meta();
     ASSERT_TRUE(meta.count("row_digests")) << rows;
     EXPECT_EQ(meta.at("row_digests"), *rows ? rows : "tokens");
+    ASSERT_TRUE(meta.count("graph_weights_every")) << rows;
+    EXPECT_EQ(meta.at("graph_weights_every"), "1");
   }
 }
 

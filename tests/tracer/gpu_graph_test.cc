@@ -53,13 +53,15 @@ struct Recording {
   std::string dir;
 };
 
-void recordGraphApp(const testing::TempDir& tmp, Recording& r) {
+// `env` (VAR=value ...) and `options` (detrace record's) are added to the command.
+void recordGraphApp(const testing::TempDir& tmp, Recording& r, const std::string& env = "",
+                    const std::string& options = "") {
   r.dir = tmp.file("out");
   std::filesystem::create_directories(r.dir);
   const std::string run = tmp.file("run");
   testing::ShellOutput o = testing::runShell(
-      fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app graph {2}",
-                  DETRACE_BINARY_DIR, run, r.dir));
+      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app graph {2}",
+                  DETRACE_BINARY_DIR, run, r.dir, env, options));
   ASSERT_EQ(o.status, 0) << o.out;
   std::ifstream info(r.dir + "/graph.txt");
   std::string key;
@@ -178,6 +180,47 @@ TEST_F(ViaDigestTest, WriteWhereTheirCellPointsWhenTheyRun) {
   std::vector<uint64_t> back(40);
   ASSERT_EQ(cudaMemcpy(back.data(), cells.get() + 8 * 20, 8 * 40, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, values);
+
+  // digestManyVia, a request with a cell of its own (a weight digested on some replays only): a
+  // row set and a buffer long enough to need its slot (many blocks) on the call's cell, another
+  // such buffer on its own cell. With its own cell at 0 only that request writes nothing (and
+  // leaves its slot clean); pointed like the call's, it writes its word too.
+  const uint64_t w_len = (1ull << 20) + 16, w_shift = 1024;
+  kernels::DigestRequest reqs[3];
+  reqs[0].base = base;
+  reqs[0].rows = 5;
+  reqs[0].row_bytes = 1024;
+  reqs[0].row_stride = 1024;
+  reqs[0].out_offset = 0;
+  reqs[1].base = base + 65536;
+  reqs[1].bytes = w_len;
+  reqs[1].slot = reinterpret_cast<DigestSlot*>(slots.get()) + 6;
+  reqs[1].out_offset = 5;
+  reqs[2].base = base + w_shift;
+  reqs[2].bytes = w_len;
+  reqs[2].slot = reinterpret_cast<DigestSlot*>(slots.get()) + 7;
+  reqs[2].out_offset = 6;
+  reqs[2].out_cell = cell(3);
+  std::vector<uint64_t> rows(5);
+  kernels::digestRowsCpu(host.data(), 5, 1024, 1024, rows.data());
+  for (bool own_on : {false, true, false}) {
+    SCOPED_TRACE(own_on ? "its own cell pointed like the call's" : "its own cell at 0");
+    out.poison();
+    setCell(2, out_addr + 8 * 200);
+    setCell(3, own_on ? out_addr + 8 * 200 : 0);
+    uint32_t launches = 0;
+    ASSERT_TRUE(d.digestManyVia(reqs, 3, cell(2), nullptr, &launches).isOk());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(launches, 1u);
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(word(200 + r), rows[r]) << "row " << r;
+    EXPECT_EQ(word(205), kernels::digestCpu(host.data() + 65536, w_len));
+    EXPECT_EQ(word(206), own_on ? kernels::digestCpu(host.data() + w_shift, w_len) : ~0ull);
+    EXPECT_EQ(word(207), ~0ull) << "wrote past the last request's word";
+    DigestSlot left{};
+    ASSERT_EQ(cudaMemcpy(&left, reqs[2].slot, sizeof left, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(left.sum, 0u);
+    EXPECT_EQ(left.done_chunks, 0u);
+  }
 }
 
 TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
@@ -340,6 +383,67 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   // the all-reduce, whose kernel NCCL may launch outside its call, is placed between its digests.
   EXPECT_EQ((*stats)["tracer_graph_ops_placed_by_count"], nccl ? replays : 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
+}
+
+// --graph-weights-every 2, with the app giving A and W new values before every launch: replays 0
+// and 2 digest the weights (equal to the CPU twin's of that replay's bytes), replays 1 and 3 carry
+// the digest of the replay before them (so not that of their own, different, weights), and the
+// activations and outputs are every replay's own.
+TEST(TracerGraph, WeightsDigestedOnEveryNthReplayOnly) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(
+      recordGraphApp(tmp, r, "GRAPH_APP_NEW_WEIGHTS=1", "--graph-weights-every 2"));
+  db::TraceReader& t = *r.reader;
+  EXPECT_EQ(t.metaValue("graph_weights_every"), "2");
+  std::map<std::string, int> checked;
+  ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
+                 const db::Event& e = r.events[static_cast<size_t>(g.seq)];
+                 if (e.kind != db::EventKind::kGemm) return Status::ok();
+                 auto gemm = t.gemm(g.seq);
+                 EXPECT_TRUE(gemm.isOk() && gemm->has_value());
+                 if (!gemm.isOk() || !gemm->has_value()) return Status::ok();
+                 const std::string op = t.str((*gemm)->api);
+                 const int replay = static_cast<int>(g.replay);
+                 auto ops = t.operands(g.seq);
+                 EXPECT_TRUE(ops.isOk());
+                 if (!ops.isOk()) return Status::ok();
+                 for (const db::Operand& o : *ops) {
+                   const std::string name = t.str(o.name);
+                   SCOPED_TRACE(fmt::format("{} {} at replay {}", op, name, replay));
+                   EXPECT_TRUE(o.has_digest);
+                   std::vector<uint64_t> cpu_rows;
+                   if (name != "A") {  // activations and outputs: this replay's own
+                     std::vector<uint8_t> bytes = readFile(r.dir + "/" + expectedFile(op, name, replay) + ".bin");
+                     EXPECT_EQ(o.digest, cpuDigest(o, bytes, cpu_rows));
+                     EXPECT_EQ(o.row_digests, cpu_rows);
+                     ++checked[op + " " + name];
+                     continue;
+                   }
+                   const std::string weight = op == "cublasLtMatmul" ? "A" : "W";
+                   auto file = [&](int k) {
+                     return readFile(r.dir + "/replay" + std::to_string(k) + "_" + weight + ".bin");
+                   };
+                   EXPECT_EQ(o.digest, cpuDigest(o, file(replay - replay % 2), cpu_rows))
+                       << "the weights' digest of the last sampled replay";
+                   if (replay % 2 == 1) {
+                     EXPECT_NE(o.digest, cpuDigest(o, file(replay), cpu_rows))
+                         << "an unsampled replay's weights were digested";
+                   }
+                   ++checked[op + " " + name];
+                 }
+                 return Status::ok();
+               }).isOk());
+  for (const char* key : {"cublasLtMatmul A", "cublasLtMatmul B", "cublasLtMatmul D",
+                          "cublasGemmEx A", "cublasGemmEx B", "cublasGemmEx D"}) {
+    EXPECT_EQ(checked[key], r.app["replays"]) << key;
+  }
+  auto stats = t.stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["graph_weight_digests_carried"], 2 * r.app["replays"] / 2);
+  EXPECT_EQ((*stats)["graph_weight_digests_missing"], 0);
+  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
 }
 
 }  // namespace

@@ -9,15 +9,18 @@
 // gets new values (replay r's pattern) and D1, Y and Z are poisoned (0xff bytes), so a digest taken
 // at the wrong moment cannot match. After every launch the program copies X, D1, Y and Z back and
 // writes them to DIR/replay<r>_<name>.bin (A and W, constant, to DIR/A.bin and DIR/W.bin), and
-// DIR/graph.txt says what ran. cuBLAS and NCCL are loaded with dlopen(RTLD_GLOBAL) and called
-// through the global scope, so the tracer's LD_PRELOAD wrappers see the calls (the app links only
-// cudart and cuBLASLt).
+// DIR/graph.txt says what ran. With GRAPH_APP_NEW_WEIGHTS=1 in the environment A and W get new
+// values before every launch too, written to DIR/replay<r>_A.bin and DIR/replay<r>_W.bin. cuBLAS
+// and NCCL are loaded with dlopen(RTLD_GLOBAL) and called through the global scope, so the
+// tracer's LD_PRELOAD wrappers see the calls (the app links only cudart and cuBLASLt).
 #pragma once
 
 #include <cublas_api.h>
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -174,7 +177,15 @@ inline int graphMain(const std::string& dir) {
   }
 
   if (!dump(dir, "A", g.A, kM * kK) || !dump(dir, "W", g.W, kM2 * kM)) return 1;
+  const char* new_weights = std::getenv("GRAPH_APP_NEW_WEIGHTS");
   for (int r = 0; r < kReplays; ++r) {
+    if (new_weights != nullptr && std::strcmp(new_weights, "1") == 0) {
+      fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 3 + r, 5 * r + 2, 19, 9);
+      fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 2 + r, 3 * r + 1, 23, 11);
+      GK(cudaGetLastError());
+      const std::string p = "replay" + std::to_string(r) + "_";
+      if (!dump(dir, p + "A", g.A, kM * kK) || !dump(dir, p + "W", g.W, kM2 * kM)) return 1;
+    }
     fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 5 + 2 * r, 3 * r + 1, 29, 14);
     GK(cudaGetLastError());
     GK(cudaMemsetAsync(g.D1, 0xff, kM * kN * sizeof(float), g.s));

@@ -220,6 +220,19 @@ Result<RowDigests> parseRowDigests(const std::string& text) {
 
 const char* rowDigestsName(RowDigests rows) { return rows == RowDigests::kTokens ? "tokens" : "all"; }
 
+Result<int64_t> parseGraphWeightsEvery(const std::string& text) {
+  constexpr int64_t kMax = 1'000'000;
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > kMax) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--graph-weights-every {}: give a whole number of replays from 1 (every "
+                     "replay, the default) to {}, e.g. --graph-weights-every 64",
+                     text, kMax);
+  }
+  return n;
+}
+
 bool CapturePolicy::isStep(const char* text) const {
   return text != nullptr && !step_prefix.empty() &&
          strncasecmp(text, step_prefix.c_str(), step_prefix.size()) == 0;
@@ -259,6 +272,9 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
   if (const char* v = env("DETRACE_STEP_PREFIX")) p.step_prefix = v;
   if (const char* v = env("DETRACE_ROW_DIGESTS")) {
     if (auto r = parseRowDigests(v); r.isOk()) p.row_digests = *r; else note(r.status());
+  }
+  if (const char* v = env("DETRACE_GRAPH_WEIGHTS_EVERY")) {
+    if (auto n = parseGraphWeightsEvery(v); n.isOk()) p.graph_weights_every = *n; else note(n.status());
   }
   return p;
 }

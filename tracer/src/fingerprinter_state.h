@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -123,10 +124,19 @@ bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint
 // ---- CUDA graphs ----
 
 // An operand of an op captured into a graph: where a replay's digests of it go.
+struct ExecInfo;
+
 struct CapturedOperand {
   OperandSpec spec;
   uint32_t offset = 0;  // first word in its capture's results
   uint32_t rows = 0;    // row digests (words), or 0: one word, the whole digest
+  // A GEMM's weight under --graph-weights-every N > 1: its digest reads its capture's weights
+  // cell, set only on sampled replays. The last digest taken (by the drain, under State::mu):
+  // which executable graph's replay number gave it.
+  bool sampled = false;
+  mutable const ExecInfo* taken_exec = nullptr;
+  mutable int64_t taken_replay = -1;
+  mutable uint64_t taken_digest = 0;
 };
 
 struct Capture;
@@ -150,6 +160,7 @@ struct Capture {
   Context* ctx = nullptr;
   CUgraph graph = nullptr;  // the graph it was captured into
   CUdeviceptr cell = 0;     // device word: where the running replay's results go (0: nowhere)
+  CUdeviceptr weights_cell = 0;  // the same for its sampled weights' digests (0: it has none)
   uint32_t words = 0;       // results of one replay
   std::vector<std::unique_ptr<CapturedOp>> ops;  // in call order
   int32_t execs = 0;                             // live executable graphs that contain it
@@ -180,6 +191,8 @@ struct Replay {
   std::shared_ptr<ExecInfo> exec;
   Context* ctx = nullptr;
   uint64_t first_token = 0;             // op i's token: first_token + i
+  int64_t number = -1;                  // the executable graph's launch number
+  bool weights = true;                  // its sampled weights are digested (--graph-weights-every)
   uint64_t off = 0, skip = 0, len = 0;  // its words in ctx->graph_results (len 0: none reserved)
   CUevent event = nullptr;              // recorded after the launch (endReplay)
   int64_t begun_ns = 0;
@@ -313,6 +326,7 @@ class State {
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
+  int64_t graph_weights_carried = 0, graph_weights_missing = 0;  // --graph-weights-every
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
@@ -366,6 +380,11 @@ class State {
   // A replay whose digests are done (or will never come): writes its operands, if it may.
   enum class ReplayStep { kWritten, kWait };
   ReplayStep drainReplayLocked(Pending& p, bool final, db::TraceWriter* w);
+  // Replay r's digest of sampled weight `c` (--graph-weights-every): taken at r if r is sampled
+  // (and kept), else the one taken at the sampled replay before r, if that one gave it; nullopt
+  // for other operands or when there is none. `op_words`: r's results of c's op.
+  std::optional<uint64_t> sampledWeightLocked(const CapturedOperand& c, const Replay& r,
+                                              const volatile uint64_t* op_words);
   void releaseReplayLocked(Pending& p);
   void forgetGraphsLocked(Context* cx);
 };

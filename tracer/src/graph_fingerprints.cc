@@ -326,15 +326,16 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     requests.clear();
   };
   uint64_t words_planned = cap->words;
+  const int64_t weights_every = Session::get().policy().graph_weights_every;
   for (const OperandSpec& spec : specs) {
     CapturedOperand c;
     c.spec = spec;
     c.rows = rowsOf(spec);
-    if (!diagGraphWeights() && c.rows == 0 && spec.role == db::OperandRole::kInput &&
-        spec.bytes > kernels::kDigestRowBytesWithoutWorkspace &&
-        std::holds_alternative<db::Gemm>(op->op.detail)) {
-      continue;  // (diagnostics: a weight left out)
-    }
+    // A GEMM's weight (under --row-digests tokens): an input without rows, too long for one block.
+    const bool weight = c.rows == 0 && spec.role == db::OperandRole::kInput &&
+                        spec.bytes > kernels::kDigestRowBytesWithoutWorkspace &&
+                        std::holds_alternative<db::Gemm>(op->op.detail);
+    if (weight && !diagGraphWeights()) continue;  // (diagnostics: a weight left out)
     uint64_t words = c.rows > 0 ? c.rows : 1;
     if (words_planned + words > (uint64_t{1} << 31)) break;  // an absurd capture: the rest go
     kernels::DigestRequest r;
@@ -353,6 +354,14 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
         continue;
       }
       r.slot = reinterpret_cast<kernels::DigestSlot*>(slot);
+    }
+    if (weight && weights_every > 1) {
+      // Its own cell, pointed at the replay's results on sampled replays only (beginReplay).
+      if (cap->weights_cell == 0) cap->weights_cell = poolTake(cx, sizeof(uint64_t));
+      if (cap->weights_cell != 0) {
+        r.out_cell = reinterpret_cast<const uint64_t*>(cap->weights_cell);
+        c.sampled = true;
+      }
     }
     c.offset = static_cast<uint32_t>(words_planned);
     r.out_offset = c.offset;
@@ -437,9 +446,15 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
   const volatile uint64_t* words = r.ctx->graph_results + r.off;
   for (size_t i = 0; i < e.ops.size(); ++i) {
     for (const CapturedOperand& c : e.ops[i]->operands) {
+      const std::optional<uint64_t> weight = sampledWeightLocked(c, r, words + e.op_base[i]);
       // kSeqDropped / kSeqForgotten: the replayed op is not in the trace.
       if (seqs_of[i] >= 0 && w != nullptr) {
-        (void)w->appendOperand(replayedOperand(c, seqs_of[i], words + e.op_base[i], *w));
+        db::Operand o = replayedOperand(c, seqs_of[i], words + e.op_base[i], *w);
+        if (c.sampled) {
+          o.has_digest = weight.has_value();
+          o.digest = weight.value_or(0);
+        }
+        (void)w->appendOperand(o);
         ++written;
       } else {
         ++lost;
@@ -447,6 +462,24 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
     }
   }
   return ReplayStep::kWritten;
+}
+
+std::optional<uint64_t> State::sampledWeightLocked(const CapturedOperand& c, const Replay& r,
+                                                   const volatile uint64_t* op_words) {
+  if (!c.sampled) return std::nullopt;
+  if (r.weights) {  // taken at this replay: kept for the replays until the next sample
+    c.taken_exec = r.exec.get();
+    c.taken_replay = r.number;
+    c.taken_digest = op_words[c.offset];
+    return c.taken_digest;
+  }
+  const int64_t every = Session::get().policy().graph_weights_every;
+  if (c.taken_exec == r.exec.get() && every > 1 && c.taken_replay == r.number - r.number % every) {
+    ++graph_weights_carried;
+    return c.taken_digest;
+  }
+  ++graph_weights_missing;  // the sampled replay before it gave no digests (lost, skipped)
+  return std::nullopt;
 }
 
 void State::releaseReplayLocked(Pending& p) {
@@ -660,6 +693,9 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     r->exec = plan.exec;
     r->ctx = &cx;
     r->first_token = token + 1;
+    r->number = plan.replay;
+    const int64_t weights_every = Session::get().policy().graph_weights_every;
+    r->weights = weights_every <= 1 || plan.replay % weights_every == 0;
     r->off = off;
     r->skip = skip;
     r->len = e.words;
@@ -668,9 +704,14 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     std::vector<uint64_t> values;
     const CUdeviceptr diag_dest = fp::diagDeviceResults(cx, e.words);
     for (size_t k = 0; k < e.captures.size(); ++k) {
+      const uint64_t dest = diag_dest != 0 ? diag_dest + e.capture_base[k] * sizeof(uint64_t)
+                                           : cx.graph_results_dev + (off + e.capture_base[k]) * sizeof(uint64_t);
       cells.push_back(reinterpret_cast<const uint64_t*>(e.captures[k]->cell));
-      values.push_back(diag_dest != 0 ? diag_dest + e.capture_base[k] * sizeof(uint64_t)
-                                      : cx.graph_results_dev + (off + e.capture_base[k]) * sizeof(uint64_t));
+      values.push_back(dest);
+      if (e.captures[k]->weights_cell != 0) {  // the weights' digests: on sampled replays only
+        cells.push_back(reinterpret_cast<const uint64_t*>(e.captures[k]->weights_cell));
+        values.push_back(r->weights ? dest : 0);
+      }
     }
     fp::Pending p;
     p.ctx = &cx;
@@ -714,8 +755,10 @@ void Fingerprinter::endReplay(bool failed) noexcept {
     if (alive == s.contexts.end() || alive->second.get() != &cx) return;  // context gone
     SelfLaunchScope self;
     std::vector<const uint64_t*> cells;
-    for (const fp::Capture* c : e.captures)
+    for (const fp::Capture* c : e.captures) {
       cells.push_back(reinterpret_cast<const uint64_t*>(c->cell));
+      if (c->weights_cell != 0) cells.push_back(reinterpret_cast<const uint64_t*>(c->weights_cell));
+    }
     std::vector<uint64_t> zeros(cells.size(), 0);
     bool reset = cx.digester
                      ->storeWords(cells.data(), zeros.data(), static_cast<uint32_t>(cells.size()),

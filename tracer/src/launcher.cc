@@ -267,6 +267,12 @@ Status checkCaptureOptions(const RecordOptions& options) {
   }
   if (!options.capture_ops.empty()) DETRACE_RETURN_IF_ERROR(parseOpFilter(options.capture_ops).status());
   DETRACE_RETURN_IF_ERROR(parseRowDigests(options.row_digests).status());
+  DETRACE_RETURN_IF_ERROR(parseGraphWeightsEvery(std::to_string(options.graph_weights_every)).status());
+  if (options.graph_weights_every > 1 && level == CaptureLevel::kMeta) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--graph-weights-every chooses which replays get weight digests: it needs "
+                     "--capture digest (the default) or full");
+  }
   if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
   if (!options.window.empty()) {
     auto w = parseWindow(options.window);
@@ -350,6 +356,9 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (options.paused) env.push_back("DETRACE_PAUSED=1");  // dormant until `detrace attach ... start`
   if (options.launch_callbacks) env.push_back("DETRACE_LAUNCH_CALLBACKS=1");
   env.push_back("DETRACE_ROW_DIGESTS=" + options.row_digests);
+  if (options.graph_weights_every > 1) {
+    env.push_back("DETRACE_GRAPH_WEIGHTS_EVERY=" + std::to_string(options.graph_weights_every));
+  }
   return env;
 }
 
@@ -387,6 +396,7 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"paused", options.paused ? "true" : "false"},
                       {"launch_callbacks", options.launch_callbacks ? "true" : "false"},
                       {"row_digests", options.row_digests},
+                      {"graph_weights_every", std::to_string(options.graph_weights_every)},
                       {"tracer_library", lib}};
   DETRACE_RETURN_IF_ERROR(db::writeManifest(out_dir, manifest));
 

@@ -233,6 +233,7 @@ void Session::writeMetadataLocked() {
   w.setMeta("start_time_ns", std::to_string(realtimeNs()));
   w.setMeta("capture", captureLevelName(policy_.level));
   w.setMeta("row_digests", rowDigestsName(policy_.row_digests));
+  w.setMeta("graph_weights_every", std::to_string(policy_.graph_weights_every));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
   if (policy_.deep) w.setMeta("deep_window", windowText(policy_.deep_window));
   if (std::string v = kernelDriverVersion(); !v.empty()) w.setMeta("driver_version", v);

@@ -69,6 +69,9 @@ struct DigestRequest {
   uint64_t* out = nullptr;
   DigestSlot* slot = nullptr;
   uint32_t out_offset = 0;  // digestManyVia only: where in the replay's destination (in words)
+  // digestManyVia only: the cell this request reads its destination's base from, when not the
+  // call's (its blocks return at once when it holds 0, whatever the other requests' cells hold).
+  const uint64_t* out_cell = nullptr;
 };
 
 // The completion signal of a Digester::digestMany batch: `value` is stored to `flag` (mapped host
@@ -140,8 +143,10 @@ class Digester {
 
   // digestMany for launches captured into a CUDA graph: the digests of request i go to the base
   // held in `out_cell` (read when the kernel runs; 0 skips them) plus requests[i].out_offset words;
-  // requests[i].out is ignored. One launch per alignment class among the requests (one for
-  // tensors), where digestVia / digestRowsVia would make one per request: a captured call's
+  // requests[i].out is ignored; a request with its own out_cell reads that one instead (so that
+  // its digest can be skipped on replays where the others are taken). One launch per alignment
+  // class among the requests (one for tensors), where digestVia / digestRowsVia would make one
+  // per request: a captured call's
   // inputs become one graph node, and its outputs another. `launches`, when given, gets the
   // number of launches enqueued. Slots and workspaces as for digestMany (the cell being every
   // request's destination, a whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never

@@ -10,6 +10,8 @@
 //   --deep WINDOW                    DETRACE_DEEP            the deep window (same forms as --window,
 //                                                            plus kernel:NAME@N[-B][+K])
 //   --row-digests all|tokens         DETRACE_ROW_DIGESTS     which GEMM operands get per-row digests
+//   --graph-weights-every N          DETRACE_GRAPH_WEIGHTS_EVERY  a graph-replayed GEMM's weight
+//                                                            digested on every Nth replay only
 //
 // Library ops (GEMMs and collectives) are numbered per process from 0 in call order: that index
 // is the `op` column of `detrace info --ops` and the diff report's "library op #i". A step is an
@@ -95,6 +97,8 @@ inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
 enum class RowDigests { kAll, kTokens };
 Result<RowDigests> parseRowDigests(const std::string& text);
 const char* rowDigestsName(RowDigests rows);
+// --graph-weights-every: a whole number from 1 (every replay, the default) to 1000000.
+Result<int64_t> parseGraphWeightsEvery(const std::string& text);
 
 struct CapturePolicy {
   CaptureLevel level = CaptureLevel::kDigest;
@@ -109,6 +113,10 @@ struct CapturePolicy {
   RecordWindow deep_window;
   std::string step_prefix = "step";
   RowDigests row_digests = RowDigests::kTokens;
+  // A GEMM replayed from a CUDA graph gets its weight (an input without rows larger than 64 KiB)
+  // digested on replays 0, N, 2N, ... of its executable graph only; the replays between carry the
+  // last digest taken (graph_fingerprints.cc). 1: every replay.
+  int64_t graph_weights_every = 1;
 
   // Whether library op number `op_index` (a GEMM or a collective named `name`) gets copies.
   bool capturesOp(int64_t op_index, bool is_gemm, const std::string& name) const {

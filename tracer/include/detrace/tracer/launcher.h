@@ -30,6 +30,7 @@ struct RecordOptions {
   bool launch_callbacks = false;     // follow every launch through CUPTI callbacks (else: placement
                                      // of kernel records by correlation id where allowed)
   std::string row_digests = "tokens";  // which GEMM operands get per-row digests: tokens or all
+  int64_t graph_weights_every = 1;     // a graph-replayed GEMM's weight: digested every Nth replay
   std::vector<std::string> command;  // the program and its arguments
   std::string tracer_library;        // empty: findTracerLibrary()
 };
