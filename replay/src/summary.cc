@@ -122,12 +122,16 @@ void deepWarnings(const RankSummary& r, std::string& out) {
   }
 }
 
-// How rank 0 was recorded: capture level, which GEMM operands got row digests, how kernels were
-// placed, the window. Traces from before these were written say nothing: no line.
+// How rank 0 was recorded: capture level, which GEMM operands got row digests, which graph replays
+// got weight digests (when not every one), how kernels were placed, the window. Traces from before
+// these were written say nothing: no line.
 std::string captureLine(const RankSummary& r) {
   if (r.meta.find("capture") == r.meta.end()) return "";
   std::string out = fmt::format("capture   {}", metaOr(r, "capture"));
   if (metaOr(r, "capture") != "meta") out += ", row digests " + metaOr(r, "row_digests", "all");
+  if (const std::string every = metaOr(r, "graph_weights_every", "1"); every != "1") {
+    out += ", graph weights every " + every + " replays";
+  }
   const std::string placement = metaOr(r, "kernel_placement", "");
   if (!placement.empty()) {
     out += placement == "correlation" ? ", kernels placed by correlation id"

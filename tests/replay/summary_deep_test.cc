@@ -58,13 +58,14 @@ TEST(SummaryDeep, SaysHowTheRunWasCaptured) {
     (*w)->setRank({0, 1, 0, 0, 42, "h", "NVIDIA H200", ""});
     (*w)->setMeta("capture", "digest");
     (*w)->setMeta("row_digests", "tokens");
+    (*w)->setMeta("graph_weights_every", "16");
     (*w)->setMeta("kernel_placement", "correlation");
     (*w)->setMeta("window", "steps:2:4");
     ASSERT_TRUE((*w)->close().isOk());
   }
   std::string text = info(dir.path().string());
-  EXPECT_NE(text.find("capture   digest, row digests tokens, kernels placed by correlation id, "
-                      "window steps:2:4\n"),
+  EXPECT_NE(text.find("capture   digest, row digests tokens, graph weights every 16 replays, "
+                      "kernels placed by correlation id, window steps:2:4\n"),
             std::string::npos)
       << text;
   writeRank(old.file("proc-42.dtrace"), {}, false);
