@@ -97,7 +97,8 @@ constexpr const char* kRecordFooter =
     "--graph-weights-every N digests the weights on replays 0, N, 2N, ... of each executable\n"
     "graph only, and writes the replays between with the last weight digest taken (the trace's\n"
     "meta graph_weights_every says so): a weight that changes between two sampled replays is\n"
-    "seen only at the next one. Activations and outputs are digested at every replay.\n"
+    "seen only at the next one; sampling starts over after each `detrace attach ... start`.\n"
+    "Inputs with per-row digests (activations) and outputs are digested at every replay.\n"
     "Environment: DETRACE_TRACER_LIB (the tracer library to inject), DETRACE_CUPTI_LIB (the\n"
     "libcupti.so to use), DETRACE_REORDER_TIMEOUT_MS (how long a launch waits for its GPU record,\n"
     "default 5000), DETRACE_ZEROED_BUFFERS=0 (let CUPTI clear its activity buffers itself, on the\n"
@@ -175,7 +176,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--graph-weights-every", opts->graph_weights_every,
                   "A GEMM replayed from a CUDA graph gets its weight (an input without per-row "
-                  "digests, over 64 KiB) digested on replays 0, N, 2N, ... of its graph only; the "
+                  "digests over 64 KiB: a linear layer's weight under --row-digests tokens) "
+                  "digested on replays 0, N, 2N, ... of its graph only; the "
                   "replays between carry the last weight digest taken (at most about 12% of a "
                   "decode step on an H200; see below). Default 1: every replay")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))

@@ -129,6 +129,7 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--graph-weights-every 0", "--graph-weights-every"},
       {"--graph-weights-every often", "--graph-weights-every"},
       {"--graph-weights-every 4 --capture meta", "needs --capture digest"},
+      {"--graph-weights-every 4 --row-digests all", "drop one of the two"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));

@@ -183,6 +183,7 @@ inline int graphMain(const std::string& dir) {
       fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 3 + r, 5 * r + 2, 19, 9);
       fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 2 + r, 3 * r + 1, 23, 11);
       GK(cudaGetLastError());
+      GK(cudaStreamSynchronize(g.s));  // dump copies on the legacy stream, which does not wait for g.s
       const std::string p = "replay" + std::to_string(r) + "_";
       if (!dump(dir, p + "A", g.A, kM * kK) || !dump(dir, p + "W", g.W, kM2 * kM)) return 1;
     }

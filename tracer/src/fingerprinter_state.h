@@ -124,8 +124,6 @@ bool reserveRing(uint64_t size, uint64_t& head, uint64_t& used, uint64_t n, uint
 // ---- CUDA graphs ----
 
 // An operand of an op captured into a graph: where a replay's digests of it go.
-struct ExecInfo;
-
 struct CapturedOperand {
   OperandSpec spec;
   uint32_t offset = 0;  // first word in its capture's results
@@ -134,7 +132,7 @@ struct CapturedOperand {
   // cell, set only on sampled replays. The last digest taken (by the drain, under State::mu):
   // which executable graph's replay number gave it.
   bool sampled = false;
-  mutable const ExecInfo* taken_exec = nullptr;
+  mutable uint64_t taken_exec = 0;  // ExecInfo::serial (0: none)
   mutable int64_t taken_replay = -1;
   mutable uint64_t taken_digest = 0;
 };
@@ -181,6 +179,9 @@ struct ExecInfo {
   bool updated = false;     // cuGraphExecUpdate gave it another graph's nodes: not replayed
   uint32_t words = 0;       // the captures' words when it was made (they must not grow after)
   int64_t launches = 0;
+  uint64_t serial = 0;          // unique among the process's executable graphs (from 1)
+  uint64_t capture_starts = 0;  // Session::captureStarts() at its last planned launch
+  int64_t sample_from = 0;      // --graph-weights-every: the launch its sampling counts from
   CUstream last_stream = nullptr;
   CUevent done = nullptr;  // after each launch's clean-up: orders a launch on another stream
   bool done_recorded = false;
@@ -192,6 +193,7 @@ struct Replay {
   Context* ctx = nullptr;
   uint64_t first_token = 0;             // op i's token: first_token + i
   int64_t number = -1;                  // the executable graph's launch number
+  int64_t weights_from = -1;            // the sampled launch whose weight digests it gets
   bool weights = true;                  // its sampled weights are digested (--graph-weights-every)
   uint64_t off = 0, skip = 0, len = 0;  // its words in ctx->graph_results (len 0: none reserved)
   CUevent event = nullptr;              // recorded after the launch (endReplay)
@@ -327,6 +329,7 @@ class State {
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
   int64_t graph_weights_carried = 0, graph_weights_missing = 0;  // --graph-weights-every
+  uint64_t exec_serials = 0;  // ExecInfo::serial's last value
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
@@ -381,8 +384,8 @@ class State {
   enum class ReplayStep { kWritten, kWait };
   ReplayStep drainReplayLocked(Pending& p, bool final, db::TraceWriter* w);
   // Replay r's digest of sampled weight `c` (--graph-weights-every): taken at r if r is sampled
-  // (and kept), else the one taken at the sampled replay before r, if that one gave it; nullopt
-  // for other operands or when there is none. `op_words`: r's results of c's op.
+  // (and kept), else the one taken at the sampled replay r carries from, if that one gave it;
+  // nullopt when there is none. `op_words`: r's results of c's op.
   std::optional<uint64_t> sampledWeightLocked(const CapturedOperand& c, const Replay& r,
                                               const volatile uint64_t* op_words);
   void releaseReplayLocked(Pending& p);

@@ -453,6 +453,7 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
         if (c.sampled) {
           o.has_digest = weight.has_value();
           o.digest = weight.value_or(0);
+          if (!r.weights) ++(weight ? graph_weights_carried : graph_weights_missing);
         }
         (void)w->appendOperand(o);
         ++written;
@@ -468,18 +469,13 @@ std::optional<uint64_t> State::sampledWeightLocked(const CapturedOperand& c, con
                                                    const volatile uint64_t* op_words) {
   if (!c.sampled) return std::nullopt;
   if (r.weights) {  // taken at this replay: kept for the replays until the next sample
-    c.taken_exec = r.exec.get();
+    c.taken_exec = r.exec->serial;
     c.taken_replay = r.number;
     c.taken_digest = op_words[c.offset];
     return c.taken_digest;
   }
-  const int64_t every = Session::get().policy().graph_weights_every;
-  if (c.taken_exec == r.exec.get() && every > 1 && c.taken_replay == r.number - r.number % every) {
-    ++graph_weights_carried;
-    return c.taken_digest;
-  }
-  ++graph_weights_missing;  // the sampled replay before it gave no digests (lost, skipped)
-  return std::nullopt;
+  if (c.taken_exec == r.exec->serial && c.taken_replay == r.weights_from) return c.taken_digest;
+  return std::nullopt;  // the sampled replay it carries from gave none (lost, skipped)
 }
 
 void State::releaseReplayLocked(Pending& p) {
@@ -561,6 +557,7 @@ void Fingerprinter::noteExec(uint64_t exec, CUcontext ctx,
     }
     auto e = std::make_shared<fp::ExecInfo>();
     e->handle = exec;
+    e->serial = ++s.exec_serials;
     for (CUgraph g : graphs) {
       auto it = s.graph_captures.find(g);
       if (it == s.graph_captures.end()) continue;
@@ -597,6 +594,7 @@ void Fingerprinter::noteExecUpdated(uint64_t exec, CUgraph graph) noexcept {
     if (it == s.graph_captures.end()) return;
     auto e = std::make_shared<fp::ExecInfo>();
     e->handle = exec;
+    e->serial = ++s.exec_serials;
     e->updated = true;
     e->captures = it->second;
     e->ctx = e->captures.empty() ? nullptr : e->captures.front()->ctx;
@@ -642,7 +640,15 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
     if (e.templates->empty()) return false;
     plan.ops = e.templates;
     plan.exec = it->second;
+    // Weight sampling counts from the first launch after each capture start: a digest taken
+    // before a pause may be older than what the program did while it was not recorded.
+    if (const uint64_t starts = Session::get().captureStarts(); starts != e.capture_starts) {
+      e.capture_starts = starts;
+      e.sample_from = e.launches;
+    }
     plan.replay = e.launches++;
+    const int64_t every = Session::get().policy().graph_weights_every;
+    plan.weights_from = plan.replay - (every > 1 ? (plan.replay - e.sample_from) % every : 0);
     plan.comm_seqs.clear();
     for (size_t i = 0; i < e.ops.size(); ++i) {
       const auto* c = std::get_if<db::Collective>(&e.ops[i]->op.detail);
@@ -694,8 +700,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     r->ctx = &cx;
     r->first_token = token + 1;
     r->number = plan.replay;
-    const int64_t weights_every = Session::get().policy().graph_weights_every;
-    r->weights = weights_every <= 1 || plan.replay % weights_every == 0;
+    r->weights_from = plan.weights_from;
+    r->weights = plan.weights_from == plan.replay;
     r->off = off;
     r->skip = skip;
     r->len = e.words;

@@ -273,6 +273,12 @@ Status checkCaptureOptions(const RecordOptions& options) {
                      "--graph-weights-every chooses which replays get weight digests: it needs "
                      "--capture digest (the default) or full");
   }
+  if (options.graph_weights_every > 1 && options.row_digests == "all") {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--graph-weights-every samples the GEMM inputs that have no per-row digests; "
+                     "with --row-digests all every weight has them and would still be digested at "
+                     "every replay: drop one of the two options");
+  }
   if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
   if (!options.window.empty()) {
     auto w = parseWindow(options.window);

@@ -402,6 +402,7 @@ Status Session::startCapture(const std::string& level, const std::string& window
     writer_->addStat("capture_starts", 1);
   }
   if (hooks_.start) hooks_.start();
+  capture_starts_.fetch_add(1, std::memory_order_acq_rel);
   capturing_.store(true, std::memory_order_release);
   logLine("capture started (%s%s%s)", captureLevelName(policy_.level), window.empty() ? "" : ", window ",
           window.c_str());

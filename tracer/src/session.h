@@ -58,6 +58,9 @@ class Session {
   // Whether launches and library calls are recorded now; false while paused (DETRACE_PAUSED=1
   // until `attach start`). buffer() checks it first, so every callback returns at once.
   bool capturing() const { return capturing_.load(std::memory_order_acquire); }
+  // How often capturing was started by `detrace attach ... start` (0 while it never was): what
+  // was recorded before the last start may be older than what the program did since.
+  uint64_t captureStarts() const { return capture_starts_.load(std::memory_order_acquire); }
   // CUPTI's side of the switch (set by the CUPTI adapter once CUPTI is up; applied at once).
   struct CaptureHooks {
     void (*start)() = nullptr;            // activity collection and launch callbacks on
@@ -139,6 +142,7 @@ class Session {
   std::atomic<WindowGate*> gate_ptr_{&gate_};
   std::vector<std::unique_ptr<WindowGate>> attach_gates_;
   std::atomic<bool> capturing_{true};
+  std::atomic<uint64_t> capture_starts_{0};
   std::mutex capture_mu_;  // serialises start/stop/hooks (control thread vs. CUPTI setup)
   CaptureHooks hooks_;
   std::string window_spec_;
