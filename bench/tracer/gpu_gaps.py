@@ -24,18 +24,23 @@ def kernels(path):
     return rows
 
 
-def report(label, rows):
-    if not rows:
-        print(f"{label}: gpu: no kernel records with GPU times")
-        return
-    busy, cur_s, cur_e = 0, rows[0][1], rows[0][2]
-    for _, s, e, _ in rows[1:]:
+def busy_time(intervals):
+    """How long some interval of (start, end), sorted by start, was running: their union's length."""
+    busy, cur_s, cur_e = 0, intervals[0][0], intervals[0][1]
+    for s, e in intervals[1:]:
         if s > cur_e:
             busy += cur_e - cur_s
             cur_s, cur_e = s, e
         else:
             cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
+    return busy + cur_e - cur_s
+
+
+def report(label, rows):
+    if not rows:
+        print(f"{label}: gpu: no kernel records with GPU times")
+        return
+    busy = busy_time([(s, e) for _, s, e, _ in rows])
     span = max(r[2] for r in rows) - rows[0][1]
     # The wait after a kernel until the next kernel of its stream starts.
     last = {}

@@ -18,6 +18,8 @@ import sqlite3
 import statistics
 import sys
 
+from gpu_gaps import busy_time
+
 GEMM = 5
 
 
@@ -40,14 +42,7 @@ def launches(path):
 def measure(kernels):
     kernels.sort()
     span = max(k[1] for k in kernels) - kernels[0][0]
-    busy, cur_s, cur_e = 0, kernels[0][0], kernels[0][1]
-    for s, e, *_ in kernels[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
+    busy = busy_time([(k[0], k[1]) for k in kernels])
     after_gemm, after_other = [], []
     for k, nxt in zip(kernels, kernels[1:]):
         gap = max(0, nxt[0] - k[1])
