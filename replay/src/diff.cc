@@ -167,6 +167,23 @@ Status sameRowDigests(const db::TraceReader& a, const db::TraceReader& b, int32_
                    rank, rows_a, rows_b);
 }
 
+// Runs recorded with different --graph-weights-every can be compared (a weight's digest is the
+// same whoever takes it), but a weight that changed is seen at different replays in each: say so.
+void graphWeightsWarning(const db::TraceReader& a, const db::TraceReader& b, int32_t rank,
+                         std::vector<std::string>& warnings) {
+  auto every = [](const db::TraceReader& r) {
+    std::string v = r.metaValue("graph_weights_every");
+    return v.empty() ? std::string("1") : v;
+  };
+  const std::string every_a = every(a), every_b = every(b);
+  if (every_a == every_b) return;
+  warnings.push_back(fmt::format(
+      "rank {}: run A digested CUDA graph replays' GEMM weights every {} replay(s) and run B every "
+      "{} (--graph-weights-every); between their sampled replays a run's weight digests are the "
+      "last ones it took, so a weight that changed may show at different replays in each",
+      rank, every_a, every_b));
+}
+
 // Diffs one rank present in both runs into `out`.
 Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
                    const DiffOptions& options, std::optional<KeyOptions>& keys, RunDiff& out,
@@ -174,6 +191,7 @@ Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
   DETRACE_ASSIGN_OR_RETURN(auto ra, run_a.openRank(rank));
   DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rank));
   DETRACE_RETURN_IF_ERROR(sameRowDigests(*ra, *rb, rank));
+  graphWeightsWarning(*ra, *rb, rank, out.warnings);
   if (!keys) {
     DETRACE_ASSIGN_OR_RETURN(keys, keyOptions(*ra, *rb, options, out.batch_mode));
   }

@@ -27,9 +27,9 @@ struct Plant {
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
 // (+ its kernel). The hidden state's fingerprint flows through; `plant` perturbs one spot.
 // `row_digests`: the --row-digests the traces say they were recorded with (nullptr: none said,
-// as in traces from before the option).
+// as in traces from before the option); `graph_weights_every` likewise for --graph-weights-every.
 void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed, Plant plant,
-                const char* row_digests = nullptr) {
+                const char* row_digests = nullptr, const char* graph_weights_every = nullptr) {
   std::vector<std::unique_ptr<db::TraceWriter>> w;
   std::vector<uint64_t> h(static_cast<size_t>(world));
   for (int32_t r = 0; r < world; ++r) {
@@ -37,6 +37,7 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
     ASSERT_TRUE(wr.isOk());
     (*wr)->setRank({r, world, r, r, 100 + r, "h", "GPU", ""});
     if (row_digests != nullptr) (*wr)->setMeta("row_digests", row_digests);
+    if (graph_weights_every != nullptr) (*wr)->setMeta("graph_weights_every", graph_weights_every);
     w.push_back(std::move(*wr));
     h[static_cast<size_t>(r)] = mix(seed, 7);  // the same prompt on every rank
   }
@@ -178,6 +179,39 @@ TEST(Diff, RunsRecordedWithDifferentRowDigestsAreRefused) {
     } else {
       ASSERT_TRUE(d.isOk()) << d.status().message();
       EXPECT_TRUE(d->identical());
+    }
+  }
+}
+
+// Runs recorded with different --graph-weights-every compare (a weight's digest is the same
+// whoever takes it) with a warning that names both settings; the same setting, or a trace from
+// before the option against 1, gives no such warning.
+TEST(Diff, RunsRecordedWithDifferentGraphWeightSamplingAreComparedWithAWarning) {
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  struct Case {
+    const char* a;
+    const char* b;
+    bool warned;
+  };
+  for (const Case& c : {Case{"16", "1", true}, Case{nullptr, "4", true}, Case{"8", "8", false},
+                        Case{nullptr, "1", false}}) {
+    SCOPED_TRACE(fmt::format("{} against {}", c.a ? c.a : "(none)", c.b));
+    TempDir a, b;
+    writeModel(a.path().string(), 2, 3, seed, {}, "tokens", c.a);
+    writeModel(b.path().string(), 2, 3, seed, {}, "tokens", c.b);
+    auto ra = db::Run::open(a.path().string());
+    auto rb = db::Run::open(b.path().string());
+    ASSERT_TRUE(ra.isOk() && rb.isOk());
+    auto d = diffRuns(*ra, *rb);
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    EXPECT_TRUE(d->identical());
+    const auto said = std::find_if(d->warnings.begin(), d->warnings.end(), [](const std::string& w) {
+      return w.find("--graph-weights-every") != std::string::npos;
+    });
+    EXPECT_EQ(said != d->warnings.end(), c.warned);
+    if (said != d->warnings.end()) {
+      EXPECT_NE(said->find(fmt::format("every {} replay(s)", c.a ? c.a : "1")), std::string::npos) << *said;
     }
   }
 }
