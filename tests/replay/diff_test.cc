@@ -3,6 +3,8 @@
 // divergence does. Each test plants one defect and checks the verdict.
 #include "detrace/replay/diff.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "../db/test_util.h"
