@@ -146,11 +146,10 @@ class Digester {
   // requests[i].out is ignored; a request with its own out_cell reads that one instead (so that
   // its digest can be skipped on replays where the others are taken). One launch per alignment
   // class among the requests (one for tensors), where digestVia / digestRowsVia would make one
-  // per request: a captured call's
-  // inputs become one graph node, and its outputs another. `launches`, when given, gets the
-  // number of launches enqueued. Slots and workspaces as for digestMany (the cell being every
-  // request's destination, a whole buffer of at most kDigestRowBytesWithoutWorkspace bytes never
-  // touches its slot, so such requests may share one).
+  // per request: a captured call's inputs become one graph node, and its outputs another.
+  // `launches`, when given, gets the number of launches enqueued. Slots and workspaces as for
+  // digestMany (the cell being every request's destination, a whole buffer of at most
+  // kDigestRowBytesWithoutWorkspace bytes never touches its slot, so such requests may share one).
   Status digestManyVia(const DigestRequest* requests, uint32_t n, const uint64_t* out_cell,
                        CUstream stream, uint32_t* launches = nullptr) const;
 
