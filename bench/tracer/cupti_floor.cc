@@ -25,7 +25,9 @@
 //   bigbuf     8 MiB activity buffers instead of 1 MiB;
 //   devbuf     CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE 32 MB instead of CUPTI's 3.2 MB;
 //   shared     CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 0 (one buffer for all threads).
-// "records" and "callbacks" subscribe too. At exit it prints, to stderr, the records and callbacks
+// "records" and "callbacks" subscribe too. With records, detrace_floor_records(0 or 1), exported,
+// turns the kernel records off and on again (overhead_workload.py --paired floor calls it through
+// ctypes between two steps of a loop); it returns 0, or CUPTI's error. At exit it prints, to stderr, the records and callbacks
 // it saw (records: those in buffers completed by then), so a run can be checked to have traced
 // what it claims.
 #include <cupti.h>
@@ -119,6 +121,13 @@ void setAttributes(bool zeroed, bool pinned, bool bigbuf, bool devbuf, bool shar
 }
 
 }  // namespace
+
+// Kernel records off (0) or on again (1), from the program's thread between its steps.
+extern "C" __attribute__((visibility("default"))) int detrace_floor_records(int on) {
+  if (g_subscriber == nullptr) return static_cast<int>(CUPTI_ERROR_NOT_INITIALIZED);
+  return static_cast<int>(on != 0 ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+                                  : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+}
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const char* v = std::getenv("DETRACE_FLOOR");

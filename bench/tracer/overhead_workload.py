@@ -59,12 +59,14 @@ def launch_loop(iters: int):
     import torch
     x = torch.zeros(1024, device="cuda")
 
-    def run(steps=None):
+    def run(steps=None, before=None):
         if steps is None:
             for _ in range(iters):
                 x.add_(1.0)
             return
-        for first in range(0, iters, LAUNCH_STEP):  # a "step" is LAUNCH_STEP launches
+        for i, first in enumerate(range(0, iters, LAUNCH_STEP)):  # a "step": LAUNCH_STEP launches
+            if before is not None:  # --paired: may switch the recording between steps
+                before(i)
             t0 = time.perf_counter()
             for _ in range(min(LAUNCH_STEP, iters - first)):
                 x.add_(1.0)
@@ -78,11 +80,13 @@ def decode_loop(iters: int):
     _, model = small_qwen2()
     prompt = torch.randint(0, 4096, (1, 16), device="cuda")
 
-    def run(steps=None):
+    def run(steps=None, before=None):
         with torch.no_grad():
             out = model(input_ids=prompt, use_cache=True)
             past, logits = out.past_key_values, out.logits
-            for _ in range(iters):
+            for i in range(iters):
+                if before is not None:  # --paired: may switch the recording between tokens
+                    before(i)
                 t0 = time.perf_counter()
                 nxt = logits[:, -1:].argmax(-1)
                 out = model(input_ids=nxt, past_key_values=past, use_cache=True)
@@ -457,6 +461,99 @@ def toggled(args, iters: int, run) -> None:
           flush=True)
 
 
+def median_ci95(xs) -> tuple:
+    """A 95% confidence interval for the median of xs from order statistics (distribution-free:
+    the ranks n/2 -/+ 0.98 sqrt(n), 1-based)."""
+    xs = sorted(xs)
+    n = len(xs)
+    half = 0.98 * n ** 0.5
+    lo, hi = max(int(n / 2 - half), 1), min(int(n / 2 + 1 + half + 0.999), n)
+    return xs[lo - 1], xs[hi - 1]
+
+
+class Recording:
+    """--paired's switch: turns the recording on or off between two steps of a loop, in this
+    process and without a child process, so that it can switch every few milliseconds.
+      null     switches nothing (both sides alike: the method's own bias and spread)
+      floor    CUPTI's kernel records alone: libdetrace_cupti_floor.so (loaded through
+               CUDA_INJECTION64_PATH) enables and disables them (detrace_floor_records)
+      detrace  `detrace attach`'s own request (start capture=LEVEL / stop) sent straight to this
+               process's control socket (the run directory's proc-<pid>.dtrace-control names it);
+               a stop waits for the records of launches made, so each switch takes a while"""
+
+    def __init__(self, kind: str, level: str):
+        self.kind, self.level, self.lib, self.socket = kind, level, None, None
+        if kind == "floor":
+            import ctypes
+            self.lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+            self.lib.detrace_floor_records.argtypes = [ctypes.c_int]
+        elif kind == "detrace":
+            pointer = os.path.join(os.environ["DETRACE_OUT_DIR"], f"proc-{os.getpid()}.dtrace-control")
+            with open(pointer) as f:
+                self.socket = next(line[7:].strip() for line in f if line.startswith("socket="))
+            self.set(False)  # `record --paused`: already off; checks the socket answers
+
+    def _ask(self, line: str) -> None:
+        import socket
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(self.socket)
+            s.sendall(line.encode() + b"\n")
+            reply = s.makefile().readline()
+        if not reply.startswith("ok"):
+            raise SystemExit(f"--paired: {line!r} answered {reply.strip()!r}")
+
+    def set(self, on: bool) -> None:
+        if self.kind == "floor":
+            if self.lib.detrace_floor_records(int(on)) != 0:
+                raise SystemExit("--paired floor: CUPTI refused to switch the kernel records")
+        elif self.kind == "detrace":
+            self._ask(f"start capture={self.level}" if on else "stop")
+
+
+def paired(args, iters: int, run) -> None:
+    """--paired: within each loop, the recording switches before every other step; a pair is two
+    nearby steps (a step: a token of the decode loop, 500 launches of the launch loop), each the
+    second after its switch (the first meets fresh buffers), one recorded and one not, in
+    alternating order. The machine's speed drifts over seconds and moves between processes, but
+    little within the 10-20 ms a pair takes, so the median of the pairs' ratios (with a 95%
+    interval from order statistics) says what recording costs a step."""
+    import torch
+    rec = Recording(args.paired, args.toggle_capture)
+    on_first = [True]
+
+    def before(i: int) -> None:  # steps 4k .. 4k+3 are pair k: switch before 4k and 4k+2
+        k, j = divmod(i, 4)
+        if j == 0:
+            on_first[0] = k % 2 == 0
+            rec.set(on_first[0])
+        elif j == 2:
+            rec.set(not on_first[0])
+
+    ratios, on_steps, off_steps = [], [], []
+    for _ in range(args.reps):
+        steps = []
+        torch.cuda.synchronize()
+        with no_gc():
+            run(steps, before)
+            torch.cuda.synchronize()
+        rec.set(False)
+        for k in range(len(steps) // 4):
+            first, second = steps[4 * k + 1], steps[4 * k + 3]
+            on, off = (first, second) if k % 2 == 0 else (second, first)
+            ratios.append(on / off)
+            on_steps.append(on)
+            off_steps.append(off)
+    lo, hi = median_ci95(ratios)
+    q = statistics.quantiles(ratios, n=4)
+    print("RESULT " + json.dumps({"workload": args.workload, "iters": iters, "paired": args.paired,
+                                  "level": args.toggle_capture, "pairs": len(ratios),
+                                  "ratio": statistics.median(ratios), "ratio_ci95": [lo, hi],
+                                  "ratio_quartiles": [q[0], q[2]],
+                                  "ratio_of_means": sum(on_steps) / sum(off_steps),
+                                  "on_steps_us": quantiles(on_steps),
+                                  "off_steps_us": quantiles(off_steps)}), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--workload", choices=["launch", "decode", "decode-graph", "cxx"], required=True)
@@ -466,6 +563,9 @@ def main() -> None:
     p.add_argument("--kineto", action="store_true")
     p.add_argument("--toggle", metavar="DETRACE", help="detrace binary: time paused vs capturing")
     p.add_argument("--toggle-capture", default="meta", choices=["meta", "digest"])
+    p.add_argument("--paired", choices=["null", "floor", "detrace"],
+                   help="switch the recording between steps of each loop and compare pairs of "
+                        "nearby steps (see Recording and paired())")
     p.add_argument("--burn", type=float, metavar="DUTY",
                    help="no tracer: time loops alone against loops beside a process that spins "
                         "DUTY of every 10 ms (what other CPU work on the machine costs the loop)")
@@ -483,6 +583,11 @@ def main() -> None:
         run = GraphDecode(iters)
     run()  # warm-up: allocator, cuBLAS handles, kernels loaded
     torch.cuda.synchronize()
+    if args.paired:
+        if args.workload not in ("launch", "decode"):
+            raise SystemExit("--paired: the launch and decode workloads only")
+        paired(args, iters, run)
+        return
     if args.toggle or args.burn is not None:
         toggled(args, iters, run)
         return
