@@ -503,6 +503,9 @@ class Recording:
             raise SystemExit(f"--paired: {line!r} answered {reply.strip()!r}")
 
     def set(self, on: bool) -> None:
+        if on == getattr(self, "on", None):
+            return  # a pair may begin in the state the previous one ended in
+        self.on = on
         if self.kind == "floor":
             if self.lib.detrace_floor_records(int(on)) != 0:
                 raise SystemExit("--paired floor: CUPTI refused to switch the kernel records")
