@@ -479,10 +479,15 @@ class Recording:
                CUDA_INJECTION64_PATH) enables and disables them (detrace_floor_records)
       detrace  `detrace attach`'s own request (start capture=LEVEL / stop) sent straight to this
                process's control socket (the run directory's proc-<pid>.dtrace-control names it);
-               a stop waits for the records of launches made, so each switch takes a while"""
+               a stop waits for the records of launches made (about 0.3 s), so every detrace
+               switch, start or stop, is padded to SWITCH_PAD_S: both sides of a pair then
+               follow the same idle time (a step after an idle machine runs slower)"""
+
+    SWITCH_PAD_S = 0.4
 
     def __init__(self, kind: str, level: str):
         self.kind, self.level, self.lib, self.socket = kind, level, None, None
+        self.longest_switch_s = 0.0
         if kind == "floor":
             import ctypes
             self.lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
@@ -510,16 +515,22 @@ class Recording:
             if self.lib.detrace_floor_records(int(on)) != 0:
                 raise SystemExit("--paired floor: CUPTI refused to switch the kernel records")
         elif self.kind == "detrace":
+            t0 = time.perf_counter()
             self._ask(f"start capture={self.level}" if on else "stop")
+            took = time.perf_counter() - t0
+            self.longest_switch_s = max(self.longest_switch_s, took)
+            time.sleep(max(0.0, self.SWITCH_PAD_S - took))
 
 
 def paired(args, iters: int, run) -> None:
     """--paired: within each loop, the recording switches before every other step; a pair is two
-    nearby steps (a step: a token of the decode loop, 500 launches of the launch loop), each the
-    second after its switch (the first meets fresh buffers), one recorded and one not, in
+    nearby steps (a step: a token of the decode loop, 500 launches of the launch loop), neither
+    the first after a switch (that one meets fresh buffers), one recorded and one not, in
     alternating order. The machine's speed drifts over seconds and moves between processes, but
-    little within the 10-20 ms a pair takes, so the median of the pairs' ratios (with a 95%
-    interval from order statistics) says what recording costs a step."""
+    little within the pair, so the median of the pairs' ratios (with a 95%
+    interval from order statistics) says what recording costs a step. The state changes only
+    where it must (a pair may begin in the state the previous one ended in), so a timed step is
+    at least the second after its switch."""
     import torch
     rec = Recording(args.paired, args.toggle_capture)
     on_first = [True]
@@ -553,6 +564,7 @@ def paired(args, iters: int, run) -> None:
                                   "ratio": statistics.median(ratios), "ratio_ci95": [lo, hi],
                                   "ratio_quartiles": [q[0], q[2]],
                                   "ratio_of_means": sum(on_steps) / sum(off_steps),
+                                  "longest_switch_s": rec.longest_switch_s,
                                   "on_steps_us": quantiles(on_steps),
                                   "off_steps_us": quantiles(off_steps)}), flush=True)
 
