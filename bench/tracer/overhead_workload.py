@@ -33,6 +33,11 @@ the result, so a slowdown spread over every step can be told from a few long sta
 the main thread's CPU time, page faults and context switches per loop (medians, each side):
 whether capturing makes the program's thread work more, fault in fresh memory or block; the
 other threads' CPU time per loop comes too (the tracer's work off the program's thread).
+--paired null|floor|detrace switches the recording between nearby steps of each of --reps loops
+(launch and decode) and prints the median of the pairs' recorded/unrecorded step ratios with a 95%
+interval (see paired()): null switches nothing, floor CUPTI's kernel records alone (the process
+runs under libdetrace_cupti_floor.so), detrace the capture at --toggle-capture (the process runs
+under `detrace record --paused`; the switch goes straight to its control socket).
 --burn DUTY (no tracer) toggles the same way between loops alone and loops beside another
 process that spins DUTY of every 10 ms: what the machine charges the loop for CPU work elsewhere.
 With BENCH_PIN_MAIN=auto in the environment, the reps run with the launching (main) thread alone
