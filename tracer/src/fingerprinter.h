@@ -149,9 +149,6 @@ class Fingerprinter {
     std::shared_ptr<const GraphOpTemplates> ops;
     std::vector<int64_t> comm_seqs;  // per op: a collective's number for this launch
     int64_t replay = -1;             // the executable graph's launch number
-    // --graph-weights-every: the sampled launch whose weight digests this one gets (itself when
-    // sampled). Sampling restarts at the first launch after each capture start.
-    int64_t weights_from = -1;
     std::shared_ptr<fp::ExecInfo> exec;
   };
   bool planReplay(uint64_t exec, ReplayPlan& plan) noexcept;

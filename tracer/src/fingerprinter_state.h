@@ -29,6 +29,7 @@
 #include "detrace/kernels/digest.h"
 #include "detrace/tracer/operand_specs.h"
 #include "detrace/tracer/reorder_buffer.h"
+#include "detrace/tracer/weight_sampling.h"
 #include "fingerprinter.h"
 
 namespace detrace::tracer::fp {
@@ -130,7 +131,7 @@ struct CapturedOperand {
   uint32_t rows = 0;    // row digests (words), or 0: one word, the whole digest
   // A GEMM's weight under --graph-weights-every N > 1: its digest reads its capture's weights
   // cell, set only on sampled replays. The last digest taken (by the drain, under State::mu):
-  // which executable graph's replay number gave it.
+  // which executable graph's replay (Replay::sample) gave it.
   bool sampled = false;
   mutable uint64_t taken_exec = 0;  // ExecInfo::serial (0: none)
   mutable int64_t taken_replay = -1;
@@ -180,8 +181,7 @@ struct ExecInfo {
   uint32_t words = 0;       // the captures' words when it was made (they must not grow after)
   int64_t launches = 0;
   uint64_t serial = 0;          // unique among the process's executable graphs (from 1)
-  uint64_t capture_starts = 0;  // Session::captureStarts() at its last planned launch
-  int64_t sample_from = 0;      // --graph-weights-every: the launch its sampling counts from
+  WeightSampler weights;  // --graph-weights-every: numbers the launches given results, as queued
   CUstream last_stream = nullptr;
   CUevent done = nullptr;  // after each launch's clean-up: orders a launch on another stream
   bool done_recorded = false;
@@ -193,7 +193,8 @@ struct Replay {
   Context* ctx = nullptr;
   uint64_t first_token = 0;             // op i's token: first_token + i
   int64_t number = -1;                  // the executable graph's launch number
-  int64_t weights_from = -1;            // the sampled launch whose weight digests it gets
+  int64_t sample = -1;                  // its number among the graph's queued replays (WeightSampler)
+  int64_t weights_from = -1;            // the sampled replay (by `sample`) whose weights it gets
   bool weights = true;                  // its sampled weights are digested (--graph-weights-every)
   uint64_t off = 0, skip = 0, len = 0;  // its words in ctx->graph_results (len 0: none reserved)
   CUevent event = nullptr;              // recorded after the launch (endReplay)

@@ -470,7 +470,7 @@ std::optional<uint64_t> State::sampledWeightLocked(const CapturedOperand& c, con
   if (!c.sampled) return std::nullopt;
   if (r.weights) {  // taken at this replay: kept for the replays until the next sample
     c.taken_exec = r.exec->serial;
-    c.taken_replay = r.number;
+    c.taken_replay = r.sample;
     c.taken_digest = op_words[c.offset];
     return c.taken_digest;
   }
@@ -499,6 +499,16 @@ struct ThreadReplay {
   CUstream stream = nullptr;
 };
 thread_local ThreadReplay t_replay;
+
+// --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is
+// queued, so the replays' numbers follow the drain's order.
+void sampleWeightsLocked(fp::ExecInfo& e, fp::Replay& r) {
+  const WeightSampler::Turn t =
+      e.weights.next(Session::get().captureStarts(), Session::get().policy().graph_weights_every);
+  r.sample = t.sample;
+  r.weights_from = t.weights_from;
+  r.weights = t.sampled();
+}
 
 }  // namespace
 
@@ -640,15 +650,7 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
     if (e.templates->empty()) return false;
     plan.ops = e.templates;
     plan.exec = it->second;
-    // Weight sampling counts from the first launch after each capture start: a digest taken
-    // before a pause may be older than what the program did while it was not recorded.
-    if (const uint64_t starts = Session::get().captureStarts(); starts != e.capture_starts) {
-      e.capture_starts = starts;
-      e.sample_from = e.launches;
-    }
     plan.replay = e.launches++;
-    const int64_t every = Session::get().policy().graph_weights_every;
-    plan.weights_from = plan.replay - (every > 1 ? (plan.replay - e.sample_from) % every : 0);
     plan.comm_seqs.clear();
     for (size_t i = 0; i < e.ops.size(); ++i) {
       const auto* c = std::get_if<db::Collective>(&e.ops[i]->op.detail);
@@ -700,8 +702,7 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     r->ctx = &cx;
     r->first_token = token + 1;
     r->number = plan.replay;
-    r->weights_from = plan.weights_from;
-    r->weights = plan.weights_from == plan.replay;
+    sampleWeightsLocked(e, *r);
     r->off = off;
     r->skip = skip;
     r->len = e.words;
