@@ -192,7 +192,6 @@ struct Replay {
   std::shared_ptr<ExecInfo> exec;
   Context* ctx = nullptr;
   uint64_t first_token = 0;             // op i's token: first_token + i
-  int64_t number = -1;                  // the executable graph's launch number
   int64_t sample = -1;                  // its number among the graph's queued replays (WeightSampler)
   int64_t weights_from = -1;            // the sampled replay (by `sample`) whose weights it gets
   bool weights = true;                  // its sampled weights are digested (--graph-weights-every)

@@ -701,7 +701,6 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     r->exec = plan.exec;
     r->ctx = &cx;
     r->first_token = token + 1;
-    r->number = plan.replay;
     sampleWeightsLocked(e, *r);
     r->off = off;
     r->skip = skip;
