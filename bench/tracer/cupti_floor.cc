@@ -51,6 +51,7 @@ std::atomic<long long> g_records{0};
 std::atomic<long long> g_callbacks{0};
 std::atomic<long long> g_dropped{0};
 CUpti_SubscriberHandle g_subscriber = nullptr;
+bool g_records_configured = false;  // buffer callbacks registered: detrace_floor_records may switch
 std::mutex g_pool_mu;
 std::vector<uint8_t*> g_pool;
 
@@ -124,7 +125,7 @@ void setAttributes(bool zeroed, bool pinned, bool bigbuf, bool devbuf, bool shar
 
 // Kernel records off (0) or on again (1), from the program's thread between its steps.
 extern "C" __attribute__((visibility("default"))) int detrace_floor_records(int on) {
-  if (g_subscriber == nullptr) return static_cast<int>(CUPTI_ERROR_NOT_INITIALIZED);
+  if (!g_records_configured) return static_cast<int>(CUPTI_ERROR_NOT_INITIALIZED);
   return static_cast<int>(on != 0 ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
                                   : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
 }
@@ -161,7 +162,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   if (records) {
     setAttributes(zeroed, pinned, bigbuf, devbuf, shared);
-    cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted);
+    g_records_configured = cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted) == CUPTI_SUCCESS;
     if (latency && cuptiActivityEnableLatencyTimestamps(1) != CUPTI_SUCCESS) {
       std::fprintf(stderr, "cupti_floor: cuptiActivityEnableLatencyTimestamps failed\n");
     }

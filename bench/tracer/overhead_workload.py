@@ -469,10 +469,11 @@ def toggled(args, iters: int, run) -> None:
 def median_ci95(xs) -> tuple:
     """A 95% confidence interval for the median of xs from order statistics (distribution-free:
     the ranks n/2 -/+ 0.98 sqrt(n), 1-based)."""
+    import math
     xs = sorted(xs)
     n = len(xs)
     half = 0.98 * n ** 0.5
-    lo, hi = max(int(n / 2 - half), 1), min(int(n / 2 + 1 + half + 0.999), n)
+    lo, hi = max(math.floor(n / 2 - half), 1), min(math.ceil(n / 2 + 1 + half), n)
     return xs[lo - 1], xs[hi - 1]
 
 
@@ -484,15 +485,17 @@ class Recording:
                CUDA_INJECTION64_PATH) enables and disables them (detrace_floor_records)
       detrace  `detrace attach`'s own request (start capture=LEVEL / stop) sent straight to this
                process's control socket (the run directory's proc-<pid>.dtrace-control names it);
-               a stop waits for the records of launches made (about 0.3 s), so every detrace
+               a stop waits for the records of launches made (0.3-0.5 s), so every detrace
                switch, start or stop, is padded to SWITCH_PAD_S: both sides of a pair then
-               follow the same idle time (a step after an idle machine runs slower)"""
+               follow the same idle time (a step after an idle machine runs slower); the result
+               says how many switches took longer than the pad (0.4 s until 2026-12-04)"""
 
-    SWITCH_PAD_S = 0.4
+    SWITCH_PAD_S = 0.6
 
     def __init__(self, kind: str, level: str):
         self.kind, self.level, self.lib, self.socket = kind, level, None, None
         self.longest_switch_s = 0.0
+        self.over_pad = 0  # switches that took longer than SWITCH_PAD_S
         if kind == "floor":
             import ctypes
             self.lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
@@ -524,6 +527,7 @@ class Recording:
             self._ask(f"start capture={self.level}" if on else "stop")
             took = time.perf_counter() - t0
             self.longest_switch_s = max(self.longest_switch_s, took)
+            self.over_pad += took > self.SWITCH_PAD_S
             time.sleep(max(0.0, self.SWITCH_PAD_S - took))
 
 
@@ -570,6 +574,7 @@ def paired(args, iters: int, run) -> None:
                                   "ratio_quartiles": [q[0], q[2]],
                                   "ratio_of_means": sum(on_steps) / sum(off_steps),
                                   "longest_switch_s": rec.longest_switch_s,
+                                  "switches_over_pad": getattr(rec, "over_pad", 0),
                                   "on_steps_us": quantiles(on_steps),
                                   "off_steps_us": quantiles(off_steps)}), flush=True)
 
