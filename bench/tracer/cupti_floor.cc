@@ -27,9 +27,9 @@
 //   shared     CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER = 0 (one buffer for all threads).
 // "records" and "callbacks" subscribe too. With records, detrace_floor_records(0 or 1), exported,
 // turns the kernel records off and on again (overhead_workload.py --paired floor calls it through
-// ctypes between two steps of a loop); it returns 0, or CUPTI's error. At exit it prints, to stderr, the records and callbacks
-// it saw (records: those in buffers completed by then), so a run can be checked to have traced
-// what it claims.
+// ctypes between two steps of a loop); it returns 0, or CUPTI's error. At exit it prints, to
+// stderr, the records and callbacks it saw (records: those in buffers completed by then), so a
+// run can be checked to have traced what it claims.
 #include <cupti.h>
 
 #include <atomic>
@@ -162,7 +162,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   if (records) {
     setAttributes(zeroed, pinned, bigbuf, devbuf, shared);
-    g_records_configured = cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted) == CUPTI_SUCCESS;
+    g_records_configured =
+        cuptiActivityRegisterCallbacks(bufferRequested, bufferCompleted) == CUPTI_SUCCESS;
     if (latency && cuptiActivityEnableLatencyTimestamps(1) != CUPTI_SUCCESS) {
       std::fprintf(stderr, "cupti_floor: cuptiActivityEnableLatencyTimestamps failed\n");
     }

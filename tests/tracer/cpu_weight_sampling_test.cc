@@ -36,15 +36,15 @@ TEST(WeightSampling, EveryReplayWhenNIsOneOrLess) {
 
 TEST(WeightSampling, ACaptureStartSamplesTheNextReplayAndCountsFromIt) {
   WeightSampler s;
-  EXPECT_TRUE(s.next(1, 4).sampled());  // 0
-  EXPECT_FALSE(s.next(1, 4).sampled());  // 1 carries from 0
+  EXPECT_TRUE(s.next(1, 4).sampled());             // 0
+  EXPECT_FALSE(s.next(1, 4).sampled());            // 1 carries from 0
   const WeightSampler::Turn after = s.next(2, 4);  // attach start in between: 2 is sampled
   EXPECT_EQ(after.sample, 2);
   EXPECT_TRUE(after.sampled());
   EXPECT_EQ(s.next(2, 4).weights_from, 2);  // 3
   EXPECT_EQ(s.next(2, 4).weights_from, 2);  // 4
   EXPECT_EQ(s.next(2, 4).weights_from, 2);  // 5
-  EXPECT_TRUE(s.next(2, 4).sampled());  // 6 = 2 + 4
+  EXPECT_TRUE(s.next(2, 4).sampled());      // 6 = 2 + 4
 }
 
 TEST(WeightSampling, RandomSequencesCarryFromAnEarlierSampleOfTheSameCapture) {

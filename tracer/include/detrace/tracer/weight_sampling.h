@@ -19,7 +19,7 @@ class WeightSampler {
  public:
   struct Turn {
     int64_t sample = -1;        // this replay's number among those queued
-    int64_t weights_from = -1;  // the sampled replay whose weight digests it gets (itself if sampled)
+    int64_t weights_from = -1;  // the sampled replay whose weight digests it gets (or itself)
     bool sampled() const { return weights_from == sample; }
   };
 
