@@ -477,6 +477,26 @@ def median_ci95(xs) -> tuple:
     return xs[lo - 1], xs[hi - 1]
 
 
+def median_ci95_by_loop(loops, resamples: int = 2000) -> tuple:
+    """A 95% interval for the median of all pairs that does not take the pairs as independent:
+    the loops (each a list of pair ratios) are resampled with replacement, the pooled median taken
+    each time, and the 2.5th and 97.5th percentiles of those medians returned (a cluster
+    bootstrap: pairs of one loop share its drift). Seeded, so a result can be recomputed."""
+    import random
+    rng = random.Random(0)
+    loops = [xs for xs in loops if xs]
+    if len(loops) < 2:
+        return float("nan"), float("nan")
+    medians = []
+    for _ in range(resamples):
+        pooled = []
+        for _ in range(len(loops)):
+            pooled += loops[rng.randrange(len(loops))]
+        medians.append(statistics.median(pooled))
+    medians.sort()
+    return medians[int(0.025 * resamples)], medians[min(int(0.975 * resamples), resamples - 1)]
+
+
 class Recording:
     """--paired's switch: turns the recording on or off between two steps of a loop, in this
     process and without a child process, so that it can switch every few milliseconds.
@@ -536,8 +556,10 @@ def paired(args, iters: int, run) -> None:
     nearby steps (a step: a token of the decode loop, 500 launches of the launch loop), neither
     the first after a switch (that one meets fresh buffers), one recorded and one not, in
     alternating order. The machine's speed drifts over seconds and moves between processes, but
-    little within the pair, so the median of the pairs' ratios (with a 95%
-    interval from order statistics) says what recording costs a step. The state changes only
+    little within the pair, so the median of the pairs' ratios says what recording costs a step:
+    with a 95% interval from order statistics (pairs taken as independent) and one from
+    resampling whole loops (median_ci95_by_loop), which also counts what a loop's pairs share;
+    every loop's ratios come with the result. The state changes only
     where it must (a pair may begin in the state the previous one ended in), so a timed step is
     at least the second after its switch."""
     import torch
@@ -552,7 +574,7 @@ def paired(args, iters: int, run) -> None:
         elif j == 2:
             rec.set(not on_first[0])
 
-    ratios, on_steps, off_steps = [], [], []
+    ratios, on_steps, off_steps, loops = [], [], [], []
     for _ in range(args.reps):
         steps = []
         torch.cuda.synchronize()
@@ -566,17 +588,22 @@ def paired(args, iters: int, run) -> None:
             ratios.append(on / off)
             on_steps.append(on)
             off_steps.append(off)
+        loops.append(ratios[len(ratios) - len(steps) // 4:])
     lo, hi = median_ci95(ratios)
+    loop_lo, loop_hi = median_ci95_by_loop(loops)
     q = statistics.quantiles(ratios, n=4)
     print("RESULT " + json.dumps({"workload": args.workload, "iters": iters, "paired": args.paired,
                                   "level": args.toggle_capture, "pairs": len(ratios),
                                   "ratio": statistics.median(ratios), "ratio_ci95": [lo, hi],
+                                  "ratio_ci95_by_loop": [loop_lo, loop_hi],
                                   "ratio_quartiles": [q[0], q[2]],
                                   "ratio_of_means": sum(on_steps) / sum(off_steps),
                                   "longest_switch_s": rec.longest_switch_s,
                                   "switches_over_pad": getattr(rec, "over_pad", 0),
                                   "on_steps_us": quantiles(on_steps),
-                                  "off_steps_us": quantiles(off_steps)}), flush=True)
+                                  "off_steps_us": quantiles(off_steps),
+                                  "loop_ratios": [[round(x, 5) for x in xs] for xs in loops]}),
+          flush=True)
 
 
 def main() -> None:
