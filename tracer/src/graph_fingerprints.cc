@@ -727,6 +727,9 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     SelfLaunchScope self;
     // A launch on another stream than the graph's previous one: its cells must not change before
     // that launch (and its clean-up) is done. CUDA orders the graphs themselves; this orders ours.
+    // Not covered: a launch from another thread that begins before that launch's endReplay (the
+    // event is then the one before it), which can point the cells at this launch's words while
+    // that launch's graph still reads them (README, limitations).
     if (e.last_stream != stream && e.done_recorded &&
         d.stream_wait_event(stream, e.done, 0) != CUDA_SUCCESS) {
       r->failed = r->ended = true;  // nothing stored: the drain counts it and frees its words
