@@ -5,6 +5,7 @@
 // recorded at capture (graph_ops), whose operands' digests and row digests equal the CPU twin's
 // digests of the bytes the program copied back after that launch. First, the digest kernels those
 // graphs capture (Digester::digestVia, digestRowsVia, storeWords) against the CPU twin, directly.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -25,6 +26,7 @@
 #include "../kernels/kernels_gpu_util.h"
 #include "common/gpu_test.h"
 #include "common/shell.h"
+#include "graph_threads_values.h"
 
 namespace detrace {
 namespace {
@@ -53,21 +55,28 @@ struct Recording {
   std::string dir;
 };
 
-// `env` (VAR=value ...) and `options` (detrace record's) are added to the command.
+// `env` (VAR=value ...) and `options` (detrace record's) are added to the command; `mode` is the
+// app's (graph, graph-threads).
 void recordGraphApp(const testing::TempDir& tmp, Recording& r, const std::string& env = "",
-                    const std::string& options = "") {
+                    const std::string& options = "", const std::string& mode = "graph") {
   r.dir = tmp.file("out");
   std::filesystem::create_directories(r.dir);
   const std::string run = tmp.file("run");
   testing::ShellOutput o = testing::runShell(
-      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app graph {2}",
-                  DETRACE_BINARY_DIR, run, r.dir, env, options));
+      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2}",
+                  DETRACE_BINARY_DIR, run, r.dir, env, options, mode));
   ASSERT_EQ(o.status, 0) << o.out;
   std::ifstream info(r.dir + "/graph.txt");
   std::string key;
   int value = 0;
   while (info >> key >> value) r.app[key] = value;
-  ASSERT_EQ(r.app["replays"], 4) << o.out;
+  if (mode == "graph") {
+    ASSERT_EQ(r.app["replays"], 4) << o.out;
+  }
+  if (mode == "graph-threads") {
+    ASSERT_EQ(r.app["launches"], graph_app::kThreads * graph_app::kThreadLaunches) << o.out;
+    ASSERT_EQ(r.app["executed"], r.app["launches"]) << o.out;
+  }
   auto opened = db::Run::open(run);
   ASSERT_TRUE(opened.isOk()) << opened.status().message();
   auto reader = opened->openRank(opened->ranks()[0].rank);
@@ -444,6 +453,177 @@ TEST(TracerGraph, WeightsDigestedOnEveryNthReplayOnly) {
   EXPECT_EQ((*stats)["graph_weight_digests_carried"], 2 * r.app["replays"] / 2);
   EXPECT_EQ((*stats)["graph_weight_digests_missing"], 0);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
+}
+
+// ---- one executable graph launched from two threads at once (`tracer_gpu_app graph-threads`) ----
+
+std::vector<uint8_t> floatBytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<float> readFloats(const std::string& path) {
+  std::vector<uint8_t> b = readFile(path);
+  std::vector<float> v(b.size() / sizeof(float));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// C (rows x cols, column major) = L (rows x inner) R (inner x cols), exact for the app's integers.
+std::vector<float> matmul(const std::vector<float>& l, const std::vector<float>& r, int rows,
+                          int inner, int cols) {
+  std::vector<double> c(static_cast<size_t>(rows) * cols, 0.0);
+  for (int j = 0; j < cols; ++j) {
+    for (int k = 0; k < inner; ++k) {
+      const double rk = r[static_cast<size_t>(k) + static_cast<size_t>(j) * inner];
+      if (rk == 0.0) continue;
+      const float* lk = &l[static_cast<size_t>(k) * rows];
+      double* cj = &c[static_cast<size_t>(j) * rows];
+      for (int i = 0; i < rows; ++i) cj[i] += static_cast<double>(lk[i]) * rk;
+    }
+  }
+  return std::vector<float>(c.begin(), c.end());
+}
+
+// What the graph's k-th execution read and wrote, as bytes.
+struct Execution {
+  std::vector<uint8_t> x, d1, y;
+};
+
+Execution execution(int k, const std::vector<float>& a, const std::vector<float>& w) {
+  using namespace graph_app;
+  std::vector<float> x(static_cast<size_t>(kK) * kN);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = threadsX(static_cast<int>(i), k);
+  std::vector<float> d1 = matmul(a, x, kM, kK, kN);
+  std::vector<float> y = matmul(w, d1, kM2, kM, kN);
+  return {floatBytes(x), floatBytes(d1), floatBytes(y)};
+}
+
+// Checks a graph-threads recording: every launch given fingerprints has both GEMMs' operands
+// equal to the CPU's of one execution k (found by X's digest: X spells k), each k at most once;
+// every other launch has no operands at all. Returns the launches given fingerprints.
+int checkThreadedLaunches(const Recording& r) {
+  db::TraceReader& t = *r.reader;
+  const int launches = r.app.at("launches");
+  const std::vector<float> a = readFloats(r.dir + "/A.bin"), w = readFloats(r.dir + "/W.bin");
+  EXPECT_EQ(a.size(), static_cast<size_t>(graph_app::kM) * graph_app::kK);
+  EXPECT_EQ(w.size(), static_cast<size_t>(graph_app::kM2) * graph_app::kM);
+  const std::vector<uint8_t> a_bytes = floatBytes(a), w_bytes = floatBytes(w);
+  std::vector<Execution> runs;
+  for (int k = 0; k < launches; ++k) runs.push_back(execution(k, a, w));
+  std::map<uint64_t, int> k_of_x;  // X's digest -> k (X's layout is the same at every launch)
+
+  std::vector<db::GraphOp> rows;
+  EXPECT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
+                 rows.push_back(g);
+                 return Status::ok();
+               }).isOk());
+  EXPECT_EQ(rows.size(), static_cast<size_t>(launches) * 2) << "two replayed GEMMs per launch";
+  // Per launch (its replay number): the GEMMs' operands, by op and name.
+  std::map<int64_t, std::map<std::string, db::Operand>> by_launch;
+  for (const db::GraphOp& g : rows) {
+    auto gemm = t.gemm(g.seq);
+    EXPECT_TRUE(gemm.isOk() && gemm->has_value()) << "replayed op at seq " << g.seq;
+    if (!gemm.isOk() || !gemm->has_value()) continue;
+    const std::string op = t.str((*gemm)->api);
+    auto ops = t.operands(g.seq);
+    EXPECT_TRUE(ops.isOk());
+    if (!ops.isOk()) continue;
+    for (const db::Operand& o : *ops) by_launch[g.replay][op + " " + t.str(o.name)] = o;
+  }
+  std::set<int> seen;
+  int fingerprinted = 0;
+  for (const auto& [replay, operands] : by_launch) {
+    SCOPED_TRACE(fmt::format("launch {}", replay));
+    EXPECT_EQ(operands.size(), 6u) << "a launch has both GEMMs' operands or none";
+    auto find = [&](const char* key) -> const db::Operand* {
+      auto it = operands.find(key);
+      return it == operands.end() || !it->second.has_digest ? nullptr : &it->second;
+    };
+    const db::Operand* x = find("cublasLtMatmul B");
+    if (x == nullptr) {
+      ADD_FAILURE() << "operands without X's digest";
+      continue;
+    }
+    std::vector<uint64_t> cpu_rows;
+    if (k_of_x.empty()) {
+      for (int c = 0; c < launches; ++c) k_of_x[cpuDigest(*x, runs[static_cast<size_t>(c)].x, cpu_rows)] = c;
+      EXPECT_EQ(k_of_x.size(), static_cast<size_t>(launches)) << "every execution's X differs";
+    }
+    auto found = k_of_x.find(x->digest);
+    if (found == k_of_x.end()) {
+      ADD_FAILURE() << "X's digest is no execution's X";
+      continue;
+    }
+    const int k = found->second;
+    EXPECT_TRUE(seen.insert(k).second) << "execution " << k << "'s X given to two launches";
+    ++fingerprinted;
+    const Execution& e = runs[static_cast<size_t>(k)];
+    const struct {
+      const char* key;
+      const std::vector<uint8_t>& bytes;
+    } want[] = {{"cublasLtMatmul A", a_bytes}, {"cublasLtMatmul B", e.x},
+                {"cublasLtMatmul D", e.d1},     {"cublasGemmEx A", w_bytes},
+                {"cublasGemmEx B", e.d1},       {"cublasGemmEx D", e.y}};
+    for (const auto& [key, bytes] : want) {
+      const db::Operand* o = find(key);
+      if (o == nullptr) {
+        ADD_FAILURE() << key << " has no digest";
+        continue;
+      }
+      EXPECT_EQ(o->digest, cpuDigest(*o, bytes, cpu_rows)) << key << " of execution " << k;
+      EXPECT_EQ(o->row_digests, cpu_rows) << key << " of execution " << k;
+    }
+  }
+  return fingerprinted;
+}
+
+// Two threads launch one executable graph 100 times each, on streams of their own, with no order
+// between them: a launch from one thread while the other's is inside its launch call waits for
+// that call's end (launch_gate.h), so every launch gets the fingerprints of its own execution.
+TEST(TracerGraph, OneGraphLaunchedFromTwoThreadsAtOnceKeepsEachLaunchsFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads"));
+  const int launches = r.app["launches"];
+  EXPECT_EQ(checkThreadedLaunches(r), launches);
+  auto stats = r.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
+  EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
+  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
+  EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
+  EXPECT_GT((*stats)["graph_replays_waited"], 0)
+      << "no launch met another thread's: the test did not exercise the wait";
+  std::printf("note: %lld of %d launches waited for the other thread's\n",
+              static_cast<long long>((*stats)["graph_replays_waited"]), launches);
+}
+
+// The same with no wait at all (DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=0): the first launch that meets
+// another thread's gives up that launch's results and every later launch's, and no launch is ever
+// given another execution's fingerprints.
+TEST(TracerGraph, AnOverlapPastTheWaitGivesUpResultsAndNeverMixesThem) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(
+      recordGraphApp(tmp, r, "DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=0", "", "graph-threads"));
+  const int launches = r.app["launches"];
+  const int fingerprinted = checkThreadedLaunches(r);
+  auto stats = r.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  const int64_t begun = (*stats)["graph_replays_fingerprinted"];
+  const int64_t overlapped = (*stats)["graph_replays_skipped_overlap"];
+  EXPECT_EQ(begun + overlapped, launches) << "every launch either began results or was turned away";
+  EXPECT_EQ(fingerprinted, begun - (*stats)["graph_replays_lost"])
+      << "the launches given up are those counted lost";
+  EXPECT_LE((*stats)["graph_replays_lost"], 1) << "only the launch open at the overlap";
+  EXPECT_EQ((*stats)["graph_replays_waited"], 0);
+  EXPECT_GT(overlapped, 0) << "no launch met another thread's: the test did not exercise it";
+  std::printf("note: %d launches fingerprinted, %lld turned away after the overlap\n", fingerprinted,
+              static_cast<long long>(overlapped));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// `tracer_gpu_app graph DIR`: library ops captured into CUDA graphs, for gpu_graph_test.cc.
+// `tracer_gpu_app graph DIR`: library ops captured into CUDA graphs, for gpu_graph_test.cc
+// (`graph-threads DIR`, one graph launched from two threads at once, is at the end).
 //
 // A chain of two GEMMs, y = W (A x), on one stream: a cuBLASLt matmul (D1 = A X) and a classic
 // cublasGemmEx (Y = W D1), both fp32, column major, each after a kernel of the app's own
@@ -21,12 +22,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "graph_threads_values.h"
 
 namespace graph_app {
 
-constexpr int kM = 256, kK = 128, kN = 64, kM2 = 192;  // D1: kM x kN, Y: kM2 x kN
 constexpr int kReplays = 4;
 
 #define GK(call)                                                                          \
@@ -101,23 +105,16 @@ struct Gemms {
   }
 };
 
-inline int graphMain(const std::string& dir) {
-  Gemms g;
+// The GEMMs' stream, buffers (unfilled) and handles.
+inline int setUp(Gemms& g) {
   GK(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking));
   GK(cudaMalloc(&g.A, kM * kK * sizeof(float)));
   GK(cudaMalloc(&g.X, kK * kN * sizeof(float)));
   GK(cudaMalloc(&g.D1, kM * kN * sizeof(float)));
   GK(cudaMalloc(&g.W, kM2 * kM * sizeof(float)));
   GK(cudaMalloc(&g.Y, kM2 * kN * sizeof(float)));
-  float* Z = nullptr;
-  GK(cudaMalloc(&Z, kM2 * kN * sizeof(float)));
   GK(cudaMalloc(&g.ws, g.ws_bytes));
   GK(cudaMalloc(&g.scratch, 2 * sizeof(float)));
-  fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 1, 0, 17, 8);
-  fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 1, 0, 11, 5);
-  fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 3, 1, 13, 6);
-  GK(cudaGetLastError());
-
   GK(cublasLtCreate(&g.lt));
   GK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   GK(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_32F, kM, kK, kM));
@@ -141,6 +138,18 @@ inline int graphMain(const std::string& dir) {
   void* blas_ws = nullptr;
   GK(cudaMalloc(&blas_ws, g.ws_bytes));
   GK(set_ws(g.blas, blas_ws, g.ws_bytes));  // no allocation inside the capture
+  return 0;
+}
+
+inline int graphMain(const std::string& dir) {
+  Gemms g;
+  if (setUp(g) != 0) return 1;
+  float* Z = nullptr;
+  GK(cudaMalloc(&Z, kM2 * kN * sizeof(float)));
+  fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 1, 0, 17, 8);
+  fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 1, 0, 11, 5);
+  fill<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, 3, 1, 13, 6);
+  GK(cudaGetLastError());
 
   // NCCL, one rank: optional (the test reads graph.txt to know).
   NcclComm comm = nullptr;
@@ -212,6 +221,92 @@ inline int graphMain(const std::string& dir) {
     GK(cudaGraphDestroy(reduce_graph));
   }
   std::printf("tracer_gpu_app graph: done (nccl %d)\n", nccl_graph ? 1 : 0);
+  return 0;
+}
+
+// ---- `tracer_gpu_app graph-threads DIR` ----
+// The GEMM chain captured into one graph after kernels that set X from a device counter of the
+// graph's executions (its k-th execution gets X = threadsX(., k)) and poison D1 and Y, then
+// launched kThreadLaunches times from each of kThreads threads at once, each on a stream of its
+// own, with no order between the threads but CUDA's own between launches of one graph. A, W and X
+// hold small integers, so D1 and Y are exact and the test computes them itself. DIR gets A.bin,
+// W.bin and graph.txt (launches made, executions counted on the GPU).
+
+__global__ void x_from_counter(float* x, int n, const int* counter) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = threadsX(i, *counter);
+}
+
+__global__ void count_up(int* counter) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) ++*counter;
+}
+
+__global__ void fill_small(float* x, int n, int which) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = which == 0 ? threadsA(i) : threadsW(i);
+}
+
+inline int graphThreadsMain(const std::string& dir) {
+  Gemms g;
+  if (setUp(g) != 0) return 1;
+  int* counter = nullptr;
+  GK(cudaMalloc(&counter, sizeof(int)));
+  fill_small<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 0);
+  fill_small<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 1);
+  GK(cudaMemsetAsync(g.X, 0, kK * kN * sizeof(float), g.s));
+  GK(cudaGetLastError());
+  if (g.run() != 0) return 1;  // warm-up, eagerly (the tracer's memory too)
+  GK(cudaMemsetAsync(counter, 0, sizeof(int), g.s));
+  GK(cudaStreamSynchronize(g.s));
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
+  x_from_counter<<<(kK * kN + 255) / 256, 256, 0, g.s>>>(g.X, kK * kN, counter);
+  count_up<<<1, 32, 0, g.s>>>(counter);
+  GK(cudaMemsetAsync(g.D1, 0xff, kM * kN * sizeof(float), g.s));
+  GK(cudaMemsetAsync(g.Y, 0xff, kM2 * kN * sizeof(float), g.s));
+  if (g.run() != 0) return 1;
+  GK(cudaStreamEndCapture(g.s, &graph));
+  GK(cudaGraphInstantiate(&exec, graph, 0));
+
+  std::atomic<int> ready{0};
+  int rc[kThreads] = {};
+  auto body = [&](int t) {
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+      rc[t] = 1;
+      ++ready;
+      return;
+    }
+    ++ready;
+    while (ready.load() < kThreads) {
+    }
+    for (int i = 0; i < kThreadLaunches && rc[t] == 0; ++i) {
+      if (cudaGraphLaunch(exec, s) != cudaSuccess) rc[t] = 1;
+      if (i % 16 == 15 && cudaStreamSynchronize(s) != cudaSuccess) rc[t] = 1;
+    }
+    if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess) rc[t] = 1;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(body, t);
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) {
+    if (rc[t] != 0) {
+      std::fprintf(stderr, "tracer_gpu_app graph-threads: thread %d failed\n", t);
+      return 1;
+    }
+  }
+  int executed = 0;
+  GK(cudaMemcpy(&executed, counter, sizeof executed, cudaMemcpyDeviceToHost));
+  if (!dump(dir, "A", g.A, kM * kK) || !dump(dir, "W", g.W, kM2 * kM)) return 1;
+  FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
+  if (f == nullptr) return 1;
+  std::fprintf(f, "launches %d\nexecuted %d\n", kThreads * kThreadLaunches, executed);
+  std::fclose(f);
+  GK(cudaGraphExecDestroy(exec));
+  GK(cudaGraphDestroy(graph));
+  std::printf("tracer_gpu_app graph-threads: done (%d executions)\n", executed);
   return 0;
 }
 

@@ -1014,6 +1014,8 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
       w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
       w->addStat("graph_replays_lost", s.graph_replays_lost);
+      w->addStat("graph_replays_waited", s.graph_replays_waited);
+      w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);
       if (Session::get().policy().graph_weights_every > 1) {
         w->addStat("graph_weight_digests_carried", s.graph_weights_carried);
         w->addStat("graph_weight_digests_missing", s.graph_weights_missing);

@@ -11,6 +11,7 @@
 // and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "detrace/db/records.h"
 #include "detrace/db/writer.h"
 #include "detrace/kernels/digest.h"
+#include "detrace/tracer/launch_gate.h"
 #include "detrace/tracer/operand_specs.h"
 #include "detrace/tracer/reorder_buffer.h"
 #include "detrace/tracer/weight_sampling.h"
@@ -166,6 +168,8 @@ struct Capture {
 };
 
 // An executable graph holding captured digests.
+struct Replay;
+
 struct ExecInfo {
   uint64_t handle = 0;
   Context* ctx = nullptr;
@@ -185,6 +189,11 @@ struct ExecInfo {
   CUstream last_stream = nullptr;
   CUevent done = nullptr;  // after each launch's clean-up: orders a launch on another stream
   bool done_recorded = false;
+  // The launch whose cells point at its results (begun, not ended): another thread's launch waits
+  // for its end (launch_gate.h). `overlapped`: a launch could not wait long enough and ran
+  // without the cells set; from then on none of this graph's launches gets results.
+  LaunchGate<std::shared_ptr<Replay>> gate;
+  bool overlapped = false;
 };
 
 // One launch of an executable graph whose replayed ops' digests land in the graph results ring.
@@ -201,6 +210,7 @@ struct Replay {
   bool ended = false;   // endReplay ran: event recorded, or the launch failed
   bool failed = false;  // no results will come
   bool leak = false;    // its words may still be written: never hand them out again
+  bool overlapped = false;  // another thread's launch may have written its words: give them up
 };
 
 // One queued result: an operand's digests (eager), or a graph replay's (replay != nullptr).
@@ -328,6 +338,10 @@ class State {
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
+  // Launches that waited for another thread's launch of the same graph to end, and those given no
+  // results because one did not end in time (ExecInfo::overlapped).
+  int64_t graph_replays_waited = 0, graph_replays_overlapped = 0;
+  std::condition_variable replay_ended;  // ExecInfo::gate's waiters (with mu)
   int64_t graph_weights_carried = 0, graph_weights_missing = 0;  // --graph-weights-every
   uint64_t exec_serials = 0;  // ExecInfo::serial's last value
 

@@ -19,13 +19,16 @@
 // pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
 // does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
 // of one executable graph are ordered by CUDA; a launch on another stream than the previous one
-// also waits for the previous launch's clean-up. Two executable graphs made from one capture would
-// share its cell: their replays get no fingerprints (counted as shared).
+// also waits for the previous launch's clean-up, and a launch from another thread while one is
+// between its begin and end waits (bounded) for that end (launch_gate.h). Two executable graphs
+// made from one capture would share its cell: their replays get no fingerprints (counted as shared).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include <xxhash.h>
@@ -500,6 +503,47 @@ struct ThreadReplay {
 };
 thread_local ThreadReplay t_replay;
 
+// How long a launch of an executable graph waits for another thread's launch of it to end
+// (launch_gate.h). That launch is inside its launch call, which returns in microseconds unless the
+// GPU's queue is full, when this one would wait in the driver too. DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US
+// sets it (for tests: 0 never waits).
+std::chrono::microseconds graphLaunchWait() {
+  static const std::chrono::microseconds wait = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US");
+    return std::chrono::microseconds(v != nullptr && *v != '\0' ? std::max(0ll, std::atoll(v)) : 50'000);
+  }();
+  return wait;
+}
+
+// Under State::mu (`lk`), before a launch of `e` points its cells: whether it may. Another thread's
+// launch of the same graph whose end has not come yet is waited for; if it does not end in time,
+// this launch runs without the cells set, so that one's results are given up (its graph may be
+// followed by this one's before its reset) and so is every later launch of the graph (this
+// one's graph may run after theirs pointed the cells; nothing can order it now).
+bool admitLaunchLocked(State& s, fp::ExecInfo& e, std::unique_lock<std::mutex>& lk) {
+  if (e.overlapped) {
+    ++s.graph_replays_overlapped;
+    return false;
+  }
+  using Entry = LaunchGate<std::shared_ptr<fp::Replay>>::Entry;
+  const auto deadline = std::chrono::steady_clock::now() + graphLaunchWait();
+  const Entry entry = e.gate.enter(lk, s.replay_ended, deadline, std::this_thread::get_id());
+  if (entry == Entry::kWaited) ++s.graph_replays_waited;
+  if (entry == Entry::kTimedOut) {
+    e.gate.openLaunch()->overlapped = true;
+    logLine(
+        "CUDA graph %llu: a launch from another thread did not end within %lld us of this "
+        "thread's launch; this graph's launches get no more fingerprints",
+        static_cast<unsigned long long>(e.serial), static_cast<long long>(graphLaunchWait().count()));
+    e.overlapped = true;
+  }
+  if (e.overlapped) {  // this one timed out, or another waiter did while this one waited
+    ++s.graph_replays_overlapped;
+    return false;
+  }
+  return true;
+}
+
 // --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is
 // queued, so the replays' numbers follow the drain's order.
 void sampleWeightsLocked(fp::ExecInfo& e, fp::Replay& r) {
@@ -671,8 +715,9 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     if (!plan.exec || token == 0) return;
     const fp::Driver& d = fp::Driver::get();
     State& s = state();
-    std::lock_guard lk(s.mu);
+    std::unique_lock lk(s.mu);
     fp::ExecInfo& e = *plan.exec;
+    if (!admitLaunchLocked(s, e, lk)) return;
     fp::Context& cx = *e.ctx;
     auto alive = s.contexts.find(cx.ctx);
     CUcontext current = nullptr;
@@ -727,9 +772,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     SelfLaunchScope self;
     // A launch on another stream than the graph's previous one: its cells must not change before
     // that launch (and its clean-up) is done. CUDA orders the graphs themselves; this orders ours.
-    // Not covered: a launch from another thread that begins before that launch's endReplay (the
-    // event is then the one before it), which can point the cells at this launch's words while
-    // that launch's graph still reads them (README, limitations).
+    // (A launch from another thread still between its begin and end was waited for above: the
+    // event is that launch's.)
     if (e.last_stream != stream && e.done_recorded &&
         d.stream_wait_event(stream, e.done, 0) != CUDA_SUCCESS) {
       r->failed = r->ended = true;  // nothing stored: the drain counts it and frees its words
@@ -744,6 +788,7 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
       return;
     }
     ++s.graph_replays;
+    e.gate.open(r, std::this_thread::get_id());
     t_replay = {r, stream};
   } catch (...) {
     t_replay = {};
@@ -760,6 +805,13 @@ void Fingerprinter::endReplay(bool failed) noexcept {
     fp::Replay& r = *current.replay;
     fp::ExecInfo& e = *r.exec;
     fp::Context& cx = *r.ctx;
+    if (e.gate.close(current.replay)) s.replay_ended.notify_all();  // whatever happens below
+    if (r.overlapped) {
+      // A launch from another thread ran after this one's without waiting for its end: it may
+      // have written into these words, now or later. Its cells still get their reset below.
+      failed = true;
+      r.leak = true;
+    }
     auto alive = s.contexts.find(cx.ctx);
     if (alive == s.contexts.end() || alive->second.get() != &cx) return;  // context gone
     SelfLaunchScope self;

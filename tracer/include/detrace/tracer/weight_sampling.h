@@ -4,8 +4,8 @@
 //
 // The replays given fingerprints are numbered in the order they are queued for the drain (the
 // caller holds the fingerprinter's lock), so a replay that carries a weight digest drains after
-// the sampled replay it carries from, whichever thread queued either (drain order only: two
-// threads launching one executable graph at once have other hazards: Fingerprinter::beginReplay).
+// the sampled replay it carries from, whichever thread queued either (two threads launching one
+// executable graph at once are kept apart by launch_gate.h).
 // A launch turned away (a full ring, ...) takes no number. Replays 0, N, 2N, ... digest the
 // weights, counted again from the first replay after each capture start: a digest taken before a
 // pause may be older than what the program did while it was not recorded.

@@ -1,0 +1,65 @@
+// One executable graph launched from two threads at once (graph_fingerprints.cc). A launch whose
+// replayed ops get fingerprints points the graph's cells at its results before the graph (on its
+// stream) and back at nothing after it (endReplay, at the launch call's exit), then records the
+// event a later launch on another stream waits on. A second launch that pointed the cells before
+// that could make the first graph write into the second's results, or be left pointing at
+// nothing by the first one's clean-up. So while one thread's launch is open (begun, not yet
+// ended), another thread's launch of the same graph waits for it, on the caller's lock and
+// condition variable, up to a deadline; the same thread never waits on itself (an open launch it
+// left behind is stale). Plain logic over standard types, so that CPU tests can check it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace detrace::tracer {
+
+// `Launch`: a nullable handle naming the open launch (a pointer or shared_ptr).
+template <class Launch>
+class LaunchGate {
+ public:
+  enum class Entry {
+    kFree,      // no other thread's launch was open
+    kWaited,    // one was, and it ended before the deadline
+    kTimedOut,  // one is still open at the deadline: openLaunch() says which
+  };
+
+  // Called with `lk` held (the lock that guards the gate; `cv` is notified by whoever closes).
+  Entry enter(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
+              std::chrono::steady_clock::time_point deadline, std::thread::id self) {
+    if (!openByOther(self)) return Entry::kFree;
+    ++waiters_;
+    const bool freed = cv.wait_until(lk, deadline, [&] { return !openByOther(self); });
+    --waiters_;
+    return freed ? Entry::kWaited : Entry::kTimedOut;
+  }
+
+  // `launch`, on thread `self`, has pointed the cells at its results.
+  void open(Launch launch, std::thread::id self) {
+    launch_ = std::move(launch);
+    thread_ = self;
+  }
+
+  // `launch` ended. True when a thread waits and the condition variable must be notified; false,
+  // and nothing changes, when `launch` is not the open one (a newer launch took the gate).
+  bool close(const Launch& launch) {
+    if (!launch_ || launch_ != launch) return false;
+    launch_ = Launch{};
+    return waiters_ > 0;
+  }
+
+  const Launch& openLaunch() const { return launch_; }
+  int waiters() const { return waiters_; }
+
+ private:
+  bool openByOther(std::thread::id self) const { return launch_ && thread_ != self; }
+
+  Launch launch_{};
+  std::thread::id thread_;
+  int waiters_ = 0;
+};
+
+}  // namespace detrace::tracer
