@@ -89,6 +89,29 @@ TEST(LaunchGate, GivesUpAtTheDeadlineAndNamesTheLaunchStillOpen) {
   EXPECT_EQ(s.gate.waiters(), 0);
 }
 
+// A deadline already past gives up at once, even with the open launch's closer waiting for the
+// lock: a zero wait must not let it in.
+TEST(LaunchGate, APastDeadlineNeverWaits) {
+  Shared s;
+  auto first = std::make_shared<int>(1);
+  std::thread opener([&] {
+    std::lock_guard lk(s.mu);
+    s.gate.open(first, std::this_thread::get_id());
+  });
+  opener.join();
+  std::unique_lock lk(s.mu);
+  std::thread closer([&] {
+    std::lock_guard clk(s.mu);  // queued on the lock while the entry below runs
+    if (s.gate.close(first)) s.cv.notify_all();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the closer is now blocked
+  EXPECT_EQ(s.gate.enter(lk, s.cv, Clock::now(), std::this_thread::get_id()), Gate::Entry::kTimedOut);
+  EXPECT_EQ(s.gate.openLaunch(), first) << "the lock was let go during a zero wait";
+  lk.unlock();
+  closer.join();
+  EXPECT_FALSE(s.gate.openLaunch());
+}
+
 TEST(LaunchGate, OnlyTheOpenLaunchClosesIt) {
   Shared s;
   auto older = std::make_shared<int>(1), newer = std::make_shared<int>(2);

@@ -51,8 +51,9 @@ uint64_t cpuDigest(const db::Operand& o, const std::vector<uint8_t>& bytes,
 struct Recording {
   std::unique_ptr<db::TraceReader> reader;
   std::vector<db::Event> events;   // events[seq]
-  std::map<std::string, int> app;  // graph.txt: replays, nccl
+  std::map<std::string, int> app;  // graph.txt: replays, nccl (graph-threads: launches, executed)
   std::string dir;
+  std::string log;  // detrace record's output, the tracer's log lines included
 };
 
 // `env` (VAR=value ...) and `options` (detrace record's) are added to the command; `mode` is the
@@ -66,6 +67,7 @@ void recordGraphApp(const testing::TempDir& tmp, Recording& r, const std::string
       fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2}",
                   DETRACE_BINARY_DIR, run, r.dir, env, options, mode));
   ASSERT_EQ(o.status, 0) << o.out;
+  r.log = o.out;
   std::ifstream info(r.dir + "/graph.txt");
   std::string key;
   int value = 0;
@@ -500,6 +502,16 @@ Execution execution(int k, const std::vector<float>& a, const std::vector<float>
   return {floatBytes(x), floatBytes(d1), floatBytes(y)};
 }
 
+// The graph stats of a recording, one line each (printed by the threaded tests: one GPU run must
+// say enough to diagnose them).
+std::string graphStats(const std::map<std::string, int64_t>& stats) {
+  std::string out;
+  for (const auto& [name, value] : stats) {
+    if (name.rfind("graph_", 0) == 0) out += fmt::format("  {} = {}\n", name, value);
+  }
+  return out;
+}
+
 // Checks a graph-threads recording: every launch given fingerprints has both GEMMs' operands
 // equal to the CPU's of one execution k (found by X's digest: X spells k), each k at most once;
 // every other launch has no operands at all. Returns the launches given fingerprints.
@@ -588,9 +600,11 @@ TEST(TracerGraph, OneGraphLaunchedFromTwoThreadsAtOnceKeepsEachLaunchsFingerprin
   Recording r;
   ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads"));
   const int launches = r.app["launches"];
+  SCOPED_TRACE("detrace record said:\n" + r.log);
   EXPECT_EQ(checkThreadedLaunches(r), launches);
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
+  std::printf("graph stats:\n%s", graphStats(*stats).c_str());
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
   EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
@@ -611,9 +625,11 @@ TEST(TracerGraph, AnOverlapPastTheWaitGivesUpResultsAndNeverMixesThem) {
   ASSERT_NO_FATAL_FAILURE(
       recordGraphApp(tmp, r, "DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=0", "", "graph-threads"));
   const int launches = r.app["launches"];
+  SCOPED_TRACE("detrace record said:\n" + r.log);
   const int fingerprinted = checkThreadedLaunches(r);
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
+  std::printf("graph stats:\n%s", graphStats(*stats).c_str());
   const int64_t begun = (*stats)["graph_replays_fingerprinted"];
   const int64_t overlapped = (*stats)["graph_replays_skipped_overlap"];
   EXPECT_EQ(begun + overlapped, launches) << "every launch either began results or was turned away";

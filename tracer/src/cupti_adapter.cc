@@ -482,8 +482,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     resetWriterIdCaches();
     deep::resetThread();
     // A graph launch whose exit was never seen: its digests' end is unknown, and the fingerprinter
-    // gives that replay up after a timeout.
-    t_replay_open = false;
+    // gives that replay up after a timeout (other threads' launches of its graph need not wait).
+    if (std::exchange(t_replay_open, false)) Fingerprinter::get().abandonReplay();
   }
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
@@ -511,6 +511,13 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       deep = deep_ticket.record && !kind.graph;
     }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
+      if (kind.graph) {  // its captured digests still read their cells: ordered all the same
+        const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
+        if (target.graph_exec != 0 && !isCapturing(target.stream)) {
+          Fingerprinter::get().orderUnrecordedLaunch(
+              target.graph_exec, launchStream(domain, cbid, target.stream));
+        }
+      }
       enterNesting(runtime, 0);
       return;
     }

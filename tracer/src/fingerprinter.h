@@ -21,8 +21,11 @@
 // small kernel stores that range into the capture's word on the launch's stream before the graph,
 // and after it another stores 0 and an event marks the end. The flusher writes each replayed op's
 // operands once the event has passed and the op has its sequence number. No atomics on the GPU,
-// no host waits; a full ring, a graph instantiated twice or an unknown capture leaves the word 0:
-// the replay's digest kernels return at once and the replay's ops have no fingerprints (counted).
+// no waits on the GPU; a full ring, a graph instantiated twice or an unknown capture leaves the
+// word 0: the replay's digest kernels return at once and the replay's ops have no fingerprints
+// (counted). Every launch the tracer sees, recorded or not, is ordered on the GPU after the last
+// recorded one's reset; a launch from another thread while one is between its begin and end
+// waits for that end (at most 50 ms, graph_fingerprints.cc: orderLaunchLocked).
 //
 // In full capture mode the operands of ops marked with markCopy() are also copied with
 // cuMemcpyDtoHAsync into a pinned staging ring (allocated once per context, at most
@@ -151,9 +154,18 @@ class Fingerprinter {
     int64_t replay = -1;             // the executable graph's launch number
     std::shared_ptr<fp::ExecInfo> exec;
   };
+  // (beginReplay with token 0: the launch is not in the trace, but is ordered like the others.)
   bool planReplay(uint64_t exec, ReplayPlan& plan) noexcept;
   void beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept;
   void endReplay(bool failed) noexcept;
+  // A launch of `exec` on `stream` that is not recorded (outside --window): its graph's captured
+  // digests still read their cells, so it is ordered after the graph's last recorded launch (and
+  // waits, bounded, for another thread's launch of it in progress) as a recorded one is.
+  void orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept;
+  // The calling thread's graph launch will see no endReplay (its API exit was lost to a capture
+  // restart): another thread's launch of that graph need not wait for it. Its results are given
+  // up by the drain, as before.
+  void abandonReplay() noexcept;
 
   // After fork(), in the child: the parent's state (pinned memory, held locks) is unusable here.
   static void resetAfterFork() noexcept;

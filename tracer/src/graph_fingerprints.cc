@@ -1,7 +1,8 @@
 // Fingerprints of library ops captured into CUDA graphs (the design is in fingerprinter.h). Runs
 // inside the traced program like fingerprinter.cc: nothing allocated per op or per launch but
 // bookkeeping (the device pool comes with the context, the results ring with the first executable
-// graph that needs it), no host waits, every skip counted.
+// graph that needs it), no waits on the GPU (one bounded wait on another thread's launch of the
+// same graph: orderLaunchLocked), every skip counted.
 //
 // At capture (the op's call, on the capturing thread): the digest kernels go into the graph in
 // their *Via form, reading their destination from the capture's cell (a device word) plus a fixed
@@ -18,9 +19,9 @@
 // launching thread): one stream-ordered kernel stores each capture's share of a range of the
 // pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
 // does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
-// of one executable graph are ordered by CUDA; a launch on another stream than the previous one
-// also waits for the previous launch's clean-up, and a launch from another thread while one is
-// between its begin and end waits (bounded) for that end (launch_gate.h). Two executable graphs
+// of one executable graph are ordered by CUDA; a launch on another stream than the previous one,
+// recorded or not, also waits for the previous launch's clean-up, and a launch from another
+// thread while one is between its begin and end waits (bounded) for that end (launch_gate.h). Two executable graphs
 // made from one capture would share its cell: their replays get no fingerprints (counted as shared).
 #include <algorithm>
 #include <atomic>
@@ -424,6 +425,7 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
     // The launch's API exit never came (capture switched off in between): the digests may still
     // land in its words, and its cell may still point there. Give those up for good.
     r.leak = true;
+    if (r.exec->gate.close(p.replay)) replay_ended.notify_all();
     if (!r.ctx->graph_broken) {
       r.ctx->graph_broken = true;
       logLine(
@@ -515,16 +517,20 @@ std::chrono::microseconds graphLaunchWait() {
   return wait;
 }
 
-// Under State::mu (`lk`), before a launch of `e` points its cells: whether it may. Another thread's
-// launch of the same graph whose end has not come yet is waited for; if it does not end in time,
-// this launch runs without the cells set, so that one's results are given up (its graph may be
-// followed by this one's before its reset) and so is every later launch of the graph (this
-// one's graph may run after theirs pointed the cells; nothing can order it now).
-bool admitLaunchLocked(State& s, fp::ExecInfo& e, std::unique_lock<std::mutex>& lk) {
-  if (e.overlapped) {
-    ++s.graph_replays_overlapped;
-    return false;
-  }
+// Under State::mu (`lk`), at the entry of any launch of `e` the tracer sees, whether or not it
+// will get results: its graph's digest kernels read the cells either way. True when the launch is
+// ordered after the graph's last launch that pointed them, so that it cannot write into that
+// launch's results:
+//  - another thread's launch whose end has not come yet (it may still point the cells after this
+//    one's graph, or reset them under it) is waited for, until the deadline. If it does not end
+//    in time, this launch runs unordered: that launch's results are given up (this graph may run
+//    after it and before its reset), and so is every later launch of the graph (its graph may run
+//    after theirs pointed the cells; nothing orders it now). False.
+//  - the last launch's reset, on another stream, is waited for on the GPU (CUDA orders the graphs
+//    themselves, not the tracer's kernels around them). False if that cannot be done.
+// The launch's context must be alive and current (else false: nothing is done).
+bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_lock<std::mutex>& lk) {
+  if (e.overlapped) return false;
   using Entry = LaunchGate<std::shared_ptr<fp::Replay>>::Entry;
   const auto deadline = std::chrono::steady_clock::now() + graphLaunchWait();
   const Entry entry = e.gate.enter(lk, s.replay_ended, deadline, std::this_thread::get_id());
@@ -537,11 +543,16 @@ bool admitLaunchLocked(State& s, fp::ExecInfo& e, std::unique_lock<std::mutex>& 
         static_cast<unsigned long long>(e.serial), static_cast<long long>(graphLaunchWait().count()));
     e.overlapped = true;
   }
-  if (e.overlapped) {  // this one timed out, or another waiter did while this one waited
-    ++s.graph_replays_overlapped;
+  if (e.overlapped) return false;  // this one timed out, or another waiter did while this one waited
+  const fp::Driver& d = fp::Driver::get();
+  auto alive = s.contexts.find(e.ctx->ctx);
+  CUcontext current = nullptr;
+  if (alive == s.contexts.end() || alive->second.get() != e.ctx || d.stream_wait_event == nullptr ||
+      d.ctx_get(&current) != CUDA_SUCCESS || current != e.ctx->ctx) {
     return false;
   }
-  return true;
+  return e.last_stream == stream || !e.done_recorded ||
+         d.stream_wait_event(stream, e.done, 0) == CUDA_SUCCESS;
 }
 
 // --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is
@@ -711,22 +722,20 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
 
 void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept {
   try {
-    t_replay = {};
-    if (!plan.exec || token == 0) return;
-    const fp::Driver& d = fp::Driver::get();
+    abandonReplay();  // one this thread left open (no endReplay came): no longer waited for
+    if (!plan.exec) return;
     State& s = state();
     std::unique_lock lk(s.mu);
     fp::ExecInfo& e = *plan.exec;
-    if (!admitLaunchLocked(s, e, lk)) return;
+    if (!orderLaunchLocked(s, e, stream, lk)) {
+      ++(e.overlapped ? s.graph_replays_overlapped : s.graph_replays_unsupported);
+      return;
+    }
+    if (token == 0) return;  // the launch is not in the trace (its slot was dropped)
     fp::Context& cx = *e.ctx;
-    auto alive = s.contexts.find(cx.ctx);
-    CUcontext current = nullptr;
     uint64_t words_now = 0;  // a capture that grew after instantiation: its layout moved
     for (const fp::Capture* c : e.captures) words_now += c->words;
-    if (alive == s.contexts.end() || alive->second.get() != &cx || cx.graph_broken ||
-        cx.graph_results == nullptr || e.words == 0 || words_now != e.words ||
-        d.stream_wait_event == nullptr || d.ctx_get(&current) != CUDA_SUCCESS ||
-        current != cx.ctx) {
+    if (cx.graph_broken || cx.graph_results == nullptr || e.words == 0 || words_now != e.words) {
       ++s.graph_replays_unsupported;
       return;
     }
@@ -770,15 +779,6 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     s.pending.push_back(std::move(p));  // released in FIFO order, whatever happens below
     ++s.pending_replays;
     SelfLaunchScope self;
-    // A launch on another stream than the graph's previous one: its cells must not change before
-    // that launch (and its clean-up) is done. CUDA orders the graphs themselves; this orders ours.
-    // (A launch from another thread still between its begin and end was waited for above: the
-    // event is that launch's.)
-    if (e.last_stream != stream && e.done_recorded &&
-        d.stream_wait_event(stream, e.done, 0) != CUDA_SUCCESS) {
-      r->failed = r->ended = true;  // nothing stored: the drain counts it and frees its words
-      return;
-    }
     if (!cx.digester
              ->storeWords(cells.data(), values.data(), static_cast<uint32_t>(cells.size()), stream)
              .isOk()) {
@@ -792,6 +792,29 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     t_replay = {r, stream};
   } catch (...) {
     t_replay = {};
+  }
+}
+
+void Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept {
+  try {
+    State& s = state();
+    std::unique_lock lk(s.mu);
+    auto it = s.execs.find(exec);
+    if (it == s.execs.end() || it->second->words == 0) return;  // no cells to read
+    std::shared_ptr<fp::ExecInfo> e = it->second;  // kept while the gate's wait lets go of mu
+    (void)orderLaunchLocked(s, *e, stream, lk);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::abandonReplay() noexcept {
+  try {
+    ThreadReplay stale = std::exchange(t_replay, {});
+    if (!stale.replay) return;
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    if (stale.replay->exec->gate.close(stale.replay)) s.replay_ended.notify_all();
+  } catch (...) {
   }
 }
 

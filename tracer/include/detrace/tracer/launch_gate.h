@@ -31,6 +31,8 @@ class LaunchGate {
   Entry enter(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
               std::chrono::steady_clock::time_point deadline, std::thread::id self) {
     if (!openByOther(self)) return Entry::kFree;
+    // A deadline already past never waits: waiting would let a closer in (and call it kWaited).
+    if (std::chrono::steady_clock::now() >= deadline) return Entry::kTimedOut;
     ++waiters_;
     const bool freed = cv.wait_until(lk, deadline, [&] { return !openByOther(self); });
     --waiters_;
