@@ -83,6 +83,7 @@ class TraceWriter::Impl {
   bool waitForSpaceLocked(std::unique_lock<std::mutex>& lk, bool cold, size_t bytes);
   void run();
   Status writeBatch(Batch& batch);
+  Status writeBatchNoThrow(Batch& batch) noexcept;
   Status writeEvents(const std::vector<Event>& events);
   Status writeStats(const std::map<std::string, int64_t>& stats);
   Status writeCold(ColdRecord& record);
@@ -280,7 +281,10 @@ void TraceWriter::Impl::run() {
     Batch batch;
     batch.events.swap(events_);
     batch.cold.swap(cold_);
-    events_.reserve(options_.queue_capacity / 4);
+    try {
+      events_.reserve(options_.queue_capacity / 4);
+    } catch (...) {  // out of memory: the queue grows as it can
+    }
     cold_bytes_ = 0;
     flush_requested_ = false;
     int64_t gen = ++taken_gen_;
@@ -306,7 +310,7 @@ void TraceWriter::Impl::run() {
     batch.stats = statsSnapshotLocked(after);
     lk.unlock();
 
-    Status st = failed ? Status::ok() : writeBatch(batch);
+    Status st = failed ? Status::ok() : writeBatchNoThrow(batch);
 
     lk.lock();
     if (failed || !st.isOk()) {
@@ -326,6 +330,23 @@ void TraceWriter::Impl::run() {
     cv_done_.notify_all();
     cv_space_.notify_all();
     if (closing && events_.empty() && cold_.empty()) return;
+  }
+}
+
+// writeBatch, with an exception (out of memory, in a compression buffer or a row) turned into an
+// error: the writer's thread runs inside the traced program, where an exception escaping it would
+// end the program. The batch's open transaction is rolled back; what earlier batches committed
+// stays in the file.
+Status TraceWriter::Impl::writeBatchNoThrow(Batch& batch) noexcept {
+  try {
+    return writeBatch(batch);
+  } catch (...) {
+  }
+  (void)sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+  try {
+    return Status(ErrorCode::kIo, "out of memory while writing a batch");
+  } catch (...) {
+    return Status(ErrorCode::kIo, std::string());
   }
 }
 

@@ -6,7 +6,8 @@
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
-// "sigint" and the program goes on. With its SIGTERM handler, a SIGTERM prints "term" and exits 0.
+// "sigint" and the program goes on (--own-sigint-once: a one-shot handler, SA_RESETHAND, so a
+// second SIGINT takes the default action). With its SIGTERM handler, a SIGTERM prints "term" and exits 0.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -26,11 +27,11 @@ volatile sig_atomic_t g_sigterm = 0;
 void onSigint(int) { g_sigint = 1; }
 void onSigterm(int) { g_sigterm = 1; }
 
-void install(int sig, void (*handler)(int)) {
+void install(int sig, void (*handler)(int), int flags = 0) {
   struct sigaction sa {};
   sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: the blocking read below returns EINTR
+  sa.sa_flags = flags;  // no SA_RESTART: the blocking read below returns EINTR
   sigaction(sig, &sa, nullptr);
 }
 
@@ -64,6 +65,7 @@ bool readLine(std::string& line) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--own-sigint") == 0) install(SIGINT, onSigint);
+  if (argc > 1 && std::strcmp(argv[1], "--own-sigint-once") == 0) install(SIGINT, onSigint, SA_RESETHAND);
   ncclUniqueId id;
   ncclComm_t comm = nullptr;
   if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 4, id, 0) != ncclSuccess) {

@@ -49,7 +49,8 @@ class TracedApp {
 
   std::string send(const std::string& cmd) { return child_.send(cmd); }
   void call(int count) { EXPECT_EQ(send("call " + std::to_string(count)), "ok"); }
-  std::string line() { return child_.line(); }
+  std::string line(int timeout_ms = 20000) { return child_.line(timeout_ms); }
+  void say(const std::string& cmd) { child_.say(cmd); }
   int wait() { return child_.wait(); }
 
   pid_t pid() const { return child_.pid(); }
@@ -232,6 +233,25 @@ TEST(Signals, SigintChainsToTheProgramsOwnHandler) {
   app.call(2);  // and the program, and the recording, went on
   app.send("exit");
   EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
+}
+
+// A one-shot handler (SA_RESETHAND) runs once; the second SIGINT takes the default action, as
+// it would without the tracer (which still finishes the trace first).
+TEST(Signals, AOneShotHandlerOfTheProgramStaysOneShot) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {"--own-sigint-once"});
+  app.call(1);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "sigint") << "the program's handler ran";
+  app.call(2);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  const std::string after = app.line(10000);  // EOF: the program died
+  EXPECT_NE(after, "sigint") << "the one-shot handler ran twice";
+  if (after == "sigint") app.say("exit");  // let it end, so that the test does not hang
+  int status = app.wait();
+  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
   EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
 }
 

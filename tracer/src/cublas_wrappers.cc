@@ -293,13 +293,18 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 // op's kernels at every replay.
 class GemmFingerprints {
  public:
-  GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream)
+  GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream) noexcept
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
     // At --capture meta nothing is fingerprinted: no operand specs either (their vectors cost a
     // GEMM's thread about a microsecond), and no row width for the next collective's digests.
     if (token_ != 0 && !Fingerprinter::get().enabled()) token_ = 0;
     if (token_ == 0) return;
-    specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
+    try {
+      specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
+    } catch (...) {  // out of memory: this GEMM stays recorded, without fingerprints
+      token_ = 0;
+      return;
+    }
     plan_ = fingerprintPlan(stream_, specs_);
     if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr, !plan_.captured);
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
@@ -307,7 +312,7 @@ class GemmFingerprints {
       if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
-  void after(bool ok) {
+  void after(bool ok) noexcept {
     if (token_ == 0) return;
     CallNodes nodes;
     nodes.all_after = plan_.all_after;

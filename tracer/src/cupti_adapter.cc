@@ -814,7 +814,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
       onLaunch(domain, cbid, static_cast<const CUpti_CallbackData*>(data));
     }
   } catch (const std::exception& e) {
-    Session::get().fail(std::string("in a CUPTI callback: ") + e.what());
+    Session::get().fail("in a CUPTI callback", e.what());
   } catch (...) {
     Session::get().fail("in a CUPTI callback");
   }
@@ -1010,14 +1010,20 @@ void flusherLoop() {
     g_flush_cv.wait_for(lk, kFlushPeriod, [] { return g_flush_stop; });
     if (g_flush_stop) break;
     lk.unlock();
-    {
-      std::lock_guard turn(g_flush_call_mu);
-      DiagScope timing(DiagSite::kPeriodicFlush);
-      g_cupti.flush_all(0);
-      if (g_diag_teardown) logLine("teardown: %.3f ms: periodic flush", diagMs());
+    try {  // the thread is the tracer's, but an exception leaving it would end the program
+      {
+        std::lock_guard turn(g_flush_call_mu);
+        DiagScope timing(DiagSite::kPeriodicFlush);
+        g_cupti.flush_all(0);
+        if (g_diag_teardown) logLine("teardown: %.3f ms: periodic flush", diagMs());
+      }
+      if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
+      Fingerprinter::get().poll();
+    } catch (const std::exception& e) {
+      Session::get().fail("in the tracer's flusher thread", e.what());
+    } catch (...) {
+      Session::get().fail("in the tracer's flusher thread");
     }
-    if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
-    Fingerprinter::get().poll();
     lk.lock();
   }
 }

@@ -115,6 +115,9 @@ Context* State::contextLocked(CUcontext c) {
   const Driver& d = Driver::get();
   auto cx = std::make_unique<Context>();
   cx->ctx = c;
+  // Allocations and synchronous memsets are "unsafe" calls while another thread captures a graph
+  // in global mode: refused (fingerprints would be off for the run) or breaking that capture.
+  RelaxedCaptureScope relaxed;
   auto digester = kernels::Digester::create();
   if (!digester.isOk()) {
     logLine("fingerprints are off: %s", digester.status().message().c_str());
@@ -175,6 +178,7 @@ Context* State::contextLocked(CUcontext c) {
 void State::allocateStagingLocked(Context& cx) {
   cx.staging_tried = true;
   const Driver& d = Driver::get();
+  RelaxedCaptureScope relaxed;  // another thread may be capturing a graph (contextLocked)
   int64_t mb = 256;
   if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0)
     mb = std::atoll(v);

@@ -110,7 +110,7 @@ uint64_t recordLibraryOp(Fill&& fill, bool complete, const char* api) noexcept {
       Fingerprinter::get().markCopy(token);
     return token;
   } catch (const std::exception& e) {
-    Session::get().fail(std::string("recording a library call failed: ") + e.what());
+    Session::get().fail("recording a library call failed", e.what());
   } catch (...) {
     Session::get().fail("recording a library call failed");
   }

@@ -108,12 +108,15 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   }, /*complete=*/false);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
   if (token != 0) {
-    Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
-              reinterpret_cast<CUstream>(c.stream), {}};
-    for (const OperandSpec& s : *specs) {
-      if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
+    try {
+      Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
+                reinterpret_cast<CUstream>(c.stream), {}};
+      for (const OperandSpec& s : *specs) {
+        if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
+      }
+      t_pending.push_back(std::move(p));
+    } catch (...) {  // out of memory: the call stays recorded, without its outputs' digests
     }
-    t_pending.push_back(std::move(p));
   }
   return token;
 }
@@ -121,7 +124,11 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 // NCCL's choices for this thread's calls, from the profiler plugin (nccl_profiler_plugin.cc). NCCL
 // reports them while the call runs (ungrouped) or at the outermost ncclGroupEnd (grouped), on the
 // calling thread for blocking communicators; they are matched to the recorded calls in order.
+// Only a thread with recorded calls waiting keeps them: NCCL may report from threads of its own
+// (a graph-captured plan's host callback) that never settle, and those must not grow without end.
 void onChoice(const NcclChoice& choice) noexcept {
+  constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
+  if ((t_pending.empty() && t_group_depth == 0) || t_choices.size() >= kMaxChoices) return;
   try {
     t_choices.push_back(choice);
   } catch (...) {

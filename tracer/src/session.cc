@@ -117,11 +117,15 @@ std::string cudaVersionText(int v) {
 
 void atForkChild() { Session::resetAfterFork(); }
 
+// At a normal exit the trace is finished within DETRACE_EXIT_TIMEOUT_S seconds (default 60): a
+// stalled file system or a kernel that never ends (cuCtxSynchronize in the final flush) must not
+// keep the program from exiting. Past it, what was committed stays in the file.
 void atExit() {
-  try {
-    Session::get().finish();
-  } catch (...) {
+  int64_t limit = 60;
+  if (const char* v = std::getenv("DETRACE_EXIT_TIMEOUT_S"); v != nullptr && std::atoll(v) > 0) {
+    limit = std::atoll(v);
   }
+  finishBounded(std::chrono::seconds(limit), "program's exit");
 }
 
 }  // namespace
@@ -324,9 +328,12 @@ void Session::addStat(const char* key, int64_t delta) {
   if (db::TraceWriter* w = writer()) w->addStat(key, delta);
 }
 
-void Session::fail(const std::string& what) {
+void Session::fail(const char* what, const char* detail) noexcept {
   bool was = enabled_.exchange(false);
-  if (was) logLine("recording stopped: %s; the program continues unrecorded", what.c_str());
+  if (was) {
+    logLine("recording stopped: %s%s%s; the program continues unrecorded", what,
+            detail != nullptr ? ": " : "", detail != nullptr ? detail : "");
+  }
 }
 
 // ---- the capture switch: `detrace record --paused` and `detrace attach` ----

@@ -105,7 +105,9 @@ class Session {
   // be no current context when recording starts): fills the rank's device, GPU name and UUID once.
   void noteDevice(int32_t device);
   // Logs `what` once and stops recording; the program continues.
-  void fail(const std::string& what);
+  // `what` (and `detail`, e.g. an exception's what()) are only logged: nothing is allocated, so it
+  // can be called from a handler of std::bad_alloc.
+  void fail(const char* what, const char* detail = nullptr) noexcept;
   // Flushes everything pending, writes the counters and closes the file. Idempotent.
   void finish();
   // Adds to a counter in the trace's stats table.

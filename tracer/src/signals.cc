@@ -18,7 +18,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "log.h"
+#include "next_symbol.h"
 #include "session.h"
 
 namespace detrace::tracer {
@@ -82,18 +85,25 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   } else if (old.sa_handler != SIG_IGN || (old.sa_flags & SA_SIGINFO) != 0) {
     // The program's own handler decides what happens; commit what we have meanwhile.
     notifyThread(sig | kCommitOnly);
-    if ((old.sa_flags & SA_SIGINFO) != 0) {
-      old.sa_sigaction(sig, info, context);
+    const struct sigaction program = old;
+    if ((program.sa_flags & SA_RESETHAND) != 0) {
+      // A one-shot handler: the next one of this signal takes the default action, as it would
+      // have without the tracer (ours then finishes the trace first).
+      g_old[i].sa_flags = 0;
+      g_old[i].sa_handler = SIG_DFL;
+    }
+    if ((program.sa_flags & SA_SIGINFO) != 0) {
+      program.sa_sigaction(sig, info, context);
     } else {
-      old.sa_handler(sig);
+      program.sa_handler(sig);
     }
   }
   errno = saved_errno;
 }
 
-// Finishes the session, waiting at most kFinishTimeout (a wedged writer must not keep a process
-// that was told to die alive).
-void finishBounded() {
+}  // namespace
+
+void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
@@ -101,9 +111,19 @@ void finishBounded() {
   };
   std::shared_ptr<Shared> shared;
   std::thread worker;
+  // The worker finishes with the caller's CUDA context current, as the caller would (the final
+  // flush waits for that context's work).
+  using GetCtx = CUresult (*)(CUcontext*);
+  using SetCtx = CUresult (*)(CUcontext);
+  static const auto get_ctx = reinterpret_cast<GetCtx>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
+  static const auto set_ctx = reinterpret_cast<SetCtx>(loadedSymbol("cuCtxSetCurrent", "libcuda.so"));
+  CUcontext ctx = nullptr;
+  if (get_ctx == nullptr || set_ctx == nullptr || get_ctx(&ctx) != CUDA_SUCCESS) ctx = nullptr;
   try {
     shared = std::make_shared<Shared>();
-    worker = std::thread([shared] {
+    SignalsBlockedScope blocked;  // the program's signals stay with the program's threads
+    worker = std::thread([shared, ctx] {
+      if (ctx != nullptr) (void)set_ctx(ctx);
       try {
         Session::get().finish();
       } catch (...) {
@@ -120,16 +140,22 @@ void finishBounded() {
     }
     return;
   }
-  std::unique_lock lk(shared->mu);
-  if (shared->cv.wait_for(lk, kFinishTimeout, [&] { return shared->done; })) {
-    lk.unlock();
-    worker.join();
-  } else {
-    logLine("the trace was not finished within %lld s of the signal; ending the program anyway",
-            static_cast<long long>(kFinishTimeout.count()));
-    worker.detach();
+  try {
+    std::unique_lock lk(shared->mu);
+    if (shared->cv.wait_for(lk, limit, [&] { return shared->done; })) {
+      lk.unlock();
+      worker.join();
+      return;
+    }
+  } catch (...) {
   }
+  logLine("the trace was not finished within %lld s of the %s; ending the program anyway (what "
+          "was committed before stays in the file)",
+          static_cast<long long>(limit.count()), when);
+  worker.detach();
 }
+
+namespace {
 
 void flushLoop(int rd) {
   for (;;) {
@@ -142,7 +168,7 @@ void flushLoop(int rd) {
       continue;
     }
     int sig = value & 0xff;
-    finishBounded();
+    finishBounded(kFinishTimeout, "signal");
     dieBySignal(sig);
     return;  // not reached: the default action of sig terminates the process
   }

@@ -25,6 +25,8 @@
 
 #include <signal.h>
 
+#include <chrono>
+
 namespace detrace::tracer {
 
 // Blocks every signal in the calling thread for its scope: a thread the tracer starts inside it
@@ -48,5 +50,9 @@ class SignalsBlockedScope {
 void installSignalHandlers() noexcept;
 // In a forked child: forget the parent's pipe and thread (installSignalHandlers re-arms).
 void resetSignalsAfterFork() noexcept;
+// Finishes the session on a thread of its own and waits for it at most `limit` (a wedged writer
+// or a hung GPU must not keep a process that is ending alive); `when` names the occasion in the
+// log line a timeout writes ("signal", "program's exit"). Without a thread, finishes unbounded.
+void finishBounded(std::chrono::seconds limit, const char* when) noexcept;
 
 }  // namespace detrace::tracer
