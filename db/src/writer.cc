@@ -73,7 +73,7 @@ class TraceWriter::Impl {
   int64_t intern(std::string_view text);
   int64_t stream(int64_t handle, int32_t device, int32_t priority);
   void addStat(std::string_view key, int64_t delta);
-  Status flush();
+  Status flush(std::optional<std::chrono::milliseconds> limit = std::nullopt);
   Status close();
   Status status() const { std::lock_guard lk(mu_); return error_; }
   WriterCounters counters() const { std::lock_guard lk(mu_); return counters_; }
@@ -466,14 +466,21 @@ Status TraceWriter::Impl::writeBatch(Batch& batch) {
   return st;
 }
 
-Status TraceWriter::Impl::flush() {
+Status TraceWriter::Impl::flush(std::optional<std::chrono::milliseconds> limit) {
   std::unique_lock lk(mu_);
   if (closed_) return error_;
   bool queued = !events_.empty() || !cold_.empty();
   int64_t target = taken_gen_ + (queued ? 1 : 0);
   flush_requested_ = true;
   cv_work_.notify_one();
-  cv_done_.wait(lk, [&] { return committed_gen_ >= target; });
+  auto committed = [&] { return committed_gen_ >= target; };
+  if (!limit) {
+    cv_done_.wait(lk, committed);
+  } else if (!cv_done_.wait_for(lk, *limit, committed)) {
+    return makeError(ErrorCode::kUnavailable,
+                     "the trace writer did not commit within {} ms (it goes on in the background)",
+                     limit->count());
+  }
   return error_;
 }
 
@@ -552,6 +559,7 @@ bool TraceWriter::appendLaunchParams(LaunchParams params) {
 bool TraceWriter::appendGraphOp(const GraphOp& op) { return impl_->appendCold(op, sizeof(GraphOp)); }
 void TraceWriter::addStat(std::string_view key, int64_t delta) { impl_->addStat(key, delta); }
 Status TraceWriter::flush() { return impl_->flush(); }
+Status TraceWriter::flush(std::chrono::milliseconds limit) { return impl_->flush(limit); }
 Status TraceWriter::close() { return impl_->close(); }
 Status TraceWriter::status() const { return impl_->status(); }
 WriterCounters TraceWriter::counters() const { return impl_->counters(); }

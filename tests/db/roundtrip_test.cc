@@ -274,6 +274,34 @@ TEST(RoundTrip, SeveralThreadsReadTheSameFileEachWithItsOwnReader) {
   for (int64_t n : seen) EXPECT_EQ(n, 1500);
 }
 
+// flush(limit): within the limit it commits as flush() does; a limit too short for the batch
+// says so (kUnavailable) and the batch is committed all the same.
+TEST(Writer, BoundedFlushSaysWhenItGaveUpAndTheBatchStillLands) {
+  testing::TempDir dir;
+  WriterOptions o;
+  o.policy = OverflowPolicy::kBlock;
+  o.queue_capacity = 1 << 20;
+  o.flush_interval = std::chrono::milliseconds(60'000);  // only flushes commit
+  auto w = TraceWriter::create(dir.file("bounded.dtrace"), o);
+  ASSERT_TRUE(w.isOk());
+  testing::Rng rng;
+  const int64_t name = (*w)->intern("k");
+  auto appendMany = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE((*w)->append(testing::randomKernel(rng, name, -1)));
+  };
+  appendMany(10);
+  EXPECT_TRUE((*w)->flush(std::chrono::milliseconds(30'000)).isOk());
+  appendMany(300'000);  // a batch that takes the writer far longer than a microsecond
+  const Status quick = (*w)->flush(std::chrono::milliseconds(0));
+  EXPECT_EQ(quick.code(), ErrorCode::kUnavailable) << quick.message();
+  EXPECT_NE(quick.message().find("did not commit within 0 ms"), std::string::npos) << quick.message();
+  EXPECT_TRUE((*w)->flush().isOk());
+  ASSERT_TRUE((*w)->close().isOk());
+  auto r = TraceReader::open(dir.file("bounded.dtrace"));
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(*(*r)->eventCount(), 300'010);
+}
+
 }  // namespace
 }  // namespace detrace::db
 

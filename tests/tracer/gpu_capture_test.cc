@@ -168,6 +168,12 @@ TEST(TracerCapture, NvtxRangesAndFullCopiesMatchTheProgram) {
   ASSERT_TRUE(stats.isOk());
   EXPECT_GE((*stats)["captures_written"], 6);
   EXPECT_EQ((*stats)["captures_skipped_budget"], 0);
+  // The copies were the tracer's: the program copies nothing back, so the trace holds no copy, and
+  // the copies' records (and those of the tracer's memsets) were dropped as its own.
+  int copies = 0;
+  for (const db::Event& e : r.events) copies += e.kind == db::EventKind::kMemcpy;
+  EXPECT_EQ(copies, 0) << "the tracer's copies were recorded as the program's";
+  EXPECT_GE((*stats)["tracer_own_records_dropped"], (*stats)["captures_written"]);
 }
 
 // --row-digests tokens: A (whose stored columns run along k, not the tokens) gets its whole digest

@@ -17,6 +17,7 @@
 #include <cxxabi.h>
 
 #include <array>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -792,6 +793,24 @@ DiagSite callbackSite(CUpti_CallbackDomain domain, const void* data) {
              : DiagSite::kLaunchExit;
 }
 
+// The driver calls by which the tracer copies and zeroes memory of its own (full capture's copies,
+// the fingerprints' result memory, deep mode's zero fill): made inside a SelfLaunchScope, their
+// activity records must not become program events (ReorderBuffer::ignoreCorrelation).
+constexpr CUpti_CallbackId kOwnMemoryCallbacks[] = {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
+                                                    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+                                                    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2};
+
+bool isOwnMemoryCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return false;
+  return std::find(std::begin(kOwnMemoryCallbacks), std::end(kOwnMemoryCallbacks), cbid) !=
+         std::end(kOwnMemoryCallbacks);
+}
+
+void onOwnMemoryApi(const CUpti_CallbackData* cb) {
+  if (cb->callbackSite != CUPTI_API_ENTER || !selfLaunchFlag()) return;
+  if (ReorderBuffer* b = Session::get().buffer()) b->ignoreCorrelation(cb->correlationId);
+}
+
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
   // The marker's own callback counts as "other": its whole call is the marker site.
@@ -808,6 +827,8 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     } else if (marker) {
       const auto* cb = static_cast<const CUpti_CallbackData*>(data);
       if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = cb->correlationId;
+    } else if (isOwnMemoryCallback(domain, cbid)) {
+      onOwnMemoryApi(static_cast<const CUpti_CallbackData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {
       deep::onMemoryApi(cbid, static_cast<const CUpti_CallbackData*>(data));
     } else {
@@ -1193,6 +1214,10 @@ bool enableCallbacks() {
   // layouts by function), which an unload may hand to other kernels.
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "module callback");
+  for (CUpti_CallbackId id : kOwnMemoryCallbacks) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
+                       "the tracer's own copies and memsets");
+  }
   // Deep mode tracks allocations from the start, whatever the capture switch says.
   if (deep::enabled()) {
     size_t n = 0;

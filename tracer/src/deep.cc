@@ -363,9 +363,9 @@ const CUpti_CallbackId kMemoryCallbacks[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle,
     CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
     CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle, CUPTI_DRIVER_TRACE_CBID_cuMemPoolImportPointer,
-    CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
-    // The tracer's own memsets (zero fill, result memory) are told apart by their correlation id.
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async};
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemRelease};
+// (The tracer's own memsets, its zero fill's too, are told apart by cupti_adapter.cc's
+// kOwnMemoryCallbacks, on in every mode.)
 
 }  // namespace
 
@@ -383,13 +383,6 @@ bool isMemoryCallback(CUpti_CallbackId cbid) {
 }
 
 void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
-  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2 || cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) {
-    // Ours if made inside a SelfLaunchScope: its GPU record must not become a program event.
-    if (cb->callbackSite == CUPTI_API_ENTER && selfLaunchFlag()) {
-      if (ReorderBuffer* b = Session::get().buffer()) b->ignoreCorrelation(cb->correlationId);
-    }
-    return;
-  }
   if (cb->callbackSite != CUPTI_API_EXIT || cb->functionParams == nullptr || selfLaunchFlag()) return;
   if (cb->functionReturnValue && *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS)
     return;

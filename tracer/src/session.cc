@@ -467,7 +467,9 @@ void Session::commit() noexcept {
     if (b == nullptr || w == nullptr) return;
     b->poll(now());
     b->settle();  // the records still to come will not (context teardown, a signal)
-    (void)w->flush();
+    // Bounded: this runs inside the program's own call (cuCtxDestroy, ...), and what is not
+    // committed in time still is, by the writer's thread, a little later.
+    (void)w->flush(std::chrono::milliseconds(2000));
   } catch (...) {
   }
 }

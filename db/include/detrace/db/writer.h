@@ -88,6 +88,9 @@ class TraceWriter {
 
   // Waits until everything appended so far is committed; returns the writer's status.
   Status flush();
+  // The same, waiting at most `limit` (inside a traced program's own calls, e.g. at a CUDA context
+  // teardown): kUnavailable past it, while the commit goes on in the background.
+  Status flush(std::chrono::milliseconds limit);
   // Flushes, writes the final counters, checkpoints the WAL and closes. Idempotent.
   Status close();
   // The first error the writer hit, or ok.
