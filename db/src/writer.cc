@@ -307,14 +307,17 @@ void TraceWriter::Impl::run() {
     after.bytes_captured += captured;
     after.launch_params_written += n_params;
     after.batches += 1;
-    batch.stats = statsSnapshotLocked(after);
+    try {
+      batch.stats = statsSnapshotLocked(after);
+    } catch (...) {  // out of memory: this batch leaves the stats as they were
+    }
     lk.unlock();
 
     Status st = failed ? Status::ok() : writeBatchNoThrow(batch);
 
     lk.lock();
     if (failed || !st.isOk()) {
-      if (error_.isOk()) error_ = st;
+      if (error_.isOk()) error_ = std::move(st);
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
       counters_.launch_params_dropped += n_params;

@@ -72,7 +72,9 @@ std::atomic<bool> g_active{false};
 // 3, within a process-to-process spread of 30-40% (docs/overhead.md). The teardown losses once
 // blamed on zeroed buffers come as often without them (see forcedFlush).
 std::mutex g_pool_mu;
-std::vector<uint8_t*> g_pool;
+// Never destroyed (like the session): a finish that outlives the exit's bound (finishBounded)
+// may still use it while the program's static destructors run.
+std::vector<uint8_t*>& g_pool = *new std::vector<uint8_t*>();
 bool g_may_reject = true;
 bool g_zeroed_buffers = false;
 std::atomic<int64_t> g_buffers_refused{0};
@@ -161,8 +163,11 @@ std::thread* g_flusher = nullptr;
 
 // ---- caches (bounded) ----
 std::mutex g_cache_mu;
-std::unordered_map<uint32_t, int32_t> g_context_device;    // context uid -> device
-std::unordered_map<uint64_t, int32_t> g_graph_records;     // graph exec -> records per launch
+// Never destroyed, as g_pool.
+std::unordered_map<uint32_t, int32_t>& g_context_device =
+    *new std::unordered_map<uint32_t, int32_t>();  // context uid -> device
+std::unordered_map<uint64_t, int32_t>& g_graph_records =
+    *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> records per launch
 
 // ---- per-thread launch state ----
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
@@ -514,9 +519,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
       if (kind.graph) {  // its captured digests still read their cells: ordered all the same
         const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
-        if (target.graph_exec != 0 && !isCapturing(target.stream)) {
-          Fingerprinter::get().orderUnrecordedLaunch(
-              target.graph_exec, launchStream(domain, cbid, target.stream));
+        const CUstream stream = launchStream(domain, cbid, target.stream);
+        if (target.graph_exec != 0 && !isCapturing(reinterpret_cast<int64_t>(stream))) {
+          Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream);
         }
       }
       enterNesting(runtime, 0);
@@ -568,7 +573,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       launch.expected_activities = expectedGraphRecords(exec);
       launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
       // Library ops captured into the graph with their digests: this launch replays them.
-      replays = !isCapturing(stream) && Fingerprinter::get().planReplay(exec, replay);
+      // (A per-thread default stream is asked about as itself: 0 would ask the legacy stream.)
+      replays = !isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream))) &&
+                Fingerprinter::get().planReplay(exec, replay);
       if (replays) {
         launch.graph_ops = replay.ops;
         launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
@@ -808,14 +815,17 @@ bool isOwnMemoryCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
 
 void onOwnMemoryApi(const CUpti_CallbackData* cb) {
   if (cb->callbackSite != CUPTI_API_ENTER || !selfLaunchFlag()) return;
-  if (ReorderBuffer* b = Session::get().buffer()) b->ignoreCorrelation(cb->correlationId);
+  // startedBuffer(): never starts anything from here, and still there while a stop drains.
+  if (ReorderBuffer* b = Session::get().startedBuffer()) b->ignoreCorrelation(cb->correlationId);
 }
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
   // The marker's own callback counts as "other": its whole call is the marker site.
   const bool marker = domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback;
-  DiagScope timing(diagTimingOn() && !marker ? callbackSite(domain, data) : DiagSite::kOtherCallback);
+  DiagScope timing(diagTimingOn() && !marker && !isOwnMemoryCallback(domain, cbid)
+                       ? callbackSite(domain, data)
+                       : DiagSite::kOtherCallback);
   try {
     if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
       onResource(cbid, static_cast<const CUpti_ResourceData*>(data));
@@ -1158,6 +1168,21 @@ bool enableGraphUpdateCallbacks() {
   return true;
 }
 
+// The callbacks by which the tracer's own copies and memsets are told apart (kOwnMemoryCallbacks):
+// turned on at the first start at a level that makes them (digest, full, deep) and left on; not at
+// load, for the same reason as the graph update callbacks.
+bool enableOwnMemoryCallbacks() {
+  static bool on = false;  // captureOn runs under the session's capture lock
+  if (on) return true;
+  for (CUpti_CallbackId id : kOwnMemoryCallbacks) {
+    if (g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id) != CUPTI_SUCCESS) {
+      return false;
+    }
+  }
+  on = true;
+  return true;
+}
+
 void captureOn() {
   // Launches whose API exit the last stop cut off never end: forget them (see launchEntering).
   ReorderBuffer* buffer = Session::get().startedBuffer();
@@ -1171,6 +1196,13 @@ void captureOn() {
   g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
   if (!enableGraphUpdateCallbacks()) {
     logLine("executable graphs updated with cudaGraphExecUpdate are not noticed (CUPTI refused the callback)");
+  }
+  if ((Session::get().policy().level != CaptureLevel::kMeta || deep::enabled()) &&
+      !enableOwnMemoryCallbacks()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      logLine("the tracer's own copies and memsets may show as program events (CUPTI refused their callbacks)");
+    }
   }
   if (!setActivities(true) || !setLaunchCallbacks(1)) {
     logLine("kernels are not recorded (CUPTI refused to turn tracing on); NCCL and cuBLAS calls still are");
@@ -1187,8 +1219,10 @@ void activitiesOff() {
 }
 
 // The callbacks that stay on whatever the capture switch says (they are rare, and none is in the
-// runtime or driver API domains): graph instantiation (to count a graph's records), context
-// teardown and NVTX.
+// runtime or driver API domains but deep mode's allocation callbacks): graph instantiation (to
+// count a graph's records), context teardown and NVTX. The driver-API callbacks that every
+// capture needs are turned on at the first start (enableGraphUpdateCallbacks,
+// enableOwnMemoryCallbacks).
 bool enableCallbacks() {
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED), "graph callback");
@@ -1214,10 +1248,6 @@ bool enableCallbacks() {
   // layouts by function), which an unload may hand to other kernels.
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "module callback");
-  for (CUpti_CallbackId id : kOwnMemoryCallbacks) {
-    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
-                       "the tracer's own copies and memsets");
-  }
   // Deep mode tracks allocations from the start, whatever the capture switch says.
   if (deep::enabled()) {
     size_t n = 0;

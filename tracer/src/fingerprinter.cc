@@ -50,7 +50,10 @@ const Driver& Driver::get() {
     x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
     x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
     x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
-    x.memset_d8 = reinterpret_cast<MemsetD8>(sym("cuMemsetD8_v2"));
+    x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
+    x.stream_create = reinterpret_cast<StreamCreate>(sym("cuStreamCreate"));
+    x.stream_sync = reinterpret_cast<StreamFn>(sym("cuStreamSynchronize"));
+    x.stream_destroy = reinterpret_cast<StreamFn>(sym("cuStreamDestroy_v2"));
     x.host_alloc = reinterpret_cast<HostAlloc>(sym("cuMemHostAlloc"));
     x.host_dev_ptr = reinterpret_cast<HostDevPtr>(sym("cuMemHostGetDevicePointer_v2"));
     x.event_create = reinterpret_cast<EventCreate>(sym("cuEventCreate"));
@@ -61,7 +64,8 @@ const Driver& Driver::get() {
     // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
     x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
     x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
-    x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8 && x.host_alloc &&
+    x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8_async && x.stream_create &&
+           x.stream_sync && x.stream_destroy && x.host_alloc &&
            x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
     return x;
   }();
@@ -97,6 +101,31 @@ CUresult resultsLanded(const Pending& p) {
 }
 }  // namespace
 
+// Zeroes the tracer's device memory on a non-blocking stream of its own, then waits for it: a
+// synchronous memset runs on the legacy stream, which joins every blocking stream of the context,
+// so one that another thread is capturing into a graph would make it fail and break that capture.
+class ZeroFill {
+ public:
+  explicit ZeroFill(const Driver& d) : d_(d) {
+    ok_ = d.stream_create(&stream_, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
+  }
+  ~ZeroFill() {
+    if (ok_) (void)d_.stream_destroy(stream_);
+  }
+  ZeroFill(const ZeroFill&) = delete;
+  ZeroFill& operator=(const ZeroFill&) = delete;
+  bool fill(CUdeviceptr p, size_t bytes) {
+    return ok_ && d_.memset_d8_async(p, 0, bytes, stream_) == CUDA_SUCCESS;
+  }
+  // Every fill done (before the memory is used on any other stream).
+  bool finish() { return ok_ && d_.stream_sync(stream_) == CUDA_SUCCESS; }
+
+ private:
+  const Driver& d_;
+  CUstream stream_ = nullptr;
+  bool ok_ = false;
+};
+
 State& state() {
   State* s = g_state.load(std::memory_order_acquire);
   if (s != nullptr) return *s;
@@ -130,8 +159,9 @@ Context* State::contextLocked(CUcontext c) {
   void* arena = nullptr;
   uint32_t entries = Session::get().policy().deep ? kDeepEntries : kEntries;
   cx->entries = entries;
+  ZeroFill zero(d);
   bool ok = d.mem_alloc(&slots, sizeof(kernels::DigestSlot) * entries) == CUDA_SUCCESS &&
-            d.memset_d8(slots, 0, sizeof(kernels::DigestSlot) * entries) == CUDA_SUCCESS &&
+            zero.fill(slots, sizeof(kernels::DigestSlot) * entries) &&
             d.host_alloc(&whole, sizeof(uint64_t) * entries, CU_MEMHOSTALLOC_DEVICEMAP) ==
                 CUDA_SUCCESS &&
             d.host_alloc(&arena, sizeof(uint64_t) * kArenaDigests, CU_MEMHOSTALLOC_DEVICEMAP) ==
@@ -147,8 +177,7 @@ Context* State::contextLocked(CUcontext c) {
   // CUDA graphs: the cells and DigestSlots of captured digests, zeroed once like `slots`; without
   // them this context's graphs get no fingerprints, and the rest works on.
   CUdeviceptr pool = 0;
-  if (d.mem_alloc(&pool, kGraphPoolBytes) == CUDA_SUCCESS &&
-      d.memset_d8(pool, 0, kGraphPoolBytes) == CUDA_SUCCESS) {
+  if (d.mem_alloc(&pool, kGraphPoolBytes) == CUDA_SUCCESS && zero.fill(pool, kGraphPoolBytes)) {
     cx->graph_pool = pool;
   }
   // Completion signals: without them each enqueue records an event instead (1.1-1.5 us more per
@@ -159,10 +188,15 @@ Context* State::contextLocked(CUcontext c) {
     std::memset(done, 0, sizeof(uint64_t) * entries);
     if (d.host_dev_ptr(&cx->done_dev, done, 0) == CUDA_SUCCESS &&
         d.mem_alloc(&done_counters, sizeof(uint32_t) * entries) == CUDA_SUCCESS &&
-        d.memset_d8(done_counters, 0, sizeof(uint32_t) * entries) == CUDA_SUCCESS) {
+        zero.fill(done_counters, sizeof(uint32_t) * entries)) {
       cx->done = static_cast<volatile uint64_t*>(done);
       cx->done_counters = done_counters;
     }
+  }
+  if (!zero.finish()) {
+    logLine("fingerprints are off: could not zero their result memory");
+    disabled = true;
+    return nullptr;
   }
   cx->slots = reinterpret_cast<kernels::DigestSlot*>(slots);
   cx->whole = static_cast<volatile uint64_t*>(whole);

@@ -54,7 +54,9 @@ inline constexpr size_t kMaxPendingReplays = 4096;
 struct Driver {
   using CtxGet = CUresult (*)(CUcontext*);
   using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
-  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
+  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
+  using StreamFn = CUresult (*)(CUstream);
   using HostAlloc = CUresult (*)(void**, size_t, unsigned int);
   using HostDevPtr = CUresult (*)(CUdeviceptr*, void*, unsigned int);
   using EventCreate = CUresult (*)(CUevent*, unsigned int);
@@ -68,7 +70,10 @@ struct Driver {
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
-  MemsetD8 memset_d8 = nullptr;
+  MemsetD8Async memset_d8_async = nullptr;  // the result memory's zeroing (ZeroFill)
+  StreamCreate stream_create = nullptr;
+  StreamFn stream_sync = nullptr;
+  StreamFn stream_destroy = nullptr;
   HostAlloc host_alloc = nullptr;
   HostDevPtr host_dev_ptr = nullptr;
   EventCreate event_create = nullptr;

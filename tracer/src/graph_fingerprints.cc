@@ -551,8 +551,9 @@ bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_l
       d.ctx_get(&current) != CUDA_SUCCESS || current != e.ctx->ctx) {
     return false;
   }
-  return e.last_stream == stream || !e.done_recorded ||
-         d.stream_wait_event(stream, e.done, 0) == CUDA_SUCCESS;
+  // CU_STREAM_PER_THREAD is one handle for every thread's own stream: never "the same stream".
+  const bool same_stream = e.last_stream == stream && stream != CU_STREAM_PER_THREAD;
+  return same_stream || !e.done_recorded || d.stream_wait_event(stream, e.done, 0) == CUDA_SUCCESS;
 }
 
 // --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is

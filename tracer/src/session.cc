@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -123,7 +124,7 @@ void atForkChild() { Session::resetAfterFork(); }
 void atExit() {
   int64_t limit = 60;
   if (const char* v = std::getenv("DETRACE_EXIT_TIMEOUT_S"); v != nullptr && std::atoll(v) > 0) {
-    limit = std::atoll(v);
+    limit = std::min<int64_t>(std::atoll(v), 7 * 24 * 3600);  // a week: no clock overflow
   }
   finishBounded(std::chrono::seconds(limit), "program's exit");
 }
