@@ -57,15 +57,16 @@ struct Recording {
 };
 
 // `env` (VAR=value ...) and `options` (detrace record's) are added to the command; `mode` is the
-// app's (graph, graph-threads).
+// app's (graph, graph-threads), `extra` its arguments after DIR.
 void recordGraphApp(const testing::TempDir& tmp, Recording& r, const std::string& env = "",
-                    const std::string& options = "", const std::string& mode = "graph") {
+                    const std::string& options = "", const std::string& mode = "graph",
+                    const std::string& extra = "") {
   r.dir = tmp.file("out");
   std::filesystem::create_directories(r.dir);
   const std::string run = tmp.file("run");
   testing::ShellOutput o = testing::runShell(
-      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2}",
-                  DETRACE_BINARY_DIR, run, r.dir, env, options, mode));
+      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2} {6}",
+                  DETRACE_BINARY_DIR, run, r.dir, env, options, mode, extra));
   ASSERT_EQ(o.status, 0) << o.out;
   r.log = o.out;
   std::ifstream info(r.dir + "/graph.txt");
@@ -591,55 +592,67 @@ int checkThreadedLaunches(const Recording& r) {
   return fingerprinted;
 }
 
-// Two threads launch one executable graph 100 times each, on streams of their own, with no order
-// between them: a launch from one thread while the other's is inside its launch call waits for
-// that call's end (launch_gate.h), so every launch gets the fingerprints of its own execution.
-TEST(TracerGraph, OneGraphLaunchedFromTwoThreadsAtOnceKeepsEachLaunchsFingerprints) {
+// Two threads take turns at one executable graph (a mutex around each launch call, as CUDA's
+// rules for one graph object ask), 100 launches each, each thread on its own stream: every launch
+// gets the fingerprints of its own execution (ordered across the streams by the last launch's
+// end), and a launch never waits for the other thread's (its launch call, exit callback
+// included, has returned before the mutex lets the other one in).
+TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {
   DETRACE_REQUIRE_GPU();
   testing::TempDir tmp;
   Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads"));
-  const int launches = r.app["launches"];
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads", "serialized"));
   SCOPED_TRACE("detrace record said:\n" + r.log);
+  const int launches = r.app["launches"];
   EXPECT_EQ(checkThreadedLaunches(r), launches);
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
   std::printf("graph stats:\n%s", graphStats(*stats).c_str());
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
+  EXPECT_EQ((*stats)["graph_replays_waited"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
-  EXPECT_GT((*stats)["graph_replays_waited"], 0)
-      << "no launch met another thread's: the test did not exercise the wait";
-  std::printf("note: %lld of %d launches waited for the other thread's\n",
-              static_cast<long long>((*stats)["graph_replays_waited"]), launches);
 }
 
-// The same with no wait at all (DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=0): the first launch that meets
-// another thread's gives up that launch's results and every later launch's, and no launch is ever
-// given another execution's fingerprints.
-TEST(TracerGraph, AnOverlapPastTheWaitGivesUpResultsAndNeverMixesThem) {
-  DETRACE_REQUIRE_GPU();
+// Two threads launching one executable graph with no order between their launch calls, which
+// CUDA's rules forbid but a program may do: whatever the calls' overlaps, no launch is given
+// another execution's fingerprints; a launch that met an open one waited for it or, past the
+// wait (`wait_us`; 0: never waits), gave that one's results and its graph's later ones up.
+void checkUnserializedLaunches(const std::string& wait_us) {
   testing::TempDir tmp;
   Recording r;
-  ASSERT_NO_FATAL_FAILURE(
-      recordGraphApp(tmp, r, "DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=0", "", "graph-threads"));
-  const int launches = r.app["launches"];
+  const std::string env = wait_us.empty() ? "" : "DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=" + wait_us;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, env, "", "graph-threads"));
   SCOPED_TRACE("detrace record said:\n" + r.log);
+  const int launches = r.app["launches"];
   const int fingerprinted = checkThreadedLaunches(r);
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
   std::printf("graph stats:\n%s", graphStats(*stats).c_str());
   const int64_t begun = (*stats)["graph_replays_fingerprinted"];
   const int64_t overlapped = (*stats)["graph_replays_skipped_overlap"];
+  const int64_t lost = (*stats)["graph_replays_lost"];
   EXPECT_EQ(begun + overlapped, launches) << "every launch either began results or was turned away";
-  EXPECT_EQ(fingerprinted, begun - (*stats)["graph_replays_lost"])
-      << "the launches given up are those counted lost";
-  EXPECT_LE((*stats)["graph_replays_lost"], 1) << "only the launch open at the overlap";
-  EXPECT_EQ((*stats)["graph_replays_waited"], 0);
-  EXPECT_GT(overlapped, 0) << "no launch met another thread's: the test did not exercise it";
-  std::printf("note: %d launches fingerprinted, %lld turned away after the overlap\n", fingerprinted,
+  EXPECT_EQ(fingerprinted, begun - lost) << "the launches given up are those counted lost";
+  EXPECT_LE(lost, 1) << "only the launch open at the first overlap past the wait";
+  EXPECT_EQ(overlapped > 0, lost == 1) << "an overlap past the wait gives the open launch up";
+  if (wait_us == "0") {
+    EXPECT_EQ((*stats)["graph_replays_waited"], 0);
+  }
+  std::printf("note: %d of %d launches fingerprinted, %lld waited, %lld turned away\n",
+              fingerprinted, launches, static_cast<long long>((*stats)["graph_replays_waited"]),
               static_cast<long long>(overlapped));
+}
+
+TEST(TracerGraph, UnserializedLaunchesOfOneGraphNeverMixFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  checkUnserializedLaunches("");
+}
+
+TEST(TracerGraph, UnserializedLaunchesWithNoWaitGiveUpResultsAndNeverMixThem) {
+  DETRACE_REQUIRE_GPU();
+  checkUnserializedLaunches("0");
 }
 
 }  // namespace

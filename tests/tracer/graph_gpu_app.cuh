@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -224,13 +225,15 @@ inline int graphMain(const std::string& dir) {
   return 0;
 }
 
-// ---- `tracer_gpu_app graph-threads DIR` ----
+// ---- `tracer_gpu_app graph-threads DIR [serialized]` ----
 // The GEMM chain captured into one graph after kernels that set X from a device counter of the
 // graph's executions (its k-th execution gets X = threadsX(., k)) and poison D1 and Y, then
-// launched kThreadLaunches times from each of kThreads threads at once, each on a stream of its
-// own, with no order between the threads but CUDA's own between launches of one graph. A, W and X
-// hold small integers, so D1 and Y are exact and the test computes them itself. DIR gets A.bin,
-// W.bin and graph.txt (launches made, executions counted on the GPU).
+// launched kThreadLaunches times from each of kThreads threads, each on a stream of its own, with
+// no order between the threads but CUDA's own between launches of one graph. `serialized`: the
+// threads take a mutex around each launch call, as CUDA's rules ask of calls on one graph object;
+// without it their launch calls may overlap (which those rules forbid, and the tracer must survive).
+// A, W and X hold small integers, so D1 and Y are exact and the test computes them itself. DIR gets
+// A.bin, W.bin and graph.txt (launches made, executions counted on the GPU).
 
 __global__ void x_from_counter(float* x, int n, const int* counter) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -246,7 +249,7 @@ __global__ void fill_small(float* x, int n, int which) {
   if (i < n) x[i] = which == 0 ? threadsA(i) : threadsW(i);
 }
 
-inline int graphThreadsMain(const std::string& dir) {
+inline int graphThreadsMain(const std::string& dir, bool serialized) {
   Gemms g;
   if (setUp(g) != 0) return 1;
   int* counter = nullptr;
@@ -271,6 +274,7 @@ inline int graphThreadsMain(const std::string& dir) {
   GK(cudaGraphInstantiate(&exec, graph, 0));
 
   std::atomic<int> ready{0};
+  std::mutex launch_mu;
   int rc[kThreads] = {};
   auto body = [&](int t) {
     cudaStream_t s = nullptr;
@@ -283,7 +287,10 @@ inline int graphThreadsMain(const std::string& dir) {
     while (ready.load() < kThreads) {
     }
     for (int i = 0; i < kThreadLaunches && rc[t] == 0; ++i) {
+      std::unique_lock<std::mutex> turn(launch_mu, std::defer_lock);
+      if (serialized) turn.lock();
       if (cudaGraphLaunch(exec, s) != cudaSuccess) rc[t] = 1;
+      if (serialized) turn.unlock();
       if (i % 16 == 15 && cudaStreamSynchronize(s) != cudaSuccess) rc[t] = 1;
     }
     if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess) rc[t] = 1;

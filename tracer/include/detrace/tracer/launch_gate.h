@@ -6,7 +6,9 @@
 // nothing by the first one's clean-up. So while one thread's launch is open (begun, not yet
 // ended), another thread's launch of the same graph waits for it, on the caller's lock and
 // condition variable, up to a deadline; the same thread never waits on itself (an open launch it
-// left behind is stale). Plain logic over standard types, so that CPU tests can check it.
+// left behind is stale). A program that follows CUDA's rules (calls on one graph object
+// serialized) never waits: a launch ends in its call's exit callback, before the call returns.
+// Plain logic over standard types, so that CPU tests can check it.
 #pragma once
 
 #include <chrono>
