@@ -19,6 +19,7 @@
 #include "fingerprinter.h"
 #include "log.h"
 #include "next_symbol.h"
+#include "own_stream.h"
 #include "relaxed_capture.h"
 #include "self_launch.h"
 #include "session.h"
@@ -38,7 +39,6 @@ struct Driver {
   using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
   using CtxGet = CUresult (*)(CUcontext*);
   using CtxDevice = CUresult (*)(CUdevice*);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
   using StreamSync = CUresult (*)(CUstream);
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
@@ -47,7 +47,6 @@ struct Driver {
   MemsetD8Async memset_d8_async = nullptr;
   CtxGet ctx_get = nullptr;
   CtxDevice ctx_device = nullptr;
-  StreamCreate stream_create = nullptr;
   StreamSync stream_sync = nullptr;
   IsCapturing is_capturing = nullptr;
   AddressRange address_range = nullptr;
@@ -61,7 +60,6 @@ struct Driver {
       x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
       x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
       x.ctx_device = reinterpret_cast<CtxDevice>(sym("cuCtxGetDevice"));
-      x.stream_create = reinterpret_cast<StreamCreate>(sym("cuStreamCreate"));
       x.stream_sync = reinterpret_cast<StreamSync>(sym("cuStreamSynchronize"));
       x.is_capturing = reinterpret_cast<IsCapturing>(sym("cuStreamIsCapturing"));
       x.address_range = reinterpret_cast<AddressRange>(sym("cuMemGetAddressRange_v2"));
@@ -229,22 +227,6 @@ std::vector<OperandSpec> targetSpecs(const std::vector<DeepTarget>& targets) {
 
 // ---- allocations ----
 
-// The tracer's own non-blocking stream in the current context (one per context, never destroyed):
-// a fill on it waits for nothing of the program's, and waiting for it waits for nothing else.
-CUstream fillStream() {
-  static std::mutex mu;
-  static auto* streams = new std::unordered_map<CUcontext, CUstream>();
-  const Driver& d = Driver::get();
-  CUcontext ctx = nullptr;
-  if (!d.ctx_get || !d.stream_create || d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
-  std::lock_guard lk(mu);
-  if (auto it = streams->find(ctx); it != streams->end()) return it->second;
-  CUstream s = nullptr;
-  if (d.stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
-  if (streams->size() < 1024) (*streams)[ctx] = s;
-  return s;
-}
-
 // Fresh memory holds what was there before, which differs between runs: zero it before the
 // program can use it. Stream-ordered allocations (`ordered`) are filled on their `stream`, unless
 // it is being captured into a graph (the fill would become part of the program's graph); other
@@ -263,7 +245,7 @@ void zeroFill(CUdeviceptr base, size_t size, CUstream stream, bool ordered) {
       return;
     }
     ok = d.memset_d8_async(base, 0, size, stream) == CUDA_SUCCESS;
-  } else if (CUstream own = fillStream()) {
+  } else if (CUstream own = ownStream()) {
     ok = d.memset_d8_async(base, 0, size, own) == CUDA_SUCCESS && d.stream_sync(own) == CUDA_SUCCESS;
   }
   if (ok) {

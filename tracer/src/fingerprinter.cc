@@ -28,6 +28,7 @@
 #include "fingerprinter_state.h"
 #include "log.h"
 #include "next_symbol.h"
+#include "own_stream.h"
 #include "relaxed_capture.h"
 #include "self_launch.h"
 #include "session.h"
@@ -51,9 +52,7 @@ const Driver& Driver::get() {
     x.ctx_set = reinterpret_cast<CtxGet>(sym("cuCtxSetCurrent"));
     x.mem_alloc = reinterpret_cast<MemAlloc>(sym("cuMemAlloc_v2"));
     x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
-    x.stream_create = reinterpret_cast<StreamCreate>(sym("cuStreamCreate"));
-    x.stream_sync = reinterpret_cast<StreamFn>(sym("cuStreamSynchronize"));
-    x.stream_destroy = reinterpret_cast<StreamFn>(sym("cuStreamDestroy_v2"));
+    x.stream_sync = reinterpret_cast<StreamSync>(sym("cuStreamSynchronize"));
     x.host_alloc = reinterpret_cast<HostAlloc>(sym("cuMemHostAlloc"));
     x.host_dev_ptr = reinterpret_cast<HostDevPtr>(sym("cuMemHostGetDevicePointer_v2"));
     x.event_create = reinterpret_cast<EventCreate>(sym("cuEventCreate"));
@@ -64,8 +63,8 @@ const Driver& Driver::get() {
     // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
     x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
     x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
-    x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8_async && x.stream_create &&
-           x.stream_sync && x.stream_destroy && x.host_alloc &&
+    x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8_async && x.stream_sync &&
+           x.host_alloc &&
            x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
     return x;
   }();
@@ -101,29 +100,20 @@ CUresult resultsLanded(const Pending& p) {
 }
 }  // namespace
 
-// Zeroes the tracer's device memory on a non-blocking stream of its own, then waits for it: a
-// synchronous memset runs on the legacy stream, which joins every blocking stream of the context,
-// so one that another thread is capturing into a graph would make it fail and break that capture.
+// Zeroes the tracer's device memory on the tracer's own stream (own_stream.h: not the legacy
+// stream, which would join a blocking stream another thread is capturing), then waits for it.
 class ZeroFill {
  public:
-  explicit ZeroFill(const Driver& d) : d_(d) {
-    ok_ = d.stream_create(&stream_, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS;
-  }
-  ~ZeroFill() {
-    if (ok_) (void)d_.stream_destroy(stream_);
-  }
-  ZeroFill(const ZeroFill&) = delete;
-  ZeroFill& operator=(const ZeroFill&) = delete;
+  explicit ZeroFill(const Driver& d) : d_(d), stream_(ownStream()) {}
   bool fill(CUdeviceptr p, size_t bytes) {
-    return ok_ && d_.memset_d8_async(p, 0, bytes, stream_) == CUDA_SUCCESS;
+    return stream_ != nullptr && d_.memset_d8_async(p, 0, bytes, stream_) == CUDA_SUCCESS;
   }
   // Every fill done (before the memory is used on any other stream).
-  bool finish() { return ok_ && d_.stream_sync(stream_) == CUDA_SUCCESS; }
+  bool finish() { return stream_ != nullptr && d_.stream_sync(stream_) == CUDA_SUCCESS; }
 
  private:
   const Driver& d_;
-  CUstream stream_ = nullptr;
-  bool ok_ = false;
+  CUstream stream_;
 };
 
 State& state() {

@@ -55,8 +55,7 @@ struct Driver {
   using CtxGet = CUresult (*)(CUcontext*);
   using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
   using MemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned int);
-  using StreamFn = CUresult (*)(CUstream);
+  using StreamSync = CUresult (*)(CUstream);
   using HostAlloc = CUresult (*)(void**, size_t, unsigned int);
   using HostDevPtr = CUresult (*)(CUdeviceptr*, void*, unsigned int);
   using EventCreate = CUresult (*)(CUevent*, unsigned int);
@@ -71,9 +70,7 @@ struct Driver {
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
   MemsetD8Async memset_d8_async = nullptr;  // the result memory's zeroing (ZeroFill)
-  StreamCreate stream_create = nullptr;
-  StreamFn stream_sync = nullptr;
-  StreamFn stream_destroy = nullptr;
+  StreamSync stream_sync = nullptr;
   HostAlloc host_alloc = nullptr;
   HostDevPtr host_dev_ptr = nullptr;
   EventCreate event_create = nullptr;
