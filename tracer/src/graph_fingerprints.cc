@@ -21,8 +21,9 @@
 // does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
 // of one executable graph are ordered by CUDA; a launch on another stream than the previous one,
 // recorded or not, also waits for the previous launch's clean-up, and a launch from another
-// thread while one is between its begin and end waits (bounded) for that end (launch_gate.h). Two executable graphs
-// made from one capture would share its cell: their replays get no fingerprints (counted as shared).
+// thread while one is between its begin and end waits (bounded) for that end (launch_gate.h).
+// Two executable graphs made from one capture would share its cell: their replays get no
+// fingerprints (counted as shared).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -532,8 +533,7 @@ std::chrono::microseconds graphLaunchWait() {
 bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_lock<std::mutex>& lk) {
   if (e.overlapped) return false;
   using Entry = LaunchGate<std::shared_ptr<fp::Replay>>::Entry;
-  const auto deadline = std::chrono::steady_clock::now() + graphLaunchWait();
-  const Entry entry = e.gate.enter(lk, s.replay_ended, deadline, std::this_thread::get_id());
+  const Entry entry = e.gate.enter(lk, s.replay_ended, graphLaunchWait(), std::this_thread::get_id());
   if (entry == Entry::kWaited) ++s.graph_replays_waited;
   if (entry == Entry::kTimedOut) {
     e.gate.openLaunch()->overlapped = true;

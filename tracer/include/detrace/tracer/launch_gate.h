@@ -30,12 +30,14 @@ class LaunchGate {
   };
 
   // Called with `lk` held (the lock that guards the gate; `cv` is notified by whoever closes).
+  // Waits at most `wait` (the clock is read only when there is something to wait for).
   Entry enter(std::unique_lock<std::mutex>& lk, std::condition_variable& cv,
-              std::chrono::steady_clock::time_point deadline, std::thread::id self) {
+              std::chrono::microseconds wait, std::thread::id self) {
     if (!openByOther(self)) return Entry::kFree;
-    // A deadline already past never waits: waiting would let a closer in (and call it kWaited).
-    if (std::chrono::steady_clock::now() >= deadline) return Entry::kTimedOut;
+    // No time to wait never waits: waiting would let a closer in (and call it kWaited).
+    if (wait <= std::chrono::microseconds::zero()) return Entry::kTimedOut;
     ++waiters_;
+    const auto deadline = std::chrono::steady_clock::now() + wait;
     const bool freed = cv.wait_until(lk, deadline, [&] { return !openByOther(self); });
     --waiters_;
     return freed ? Entry::kWaited : Entry::kTimedOut;
