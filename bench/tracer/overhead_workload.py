@@ -514,6 +514,7 @@ class Recording:
 
     def __init__(self, kind: str, level: str):
         self.kind, self.level, self.lib, self.socket = kind, level, None, None
+        self.on = None  # unknown until the first switch
         self.longest_switch_s = 0.0
         self.over_pad = 0  # switches that took longer than SWITCH_PAD_S
         if kind == "floor":
@@ -536,7 +537,7 @@ class Recording:
             raise SystemExit(f"--paired: {line!r} answered {reply.strip()!r}")
 
     def set(self, on: bool) -> None:
-        if on == getattr(self, "on", None):
+        if on == self.on:
             return  # a pair may begin in the state the previous one ended in
         self.on = on
         if self.kind == "floor":
@@ -599,7 +600,7 @@ def paired(args, iters: int, run) -> None:
                                   "ratio_quartiles": [q[0], q[2]],
                                   "ratio_of_means": sum(on_steps) / sum(off_steps),
                                   "longest_switch_s": rec.longest_switch_s,
-                                  "switches_over_pad": getattr(rec, "over_pad", 0),
+                                  "switches_over_pad": rec.over_pad,
                                   "on_steps_us": quantiles(on_steps),
                                   "off_steps_us": quantiles(off_steps),
                                   "loop_ratios": [[round(x, 5) for x in xs] for xs in loops]}),
