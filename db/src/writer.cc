@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -338,14 +339,21 @@ void TraceWriter::Impl::run() {
 
 // writeBatch, with an exception (out of memory, in a compression buffer or a row) turned into an
 // error: the writer's thread runs inside the traced program, where an exception escaping it would
-// end the program. The batch's open transaction is rolled back; what earlier batches committed
-// stays in the file.
+// end the program. The batch's open transaction is rolled back and the batch tried again a little
+// later (memory may have come back; writing a batch changes nothing in it), kOutOfMemoryTries
+// times in all. Only then is it an error, which ends the writing: the next batch's events are
+// numbered on from this one's. What earlier batches committed stays in the file.
 Status TraceWriter::Impl::writeBatchNoThrow(Batch& batch) noexcept {
-  try {
-    return writeBatch(batch);
-  } catch (...) {
+  constexpr int kOutOfMemoryTries = 3;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return writeBatch(batch);
+    } catch (...) {
+    }
+    (void)sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    if (attempt == kOutOfMemoryTries) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  (void)sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
   try {
     return Status(ErrorCode::kIo, "out of memory while writing a batch");
   } catch (...) {

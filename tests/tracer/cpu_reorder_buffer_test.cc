@@ -148,12 +148,43 @@ TEST(ReorderBuffer, TheTracersOwnMemsetsNeverBecomeEvents) {
   ASSERT_EQ(sink.rows.size(), 1u);
   EXPECT_EQ(sink.rows[0].e.kind, db::EventKind::kKernel);
   // A memset the tracer made elsewhere (deep mode's zero fill) is named by its correlation id.
-  rb.ignoreCorrelation(7);
+  rb.ignoreCorrelation(7, 0);
   rb.addActivity(memset(7));
   rb.addActivity(memset(8));  // the program's own: written on arrival
   ASSERT_EQ(sink.rows.size(), 2u);
   EXPECT_EQ(sink.rows[1].e.correlation_id, 8);
   EXPECT_EQ(rb.stats().own_records, 2);
+}
+
+TEST(ReorderBuffer, AnOwnCallWhoseRecordNeverCameIsForgottenBeforeItsIdComesBack) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  auto memset = [](uint64_t corr, int64_t start) {
+    Activity m;
+    m.correlation_id = corr;
+    m.kind = db::EventKind::kMemset;
+    m.gpu_start_ns = start;
+    return m;
+  };
+  // The tracer's own call 7 at t = 1 s never gets its record (records were off). Much later,
+  // after CUPTI's 32-bit ids wrapped, a program memset carries id 7 again: it is the program's.
+  const int64_t s = 1'000'000'000;
+  rb.ignoreCorrelation(7, 1 * s);
+  rb.ignoreCorrelation(9, 1 * s + ReorderBuffer::kIgnoreForNs);  // made later: still awaited
+  rb.addActivity(memset(7, 2 * s + ReorderBuffer::kIgnoreForNs));
+  ASSERT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(sink.rows[0].e.correlation_id, 7);
+  rb.addActivity(memset(9, 2 * s + ReorderBuffer::kIgnoreForNs));  // within its time: the tracer's
+  EXPECT_EQ(sink.rows.size(), 1u);
+  EXPECT_EQ(rb.stats().own_records, 1);
+  // Forgotten at a later ignore as well, not only at a record (the tracer's calls come in time
+  // order).
+  const int64_t t11 = 2 * s + ReorderBuffer::kIgnoreForNs;
+  rb.ignoreCorrelation(11, t11);
+  rb.ignoreCorrelation(12, t11 + ReorderBuffer::kIgnoreForNs + 1);
+  rb.addActivity(memset(11, t11));  // as if its own record: it was forgotten at 12's ignore
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[1].e.correlation_id, 11);
 }
 
 TEST(ReorderBuffer, DriverAliasFindsTheRuntimeSlot) {

@@ -2,6 +2,7 @@
 #include "control.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,8 @@
 
 namespace detrace::tracer {
 namespace {
+
+constexpr auto kStopLimit = std::chrono::seconds(2);  // stopControl's wait for the server's thread
 
 std::atomic<bool> g_tried{false};
 // Heap-allocated so a forked child can replace a mutex another parent thread held at fork time.
@@ -132,7 +135,11 @@ void stopControl() noexcept {
     std::lock_guard lk(*g_mu);
     // Stopped, not deleted: the process is ending, and a handler still running on the server's
     // thread must not find its server freed.
-    if (g_server != nullptr) g_server->stop();
+    // Bounded: this runs at exit, and a request still being answered (a capture's stop on a
+    // stalled file system) must not keep the program from ending.
+    if (g_server != nullptr && !g_server->stop(kStopLimit)) {
+      logLine("`detrace attach`'s last request was still being answered at exit; left to end by itself");
+    }
     if (!g_pointer.empty()) ::unlink(g_pointer.c_str());
     g_pointer.clear();
   } catch (...) {

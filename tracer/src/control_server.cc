@@ -3,7 +3,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <fcntl.h>
@@ -73,6 +76,19 @@ class ControlServer::Impl {
   ScopedFd wake_rd, wake_wr;  // stop() writes a byte to end the thread's poll
   std::thread thread;
   std::atomic<bool> stopped{false};
+  std::mutex exit_mu;  // the thread's end, for a bounded stop()
+  std::condition_variable exit_cv;
+  bool exited = false;
+
+  void markExited() {
+    std::lock_guard lk(exit_mu);
+    exited = true;
+    exit_cv.notify_all();
+  }
+  bool awaitExit(std::chrono::milliseconds limit) {
+    std::unique_lock lk(exit_mu);
+    return exit_cv.wait_for(lk, limit, [this] { return exited; });
+  }
 
   void log(const std::string& line) const {
     if (opts.log) {
@@ -208,7 +224,10 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
   DETRACE_RETURN_IF_ERROR(impl->bindSocket());
   Impl* raw = impl.get();
   try {
-    impl->thread = std::thread([raw] { raw->loop(); });
+    impl->thread = std::thread([raw] {
+      raw->loop();
+      raw->markExited();
+    });
   } catch (const std::exception& e) {
     ::unlink(impl->path.c_str());
     return makeError(ErrorCode::kInternal, "cannot start the control thread: {}", e.what());
@@ -216,22 +235,31 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
 }
 
-void ControlServer::stop() {
-  if (!impl_ || impl_->stopped.exchange(true)) return;
+void ControlServer::stop() { (void)stop(std::chrono::milliseconds::max()); }
+
+bool ControlServer::stop(std::chrono::milliseconds limit) {
+  if (!impl_ || impl_->stopped.exchange(true)) return true;
   if (impl_->wake_wr) {
     char b = 1;
     ssize_t ignored = ::write(impl_->wake_wr.get(), &b, 1);
     (void)ignored;
   }
+  ::unlink(impl_->path.c_str());  // no new client finds it, whatever the thread is doing
   if (impl_->thread.joinable()) {
     if (impl_->thread.get_id() == std::this_thread::get_id()) {
       impl_->thread.detach();  // stopped from its own handler: the loop ends by itself
-    } else {
-      impl_->thread.join();
+      return true;
     }
+    if (limit != std::chrono::milliseconds::max() && !impl_->awaitExit(limit)) {
+      // A request still being answered (a stalled file system under a capture's stop): leave
+      // the thread, and everything it uses, to end by itself.
+      impl_->thread.detach();
+      return false;
+    }
+    impl_->thread.join();
   }
-  ::unlink(impl_->path.c_str());
   impl_->listen_fd.reset();
+  return true;
 }
 
 void ControlServer::abandonAfterFork() {

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "fingerprinter.h"
 #include "next_symbol.h"
+#include "own_stream.h"
 #include "nvtx_markers.h"
 #include "placement.h"
 #include "detrace/tracer/flush_settle.h"
@@ -715,6 +716,7 @@ void onContextTeardown(CUcontext context) {
   awaitBuffersInHand();
   diagTeardown("after the forced flush and the buffers in hand");
   Fingerprinter::get().forgetContext(context);  // its result memory dies with it
+  forgetOwnStream(context);                      // and the tracer's own stream
   Session::get().commit();
   g_torn_down.store(true);
   diagTeardown("committed");
@@ -803,8 +805,7 @@ DiagSite callbackSite(CUpti_CallbackDomain domain, const void* data) {
 // The driver calls by which the tracer copies and zeroes memory of its own (full capture's copies,
 // the fingerprints' result memory, deep mode's zero fill): made inside a SelfLaunchScope, their
 // activity records must not become program events (ReorderBuffer::ignoreCorrelation).
-constexpr CUpti_CallbackId kOwnMemoryCallbacks[] = {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
-                                                    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+constexpr CUpti_CallbackId kOwnMemoryCallbacks[] = {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
                                                     CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2};
 
 bool isOwnMemoryCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
@@ -816,7 +817,7 @@ bool isOwnMemoryCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
 void onOwnMemoryApi(const CUpti_CallbackData* cb) {
   if (cb->callbackSite != CUPTI_API_ENTER || !selfLaunchFlag()) return;
   // startedBuffer(): never starts anything from here, and still there while a stop drains.
-  if (ReorderBuffer* b = Session::get().startedBuffer()) b->ignoreCorrelation(cb->correlationId);
+  if (ReorderBuffer* b = Session::get().startedBuffer()) b->ignoreCorrelation(cb->correlationId, cuptiNow());
 }
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
@@ -1035,6 +1036,14 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
   }
 }
 
+// A writer that failed for good (a full disk, a file that went away) writes nothing more: stop
+// recording, so the program no longer pays for it.
+void failIfWriterStopped() {
+  db::TraceWriter* w = Session::get().startedWriter();
+  if (w == nullptr) return;
+  if (Status st = w->status(); !st.isOk()) Session::get().fail("the trace writer stopped", st.message().c_str());
+}
+
 void flusherLoop() {
   std::unique_lock lk(g_flush_mu);
   while (!g_flush_stop) {
@@ -1050,6 +1059,7 @@ void flusherLoop() {
       }
       if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
       Fingerprinter::get().poll();
+      failIfWriterStopped();
     } catch (const std::exception& e) {
       Session::get().fail("in the tracer's flusher thread", e.what());
     } catch (...) {
@@ -1059,8 +1069,47 @@ void flusherLoop() {
   }
 }
 
+// Kernels still running at exit have no activity record yet: wait for the current context's work,
+// until `deadline` at most. An event recorded for the whole context (cuCtxRecordEvent) is polled,
+// so a kernel that never ends costs the wait, not the exit, and leaves no thread of ours inside
+// the driver; without that call (drivers before CUDA 12.5), cuCtxSynchronize.
+void awaitContextWork(std::chrono::steady_clock::time_point deadline) {
+  using CtxGet = CUresult (*)(CUcontext*);
+  using EventCreate = CUresult (*)(CUevent*, unsigned int);
+  using CtxRecordEvent = CUresult (*)(CUcontext, CUevent);
+  using EventQuery = CUresult (*)(CUevent);
+  using EventDestroy = CUresult (*)(CUevent);
+  using CtxSync = CUresult (*)();
+  static const auto ctx_get = reinterpret_cast<CtxGet>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
+  static const auto create = reinterpret_cast<EventCreate>(loadedSymbol("cuEventCreate", "libcuda.so"));
+  static const auto record = reinterpret_cast<CtxRecordEvent>(loadedSymbol("cuCtxRecordEvent", "libcuda.so"));
+  static const auto query = reinterpret_cast<EventQuery>(loadedSymbol("cuEventQuery", "libcuda.so"));
+  static const auto destroy = reinterpret_cast<EventDestroy>(loadedSymbol("cuEventDestroy_v2", "libcuda.so"));
+  static const auto sync = reinterpret_cast<CtxSync>(loadedSymbol("cuCtxSynchronize", "libcuda.so"));
+  CUcontext ctx = nullptr;
+  if (ctx_get == nullptr || ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  if (record == nullptr || create == nullptr || query == nullptr || destroy == nullptr) {
+    if (sync != nullptr) (void)sync();
+    return;
+  }
+  CUevent ev = nullptr;
+  if (create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  if (record(ctx, ev) == CUDA_SUCCESS) {
+    CUresult r = query(ev);
+    while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < deadline && !finishAbandoned()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      r = query(ev);
+    }
+    if (r == CUDA_ERROR_NOT_READY) {
+      logLine("the GPU was still busy when the trace was finished; kernels still running have no "
+              "GPU times in it");
+    }
+  }
+  (void)destroy(ev);  // an event not yet reached is released when it is
+}
+
 // At exit (Session::finish): stop the flusher, collect every record, stop callbacks.
-void finalFlush() {
+void finalFlush(std::chrono::steady_clock::time_point gpu_deadline) {
   try {
     {
       std::lock_guard lk(g_flush_mu);
@@ -1068,10 +1117,10 @@ void finalFlush() {
     }
     g_flush_cv.notify_all();
     if (g_flusher != nullptr && g_flusher->joinable()) g_flusher->join();
-    // Kernels still running at exit have no activity record yet: wait for the current context's
-    // work first (context teardown, which runs after us, would wait for it anyway).
-    using SyncFn = int (*)();
-    if (auto sync = reinterpret_cast<SyncFn>(loadedSymbol("cuCtxSynchronize", "libcuda.so"))) (void)sync();
+    // Only a process that recorded has records to wait for (a paused one that never started
+    // exits without waiting for the GPU).
+    if (Session::get().startedWriter() != nullptr) awaitContextWork(gpu_deadline);
+    if (finishAbandoned()) return;  // the process is tearing CUDA and CUPTI down
     if (g_active.load()) forcedFlush();
     awaitBuffersInHand();
     g_active = false;

@@ -6,6 +6,21 @@
 #include "next_symbol.h"
 
 namespace detrace::tracer {
+namespace {
+
+constexpr size_t kMaxContexts = 1024;
+
+struct Streams {
+  std::mutex mu;
+  std::unordered_map<CUcontext, CUstream> by_context;
+};
+
+Streams& streams() {
+  static auto* s = new Streams();  // never destroyed: used until the process's very end
+  return *s;
+}
+
+}  // namespace
 
 CUstream ownStream() noexcept {
   using CtxGet = CUresult (*)(CUcontext*);
@@ -13,19 +28,28 @@ CUstream ownStream() noexcept {
   static const auto ctx_get = reinterpret_cast<CtxGet>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
   static const auto stream_create =
       reinterpret_cast<StreamCreate>(loadedSymbol("cuStreamCreate", "libcuda.so"));
-  static std::mutex mu;
-  static auto* streams = new std::unordered_map<CUcontext, CUstream>();  // never destroyed
   CUcontext ctx = nullptr;
   if (!ctx_get || !stream_create || ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
   try {
-    std::lock_guard lk(mu);
-    if (auto it = streams->find(ctx); it != streams->end()) return it->second;
-    CUstream s = nullptr;
-    if (stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
-    if (streams->size() < 1024) (*streams)[ctx] = s;
-    return s;
+    Streams& s = streams();
+    std::lock_guard lk(s.mu);
+    if (auto it = s.by_context.find(ctx); it != s.by_context.end()) return it->second;
+    if (s.by_context.size() >= kMaxContexts) return nullptr;  // never one that is not remembered
+    CUstream stream = nullptr;
+    if (stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return nullptr;
+    s.by_context[ctx] = stream;
+    return stream;
   } catch (...) {
     return nullptr;
+  }
+}
+
+void forgetOwnStream(CUcontext ctx) noexcept {
+  try {
+    Streams& s = streams();
+    std::lock_guard lk(s.mu);
+    s.by_context.erase(ctx);  // the stream dies with its context
+  } catch (...) {
   }
 }
 

@@ -241,13 +241,21 @@ bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(L
   return true;
 }
 
-void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id) {
+void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id, int64_t now_ns) {
   constexpr size_t kMaxIgnored = 1 << 16;
   std::lock_guard lk(mu_);
+  forgetIgnoredBeforeLocked(now_ns - kIgnoreForNs);
   if (!ignored_.insert(correlation_id).second) return;
-  ignored_order_.push_back(correlation_id);
+  ignored_order_.emplace_back(correlation_id, now_ns);
   if (ignored_order_.size() > kMaxIgnored) {
-    ignored_.erase(ignored_order_.front());
+    ignored_.erase(ignored_order_.front().first);
+    ignored_order_.pop_front();
+  }
+}
+
+void ReorderBuffer::forgetIgnoredBeforeLocked(int64_t time_ns) {
+  while (!ignored_order_.empty() && ignored_order_.front().second < time_ns) {
+    ignored_.erase(ignored_order_.front().first);  // no-op if its record came
     ignored_order_.pop_front();
   }
 }
@@ -256,10 +264,13 @@ void ReorderBuffer::addActivity(const Activity& activity) {
   std::lock_guard lk(mu_);
   drainIngressLocked();
   ++stats_.activities;
-  if (activity.kind != db::EventKind::kKernel && !ignored_.empty() &&
-      ignored_.erase(activity.correlation_id) > 0) {
-    ++stats_.own_records;
-    return;
+  if (activity.kind != db::EventKind::kKernel && !ignored_.empty()) {
+    // A record runs after its call: one ignored longer ago than kIgnoreForNs is not for it.
+    if (activity.gpu_start_ns != db::kUnset) forgetIgnoredBeforeLocked(activity.gpu_start_ns - kIgnoreForNs);
+    if (ignored_.erase(activity.correlation_id) > 0) {
+      ++stats_.own_records;
+      return;
+    }
   }
   if (options_.place_records) {
     const int64_t ended = activity.gpu_end_ns != db::kUnset ? activity.gpu_end_ns : activity.gpu_start_ns;

@@ -122,9 +122,19 @@ void atForkChild() { Session::resetAfterFork(); }
 // stalled file system or a kernel that never ends (cuCtxSynchronize in the final flush) must not
 // keep the program from exiting. Past it, what was committed stays in the file.
 void atExit() {
+  // Nothing recorded (paused and never started, or a forked child that did not record): nothing
+  // to wait for; finishing only closes the control socket. No thread, no CUDA call.
+  if (!Session::get().hasTrace()) {
+    Session::get().finish(std::chrono::steady_clock::now());
+    return;
+  }
   int64_t limit = 60;
-  if (const char* v = std::getenv("DETRACE_EXIT_TIMEOUT_S"); v != nullptr && std::atoll(v) > 0) {
-    limit = std::min<int64_t>(std::atoll(v), 7 * 24 * 3600);  // a week: no clock overflow
+  if (const char* v = std::getenv("DETRACE_EXIT_TIMEOUT_S"); v != nullptr && *v != '\0') {
+    if (std::atoll(v) > 0) {
+      limit = std::min<int64_t>(std::atoll(v), 7 * 24 * 3600);  // a week: no clock overflow
+    } else {
+      logLine("DETRACE_EXIT_TIMEOUT_S=%s is not a positive number of seconds; using 60", v);
+    }
   }
   finishBounded(std::chrono::seconds(limit), "program's exit");
 }
@@ -434,7 +444,8 @@ Status Session::stopCapture() {
   }
   if (hooks_.stop_activities) hooks_.stop_activities();
   logLine("capture stopped; the program runs on unrecorded until the next start");
-  if (db::TraceWriter* w = startedWriter()) return w->flush();
+  // Bounded: `detrace attach` waits for this answer, and the program's exit for this thread.
+  if (db::TraceWriter* w = startedWriter()) return w->flush(std::chrono::milliseconds(2000));
   return Status::ok();
 }
 
@@ -475,9 +486,9 @@ void Session::commit() noexcept {
   }
 }
 
-void Session::finish() {
+void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   stopControl();  // first: `detrace attach` must not start a capture into a closing file
-  if (auto hook = flush_hook_.exchange(nullptr)) hook();
+  if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
   std::lock_guard lk(mu_);
   if (finished_ || !writer_) {
     finished_ = true;
@@ -485,7 +496,7 @@ void Session::finish() {
   }
   finished_ = true;
   buffer_->flush();
-  Fingerprinter::get().finish(writer_.get());
+  if (!finishAbandoned()) Fingerprinter::get().finish(writer_.get());  // CUDA calls: not past the bound
   if (policy_.deep) deep::writeStats(*writer_);
   diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
   enabled_ = false;  // from here on, calls into the wrappers only forward

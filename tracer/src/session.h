@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,12 +93,17 @@ class Session {
   // switch: for delivering the GPU records of launches made while capturing.
   ReorderBuffer* startedBuffer();
   db::TraceWriter* startedWriter();
+  // True once recording started (a trace file was made), even if it failed since: finish() then
+  // has a file to close.
+  bool hasTrace() const { return started_.load(std::memory_order_acquire); }
 
   // Host timestamp in ns on the trace's clock (CUPTI's when CUPTI is loaded).
   int64_t now() const;
   void setClock(int64_t (*clock)()) { clock_.store(clock); }
-  // Called first at finish(): the CUPTI adapter flushes its activity buffers here.
-  void setFlushHook(void (*hook)()) { flush_hook_.store(hook); }
+  // Called first at finish(): the CUPTI adapter flushes its activity buffers here, waiting for
+  // the GPU's work until the deadline it is given at most.
+  using FlushHook = void (*)(std::chrono::steady_clock::time_point gpu_deadline);
+  void setFlushHook(FlushHook hook) { flush_hook_.store(hook); }
 
   // Re-reads the widest communicator and updates the trace's rank row.
   void updateRank();
@@ -108,8 +114,10 @@ class Session {
   // `what` (and `detail`, e.g. an exception's what()) are only logged: nothing is allocated, so it
   // can be called from a handler of std::bad_alloc.
   void fail(const char* what, const char* detail = nullptr) noexcept;
-  // Flushes everything pending, writes the counters and closes the file. Idempotent.
-  void finish();
+  // Flushes everything pending, writes the counters and closes the file. Idempotent. Kernels
+  // still running are waited for until `gpu_deadline` (their records come when they end); past
+  // it, what they would have added is lost and the rest is still committed.
+  void finish(std::chrono::steady_clock::time_point gpu_deadline);
   // Adds to a counter in the trace's stats table.
   void addStat(const char* key, int64_t delta);
 
@@ -125,7 +133,7 @@ class Session {
   std::atomic<bool> enabled_{false};
   std::atomic<bool> started_{false};
   std::atomic<int64_t (*)()> clock_{nullptr};
-  std::atomic<void (*)()> flush_hook_{nullptr};
+  std::atomic<FlushHook> flush_hook_{nullptr};
   std::mutex mu_;
   std::atomic<bool> device_known_{false};
   bool finished_ = false;

@@ -36,6 +36,8 @@ struct sigaction g_old[kCount];  // the program's actions, saved at install
 std::atomic<int> g_pipe_wr{-1};  // the thread's pipe (write end)
 std::atomic<pid_t> g_owner{0};   // the process whose thread reads that pipe
 std::atomic<bool> g_terminating{false};
+std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
+std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
 std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
 bool g_installed = false;
 
@@ -77,25 +79,23 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   int saved_errno = errno;
   int i = indexOf(sig);
   if (i < 0) return;
-  const struct sigaction& old = g_old[i];
-  if (isDefault(old)) {
+  const struct sigaction& old = g_old[i];  // never changed after install: a handler may run on
+                                           // several threads at once
+  // A one-shot handler of the program (SA_RESETHAND) runs once; from then on the signal takes
+  // its default action, as it would have without the tracer (ours then finishes the trace first).
+  // The kernel resets such a disposition atomically at delivery; exchange does it here.
+  const bool reset = (old.sa_flags & SA_RESETHAND) != 0 && g_oneshot_used[i].exchange(true);
+  if (reset || isDefault(old)) {
     // The program would die now. Let the flush thread finish the trace first; a second signal,
     // or no thread to do it (a forked child), and it dies at once.
     if (g_terminating.exchange(true) || !notifyThread(sig)) dieBySignal(sig);
   } else if (old.sa_handler != SIG_IGN || (old.sa_flags & SA_SIGINFO) != 0) {
     // The program's own handler decides what happens; commit what we have meanwhile.
     notifyThread(sig | kCommitOnly);
-    const struct sigaction program = old;
-    if ((program.sa_flags & SA_RESETHAND) != 0) {
-      // A one-shot handler: the next one of this signal takes the default action, as it would
-      // have without the tracer (ours then finishes the trace first).
-      g_old[i].sa_flags = 0;
-      g_old[i].sa_handler = SIG_DFL;
-    }
-    if ((program.sa_flags & SA_SIGINFO) != 0) {
-      program.sa_sigaction(sig, info, context);
+    if ((old.sa_flags & SA_SIGINFO) != 0) {
+      old.sa_sigaction(sig, info, context);
     } else {
-      program.sa_handler(sig);
+      old.sa_handler(sig);
     }
   }
   errno = saved_errno;
@@ -103,12 +103,16 @@ void onSignal(int sig, siginfo_t* info, void* context) {
 
 }  // namespace
 
+bool finishAbandoned() noexcept { return g_abandoned.load(std::memory_order_acquire); }
+
 void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
   };
+  // Half the bound for the GPU's work, the rest for committing what the tracer holds.
+  const auto gpu_deadline = std::chrono::steady_clock::now() + limit / 2;
   std::shared_ptr<Shared> shared;
   std::thread worker;
   // The worker finishes with the caller's CUDA context current, as the caller would (the final
@@ -122,10 +126,10 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
   try {
     shared = std::make_shared<Shared>();
     SignalsBlockedScope blocked;  // the program's signals stay with the program's threads
-    worker = std::thread([shared, ctx] {
+    worker = std::thread([shared, ctx, gpu_deadline] {
       if (ctx != nullptr) (void)set_ctx(ctx);
       try {
-        Session::get().finish();
+        Session::get().finish(gpu_deadline);
       } catch (...) {
       }
       std::lock_guard lk(shared->mu);
@@ -135,7 +139,7 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
   } catch (...) {
     // No thread to bound it with (out of memory or threads): finish here, unbounded.
     try {
-      Session::get().finish();
+      Session::get().finish(gpu_deadline);
     } catch (...) {
     }
     return;
@@ -149,6 +153,7 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
     }
   } catch (...) {
   }
+  g_abandoned.store(true, std::memory_order_release);
   logLine("the trace was not finished within %lld s of the %s; ending the program anyway (what "
           "was committed before stays in the file)",
           static_cast<long long>(limit.count()), when);

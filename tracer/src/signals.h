@@ -52,7 +52,12 @@ void installSignalHandlers() noexcept;
 void resetSignalsAfterFork() noexcept;
 // Finishes the session on a thread of its own and waits for it at most `limit` (a wedged writer
 // or a hung GPU must not keep a process that is ending alive); `when` names the occasion in the
-// log line a timeout writes ("signal", "program's exit"). Without a thread, finishes unbounded.
+// log line a timeout writes ("signal", "program's exit"). The finish waits for the GPU's work at
+// most half of `limit` (Session::finish), so a kernel that never ends still leaves time to commit
+// what the tracer holds. Without a thread, finishes unbounded.
 void finishBounded(std::chrono::seconds limit, const char* when) noexcept;
+// True once a finishBounded wait gave up: the finish still running must make no more CUDA or
+// CUPTI calls (the process is tearing them down).
+bool finishAbandoned() noexcept;
 
 }  // namespace detrace::tracer

@@ -9,6 +9,7 @@
 // tests run it for real.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ class ControlServer {
   const std::string& path() const;
   // Stops the thread, closes the socket and removes its file. Idempotent.
   void stop();
+  // The same, waiting for the thread at most `limit`: false if a request was still being answered
+  // then. The thread is left to end by itself, so the server must then never be destroyed.
+  bool stop(std::chrono::milliseconds limit);
   // In a child after fork(): the thread did not survive and the socket belongs to the parent.
   // Closes this process's copies of the descriptors without touching the socket file.
   void abandonAfterFork();

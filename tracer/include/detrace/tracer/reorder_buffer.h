@@ -256,9 +256,12 @@ class ReorderBuffer {
   // memset that carries a plain kernel launch's correlation id was issued by the tracer inside
   // that launch's callback (a kernel launch makes none): it is dropped and counted.
   void addActivity(const Activity& activity);
-  // The memcpy/memset API call with this correlation id was the tracer's own (e.g. deep mode's
-  // zero fill): its record is dropped when it comes.
-  void ignoreCorrelation(uint64_t correlation_id);
+  // The memcpy/memset API call with this correlation id, made at `now_ns` (the trace's clock), was
+  // the tracer's own (e.g. deep mode's zero fill): its record is dropped when it comes. One that
+  // has not come within kIgnoreFor (records were off, or CUPTI dropped it) is forgotten, so a
+  // program's call that gets the same 32-bit id after a wrap is never taken for it.
+  void ignoreCorrelation(uint64_t correlation_id, int64_t now_ns);
+  static constexpr int64_t kIgnoreForNs = 60'000'000'000;
   // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
   void poll(int64_t now_ns);
   // Writes every pending slot, complete or not (at exit, or before a checkpoint).
@@ -315,6 +318,7 @@ class ReorderBuffer {
   Cell& claimCell(uint64_t ticket);
   void publish(Cell& cell, uint64_t ticket);
   void drainIngressLocked(size_t max = SIZE_MAX);
+  void forgetIgnoredBeforeLocked(int64_t time_ns);  // ignored ids made before time_ns
   void takeCellLocked(Cell& cell, uint64_t token);
   void pushLocked(Slot slot);
   bool matchLocked(const Activity& activity, bool final);
@@ -374,7 +378,7 @@ class ReorderBuffer {
   std::vector<uint64_t> written_incomplete_;
   std::unordered_multiset<uint64_t> written_incomplete_ids_;
   std::unordered_set<uint64_t> ignored_;  // the tracer's own memset/memcpy calls (bounded FIFO)
-  std::deque<uint64_t> ignored_order_;
+  std::deque<std::pair<uint64_t, int64_t>> ignored_order_;  // (id, API time), oldest first
   size_t written_incomplete_next_ = 0;
   // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
   // clock: poll's now, or a record's kernel end), the largest position written so far.
