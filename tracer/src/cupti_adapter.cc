@@ -467,6 +467,21 @@ CUstream launchStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, int64_
   return reinterpret_cast<CUstream>(stream);
 }
 
+// A graph launch that gets no results (paused, outside --window, or its graph gets none): its
+// captured digests still read their cells, so it is ordered like the others, and its end marked
+// at its exit (endReplay).
+void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params,
+                                bool runtime) {
+  if (!Fingerprinter::ordersGraphLaunches()) return;
+  const LaunchTarget target = launchTarget(domain, cbid, params);
+  const CUstream stream = launchStream(domain, cbid, target.stream);
+  if (target.graph_exec == 0 || isCapturing(reinterpret_cast<int64_t>(stream))) return;
+  if (Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream)) {
+    t_replay_open = true;
+    t_replay_runtime = runtime;
+  }
+}
+
 // A launch API call begins on this thread: a runtime call nests its driver half (which then only
 // adds an alias), a driver call is the launch itself. `token`: its slot (0: none yet, or none).
 void enterNesting(bool runtime, uint64_t token) {
@@ -488,9 +503,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_in_flight.active = false;
     resetWriterIdCaches();
     deep::resetThread();
-    // A graph launch whose exit was never seen: its digests' end is unknown, and the fingerprinter
-    // gives that replay up after a timeout (other threads' launches of its graph need not wait).
-    if (std::exchange(t_replay_open, false)) Fingerprinter::get().abandonReplay();
+    // A graph launch left open here is still in its call (graph launches' callbacks stay on while
+    // any graph holds captured digests): its exit ends it. One whose exit was lost is ended at
+    // this thread's next graph launch (Fingerprinter::abandonReplay).
   }
   LaunchKind kind;
   if (!classify(domain, cbid, kind)) return;
@@ -510,7 +525,12 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     ReorderBuffer* buffer = s.buffer();
     db::TraceWriter* w = s.writer();
-    if (buffer == nullptr || w == nullptr) return;
+    if (buffer == nullptr || w == nullptr) {
+      // Paused (only graph launches come then, see setLaunchCallbacks): ordered all the same.
+      if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
+      if (kind.graph) enterNesting(runtime, 0);
+      return;
+    }
     WindowGate::LaunchTicket deep_ticket;
     bool deep = false;
     if (WindowGate* deep_gate = s.deepGate()) {
@@ -518,13 +538,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       deep = deep_ticket.record && !kind.graph;
     }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
-      if (kind.graph) {  // its captured digests still read their cells: ordered all the same
-        const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
-        const CUstream stream = launchStream(domain, cbid, target.stream);
-        if (target.graph_exec != 0 && !isCapturing(reinterpret_cast<int64_t>(stream))) {
-          Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream);
-        }
-      }
+      if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
       enterNesting(runtime, 0);
       return;
     }
@@ -611,14 +625,17 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
       t_replay_open = true;
       t_replay_runtime = runtime;
+    } else if (kind.graph) {  // recorded, without results: its graph may still read cells
+      orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
     }
     if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
     enterNesting(runtime, token);
     if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
     return;
   }
-  // API exit: a failed launch never produces a GPU record.
-  if (t_in_flight.active && t_in_flight.runtime == runtime) {
+  // API exit: a failed launch never produces a GPU record. (A graph launch is never the plain
+  // launch in flight: that one's exit may have been lost to a stop.)
+  if (!kind.graph && t_in_flight.active && t_in_flight.runtime == runtime) {
     t_in_flight.active = false;
     bool failed = false;
     if (runtime) {
@@ -1146,13 +1163,20 @@ bool setLaunchCallbacks(uint32_t on) {
   // Placement by correlation id: only graph launches keep their callbacks (a graph's records
   // gather under its launch, and captured library ops are replayed from it).
   const bool graphs_only = on && g_placement.load(std::memory_order_relaxed);
+  // Off: graph launches keep theirs once some graph holds captured digests. Those digests read
+  // their cells at every launch, so every launch must stay ordered (orderUnrecordedGraphLaunch),
+  // and a launch in progress at the stop must still see its exit. (The driver domain's cost is
+  // already paid after the first start: enableGraphUpdateCallbacks.)
+  const bool keep_graphs = !on && Fingerprinter::ordersGraphLaunches();
   for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
     if (driver_only && on) break;
-    if (graphs_only && !isGraphLaunchCallback(CUPTI_CB_DOMAIN_RUNTIME_API, id)) continue;
+    const bool graph = isGraphLaunchCallback(CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    if ((graphs_only && !graph) || (keep_graphs && graph)) continue;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : kDriverLaunchCallbacks) {
-    if (graphs_only && !isGraphLaunchCallback(CUPTI_CB_DOMAIN_DRIVER_API, id)) continue;
+    const bool graph = isGraphLaunchCallback(CUPTI_CB_DOMAIN_DRIVER_API, id);
+    if ((graphs_only && !graph) || (keep_graphs && graph)) continue;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id), "driver launch callback");
   }
   return true;

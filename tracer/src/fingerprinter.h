@@ -158,13 +158,16 @@ class Fingerprinter {
   bool planReplay(uint64_t exec, ReplayPlan& plan) noexcept;
   void beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept;
   void endReplay(bool failed) noexcept;
-  // A launch of `exec` on `stream` that is not recorded (outside --window): its graph's captured
-  // digests still read their cells, so it is ordered after the graph's last recorded launch (and
-  // waits, bounded, for another thread's launch of it in progress) as a recorded one is.
-  void orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept;
-  // The calling thread's graph launch will see no endReplay (its API exit was lost to a capture
-  // restart): another thread's launch of that graph need not wait for it. Its results are given
-  // up by the drain, as before.
+  // A launch of `exec` on `stream` that gets no results (paused, outside --window, or its graph
+  // gets none): its graph's captured digests still read their cells, so it is ordered after the
+  // launch before it (and waits, bounded, for another thread's launch in progress) as one with
+  // results is. True when it was: its exit must then call endReplay, which marks its end.
+  bool orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept;
+  // Whether some executable graph holds captured digests (then every launch of one is ordered).
+  static bool ordersGraphLaunches() noexcept;
+  // The calling thread's last graph launch saw no endReplay (its API exit was lost to a capture
+  // stop): called at its next one, after that call returned, it ends that launch as its exit
+  // would have, giving its results up.
   void abandonReplay() noexcept;
 
   // After fork(), in the child: the parent's state (pinned memory, held locks) is unusable here.

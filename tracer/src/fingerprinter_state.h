@@ -157,6 +157,26 @@ struct CapturedOp {
   bool by_nodes = false;
 };
 
+struct Replay;
+
+// The order of the launches of the executable graphs that read one set of captures' cells (every
+// executable graph made from them shares it). Every launch of them the tracer sees, recorded or
+// not, waits on the GPU for the end of the launch before it (that one's graph, and its reset when
+// it had results) and marks its own end: a launch's setting of the cells then runs after every
+// earlier execution that could read them, and its reset before any later one. CUDA orders the
+// graphs' executions themselves, never the tracer's kernels around them.
+struct LaunchOrder {
+  CUevent done = nullptr;  // recorded at the end of the last launch seen
+  bool done_recorded = false;
+  // The launch whose cells point at its results (begun, not ended): another thread's launch waits
+  // for its end (launch_gate.h).
+  LaunchGate<std::shared_ptr<Replay>> gate;
+  std::weak_ptr<Replay> last;  // the last launch given results
+  // A launch ran, or may have run, unordered (it could not wait long enough for another thread's,
+  // or its wait or end could not be issued): from then on no launch of these graphs gets results.
+  bool given_up = false;
+};
+
 // One stream capture (cuStreamGetCaptureInfo's id) holding captured digests.
 struct Capture {
   uint64_t id = 0;
@@ -167,10 +187,10 @@ struct Capture {
   uint32_t words = 0;       // results of one replay
   std::vector<std::unique_ptr<CapturedOp>> ops;  // in call order
   int32_t execs = 0;                             // live executable graphs that contain it
+  std::shared_ptr<LaunchOrder> order;            // its executable graphs' (from the first one)
 };
 
 // An executable graph holding captured digests.
-struct Replay;
 
 struct ExecInfo {
   uint64_t handle = 0;
@@ -188,14 +208,10 @@ struct ExecInfo {
   int64_t launches = 0;
   uint64_t serial = 0;          // unique among the process's executable graphs (from 1)
   WeightSampler weights;  // --graph-weights-every: numbers the launches given results, as queued
-  CUstream last_stream = nullptr;
-  CUevent done = nullptr;  // after each launch's clean-up: orders a launch on another stream
-  bool done_recorded = false;
-  // The launch whose cells point at its results (begun, not ended): another thread's launch waits
-  // for its end (launch_gate.h). `overlapped`: a launch could not wait long enough and ran
-  // without the cells set; from then on none of this graph's launches gets results.
-  LaunchGate<std::shared_ptr<Replay>> gate;
-  bool overlapped = false;
+  std::shared_ptr<LaunchOrder> order;  // never null once noted
+  // Orders of other executable graphs whose captures this one also holds (made from several
+  // graphs' captures): their last launches' ends are waited for too.
+  std::vector<std::shared_ptr<LaunchOrder>> also_after;
 };
 
 // One launch of an executable graph whose replayed ops' digests land in the graph results ring.
@@ -212,7 +228,7 @@ struct Replay {
   bool ended = false;   // endReplay ran: event recorded, or the launch failed
   bool failed = false;  // no results will come
   bool leak = false;    // its words may still be written: never hand them out again
-  bool overlapped = false;  // another thread's launch may have written its words: give them up
+  bool overlapped = false;  // a launch may have run unordered against it: give its words up
 };
 
 // One queued result: an operand's digests (eager), or a graph replay's (replay != nullptr).
@@ -341,9 +357,9 @@ class State {
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   int64_t graph_replays_unsupported = 0;
   // Launches that waited for another thread's launch of the same graph to end, and those given no
-  // results because one did not end in time (ExecInfo::overlapped).
+  // results because a launch ran unordered (LaunchOrder::given_up).
   int64_t graph_replays_waited = 0, graph_replays_overlapped = 0;
-  std::condition_variable replay_ended;  // ExecInfo::gate's waiters (with mu)
+  std::condition_variable replay_ended;  // LaunchOrder::gate's waiters (with mu)
   int64_t graph_weights_carried = 0, graph_weights_missing = 0;  // --graph-weights-every
   uint64_t exec_serials = 0;  // ExecInfo::serial's last value
 

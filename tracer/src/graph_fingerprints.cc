@@ -17,13 +17,14 @@
 // taken for the second call's). At each
 // launch of an executable graph holding such captures (the CUPTI launch callback, on the
 // launching thread): one stream-ordered kernel stores each capture's share of a range of the
-// pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch the tracer
-// does not see, paused or not recorded, then writes nothing), and an event marks the end. Replays
-// of one executable graph are ordered by CUDA; a launch on another stream than the previous one,
-// recorded or not, also waits for the previous launch's clean-up, and a launch from another
-// thread while one is between its begin and end waits (bounded) for that end (launch_gate.h).
-// Two executable graphs made from one capture would share its cell: their replays get no
-// fingerprints (counted as shared).
+// pinned results ring into its cell, the graph runs, a second kernel stores 0 (a launch given no
+// results then writes nothing), and an event marks the end. CUDA orders the executions of one
+// executable graph, never the tracer's kernels around them: every launch the tracer sees, with
+// results or not, waits on the GPU for the end of the one before it and marks its own
+// (LaunchOrder, shared by the executable graphs made from the same captures), and a launch from
+// another thread while one is between its begin and end waits (bounded) for that end
+// (launch_gate.h). Two executable graphs made from one capture would share its cell: their
+// replays get no fingerprints (counted as shared).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -426,7 +427,7 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
     // The launch's API exit never came (capture switched off in between): the digests may still
     // land in its words, and its cell may still point there. Give those up for good.
     r.leak = true;
-    if (r.exec->gate.close(p.replay)) replay_ended.notify_all();
+    if (r.exec->order->gate.close(p.replay)) replay_ended.notify_all();
     if (!r.ctx->graph_broken) {
       r.ctx->graph_broken = true;
       logLine(
@@ -499,61 +500,134 @@ using fp::state;
 
 namespace {
 
-// The launch in progress on this thread (between beginReplay and endReplay), and its stream.
-struct ThreadReplay {
+// The graph launch this thread is between the API enter and exit of, when the tracer ordered it:
+// its graphs' order, its stream and, when it was given results, its replay.
+struct ThreadLaunch {
+  std::shared_ptr<fp::ExecInfo> exec;
   std::shared_ptr<fp::Replay> replay;
   CUstream stream = nullptr;
 };
-thread_local ThreadReplay t_replay;
+thread_local ThreadLaunch t_launch;
+
+std::atomic<bool> g_orders_launches{false};  // some executable graph holds captured digests
 
 // How long a launch of an executable graph waits for another thread's launch of it to end
 // (launch_gate.h). That launch is inside its launch call, which returns in microseconds unless the
 // GPU's queue is full, when this one would wait in the driver too. DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US
-// sets it (for tests: 0 never waits).
+// sets it (for tests: 0 never waits; at most 10 s).
 std::chrono::microseconds graphLaunchWait() {
   static const std::chrono::microseconds wait = [] {
     const char* v = std::getenv("DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US");
-    return std::chrono::microseconds(v != nullptr && *v != '\0' ? std::max(0ll, std::atoll(v)) : 50'000);
+    const long long us = v != nullptr && *v != '\0' ? std::clamp(std::atoll(v), 0ll, 10'000'000ll) : 50'000;
+    return std::chrono::microseconds(us);
   }();
   return wait;
 }
 
-// Under State::mu (`lk`), at the entry of any launch of `e` the tracer sees, whether or not it
-// will get results: its graph's digest kernels read the cells either way. True when the launch is
-// ordered after the graph's last launch that pointed them, so that it cannot write into that
-// launch's results:
-//  - another thread's launch whose end has not come yet (it may still point the cells after this
-//    one's graph, or reset them under it) is waited for, until the deadline. If it does not end
-//    in time, this launch runs unordered: that launch's results are given up (this graph may run
-//    after it and before its reset), and so is every later launch of the graph (its graph may run
-//    after theirs pointed the cells; nothing orders it now). False.
-//  - the last launch's reset, on another stream, is waited for on the GPU (CUDA orders the graphs
-//    themselves, not the tracer's kernels around them). False if that cannot be done.
-// The launch's context must be alive and current (else false: nothing is done).
+// The executable graph takes the order of its captures (the first one's; the others' are waited
+// for as well). Under State::mu.
+void adoptOrderLocked(fp::ExecInfo& e) {
+  for (fp::Capture* c : e.captures) {
+    if (!c->order) continue;
+    if (!e.order) {
+      e.order = c->order;
+    } else if (c->order != e.order &&
+               std::find(e.also_after.begin(), e.also_after.end(), c->order) == e.also_after.end()) {
+      e.also_after.push_back(c->order);
+    }
+  }
+  if (!e.order) e.order = std::make_shared<fp::LaunchOrder>();
+  for (fp::Capture* c : e.captures) c->order = e.order;
+  g_orders_launches.store(true, std::memory_order_relaxed);
+}
+
+// Makes the executable graph's context current on this thread for its scope (a runtime launch's
+// enter may come before the runtime made its context current), and puts the thread's back after.
+class ExecContextScope {
+ public:
+  explicit ExecContextScope(CUcontext ctx) {
+    const fp::Driver& d = fp::Driver::get();
+    if (ctx == nullptr || d.ctx_get(&saved_) != CUDA_SUCCESS) return;
+    ok_ = saved_ == ctx || d.setCurrent(ctx) == CUDA_SUCCESS;
+    restore_ = ok_ && saved_ != ctx;
+  }
+  ~ExecContextScope() {
+    if (restore_) (void)fp::Driver::get().setCurrent(saved_);
+  }
+  ExecContextScope(const ExecContextScope&) = delete;
+  ExecContextScope& operator=(const ExecContextScope&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool ok_ = false, restore_ = false;
+};
+
+// Whether the executable graph's context is still the tracer's (not destroyed meanwhile).
+bool contextAliveLocked(State& s, const fp::Context* cx) {
+  if (cx == nullptr) return false;
+  auto alive = s.contexts.find(cx->ctx);
+  return alive != s.contexts.end() && alive->second.get() == cx;
+}
+
+// No launch of these graphs gets results any more: one ran, or may have run, unordered against
+// the launches that point their cells. The launch still open may have had its results written
+// into: they are given up too. Under State::mu.
+// `unordered`: the launch may also run before the last one's reset, which then goes too.
+void giveUpLocked(fp::LaunchOrder& o, uint64_t serial, const char* why, bool unordered) {
+  if (const std::shared_ptr<fp::Replay>& open = o.gate.openLaunch()) open->overlapped = true;
+  if (std::shared_ptr<fp::Replay> last = o.last.lock(); unordered && last != nullptr && last->ended) {
+    last->failed = true;
+    last->leak = true;
+  }
+  if (!o.given_up) {
+    logLine("CUDA graph %llu: %s; the launches of its captured calls get no more fingerprints",
+            static_cast<unsigned long long>(serial), why);
+  }
+  o.given_up = true;
+}
+
+// Under State::mu (`lk`), with the graph's context current, at the enter of any launch of `e` the
+// tracer sees, whether or not it will get results: its graph's digest kernels read the cells
+// either way (LaunchOrder).
+//  - Another thread's launch whose end has not come yet (it may still point the cells after this
+//    one's graph, or reset them under it) is waited for, at most graphLaunchWait(). If it does not
+//    end in time, results are given up (giveUpLocked).
+//  - The end of the last launch (its graph, and its reset) is waited for on the GPU, whatever the
+//    stream: a stream's handle may come back for another stream, and waiting for an event already
+//    reached costs the GPU nothing. If that wait cannot be issued, results are given up too.
+// True when the launch may be given results.
 bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_lock<std::mutex>& lk) {
-  if (e.overlapped) return false;
-  using Entry = LaunchGate<std::shared_ptr<fp::Replay>>::Entry;
-  const Entry entry = e.gate.enter(lk, s.replay_ended, graphLaunchWait(), std::this_thread::get_id());
-  if (entry == Entry::kWaited) ++s.graph_replays_waited;
-  if (entry == Entry::kTimedOut) {
-    e.gate.openLaunch()->overlapped = true;
-    logLine(
-        "CUDA graph %llu: a launch from another thread did not end within %lld us of this "
-        "thread's launch; this graph's launches get no more fingerprints",
-        static_cast<unsigned long long>(e.serial), static_cast<long long>(graphLaunchWait().count()));
-    e.overlapped = true;
+  fp::LaunchOrder& o = *e.order;
+  if (!o.given_up) {
+    using Entry = LaunchGate<std::shared_ptr<fp::Replay>>::Entry;
+    const Entry entry = o.gate.enter(lk, s.replay_ended, graphLaunchWait(), std::this_thread::get_id());
+    if (entry == Entry::kWaited) ++s.graph_replays_waited;
+    if (entry == Entry::kTimedOut) {
+      giveUpLocked(o, e.serial, "a launch from another thread did not end in time for this thread's launch",
+                   /*unordered=*/false);
+    }
   }
-  if (e.overlapped) return false;  // this one timed out, or another waiter did while this one waited
+  if (!contextAliveLocked(s, e.ctx)) return false;  // destroyed while this one waited
   const fp::Driver& d = fp::Driver::get();
-  auto alive = s.contexts.find(e.ctx->ctx);
-  CUcontext current = nullptr;
-  if (alive == s.contexts.end() || alive->second.get() != e.ctx || d.stream_wait_event == nullptr ||
-      d.ctx_get(&current) != CUDA_SUCCESS || current != e.ctx->ctx) {
-    return false;
-  }
-  // CU_STREAM_PER_THREAD is one handle for every thread's own stream: never "the same stream".
-  const bool same_stream = e.last_stream == stream && stream != CU_STREAM_PER_THREAD;
-  return same_stream || !e.done_recorded || d.stream_wait_event(stream, e.done, 0) == CUDA_SUCCESS;
+  auto after = [&](const fp::LaunchOrder& prev) {
+    return !prev.done_recorded ||
+           (d.stream_wait_event != nullptr && d.stream_wait_event(stream, prev.done, 0) == CUDA_SUCCESS);
+  };
+  bool ordered = after(o);
+  for (const auto& other : e.also_after) ordered = after(*other) && ordered;
+  if (!ordered) giveUpLocked(o, e.serial, "a launch could not be ordered after the one before it", true);
+  return !o.given_up;
+}
+
+// Marks the end of the launch on `stream` (after its graph, and its reset if it had one) for the
+// next launch of these graphs. Under State::mu, with the graph's context current.
+void markEndLocked(fp::ExecInfo& e, CUstream stream) {
+  const fp::Driver& d = fp::Driver::get();
+  fp::LaunchOrder& o = *e.order;
+  if (o.done == nullptr && d.event_create(&o.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) o.done = nullptr;
+  o.done_recorded = o.done != nullptr && d.event_record(o.done, stream) == CUDA_SUCCESS;
+  if (!o.done_recorded) giveUpLocked(o, e.serial, "a launch's end could not be marked", true);
 }
 
 // --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is
@@ -640,6 +714,7 @@ void Fingerprinter::noteExec(uint64_t exec, CUcontext ctx,
     }
     if (e->captures.empty()) return;
     for (fp::Capture* c : e->captures) ++c->execs;
+    adoptOrderLocked(*e);
     if (e->ctx->graph_results == nullptr && !e->ctx->graph_results_tried) {
       fp::allocateGraphResults(*e->ctx, e->words);
     }
@@ -663,8 +738,10 @@ void Fingerprinter::noteExecUpdated(uint64_t exec, CUgraph graph) noexcept {
     e->serial = ++s.exec_serials;
     e->updated = true;
     e->captures = it->second;
-    e->ctx = e->captures.empty() ? nullptr : e->captures.front()->ctx;
+    if (e->captures.empty()) return;
+    e->ctx = e->captures.front()->ctx;
     for (fp::Capture* c : e->captures) ++c->execs;  // their own executable graph now shares them
+    adoptOrderLocked(*e);  // its launches get no results, but they run the captures' digests
     s.execs.emplace(exec, std::move(e));
   } catch (...) {
   }
@@ -723,13 +800,22 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
 
 void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_t token) noexcept {
   try {
-    abandonReplay();  // one this thread left open (no endReplay came): no longer waited for
+    abandonReplay();  // one this thread left open (its exit never came): ended now
     if (!plan.exec) return;
     State& s = state();
     std::unique_lock lk(s.mu);
     fp::ExecInfo& e = *plan.exec;
-    if (!orderLaunchLocked(s, e, stream, lk)) {
-      ++(e.overlapped ? s.graph_replays_overlapped : s.graph_replays_unsupported);
+    ExecContextScope scope(e.ctx != nullptr ? e.ctx->ctx : nullptr);
+    if (!scope.ok()) {
+      giveUpLocked(*e.order, e.serial, "its context could not be made current to order a launch", true);
+      ++s.graph_replays_unsupported;
+      return;
+    }
+    const bool ordered = orderLaunchLocked(s, e, stream, lk);
+    if (!contextAliveLocked(s, e.ctx)) return;
+    t_launch = {plan.exec, nullptr, stream};  // its end is marked at its exit, results or not
+    if (!ordered) {
+      ++(e.order->given_up ? s.graph_replays_overlapped : s.graph_replays_unsupported);
       return;
     }
     if (token == 0) return;  // the launch is not in the trace (its slot was dropped)
@@ -789,55 +875,75 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
       return;
     }
     ++s.graph_replays;
-    e.gate.open(r, std::this_thread::get_id());
-    t_replay = {r, stream};
+    e.order->gate.open(r, std::this_thread::get_id());
+    e.order->last = r;
+    t_launch.replay = r;
   } catch (...) {
-    t_replay = {};
+    t_launch = {};
   }
 }
 
-void Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept {
+bool Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexcept {
+  if (!g_orders_launches.load(std::memory_order_relaxed)) return false;
   try {
+    abandonReplay();
     State& s = state();
     std::unique_lock lk(s.mu);
     auto it = s.execs.find(exec);
-    if (it == s.execs.end() || it->second->words == 0) return;  // no cells to read
+    if (it == s.execs.end()) return false;  // no captured digests: nothing reads a cell
     std::shared_ptr<fp::ExecInfo> e = it->second;  // kept while the gate's wait lets go of mu
+    ExecContextScope scope(e->ctx != nullptr ? e->ctx->ctx : nullptr);
+    if (!scope.ok()) {
+      giveUpLocked(*e->order, e->serial, "its context could not be made current to order a launch", true);
+      return false;
+    }
     (void)orderLaunchLocked(s, *e, stream, lk);
+    if (!contextAliveLocked(s, e->ctx)) return false;
+    t_launch = {e, nullptr, stream};
+    return true;
   } catch (...) {
+    t_launch = {};
+    return false;
   }
 }
 
+bool Fingerprinter::ordersGraphLaunches() noexcept { return g_orders_launches.load(std::memory_order_relaxed); }
+
 void Fingerprinter::abandonReplay() noexcept {
-  try {
-    ThreadReplay stale = std::exchange(t_replay, {});
-    if (!stale.replay) return;
-    State& s = state();
-    std::lock_guard lk(s.mu);
-    if (stale.replay->exec->gate.close(stale.replay)) s.replay_ended.notify_all();
-  } catch (...) {
-  }
+  // The thread's next launch call has begun, so the call of the one left open has returned: its
+  // graph is queued (or failed). It is ended now as its exit would have, its results given up
+  // (whether its launch succeeded is not known).
+  if (t_launch.exec) endReplay(/*failed=*/true);
 }
 
 void Fingerprinter::endReplay(bool failed) noexcept {
   try {
-    ThreadReplay current = std::exchange(t_replay, {});
-    if (!current.replay) return;
+    ThreadLaunch current = std::exchange(t_launch, {});
+    if (!current.exec) return;
     const fp::Driver& d = fp::Driver::get();
     State& s = state();
     std::lock_guard lk(s.mu);
-    fp::Replay& r = *current.replay;
-    fp::ExecInfo& e = *r.exec;
-    fp::Context& cx = *r.ctx;
-    if (e.gate.close(current.replay)) s.replay_ended.notify_all();  // whatever happens below
-    if (r.overlapped) {
-      // A launch from another thread ran after this one's without waiting for its end: it may
-      // have written into these words, now or later. Its cells still get their reset below.
+    fp::ExecInfo& e = *current.exec;
+    fp::Replay* r = current.replay.get();
+    if (r != nullptr && e.order->gate.close(current.replay)) s.replay_ended.notify_all();  // whatever happens below
+    if (r != nullptr && r->overlapped) {
+      // A launch from another thread may have run after this one's without waiting for its end,
+      // and written into these words, now or later. Its cells still get their reset below.
       failed = true;
-      r.leak = true;
+      r->leak = true;
     }
-    auto alive = s.contexts.find(cx.ctx);
-    if (alive == s.contexts.end() || alive->second.get() != &cx) return;  // context gone
+    if (!contextAliveLocked(s, e.ctx)) return;  // context gone
+    fp::Context& cx = *e.ctx;
+    ExecContextScope scope(cx.ctx);
+    if (!scope.ok()) {
+      giveUpLocked(*e.order, e.serial, "its context could not be made current to end a launch", true);
+      if (r != nullptr) r->failed = r->leak = r->ended = true;
+      return;
+    }
+    if (r == nullptr) {  // no results: only its end, for the next launch's order
+      markEndLocked(e, current.stream);
+      return;
+    }
     SelfLaunchScope self;
     std::vector<const uint64_t*> cells;
     for (const fp::Capture* c : e.captures) {
@@ -857,18 +963,14 @@ void Fingerprinter::endReplay(bool failed) noexcept {
       ev = nullptr;
     }
     bool marked = ev != nullptr && d.event_record(ev, current.stream) == CUDA_SUCCESS;
-    r.event = marked ? ev : nullptr;
+    r->event = marked ? ev : nullptr;
     if (ev != nullptr && !marked) cx.free_events.push_back(ev);
-    if (e.done == nullptr && d.event_create(&e.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      e.done = nullptr;
-    }
-    e.done_recorded = e.done != nullptr && d.event_record(e.done, current.stream) == CUDA_SUCCESS;
-    e.last_stream = current.stream;
-    r.ended = true;
+    markEndLocked(e, current.stream);
+    r->ended = true;
     if (!reset || !marked) {
       // The cells may still point at these words, or their end cannot be seen: never reuse them.
-      r.failed = true;
-      r.leak = true;
+      r->failed = true;
+      r->leak = true;
       if (!cx.graph_broken) {
         cx.graph_broken = true;
         logLine(
@@ -876,7 +978,7 @@ void Fingerprinter::endReplay(bool failed) noexcept {
             "closed");
       }
     } else if (failed) {
-      r.failed = true;  // the launch failed: no digests ran; its words are free after the reset
+      r->failed = true;  // the launch failed: no digests ran; its words are free after the reset
     }
   } catch (...) {
   }

@@ -36,10 +36,13 @@ class LaunchGate {
     if (!openByOther(self)) return Entry::kFree;
     // No time to wait never waits: waiting would let a closer in (and call it kWaited).
     if (wait <= std::chrono::microseconds::zero()) return Entry::kTimedOut;
-    ++waiters_;
+    struct Waiting {  // counted while waiting, even if the wait throws
+      int& n;
+      explicit Waiting(int& count) : n(++count) {}
+      ~Waiting() { --n; }
+    } waiting(waiters_);
     const auto deadline = std::chrono::steady_clock::now() + wait;
     const bool freed = cv.wait_until(lk, deadline, [&] { return !openByOther(self); });
-    --waiters_;
     return freed ? Entry::kWaited : Entry::kTimedOut;
   }
 
