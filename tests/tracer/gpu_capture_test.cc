@@ -39,7 +39,7 @@ struct Recorded {
 // Records the app with `options` and loads every event of its one rank.
 void recordApp(const std::string& dir, const std::string& options, Recorded& out) {
   std::string log;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} {2} -- {0}/tests/tracer_gpu_app",
+  int rc = shell(fmt::format("timeout -k 5 120 {0}/replay/detrace record -o {1} {2} -- {0}/tests/tracer_gpu_app",
                              DETRACE_BINARY_DIR, dir, options),
                  log);
   ASSERT_EQ(rc, 0) << log;
@@ -171,8 +171,15 @@ TEST(TracerCapture, NvtxRangesAndFullCopiesMatchTheProgram) {
   // The copies were the tracer's: the program copies nothing back, so the trace holds no copy, and
   // the copies' records (and those of the tracer's memsets) were dropped as its own.
   int copies = 0;
-  for (const db::Event& e : r.events) copies += e.kind == db::EventKind::kMemcpy;
-  EXPECT_EQ(copies, 0) << "the tracer's copies were recorded as the program's";
+  std::string which;  // on failure: whose copies they look like
+  for (const db::Event& e : r.events) {
+    if (e.kind != db::EventKind::kMemcpy) continue;
+    if (++copies <= 8) {
+      which += fmt::format("  seq {} {} stream {} correlation {}\n", e.seq, r.reader->str(e.name),
+                           e.stream, e.correlation_id);
+    }
+  }
+  EXPECT_EQ(copies, 0) << "the tracer's copies were recorded as the program's:\n" << which;
   EXPECT_GE((*stats)["tracer_own_records_dropped"], (*stats)["captures_written"]);
 }
 

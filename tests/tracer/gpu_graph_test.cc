@@ -64,9 +64,10 @@ void recordGraphApp(const testing::TempDir& tmp, Recording& r, const std::string
   r.dir = tmp.file("out");
   std::filesystem::create_directories(r.dir);
   const std::string run = tmp.file("run");
-  testing::ShellOutput o = testing::runShell(
-      fmt::format("{3} {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2} {6}",
-                  DETRACE_BINARY_DIR, run, r.dir, env, options, mode, extra));
+  // Bounded: a hang (the unserialized modes do what CUDA's rules forbid) must fail, not stall.
+  testing::ShellOutput o = testing::runShell(fmt::format(
+      "{3} timeout -k 5 120 {0}/replay/detrace record -o {1} {4} -- {0}/tests/tracer_gpu_app {5} {2} {6}",
+      DETRACE_BINARY_DIR, run, r.dir, env, options, mode, extra));
   ASSERT_EQ(o.status, 0) << o.out;
   r.log = o.out;
   std::ifstream info(r.dir + "/graph.txt");
@@ -547,16 +548,22 @@ int checkThreadedLaunches(const Recording& r) {
   }
   std::set<int> seen;
   int fingerprinted = 0;
+  // Mismatches are counted and the first few described: one failure per operand of 200 launches
+  // would bury the rest of the output.
+  int mismatches = 0;
+  std::string described;
+  auto mismatch = [&](int64_t launch, const std::string& what) {
+    if (++mismatches <= 8) described += fmt::format("  launch {}: {}\n", launch, what);
+  };
   for (const auto& [replay, operands] : by_launch) {
-    SCOPED_TRACE(fmt::format("launch {}", replay));
-    EXPECT_EQ(operands.size(), 6u) << "a launch has both GEMMs' operands or none";
+    if (operands.size() != 6u) mismatch(replay, fmt::format("{} operands, not 6 (both GEMMs')", operands.size()));
     auto find = [&](const char* key) -> const db::Operand* {
       auto it = operands.find(key);
       return it == operands.end() || !it->second.has_digest ? nullptr : &it->second;
     };
     const db::Operand* x = find("cublasLtMatmul B");
     if (x == nullptr) {
-      ADD_FAILURE() << "operands without X's digest";
+      mismatch(replay, "operands without X's digest");
       continue;
     }
     std::vector<uint64_t> cpu_rows;
@@ -566,11 +573,11 @@ int checkThreadedLaunches(const Recording& r) {
     }
     auto found = k_of_x.find(x->digest);
     if (found == k_of_x.end()) {
-      ADD_FAILURE() << "X's digest is no execution's X";
+      mismatch(replay, "X's digest is no execution's X");
       continue;
     }
     const int k = found->second;
-    EXPECT_TRUE(seen.insert(k).second) << "execution " << k << "'s X given to two launches";
+    if (!seen.insert(k).second) mismatch(replay, fmt::format("execution {}'s X given to two launches", k));
     ++fingerprinted;
     const Execution& e = runs[static_cast<size_t>(k)];
     const struct {
@@ -582,13 +589,16 @@ int checkThreadedLaunches(const Recording& r) {
     for (const auto& [key, bytes] : want) {
       const db::Operand* o = find(key);
       if (o == nullptr) {
-        ADD_FAILURE() << key << " has no digest";
+        mismatch(replay, fmt::format("{} has no digest", key));
         continue;
       }
-      EXPECT_EQ(o->digest, cpuDigest(*o, bytes, cpu_rows)) << key << " of execution " << k;
-      EXPECT_EQ(o->row_digests, cpu_rows) << key << " of execution " << k;
+      const uint64_t want_digest = cpuDigest(*o, bytes, cpu_rows);
+      if (o->digest != want_digest || o->row_digests != cpu_rows) {
+        mismatch(replay, fmt::format("{} is not execution {}'s", key, k));
+      }
     }
   }
+  EXPECT_EQ(mismatches, 0) << "launches whose fingerprints are not one execution's:\n" << described;
   return fingerprinted;
 }
 
@@ -602,12 +612,13 @@ TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {
   testing::TempDir tmp;
   Recording r;
   ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads", "serialized"));
-  SCOPED_TRACE("detrace record said:\n" + r.log);
   const int launches = r.app["launches"];
+  EXPECT_EQ(r.app["overlapping_executions"], 0) << "CUDA orders one graph's executions";
   EXPECT_EQ(checkThreadedLaunches(r), launches);
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
   std::printf("graph stats:\n%s", graphStats(*stats).c_str());
+  if (HasFailure()) std::printf("detrace record said:\n%s\n", r.log.c_str());
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
   EXPECT_EQ((*stats)["graph_replays_waited"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
@@ -624,7 +635,11 @@ void checkUnserializedLaunches(const std::string& wait_us) {
   Recording r;
   const std::string env = wait_us.empty() ? "" : "DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US=" + wait_us;
   ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, env, "", "graph-threads"));
-  SCOPED_TRACE("detrace record said:\n" + r.log);
+  if (r.app["overlapping_executions"] > 0) {
+    GTEST_SKIP() << "CUDA ran " << r.app["overlapping_executions"]
+                 << " executions of the graph at the same time as another (unserialized launch "
+                    "calls are undefined behaviour): nothing here says anything of the tracer";
+  }
   const int launches = r.app["launches"];
   const int fingerprinted = checkThreadedLaunches(r);
   auto stats = r.reader->stats();
@@ -637,12 +652,16 @@ void checkUnserializedLaunches(const std::string& wait_us) {
   EXPECT_EQ(fingerprinted, begun - lost) << "the launches given up are those counted lost";
   EXPECT_LE(lost, 1) << "only the launch open at the first overlap past the wait";
   EXPECT_EQ(overlapped > 0, lost == 1) << "an overlap past the wait gives the open launch up";
+  // The first kStaggerLaunches launches come before the threads' calls can overlap: results
+  // were given, so "never mixed" was checked on something.
+  EXPECT_GE(fingerprinted, graph_app::kStaggerLaunches);
   if (wait_us == "0") {
     EXPECT_EQ((*stats)["graph_replays_waited"], 0);
   }
   std::printf("note: %d of %d launches fingerprinted, %lld waited, %lld turned away\n",
               fingerprinted, launches, static_cast<long long>((*stats)["graph_replays_waited"]),
               static_cast<long long>(overlapped));
+  if (::testing::Test::HasFailure()) std::printf("detrace record said:\n%s\n", r.log.c_str());
 }
 
 TEST(TracerGraph, UnserializedLaunchesOfOneGraphNeverMixFingerprints) {

@@ -15,6 +15,10 @@ constexpr int kM = 256, kK = 128, kN = 64, kM2 = 192;
 
 // graph-threads: each of kThreads threads launches the graph kThreadLaunches times at once.
 constexpr int kThreads = 2, kThreadLaunches = 100;
+// Unserialized: thread 0's first kStaggerLaunches launches (synchronized) come before thread 1's
+// first, so results are given before the threads' calls can first overlap.
+constexpr int kStaggerLaunches = 16;
+static_assert(kThreads * kThreadLaunches < 343, "threadsX spells k < 343 only");
 
 // X at the graph's k-th execution (k < 343): its first three values spell k in base 7, every value
 // is an integer in [-3, 3]. With A and W in [-3, 3] too, D1 and Y are exact in fp32 whatever the

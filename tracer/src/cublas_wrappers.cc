@@ -297,9 +297,12 @@ class GemmFingerprints {
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
     // At --capture meta nothing is fingerprinted: no operand specs either (their vectors cost a
     // GEMM's thread about a microsecond), and no row width for the next collective's digests.
-    if (token_ != 0 && !Fingerprinter::get().enabled()) token_ = 0;
     if (token_ == 0) return;
     try {
+      if (!Fingerprinter::get().enabled()) {  // its first call allocates: inside the try
+        token_ = 0;
+        return;
+      }
       specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
     } catch (...) {  // out of memory: this GEMM stays recorded, without fingerprints
       token_ = 0;
