@@ -18,11 +18,16 @@
 
 #include <cublas_api.h>
 #include <dlfcn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -225,13 +230,41 @@ inline int graphMain(const std::string& dir) {
   return 0;
 }
 
-// ---- `tracer_gpu_app graph-threads DIR [serialized]` ----
+// One request to the tracer's control socket (the one `detrace attach` uses: the run directory's
+// proc-<pid>.dtrace-control names it), e.g. "stop" or "start capture=digest". True if it said ok.
+inline bool askTracer(const std::string& request) {
+  const char* out = std::getenv("DETRACE_OUT_DIR");
+  if (out == nullptr) return false;
+  std::ifstream pointer(std::string(out) + "/proc-" + std::to_string(getpid()) + ".dtrace-control");
+  std::string line, path;
+  while (std::getline(pointer, line)) {
+    if (line.rfind("socket=", 0) == 0) path = line.substr(7);
+  }
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  const std::string sent = request + "\n";
+  ok = ok && write(fd, sent.data(), sent.size()) == static_cast<ssize_t>(sent.size());
+  char reply[256] = {};
+  ok = ok && read(fd, reply, sizeof reply - 1) >= 2 && std::strncmp(reply, "ok", 2) == 0;
+  close(fd);
+  return ok;
+}
+
+// ---- `tracer_gpu_app graph-threads DIR [serialized|switching]` ----
 // The GEMM chain captured into one graph after kernels that set X from a device counter of the
 // graph's executions (its k-th execution gets X = threadsX(., k)) and poison D1 and Y, then
 // launched kThreadLaunches times from each of kThreads threads, each on a stream of its own, with
 // no order between the threads but CUDA's own between launches of one graph. `serialized`: the
 // threads take a mutex around each launch call, as CUDA's rules ask of calls on one graph object;
 // without it their launch calls may overlap (which those rules forbid, and the tracer must survive).
+// `switching`: serialized, a launch every 20 ms, while a third thread stops and starts the recording
+// through the control socket (kSwitches times): launches in progress at a switch, launches made
+// while paused, on either stream, and recorded ones after them.
 // A, W and X hold small integers, so D1 and Y are exact and the test computes them itself. DIR gets
 // A.bin, W.bin and graph.txt (launches made, executions counted on the GPU, and executions that
 // ran at the same time as another: CUDA orders one graph's executions, but unserialized launch
@@ -257,7 +290,8 @@ __global__ void fill_small(float* x, int n, int which) {
   if (i < n) x[i] = which == 0 ? threadsA(i) : threadsW(i);
 }
 
-inline int graphThreadsMain(const std::string& dir, bool serialized) {
+inline int graphThreadsMain(const std::string& dir, bool serialized, bool switching = false) {
+  serialized = serialized || switching;
   Gemms g;
   if (setUp(g) != 0) return 1;
   int* counter = nullptr;  // [0] executions, [1] the last one's k as it set X, [2] overlaps
@@ -306,12 +340,29 @@ inline int graphThreadsMain(const std::string& dir, bool serialized) {
       if (cudaGraphLaunch(exec, s) != cudaSuccess) rc[t] = 1;
       if (serialized) turn.unlock();
       if (i % 16 == 15 && cudaStreamSynchronize(s) != cudaSuccess) rc[t] = 1;
+      if (switching) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess) rc[t] = 1;
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(body, t);
+  int switched = 0;
+  if (switching) {
+    while (ready.load() < kThreads) {
+    }
+    for (int i = 0; i < kSwitches; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      if (!askTracer("stop")) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      if (!askTracer("start capture=digest")) break;
+      ++switched;
+    }
+  }
   for (std::thread& t : threads) t.join();
+  if (switching && switched != kSwitches) {
+    std::fprintf(stderr, "tracer_gpu_app graph-threads: only %d of %d switches answered\n", switched, kSwitches);
+    return 1;
+  }
   for (int t = 0; t < kThreads; ++t) {
     if (rc[t] != 0) {
       std::fprintf(stderr, "tracer_gpu_app graph-threads: thread %d failed\n", t);

@@ -18,6 +18,8 @@ constexpr int kThreads = 2, kThreadLaunches = 100;
 // Unserialized: thread 0's first kStaggerLaunches launches (synchronized) come before thread 1's
 // first, so results are given before the threads' calls can first overlap.
 constexpr int kStaggerLaunches = 16;
+// Switching: recording stopped and started this many times while the threads launch.
+constexpr int kSwitches = 3;
 static_assert(kThreads * kThreadLaunches < 343, "threadsX spells k < 343 only");
 
 // X at the graph's k-th execution (k < 343): its first three values spell k in base 7, every value
