@@ -173,6 +173,7 @@ std::unordered_map<uint64_t, int32_t>& g_graph_records =
 // ---- per-thread launch state ----
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
 thread_local int t_runtime_depth = 0;
+thread_local bool t_runtime_graph = false;  // the runtime launch in progress is a graph launch
 // Bumped at every capture start: a launch whose API exit was never seen (capture stopped in the
 // middle of it) must not leave its thread's nesting state behind for the next capture.
 std::atomic<uint64_t> g_capture_epoch{0};
@@ -484,10 +485,11 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
 
 // A launch API call begins on this thread: a runtime call nests its driver half (which then only
 // adds an alias), a driver call is the launch itself. `token`: its slot (0: none yet, or none).
-void enterNesting(bool runtime, uint64_t token) {
+void enterNesting(bool runtime, uint64_t token, bool graph) {
   if (runtime) {
     ++t_runtime_depth;
     t_runtime_token = token;
+    t_runtime_graph = graph;
   } else {
     t_driver_token = token;
   }
@@ -512,6 +514,9 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
   if (cb->callbackSite == CUPTI_API_ENTER) {
+    // A driver graph launch under a runtime launch that is not one: that runtime launch's exit was
+    // lost to a stop (graph launches keep their callbacks while paused); this is a launch of its own.
+    if (!runtime && t_runtime_depth > 0 && kind.graph && !t_runtime_graph) t_runtime_depth = 0;
     if (!runtime && t_runtime_depth > 0) {
       // The driver half of a runtime launch: the same launch, another correlation id.
       if (t_in_flight.active && t_in_flight.runtime) {
@@ -528,7 +533,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     if (buffer == nullptr || w == nullptr) {
       // Paused (only graph launches come then, see setLaunchCallbacks): ordered all the same.
       if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      if (kind.graph) enterNesting(runtime, 0);
+      if (kind.graph) enterNesting(runtime, 0, kind.graph);
       return;
     }
     WindowGate::LaunchTicket deep_ticket;
@@ -539,7 +544,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
       if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      enterNesting(runtime, 0);
+      enterNesting(runtime, 0, kind.graph);
       return;
     }
     ApiLaunch launch;
@@ -613,7 +618,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_in_flight.buffer = buffer;
       t_in_flight.generation = buffer->launchEntering();
       t_in_flight.active = true;
-      enterNesting(runtime, 0);  // no token: the slot is taken at the exit
+      enterNesting(runtime, 0, false);  // no token: the slot is taken at the exit
       return;
     }
     uint64_t token = 0;
@@ -629,7 +634,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
     }
     if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
-    enterNesting(runtime, token);
+    enterNesting(runtime, token, kind.graph);
     if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
     return;
   }
@@ -664,14 +669,17 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     token = t_runtime_token;
     failed = cb->functionReturnValue &&
              *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
-    deep::endLaunch();
+    if (!kind.graph) deep::endLaunch();  // (a graph launch is never a deep one)
   } else {
     token = std::exchange(t_driver_token, 0);
     failed = cb->functionReturnValue &&
              *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
-    deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
+    if (!kind.graph) deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
   }
-  if (t_replay_open && t_replay_runtime == runtime) {  // after the graph: close its digests
+  // After the graph: close its digests. A driver graph launch's exit closes the launch opened by
+  // its runtime half too: its graph is queued then, and while paused the runtime's exit does not
+  // come (only the driver's graph launch callbacks stay on).
+  if (t_replay_open && (t_replay_runtime == runtime || (!runtime && kind.graph))) {
     t_replay_open = false;
     Fingerprinter::get().endReplay(failed);
   }
@@ -1163,15 +1171,15 @@ bool setLaunchCallbacks(uint32_t on) {
   // Placement by correlation id: only graph launches keep their callbacks (a graph's records
   // gather under its launch, and captured library ops are replayed from it).
   const bool graphs_only = on && g_placement.load(std::memory_order_relaxed);
-  // Off: graph launches keep theirs once some graph holds captured digests. Those digests read
-  // their cells at every launch, so every launch must stay ordered (orderUnrecordedGraphLaunch),
-  // and a launch in progress at the stop must still see its exit. (The driver domain's cost is
-  // already paid after the first start: enableGraphUpdateCallbacks.)
+  // Off: the driver's graph launches keep theirs once some graph holds captured digests. Those
+  // digests read their cells at every launch, so every launch must stay ordered
+  // (orderUnrecordedGraphLaunch), and a launch in progress at the stop must still see an exit: a
+  // runtime graph launch's driver half gives both. The driver domain's cost is already paid after
+  // the first start (enableGraphUpdateCallbacks); no runtime callback stays on while paused.
   const bool keep_graphs = !on && Fingerprinter::ordersGraphLaunches();
   for (CUpti_CallbackId id : kRuntimeLaunchCallbacks) {
     if (driver_only && on) break;
-    const bool graph = isGraphLaunchCallback(CUPTI_CB_DOMAIN_RUNTIME_API, id);
-    if ((graphs_only && !graph) || (keep_graphs && graph)) continue;
+    if (graphs_only && !isGraphLaunchCallback(CUPTI_CB_DOMAIN_RUNTIME_API, id)) continue;
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(on, g_subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id), "runtime launch callback");
   }
   for (CUpti_CallbackId id : kDriverLaunchCallbacks) {
@@ -1405,6 +1413,8 @@ bool start() {
 }  // namespace
 
 bool placementByRecords() { return g_placement.load(std::memory_order_relaxed); }
+
+uint64_t streamEpoch() noexcept { return g_stream_epoch.load(std::memory_order_acquire); }
 
 uint64_t markerCorrelation() noexcept {
   if (!g_placement.load(std::memory_order_relaxed)) return 0;

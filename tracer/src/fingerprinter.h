@@ -87,6 +87,9 @@ class CallNodeScope {
 void setGraphNodeIdsUsable(bool usable) noexcept;
 bool graphNodeIdsUsable() noexcept;
 
+// How many streams were destroyed so far (cupti_adapter.cc; a stream's handle may come back).
+uint64_t streamEpoch() noexcept;
+
 class Fingerprinter {
  public:
   static Fingerprinter& get();
@@ -177,6 +180,7 @@ class Fingerprinter {
   void finish(db::TraceWriter* writer) noexcept;
 
  private:
+  void endLaunch(bool failed, bool abandoned) noexcept;  // endReplay and abandonReplay
   Fingerprinter() = default;
 };
 

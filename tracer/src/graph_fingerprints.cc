@@ -505,7 +505,9 @@ namespace {
 struct ThreadLaunch {
   std::shared_ptr<fp::ExecInfo> exec;
   std::shared_ptr<fp::Replay> replay;
+  std::shared_ptr<fp::Replay> gate;  // what holds its order's gate: `replay`, or a stand-in
   CUstream stream = nullptr;
+  uint64_t stream_epoch = 0;  // streamEpoch() at its enter: `stream` may be gone if it moved
 };
 thread_local ThreadLaunch t_launch;
 
@@ -538,7 +540,23 @@ void adoptOrderLocked(fp::ExecInfo& e) {
   }
   if (!e.order) e.order = std::make_shared<fp::LaunchOrder>();
   for (fp::Capture* c : e.captures) c->order = e.order;
-  g_orders_launches.store(true, std::memory_order_relaxed);
+  g_orders_launches.store(true, std::memory_order_release);
+}
+
+// Whether another executable graph reads one of its captures' cells too: then no launch of it is
+// given results (nothing points the cells), and launches of the two need no gate between them.
+bool sharedLocked(const fp::ExecInfo& e) {
+  return std::any_of(e.captures.begin(), e.captures.end(), [](const fp::Capture* c) { return c->execs > 1; });
+}
+
+// The ordered launch in progress on this thread holds its order's gate until its end (a launch
+// from another thread, which CUDA's rules forbid, waits for it): `holder` is its replay, or a
+// stand-in when it has no results. Not while the captures are shared: different executable
+// graphs may run at once, and none has results to protect.
+void holdGateLocked(fp::ExecInfo& e, std::shared_ptr<fp::Replay> holder) {
+  if (sharedLocked(e)) return;
+  e.order->gate.open(holder, std::this_thread::get_id());
+  t_launch.gate = std::move(holder);
 }
 
 // Makes the executable graph's context current on this thread for its scope (a runtime launch's
@@ -621,13 +639,17 @@ bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_l
 }
 
 // Marks the end of the launch on `stream` (after its graph, and its reset if it had one) for the
-// next launch of these graphs. Under State::mu, with the graph's context current.
+// next launch of these graphs: in its order and in the others it waited for (the executable
+// graphs on those wait for it in turn). Under State::mu, with the graph's context current.
 void markEndLocked(fp::ExecInfo& e, CUstream stream) {
   const fp::Driver& d = fp::Driver::get();
-  fp::LaunchOrder& o = *e.order;
-  if (o.done == nullptr && d.event_create(&o.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) o.done = nullptr;
-  o.done_recorded = o.done != nullptr && d.event_record(o.done, stream) == CUDA_SUCCESS;
-  if (!o.done_recorded) giveUpLocked(o, e.serial, "a launch's end could not be marked", true);
+  auto mark = [&](fp::LaunchOrder& o) {
+    if (o.done == nullptr && d.event_create(&o.done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) o.done = nullptr;
+    o.done_recorded = o.done != nullptr && d.event_record(o.done, stream) == CUDA_SUCCESS;
+    if (!o.done_recorded) giveUpLocked(o, e.serial, "a launch's end could not be marked", true);
+  };
+  mark(*e.order);
+  for (const auto& other : e.also_after) mark(*other);
 }
 
 // --graph-weights-every N (weight_sampling.h): called under State::mu just before the replay is
@@ -805,7 +827,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     State& s = state();
     std::unique_lock lk(s.mu);
     fp::ExecInfo& e = *plan.exec;
-    ExecContextScope scope(e.ctx != nullptr ? e.ctx->ctx : nullptr);
+    if (!contextAliveLocked(s, e.ctx)) return;
+    ExecContextScope scope(e.ctx->ctx);
     if (!scope.ok()) {
       giveUpLocked(*e.order, e.serial, "its context could not be made current to order a launch", true);
       ++s.graph_replays_unsupported;
@@ -813,7 +836,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     }
     const bool ordered = orderLaunchLocked(s, e, stream, lk);
     if (!contextAliveLocked(s, e.ctx)) return;
-    t_launch = {plan.exec, nullptr, stream};  // its end is marked at its exit, results or not
+    t_launch = {plan.exec, nullptr, nullptr, stream, streamEpoch()};  // its end is marked at its exit
+    holdGateLocked(e, std::make_shared<fp::Replay>());  // until it has results, a stand-in
     if (!ordered) {
       ++(e.order->given_up ? s.graph_replays_overlapped : s.graph_replays_unsupported);
       return;
@@ -875,11 +899,10 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
       return;
     }
     ++s.graph_replays;
-    e.order->gate.open(r, std::this_thread::get_id());
+    holdGateLocked(e, r);
     e.order->last = r;
     t_launch.replay = r;
-  } catch (...) {
-    t_launch = {};
+  } catch (...) {  // out of memory: t_launch says what was done (its replay is set last)
   }
 }
 
@@ -892,31 +915,35 @@ bool Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexce
     auto it = s.execs.find(exec);
     if (it == s.execs.end()) return false;  // no captured digests: nothing reads a cell
     std::shared_ptr<fp::ExecInfo> e = it->second;  // kept while the gate's wait lets go of mu
-    ExecContextScope scope(e->ctx != nullptr ? e->ctx->ctx : nullptr);
+    if (!contextAliveLocked(s, e->ctx)) return false;
+    ExecContextScope scope(e->ctx->ctx);
     if (!scope.ok()) {
       giveUpLocked(*e->order, e->serial, "its context could not be made current to order a launch", true);
       return false;
     }
     (void)orderLaunchLocked(s, *e, stream, lk);
     if (!contextAliveLocked(s, e->ctx)) return false;
-    t_launch = {e, nullptr, stream};
+    t_launch = {e, nullptr, nullptr, stream, streamEpoch()};
+    holdGateLocked(*e, std::make_shared<fp::Replay>());
     return true;
-  } catch (...) {
-    t_launch = {};
-    return false;
+  } catch (...) {  // out of memory: t_launch says whether it was ordered
+    return t_launch.exec != nullptr;
   }
 }
 
-bool Fingerprinter::ordersGraphLaunches() noexcept { return g_orders_launches.load(std::memory_order_relaxed); }
+bool Fingerprinter::ordersGraphLaunches() noexcept { return g_orders_launches.load(std::memory_order_acquire); }
 
 void Fingerprinter::abandonReplay() noexcept {
   // The thread's next launch call has begun, so the call of the one left open has returned: its
   // graph is queued (or failed). It is ended now as its exit would have, its results given up
-  // (whether its launch succeeded is not known).
-  if (t_launch.exec) endReplay(/*failed=*/true);
+  // (whether its launch succeeded is not known) and its words never reused (its graph may still
+  // be running).
+  if (t_launch.exec) endLaunch(/*failed=*/true, /*abandoned=*/true);
 }
 
-void Fingerprinter::endReplay(bool failed) noexcept {
+void Fingerprinter::endReplay(bool failed) noexcept { endLaunch(failed, /*abandoned=*/false); }
+
+void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
   try {
     ThreadLaunch current = std::exchange(t_launch, {});
     if (!current.exec) return;
@@ -925,14 +952,22 @@ void Fingerprinter::endReplay(bool failed) noexcept {
     std::lock_guard lk(s.mu);
     fp::ExecInfo& e = *current.exec;
     fp::Replay* r = current.replay.get();
-    if (r != nullptr && e.order->gate.close(current.replay)) s.replay_ended.notify_all();  // whatever happens below
-    if (r != nullptr && r->overlapped) {
+    if (current.gate && e.order->gate.close(current.gate)) s.replay_ended.notify_all();  // whatever happens below
+    if (r != nullptr && (r->overlapped || abandoned)) {
       // A launch from another thread may have run after this one's without waiting for its end,
-      // and written into these words, now or later. Its cells still get their reset below.
+      // and written into these words, now or later; or its graph may still be running. Its
+      // cells still get their reset below.
       failed = true;
       r->leak = true;
     }
     if (!contextAliveLocked(s, e.ctx)) return;  // context gone
+    if (abandoned && streamEpoch() != current.stream_epoch) {
+      // Its stream may have been destroyed since (its handle even taken by another): nothing can
+      // be queued after its graph, so the next launch cannot be ordered after it.
+      giveUpLocked(*e.order, e.serial, "a launch whose end was not seen cannot be ordered", true);
+      if (r != nullptr) r->failed = r->leak = r->ended = true;
+      return;
+    }
     fp::Context& cx = *e.ctx;
     ExecContextScope scope(cx.ctx);
     if (!scope.ok()) {
@@ -965,8 +1000,8 @@ void Fingerprinter::endReplay(bool failed) noexcept {
     bool marked = ev != nullptr && d.event_record(ev, current.stream) == CUDA_SUCCESS;
     r->event = marked ? ev : nullptr;
     if (ev != nullptr && !marked) cx.free_events.push_back(ev);
+    r->ended = true;  // first: an end that cannot be marked gives this one up too
     markEndLocked(e, current.stream);
-    r->ended = true;
     if (!reset || !marked) {
       // The cells may still point at these words, or their end cannot be seen: never reuse them.
       r->failed = true;

@@ -1,13 +1,14 @@
-// One executable graph launched from two threads at once (graph_fingerprints.cc). A launch whose
-// replayed ops get fingerprints points the graph's cells at its results before the graph (on its
-// stream) and back at nothing after it (endReplay, at the launch call's exit), then records the
-// event a later launch on another stream waits on. A second launch that pointed the cells before
-// that could make the first graph write into the second's results, or be left pointing at
-// nothing by the first one's clean-up. So while one thread's launch is open (begun, not yet
-// ended), another thread's launch of the same graph waits for it, on the caller's lock and
-// condition variable, up to a deadline; the same thread never waits on itself (an open launch it
-// left behind is stale). A program that follows CUDA's rules (calls on one graph object
-// serialized) never waits: a launch ends in its call's exit callback, before the call returns.
+// Launches from two threads at once of the executable graphs that share one set of captured
+// digests (graph_fingerprints.cc's LaunchOrder). A launch points the captures' cells at its results
+// before its graph (on its stream) and back at nothing after it (at the launch call's exit), and
+// every launch, with results or not, records the end a later launch waits for on the GPU. A
+// second launch made before the first one's call has ended would be ordered after the launch
+// before the first, not after the first: its graph could write into the first's results, or its
+// setting of the cells land under the first's graph. So while one thread's launch is open (begun,
+// not yet ended), another thread's launch waits for it, on the caller's lock and condition
+// variable, up to a deadline; the same thread never waits on itself (an open launch it left
+// behind is stale). A program that follows CUDA's rules (calls on one graph object serialized)
+// never waits: a launch ends in its call's exit callback, before the call returns.
 // Plain logic over standard types, so that CPU tests can check it.
 #pragma once
 
