@@ -174,6 +174,7 @@ std::unordered_map<uint64_t, int32_t>& g_graph_records =
 thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
 thread_local int t_runtime_depth = 0;
 thread_local bool t_runtime_graph = false;  // the runtime launch in progress is a graph launch
+thread_local bool t_runtime_driver_done = false;  // and its driver half's exit came
 // Bumped at every capture start: a launch whose API exit was never seen (capture stopped in the
 // middle of it) must not leave its thread's nesting state behind for the next capture.
 std::atomic<uint64_t> g_capture_epoch{0};
@@ -490,6 +491,7 @@ void enterNesting(bool runtime, uint64_t token, bool graph) {
     ++t_runtime_depth;
     t_runtime_token = token;
     t_runtime_graph = graph;
+    t_runtime_driver_done = false;
   } else {
     t_driver_token = token;
   }
@@ -514,9 +516,13 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
   if (cb->callbackSite == CUPTI_API_ENTER) {
-    // A driver graph launch under a runtime launch that is not one: that runtime launch's exit was
-    // lost to a stop (graph launches keep their callbacks while paused); this is a launch of its own.
-    if (!runtime && t_runtime_depth > 0 && kind.graph && !t_runtime_graph) t_runtime_depth = 0;
+    // A driver graph launch under a runtime launch that is not one, or under a runtime graph
+    // launch whose driver half already came and went: that runtime launch's exit was lost to a
+    // stop (the driver's graph launch callbacks stay on while paused, the runtime's do not). This
+    // is a launch of its own.
+    if (!runtime && t_runtime_depth > 0 && kind.graph && (!t_runtime_graph || t_runtime_driver_done)) {
+      t_runtime_depth = 0;
+    }
     if (!runtime && t_runtime_depth > 0) {
       // The driver half of a runtime launch: the same launch, another correlation id.
       if (t_in_flight.active && t_in_flight.runtime) {
@@ -675,6 +681,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     failed = cb->functionReturnValue &&
              *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
     if (!kind.graph) deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
+    if (kind.graph && t_runtime_depth > 0 && t_runtime_graph) t_runtime_driver_done = true;
   }
   // After the graph: close its digests. A driver graph launch's exit closes the launch opened by
   // its runtime half too: its graph is queued then, and while paused the runtime's exit does not
@@ -1066,7 +1073,10 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
 void failIfWriterStopped() {
   db::TraceWriter* w = Session::get().startedWriter();
   if (w == nullptr) return;
-  if (Status st = w->status(); !st.isOk()) Session::get().fail("the trace writer stopped", st.message().c_str());
+  if (Status st = w->status(); !st.isOk()) {
+    Session::get().fail("the trace writer stopped", st.message().c_str());
+    (void)Session::get().stopCapture();  // and CUPTI's records and launch callbacks with it
+  }
 }
 
 void flusherLoop() {

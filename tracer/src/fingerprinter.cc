@@ -32,6 +32,7 @@
 #include "relaxed_capture.h"
 #include "self_launch.h"
 #include "session.h"
+#include "signals.h"
 
 namespace detrace::tracer {
 namespace fp {
@@ -1015,6 +1016,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     State& s = state();
     std::lock_guard drain(s.drain_mu);
     for (int i = 0; i < fp::kPollSpinsAtExit; ++i) {
+      if (finishAbandoned()) return;  // the process is tearing CUDA down: no more event queries
       {
         std::lock_guard lk(s.mu);
         s.drainLocked(false, w);
@@ -1025,6 +1027,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       };
       nanosleep(&ts, nullptr);
     }
+    if (finishAbandoned()) return;
     std::lock_guard lk(s.mu);
     s.drainLocked(true, w);
     if (w == nullptr) return;

@@ -632,9 +632,14 @@ bool orderLaunchLocked(State& s, fp::ExecInfo& e, CUstream stream, std::unique_l
     return !prev.done_recorded ||
            (d.stream_wait_event != nullptr && d.stream_wait_event(stream, prev.done, 0) == CUDA_SUCCESS);
   };
-  bool ordered = after(o);
-  for (const auto& other : e.also_after) ordered = after(*other) && ordered;
-  if (!ordered) giveUpLocked(o, e.serial, "a launch could not be ordered after the one before it", true);
+  const char* why = "a launch could not be ordered after the one before it";
+  if (!after(o)) giveUpLocked(o, e.serial, why, true);
+  for (const auto& other : e.also_after) {
+    if (!after(*other)) {  // its end is recorded there too: that order is no longer kept either
+      giveUpLocked(*other, e.serial, why, true);
+      giveUpLocked(o, e.serial, why, true);
+    }
+  }
   return !o.given_up;
 }
 

@@ -112,7 +112,8 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
     bool done = false;
   };
   // Half the bound for the GPU's work, the rest for committing what the tracer holds.
-  const auto gpu_deadline = std::chrono::steady_clock::now() + limit / 2;
+  const auto gpu_deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::milliseconds>(limit) / 2;
   std::shared_ptr<Shared> shared;
   std::thread worker;
   // The worker finishes with the caller's CUDA context current, as the caller would (the final
@@ -245,6 +246,7 @@ void resetSignalsAfterFork() noexcept {
   if (fd >= 0) close(fd);  // the parent's pipe: a signal in the child must never reach it
   g_owner.store(0);
   g_terminating.store(false);
+  g_abandoned.store(false);  // the parent's finish, not this process's
 }
 
 }  // namespace detrace::tracer

@@ -258,10 +258,11 @@ class ReorderBuffer {
   void addActivity(const Activity& activity);
   // The memcpy/memset API call with this correlation id, made at `now_ns` (the trace's clock), was
   // the tracer's own (e.g. deep mode's zero fill): its record is dropped when it comes. One that
-  // has not come within kIgnoreFor (records were off, or CUPTI dropped it) is forgotten, so a
-  // program's call that gets the same 32-bit id after a wrap is never taken for it.
+  // has not come within kIgnoreForNs (records were off, or CUPTI dropped it) is forgotten, so a
+  // program's call that gets the same 32-bit id after a wrap is never taken for it: 10 minutes,
+  // longer than a copy waits behind the GPU's queue, shorter than 2^32 calls take.
   void ignoreCorrelation(uint64_t correlation_id, int64_t now_ns);
-  static constexpr int64_t kIgnoreForNs = 60'000'000'000;
+  static constexpr int64_t kIgnoreForNs = 600'000'000'000;
   // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
   void poll(int64_t now_ns);
   // Writes every pending slot, complete or not (at exit, or before a checkpoint).
