@@ -42,6 +42,7 @@
 #include "nvtx_markers.h"
 #include "placement.h"
 #include "detrace/tracer/flush_settle.h"
+#include "detrace/tracer/launch_nesting.h"
 #include "detrace/tracer/name_cache.h"
 #include "self_launch.h"
 #include "session.h"
@@ -171,19 +172,13 @@ std::unordered_map<uint64_t, int32_t>& g_graph_records =
     *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> records per launch
 
 // ---- per-thread launch state ----
-thread_local uint64_t t_runtime_token = 0;  // slot of the runtime launch in progress
-thread_local int t_runtime_depth = 0;
-thread_local bool t_runtime_graph = false;  // the runtime launch in progress is a graph launch
-thread_local bool t_runtime_driver_done = false;  // and its driver half's exit came
+// Which launch a callback belongs to (launch_nesting.h), and the graph launch opened for the
+// fingerprinter (beginReplay or orderUnrecordedLaunch) that an exit closes (endReplay).
+thread_local LaunchNesting t_nesting;
 // Bumped at every capture start: a launch whose API exit was never seen (capture stopped in the
 // middle of it) must not leave its thread's nesting state behind for the next capture.
 std::atomic<uint64_t> g_capture_epoch{0};
 thread_local uint64_t t_capture_epoch = 0;
-thread_local uint64_t t_driver_token = 0;
-// A graph launch whose captured ops' digests were pointed at their results (beginReplay): its API
-// exit, in the same domain, closes them (endReplay).
-thread_local bool t_replay_open = false;
-thread_local bool t_replay_runtime = false;
 // A plain launch between its API enter and exit (the fast path: no graph, no deep window). Its
 // slot is published at the exit with the nested driver call's correlation id and the outcome, so
 // the launching thread takes no lock (ReorderBuffer::addLaunchAtExit).
@@ -478,32 +473,14 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
   const LaunchTarget target = launchTarget(domain, cbid, params);
   const CUstream stream = launchStream(domain, cbid, target.stream);
   if (target.graph_exec == 0 || isCapturing(reinterpret_cast<int64_t>(stream))) return;
-  if (Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream)) {
-    t_replay_open = true;
-    t_replay_runtime = runtime;
-  }
-}
-
-// A launch API call begins on this thread: a runtime call nests its driver half (which then only
-// adds an alias), a driver call is the launch itself. `token`: its slot (0: none yet, or none).
-void enterNesting(bool runtime, uint64_t token, bool graph) {
-  if (runtime) {
-    ++t_runtime_depth;
-    t_runtime_token = token;
-    t_runtime_graph = graph;
-    t_runtime_driver_done = false;
-  } else {
-    t_driver_token = token;
-  }
+  if (Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream)) t_nesting.openGraph(runtime);
 }
 
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
     t_capture_epoch = epoch;
-    t_runtime_depth = 0;
-    t_runtime_token = 0;
-    t_driver_token = 0;
+    t_nesting.reset();
     t_in_flight.active = false;
     resetWriterIdCaches();
     deep::resetThread();
@@ -516,22 +493,15 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
   if (cb->callbackSite == CUPTI_API_ENTER) {
-    // A driver graph launch under a runtime launch that is not one, or under a runtime graph
-    // launch whose driver half already came and went: that runtime launch's exit was lost to a
-    // stop (the driver's graph launch callbacks stay on while paused, the runtime's do not). This
-    // is a launch of its own.
-    if (!runtime && t_runtime_depth > 0 && kind.graph && (!t_runtime_graph || t_runtime_driver_done)) {
-      t_runtime_depth = 0;
-    }
-    if (!runtime && t_runtime_depth > 0) {
+    if (!runtime && t_nesting.driverHalf(kind.graph)) {
       // The driver half of a runtime launch: the same launch, another correlation id.
+      const uint64_t runtime_token = t_nesting.runtimeToken();
       if (t_in_flight.active && t_in_flight.runtime) {
         if (t_in_flight.alias == 0) t_in_flight.alias = cb->correlationId;
-      } else if (ReorderBuffer* b = s.buffer(); b && t_runtime_token != 0) {
-        b->addAlias(t_runtime_token, cb->correlationId);
+      } else if (ReorderBuffer* b = s.buffer(); b && runtime_token != 0) {
+        b->addAlias(runtime_token, cb->correlationId);
       }
-      t_driver_token = 0;
-      deep::driverEnter(cbid, cb->functionParams, t_runtime_token);  // its CUfunction and parameters
+      deep::driverEnter(cbid, cb->functionParams, runtime_token);  // its CUfunction and parameters
       return;
     }
     ReorderBuffer* buffer = s.buffer();
@@ -539,7 +509,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     if (buffer == nullptr || w == nullptr) {
       // Paused (only graph launches come then, see setLaunchCallbacks): ordered all the same.
       if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      if (kind.graph) enterNesting(runtime, 0, kind.graph);
+      if (kind.graph) t_nesting.enter(runtime, 0, kind.graph);
       return;
     }
     WindowGate::LaunchTicket deep_ticket;
@@ -550,7 +520,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
       if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      enterNesting(runtime, 0, kind.graph);
+      t_nesting.enter(runtime, 0, kind.graph);
       return;
     }
     ApiLaunch launch;
@@ -624,7 +594,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
       t_in_flight.buffer = buffer;
       t_in_flight.generation = buffer->launchEntering();
       t_in_flight.active = true;
-      enterNesting(runtime, 0, false);  // no token: the slot is taken at the exit
+      t_nesting.enter(runtime, 0, false);  // no token: the slot is taken at the exit
       return;
     }
     uint64_t token = 0;
@@ -634,13 +604,12 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     }
     if (replays) {
       Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
-      t_replay_open = true;
-      t_replay_runtime = runtime;
+      t_nesting.openGraph(runtime);
     } else if (kind.graph) {  // recorded, without results: its graph may still read cells
       orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
     }
     if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
-    enterNesting(runtime, token, kind.graph);
+    t_nesting.enter(runtime, token, kind.graph);
     if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
     return;
   }
@@ -650,7 +619,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     t_in_flight.active = false;
     bool failed = false;
     if (runtime) {
-      if (t_runtime_depth > 0) --t_runtime_depth;
+      t_nesting.leaveRuntime();
       failed = cb->functionReturnValue &&
                *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
       deep::endLaunch();
@@ -669,27 +638,18 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     return;
   }
   bool failed = false;
-  uint64_t token = 0;
+  const LaunchNesting::Exit ex = t_nesting.exit(runtime, kind.graph);
+  const uint64_t token = ex.token;
   if (runtime) {
-    if (t_runtime_depth > 0) --t_runtime_depth;
-    token = t_runtime_token;
     failed = cb->functionReturnValue &&
              *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
     if (!kind.graph) deep::endLaunch();  // (a graph launch is never a deep one)
   } else {
-    token = std::exchange(t_driver_token, 0);
     failed = cb->functionReturnValue &&
              *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
     if (!kind.graph) deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
-    if (kind.graph && t_runtime_depth > 0 && t_runtime_graph) t_runtime_driver_done = true;
   }
-  // After the graph: close its digests. A driver graph launch's exit closes the launch opened by
-  // its runtime half too: its graph is queued then, and while paused the runtime's exit does not
-  // come (only the driver's graph launch callbacks stay on).
-  if (t_replay_open && (t_replay_runtime == runtime || (!runtime && kind.graph))) {
-    t_replay_open = false;
-    Fingerprinter::get().endReplay(failed);
-  }
+  if (ex.close_graph) Fingerprinter::get().endReplay(failed);  // after the graph: close its digests
   if (failed && token != 0) {
     if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
   }
@@ -828,7 +788,7 @@ DiagSite callbackSite(CUpti_CallbackDomain domain, const void* data) {
   if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) {
     return DiagSite::kOtherCallback;
   }
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API && t_runtime_depth > 0) return DiagSite::kNestedDriver;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API && t_nesting.depth() > 0) return DiagSite::kNestedDriver;
   return static_cast<const CUpti_CallbackData*>(data)->callbackSite == CUPTI_API_ENTER
              ? DiagSite::kLaunchEnter
              : DiagSite::kLaunchExit;

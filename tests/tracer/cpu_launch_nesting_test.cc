@@ -1,0 +1,139 @@
+// LaunchNesting (launch_nesting.h): which launch a CUPTI launch callback belongs to, and which exit
+// closes a graph launch opened for the fingerprinter, fed the callback sequences CUPTI delivers,
+// with and without the exits a stop cuts off (the runtime's launch callbacks go off at a stop, the
+// driver's graph launch callbacks stay on).
+#include <gtest/gtest.h>
+
+#include "detrace/tracer/launch_nesting.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr bool kRuntime = true, kDriver = false;
+constexpr bool kGraph = true, kPlain = false;
+
+// What the CUPTI adapter does at a launch's enter: a driver half only joins its runtime launch;
+// anything else begins a launch, and a graph launch may be opened for the fingerprinter. True when
+// the callback began a launch of its own.
+bool enter(LaunchNesting& n, bool runtime, bool graph, uint64_t token = 0, bool opens = false) {
+  if (!runtime && n.driverHalf(graph)) return false;
+  n.enter(runtime, token, graph);
+  if (opens) n.openGraph(runtime);
+  return true;
+}
+
+TEST(LaunchNesting, ARuntimeGraphLaunchClosesAtItsDriverHalfsExit) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_FALSE(enter(n, kDriver, kGraph)) << "cuGraphLaunch under cudaGraphLaunch is its half";
+  LaunchNesting::Exit driver = n.exit(kDriver, kGraph);
+  EXPECT_TRUE(driver.close_graph) << "the graph is queued once the driver half returns";
+  EXPECT_EQ(driver.token, 0u);
+  LaunchNesting::Exit runtime = n.exit(kRuntime, kGraph);
+  EXPECT_FALSE(runtime.close_graph) << "closed once only";
+  EXPECT_EQ(runtime.token, 5u);
+  EXPECT_EQ(n.depth(), 0);
+}
+
+TEST(LaunchNesting, ARuntimeGraphLaunchWithoutADriverHalfClosesAtItsOwnExit) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_TRUE(n.exit(kRuntime, kGraph).close_graph);
+}
+
+TEST(LaunchNesting, APlainRuntimeLaunchsDriverHalfAddsNothing) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kPlain, 3));
+  EXPECT_FALSE(enter(n, kDriver, kPlain)) << "cuLaunchKernel under cudaLaunchKernel is its half";
+  LaunchNesting::Exit driver = n.exit(kDriver, kPlain);
+  EXPECT_EQ(driver.token, 0u);
+  EXPECT_FALSE(driver.close_graph);
+  EXPECT_EQ(n.exit(kRuntime, kPlain).token, 3u);
+  EXPECT_EQ(n.depth(), 0);
+}
+
+TEST(LaunchNesting, ADriverLaunchOutsideARuntimeOneIsItsOwn) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kDriver, kGraph, 9, /*opens=*/true));
+  LaunchNesting::Exit e = n.exit(kDriver, kGraph);
+  EXPECT_EQ(e.token, 9u);
+  EXPECT_TRUE(e.close_graph);
+}
+
+// A stop between the driver half's exit and the runtime's exit: the runtime exit never comes.
+// The thread's next cuGraphLaunch (paused: cudaGraphLaunch is seen only through it) is a launch of
+// its own, ordered and closed; before, it passed for a driver half and was neither.
+TEST(LaunchNesting, ARuntimeGraphLaunchCutShortByAStopLeavesTheNextDriverGraphLaunchItsOwn) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_FALSE(enter(n, kDriver, kGraph));
+  EXPECT_TRUE(n.exit(kDriver, kGraph).close_graph);
+  // (the runtime's exit is lost)
+  for (uint64_t token : {7u, 0u, 0u}) {
+    EXPECT_TRUE(enter(n, kDriver, kGraph, token, /*opens=*/true));
+    LaunchNesting::Exit e = n.exit(kDriver, kGraph);
+    EXPECT_TRUE(e.close_graph);
+    EXPECT_EQ(e.token, token);
+  }
+}
+
+// A stop between a runtime graph launch's enter and its driver half: the half still comes (the
+// driver's graph callbacks stay on) and is the same launch; its exit closes it.
+TEST(LaunchNesting, ARuntimeGraphLaunchStoppedBeforeItsDriverHalfIsClosedByThatHalf) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_FALSE(enter(n, kDriver, kGraph));
+  EXPECT_TRUE(n.exit(kDriver, kGraph).close_graph);
+  EXPECT_TRUE(enter(n, kDriver, kGraph)) << "its runtime exit was lost: the next one is its own";
+}
+
+TEST(LaunchNesting, APlainRuntimeLaunchCutShortLeavesTheNextDriverGraphLaunchItsOwn) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kPlain, 3));
+  // (its exit is lost: the runtime's callbacks went off)
+  EXPECT_TRUE(enter(n, kDriver, kGraph, 0, /*opens=*/true));
+  EXPECT_TRUE(n.exit(kDriver, kGraph).close_graph);
+  EXPECT_EQ(n.depth(), 0);
+}
+
+TEST(LaunchNesting, AnExitOfAnotherKindNeverClosesTheOpenGraphLaunch) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_FALSE(n.exit(kDriver, kPlain).close_graph) << "a plain driver exit is not the graph's";
+  EXPECT_TRUE(n.exit(kRuntime, kGraph).close_graph);
+  // Opened at a driver enter: a runtime exit (a stale one) does not close it, its own exit does.
+  EXPECT_TRUE(enter(n, kDriver, kGraph, 9, /*opens=*/true));
+  EXPECT_FALSE(n.exit(kRuntime, kPlain).close_graph);
+  EXPECT_TRUE(n.exit(kDriver, kGraph).close_graph);
+}
+
+// A capture start forgets the nesting a cut-off launch left (its depth, its slot), but not the
+// graph launch still open: its callbacks stayed on, so its exit still comes and closes it.
+TEST(LaunchNesting, AStartForgetsCutLaunchesButNotTheOpenGraphLaunch) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kPlain, 3));
+  EXPECT_TRUE(enter(n, kRuntime, kGraph, 5, /*opens=*/true));
+  EXPECT_EQ(n.depth(), 2);
+  n.reset();
+  EXPECT_EQ(n.depth(), 0);
+  EXPECT_EQ(n.runtimeToken(), 0u);
+  LaunchNesting::Exit e = n.exit(kRuntime, kGraph);
+  EXPECT_TRUE(e.close_graph);
+  EXPECT_EQ(e.token, 0u) << "the slot was forgotten";
+  EXPECT_EQ(n.depth(), 0) << "never below zero";
+  EXPECT_TRUE(enter(n, kDriver, kPlain)) << "nothing nests after a start";
+}
+
+TEST(LaunchNesting, TheFastPathsRuntimeExitOnlyLeaves) {
+  LaunchNesting n;
+  EXPECT_TRUE(enter(n, kRuntime, kPlain));
+  EXPECT_FALSE(enter(n, kDriver, kPlain));
+  n.leaveRuntime();
+  EXPECT_EQ(n.depth(), 0);
+  n.leaveRuntime();
+  EXPECT_EQ(n.depth(), 0);
+  EXPECT_TRUE(enter(n, kDriver, kPlain));
+}
+
+}  // namespace
+}  // namespace detrace::tracer
