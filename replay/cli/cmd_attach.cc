@@ -43,7 +43,9 @@ constexpr const char* kAttachFooter =
     "$XDG_RUNTIME_DIR/detrace/<pid>.sock (else /tmp/detrace-<uid>/<pid>.sock), in a directory of\n"
     "mode 0700; the socket is mode 0600 and the process accepts only its own user (checked with\n"
     "SO_PEERCRED), logging every refusal on its stderr. RUN_DIR/proc-<pid>.dtrace-control names\n"
-    "the socket. While paused the tracer's CUDA callbacks and activity records are off.\n"
+    "the socket. While paused the tracer's CUDA callbacks and activity records are off (once a\n"
+    "capture has put fingerprints into a CUDA graph, the graph launch callbacks stay on, to keep\n"
+    "that graph's launches ordered).\n"
     "\n"
     "Exit status: 0 when every targeted process answered ok; 2 otherwise (each failure says why:\n"
     "no such process, not recorded or no socket yet, another user's process, a refused request).\n";
