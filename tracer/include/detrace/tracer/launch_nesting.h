@@ -20,8 +20,11 @@ namespace detrace::tracer {
 
 class LaunchNesting {
  public:
-  // A capture start: a launch whose exit a stop cut off leaves nothing behind. (An open graph
-  // launch stays open: its callbacks stayed on, so its exit still comes.)
+  // A capture start: a launch whose exit a stop cut off leaves nothing behind. An open graph
+  // launch stays open: its driver half's exit still comes (the driver's graph launch callbacks
+  // stay on) and closes it. If the start came between its runtime enter and its driver half, that
+  // half now counts as a launch of its own, whose enter closes the first one
+  // (Fingerprinter::abandonReplay) before ordering its graph again.
   void reset() {
     depth_ = 0;
     runtime_token_ = 0;
@@ -62,7 +65,7 @@ class LaunchNesting {
     Exit e;
     if (runtime) {
       if (depth_ > 0) --depth_;
-      e.token = runtime_token_;
+      e.token = std::exchange(runtime_token_, 0);  // a later exit without an enter names no slot
     } else {
       e.token = std::exchange(driver_token_, 0);
       if (graph && depth_ > 0 && runtime_graph_) runtime_driver_done_ = true;
