@@ -613,23 +613,40 @@ int checkThreadedLaunches(const Recording& r, bool all_recorded = true) {
 // gets the fingerprints of its own execution (ordered across the streams by the last launch's
 // end), and a launch never waits for the other thread's (its launch call, exit callback
 // included, has returned before the mutex lets the other one in).
-TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {
-  DETRACE_REQUIRE_GPU();
+// A run of `tracer_gpu_app graph-threads DIR how` whose threads take turns, as recorded.
+struct TurnsRun {
   testing::TempDir tmp;
   Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads", "serialized"));
-  const int launches = r.app["launches"];
-  EXPECT_EQ(r.app["overlapping_executions"], 0) << "CUDA orders one graph's executions";
-  EXPECT_EQ(checkThreadedLaunches(r), launches);
-  auto stats = r.reader->stats();
+  int launches = 0;
+  int fingerprinted = 0;  // launches with one execution's fingerprints (checkThreadedLaunches)
+  std::map<std::string, int64_t> stats;
+};
+
+// Records the run and checks what holds whenever the threads take turns: CUDA never overlapped
+// two executions, and every launch with fingerprints has its own execution's. Prints the graph
+// stats (one GPU run must say enough to diagnose a failure).
+void recordTurns(const std::string& how, bool all_recorded, TurnsRun& run) {
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(run.tmp, run.r, "", "", "graph-threads", how));
+  run.launches = run.r.app["launches"];
+  EXPECT_EQ(run.r.app["overlapping_executions"], 0) << "CUDA orders one graph's executions";
+  run.fingerprinted = checkThreadedLaunches(run.r, all_recorded);
+  auto stats = run.r.reader->stats();
   ASSERT_TRUE(stats.isOk());
-  std::printf("graph stats:\n%s", graphStats(*stats).c_str());
-  if (HasFailure()) std::printf("detrace record said:\n%s\n", r.log.c_str());
-  EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
-  EXPECT_EQ((*stats)["graph_replays_waited"], 0);
-  EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
-  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
-  EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
+  run.stats = std::move(*stats);
+  std::printf("graph stats:\n%s", graphStats(run.stats).c_str());
+}
+
+TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  TurnsRun run;
+  ASSERT_NO_FATAL_FAILURE(recordTurns("serialized", /*all_recorded=*/true, run));
+  EXPECT_EQ(run.fingerprinted, run.launches);
+  EXPECT_EQ(run.stats["graph_replays_fingerprinted"], run.launches);
+  EXPECT_EQ(run.stats["graph_replays_waited"], 0);
+  EXPECT_EQ(run.stats["graph_replays_skipped_overlap"], 0);
+  EXPECT_EQ(run.stats["graph_replays_lost"], 0);
+  EXPECT_EQ(run.stats["graph_replays_skipped_ring_full"], 0);
+  if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 
 // Two threads launching one executable graph with no order between their launch calls, which
@@ -677,23 +694,16 @@ void checkUnserializedLaunches(const std::string& wait_us) {
 // given up: no launch's end goes unseen, and the graphs' fingerprints never stop.
 TEST(TracerGraph, LaunchesAcrossStopsAndStartsKeepTheirOwnFingerprints) {
   DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "", "graph-threads", "switching"));
-  const int launches = r.app["launches"];
-  EXPECT_EQ(r.app["overlapping_executions"], 0) << "CUDA orders one graph's executions";
-  const int fingerprinted = checkThreadedLaunches(r, /*all_recorded=*/false);
-  auto stats = r.reader->stats();
-  ASSERT_TRUE(stats.isOk());
-  std::printf("graph stats:\n%s", graphStats(*stats).c_str());
-  EXPECT_GT(fingerprinted, 0);
-  EXPECT_LT(fingerprinted, launches) << "some launches were made while paused";
-  EXPECT_EQ((*stats)["graph_replays_fingerprinted"], fingerprinted);
-  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
-  EXPECT_EQ((*stats)["graph_replays_skipped_overlap"], 0);
-  EXPECT_EQ(r.log.find("get no more fingerprints"), std::string::npos) << "graph fingerprints stopped";
-  std::printf("note: %d of %d launches fingerprinted\n", fingerprinted, launches);
-  if (HasFailure()) std::printf("detrace record said:\n%s\n", r.log.c_str());
+  TurnsRun run;
+  ASSERT_NO_FATAL_FAILURE(recordTurns("switching", /*all_recorded=*/false, run));
+  EXPECT_GT(run.fingerprinted, 0);
+  EXPECT_LT(run.fingerprinted, run.launches) << "some launches were made while paused";
+  EXPECT_EQ(run.stats["graph_replays_fingerprinted"], run.fingerprinted);
+  EXPECT_EQ(run.stats["graph_replays_lost"], 0);
+  EXPECT_EQ(run.stats["graph_replays_skipped_overlap"], 0);
+  EXPECT_EQ(run.r.log.find("get no more fingerprints"), std::string::npos) << "graph fingerprints stopped";
+  std::printf("note: %d of %d launches fingerprinted\n", run.fingerprinted, run.launches);
+  if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 
 TEST(TracerGraph, UnserializedLaunchesOfOneGraphNeverMixFingerprints) {
