@@ -492,6 +492,9 @@ void Session::commit() noexcept {
 }
 
 void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
+  // A second finish (SIGTERM during the exit's) waits for the first, within its own caller's
+  // bound, instead of closing the file under the first one's final flush.
+  std::lock_guard one_at_a_time(finish_mu_);
   stopControl();  // first: `detrace attach` must not start a capture into a closing file
   if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
   std::lock_guard lk(mu_);

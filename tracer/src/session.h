@@ -135,6 +135,7 @@ class Session {
   std::atomic<int64_t (*)()> clock_{nullptr};
   std::atomic<FlushHook> flush_hook_{nullptr};
   std::mutex mu_;
+  std::mutex finish_mu_;  // one finish at a time: a signal's waits for the exit's (bounded)
   std::atomic<bool> device_known_{false};
   bool finished_ = false;
   std::string out_dir_;
