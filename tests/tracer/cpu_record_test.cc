@@ -388,6 +388,33 @@ std::optional<DiagRun> recordDiag(TempDir& tmp, const std::string& command) {
   return DiagRun{o.out, *stats, colls->size()};
 }
 
+// A program may have the CUDA driver loaded without ever initializing it (no context): the GEMM
+// wrappers then ask nothing of the stream handles they are given. The H200 machine's driver,
+// asked whether the fake app's made-up stream 0x1234 was capturing, crashed the app (SIGSEGV);
+// the preloaded fake driver aborts where it did. The fake must count as a driver (the tracer
+// does not log that it found none), else the test would prove nothing.
+TEST(RecordSeam, GemmsWithTheDriverLoadedButNoContextAskNothingOfTheirStreams) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format(
+      "{} record -o {} -- /bin/sh -c 'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" "
+      "exec {}/tests/cublas_seam_app'",
+      detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_EQ(o.out.find("fake_cuda_uninit"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("entry points were not found"), std::string::npos)
+      << "the fake driver was not taken for one:\n"
+      << o.out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->ranks().size(), 1u) << o.out;
+  auto reader = r->openRank(r->ranks().front().rank);
+  ASSERT_TRUE(reader.isOk());
+  auto gemms = (*reader)->gemms();
+  ASSERT_TRUE(gemms.isOk());
+  EXPECT_EQ(gemms->size(), 9u) << o.out;
+}
+
 // With DETRACE_DIAG_TIMING=1, gemm_wrapper times each outermost interposed GEMM call and gemm_call
 // the forwarded call inside it: one of each per GEMM, the forwarded call inside the whole one,
 // and the library op's recording inside the whole call too; gemm_gap the time from one GEMM call's

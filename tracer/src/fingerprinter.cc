@@ -724,8 +724,17 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
       return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     if (specs.empty() || !Fingerprinter::get().enabled()) return plan;
+    // No context current on this thread (the driver may be loaded but never initialized): no
+    // digest can be taken (enqueueSpecs finds no context), and the stream is not asked about. A
+    // driver that was never initialized may read the handle as a stream object and crash on it.
+    const Driver& d = Driver::get();
+    CUcontext ctx = nullptr;
+    if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+      plan.captured = true;  // the enqueues ask again, context first
+      return plan;
+    }
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    plan.captured = Driver::get().is_capturing(stream, &capture) != CUDA_SUCCESS ||
+    plan.captured = d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
                     capture != CU_STREAM_CAPTURE_STATUS_NONE;
     plan.all_after = allowed && !outputsMayChangeInputs(specs) &&
                      (!plan.captured || (capture == CU_STREAM_CAPTURE_STATUS_ACTIVE && graphNodeIdsUsable()));
