@@ -52,6 +52,13 @@ Result<int64_t> pragmaInt(sqlite3* db, const char* pragma) {
   return sqlite3_column_int64(s.get(), 0);
 }
 
+Result<std::string> pragmaText(sqlite3* db, const char* pragma) {
+  DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db, fmt::format("PRAGMA {}", pragma)));
+  int rc = sqlite3_step(s.get());
+  if (rc != SQLITE_ROW) return sqliteStatus(db, rc, fmt::format("reading PRAGMA {}", pragma));
+  return colText(s.get(), 0);
+}
+
 // Runs `sql` and calls row(stmt) for each row.
 template <typename F>
 Status forEachRow(sqlite3* db, const std::string& sql, F&& row) {
@@ -114,6 +121,9 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   }
   Status st = r->load();
   if (!st.isOk()) return st.withContext(path);
+  // TraceWriter::close leaves WAL mode as its last step; a file still in it was not closed.
+  DETRACE_ASSIGN_OR_RETURN(std::string journal, pragmaText(raw, "journal_mode"));
+  r->finished_ = journal != "wal";
   r->cache_.resize(kCachedCount);
   return r;
 }

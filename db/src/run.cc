@@ -108,6 +108,7 @@ Result<Run> Run::open(const std::string& path) {
   std::vector<RankFile> unranked;
   for (const std::string& f : files) {
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(f));
+    if (!reader->finished()) run.unfinished_.push_back(f);
     RankFile rf{reader->rank().rank, f, reader->rank()};
     if (rf.rank < 0 && files.size() > 1 && rf.info.device < 0) {
       DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());

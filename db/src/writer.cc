@@ -2,6 +2,9 @@
 // See writer.h for the design and the guarantees.
 #include "detrace/db/writer.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +19,7 @@
 
 #include "detrace/base/version.h"
 #include "detrace/db/schema.h"
+#include "file_size_signal.h"
 #include "row_codec.h"
 #include "sqlite_util.h"
 #include "zstd_util.h"
@@ -56,6 +60,37 @@ std::string upsertSql(const TableDef& table) {
   return "INSERT OR REPLACE" + insertSql(table).substr(kInsert.size());
 }
 
+constexpr int64_t kPageBytes = 16384;  // PRAGMA page_size below
+
+// A failed write, explained where the system can say why. SQLite reports a write past the
+// process's file-size limit (EFBIG) only as "disk I/O error", keeping no errno for it, and a full
+// disk can surface as an I/O error of the WAL too: so look at the limit and the free space.
+Status explainWriteFailure(Status st, const std::string& path) {
+  if (st.code() != ErrorCode::kIo) return st;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    for (const char* suffix : {"", "-wal"}) {
+      struct stat sb{};
+      // The failing write was at most a page and its WAL frame header past the file's end.
+      if (::stat((path + suffix).c_str(), &sb) == 0 &&
+          static_cast<rlim_t>(sb.st_size) + 2 * (kPageBytes + 24) > lim.rlim_cur) {
+        return makeError(ErrorCode::kIo,
+                         "{}: the trace reached the process's file-size limit (`ulimit -f`, {} bytes); "
+                         "raise the limit and re-record",
+                         st.message(), static_cast<unsigned long long>(lim.rlim_cur));
+      }
+    }
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  struct statvfs fs{};
+  if (st.message().find("disk is full") == std::string::npos &&
+      ::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0 &&
+      static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) < 4 * kPageBytes) {
+    return makeError(ErrorCode::kIo, "{}: the disk is full; free space and re-record", st.message());
+  }
+  return st;
+}
+
 }  // namespace
 
 class TraceWriter::Impl {
@@ -66,7 +101,8 @@ class TraceWriter::Impl {
         batch_trigger_(std::max<size_t>(1, std::min(options.batch_events, options.queue_capacity))) {}
   ~Impl() { (void)close(); }
 
-  Status open();
+  Status open();        // checks the path, then createFile()
+  Status createFile();  // the file, its settings, the schema and the prepared statements
   void start() { thread_ = std::thread([this] { run(); }); }
 
   std::optional<int64_t> appendEvent(const Event& e, std::optional<ColdRecord> detail);
@@ -129,6 +165,10 @@ Status TraceWriter::Impl::open() {
     }
     for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
   }
+  return explainWriteFailure(createFile(), path_);
+}
+
+Status TraceWriter::Impl::createFile() {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path_.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -138,7 +178,7 @@ Status TraceWriter::Impl::open() {
   // survives the process being killed at any point: the kernel holds the written pages. With
   // synchronous=OFF the writer never waits for fsync (it cost ~15% of throughput); only a power
   // loss or kernel crash could lose the last commits, which a profiler may accept.
-  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA page_size=16384"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), fmt::format("PRAGMA page_size={}", kPageBytes)));
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA journal_mode=WAL"));
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA synchronous=OFF"));
   if (options_.max_pages > 0) {
@@ -268,6 +308,7 @@ std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
 }
 
 void TraceWriter::Impl::run() {
+  blockFileSizeSignal();  // a trace past `ulimit -f` fails its writes; it never ends the program
   std::unique_lock lk(mu_);
   for (;;) {
     cv_work_.wait_for(lk, options_.flush_interval, [&] {
@@ -318,7 +359,7 @@ void TraceWriter::Impl::run() {
 
     lk.lock();
     if (failed || !st.isOk()) {
-      if (error_.isOk()) error_ = std::move(st);
+      if (error_.isOk()) error_ = explainWriteFailure(std::move(st), path_);
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
       counters_.launch_params_dropped += n_params;
@@ -504,6 +545,7 @@ Status TraceWriter::Impl::close() {
   cv_work_.notify_one();
   cv_space_.notify_all();
   if (thread_.joinable()) thread_.join();
+  FileSizeSignalShield shield;  // the final commit and checkpoint write on the caller's thread
   std::lock_guard lk(mu_);
   closed_ = true;
   if (db_ && error_.isOk()) {
@@ -511,7 +553,7 @@ Status TraceWriter::Impl::close() {
     Status st = step(kBegin, "BEGIN");
     if (st.isOk()) st = writeStats(statsSnapshotLocked(counters_));
     if (st.isOk()) st = step(kCommit, "COMMIT");
-    if (!st.isOk()) error_ = st;
+    if (!st.isOk()) error_ = explainWriteFailure(st, path_);
   }
   for (auto& s : stmts_) s.reset();
   if (db_ && error_.isOk()) {
@@ -519,7 +561,7 @@ Status TraceWriter::Impl::close() {
     // self-contained file and readers (read-only) never create -wal/-shm files beside it.
     Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
     if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
-    if (!st.isOk()) error_ = st;
+    if (!st.isOk()) error_ = explainWriteFailure(st, path_);
   }
   db_.reset();
   return error_;
@@ -533,7 +575,10 @@ TraceWriter::~TraceWriter() = default;
 Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
                                                          const WriterOptions& options) {
   auto impl = std::make_unique<Impl>(path, options);
-  Status st = impl->open();
+  Status st = [&] {
+    FileSizeSignalShield shield;  // the schema is written on the caller's thread
+    return impl->open();
+  }();
   if (!st.isOk()) return st.withContext(fmt::format("creating trace {}", path));
   impl->start();
   return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));

@@ -214,13 +214,21 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());
-      size_t idle = 0;
-      if (auto opened = db::Run::open(opts->out_dir); opened.isOk()) idle = opened->idleFiles().size();
+      size_t idle = 0, unfinished = 0;
+      if (auto opened = db::Run::open(opts->out_dir); opened.isOk()) {
+        idle = opened->idleFiles().size();
+        unfinished = opened->unfinishedFiles().size();
+      }
+      std::string notes;
+      if (idle > 0) notes += fmt::format(" ({} of them did no GPU work: not ranks)", idle);
+      if (unfinished > 0) {
+        notes += fmt::format("; {} not finished (killed, still running, or stopped on a write error): "
+                             "detrace info {} names them",
+                             unfinished, opts->out_dir);
+      }
       std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s%s\n",
                    opts->command[0].c_str(), result->exit_status, result->trace_files.size(),
-                   opts->out_dir.c_str(),
-                   idle == 0 ? ""
-                             : fmt::format(" ({} of them did no GPU work: not ranks)", idle).c_str());
+                   opts->out_dir.c_str(), notes.c_str());
       return result->exit_status;
 #else
       return reportError(Status(ErrorCode::kUnavailable,

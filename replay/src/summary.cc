@@ -57,6 +57,7 @@ Result<RunSummary> summarize(const db::Run& run) {
   s.missing_ranks = run.missingRanks();
   s.warnings = run.warnings();
   s.idle_files = run.idleFiles();
+  s.unfinished_files = run.unfinishedFiles();
   s.has_manifest = run.hasManifest();
   s.manifest = run.manifest();
   for (const db::RankFile& rf : run.ranks()) {
@@ -66,6 +67,7 @@ Result<RunSummary> summarize(const db::Run& run) {
     r.info.rank = rf.rank;
     r.path = rf.path;
     r.meta = reader->meta();
+    r.finished = reader->finished();
     DETRACE_ASSIGN_OR_RETURN(r.events, reader->eventCount());
     DETRACE_ASSIGN_OR_RETURN(r.by_kind, reader->countsByKind());
     DETRACE_ASSIGN_OR_RETURN(db::TimeSpan span, reader->timeSpan());
@@ -182,6 +184,13 @@ std::string formatSummary(const RunSummary& s) {
     out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", m);
   }
   for (const std::string& w : s.warnings) out += fmt::format("\nwarning: {}", w);
+  for (const std::string& f : s.unfinished_files) {
+    out += fmt::format("\nwarning: {} was not finished: its process was killed, is still running, or "
+                       "stopped recording on a write error (a full disk, the file-size limit: its "
+                       "stderr says which). It holds everything committed before; its drop counts "
+                       "stop there",
+                       f);
+  }
   if (!s.idle_files.empty()) {
     out += fmt::format("\n{} more process(es) did no GPU work and are not ranks (a launcher such as "
                        "torchrun's agent, a shell): {}\n",
@@ -198,7 +207,9 @@ std::string formatSummary(const RunSummary& s) {
           r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
     }
   }
-  if (!s.missing_ranks.empty() || !s.warnings.empty() || deep_warned) out += "\n";
+  if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned) {
+    out += "\n";
+  }
   return out;
 }
 
@@ -211,11 +222,12 @@ nlohmann::json summaryJson(const RunSummary& s) {
                      {"device", r.info.device}, {"pid", r.info.pid}, {"host", r.info.host},
                      {"gpu_name", r.info.gpu_name}, {"path", r.path}, {"events", r.events},
                      {"events_by_kind", kinds}, {"first_ns", r.first_ns}, {"last_ns", r.last_ns},
-                     {"stats", r.stats}, {"meta", r.meta}});
+                     {"stats", r.stats}, {"meta", r.meta}, {"finished", r.finished}});
   }
   nlohmann::json j = {{"path", s.path},       {"world_size", s.world_size},
                       {"ranks", ranks},       {"missing_ranks", s.missing_ranks},
-                      {"warnings", s.warnings}, {"idle_files", s.idle_files}};
+                      {"warnings", s.warnings}, {"idle_files", s.idle_files},
+                      {"unfinished_files", s.unfinished_files}};
   if (s.has_manifest) {
     j["manifest"] = {{"command", s.manifest.command}, {"host", s.manifest.host},
                      {"start_time_ns", s.manifest.start_time_ns},

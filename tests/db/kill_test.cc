@@ -64,6 +64,7 @@ TEST(KillSafety, SigkillMidWriteKeepsEveryCommittedBatch) {
 
   auto r = TraceReader::open(path);
   ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_FALSE((*r)->finished()) << "a killed writer's file reads as closed";
   auto count = (*r)->eventCount();
   ASSERT_TRUE(count.isOk()) << count.status().message();
   EXPECT_GE(*count, committed);

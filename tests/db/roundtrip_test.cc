@@ -170,6 +170,7 @@ TEST(RoundTrip, EveryFieldComesBackUnchanged) {
   auto reader = TraceReader::open(path);
   ASSERT_TRUE(reader.isOk()) << reader.status().message();
   TraceReader& r = **reader;
+  EXPECT_TRUE(r.finished()) << "a closed writer's file reads as unfinished";
   EXPECT_EQ(r.rank(), (RankInfo{3, 8, 3, 3, 4242, "node7", "NVIDIA H200", "GPU-1234"}));
   EXPECT_EQ(r.metaValue("command"), "python serve.py --tp 2");
   EXPECT_EQ(r.metaValue("schema_version"), std::to_string(kSchemaVersion));

@@ -1028,15 +1028,16 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
   }
 }
 
-// A writer that failed for good (a full disk, a file that went away) writes nothing more: stop
-// recording, so the program no longer pays for it.
+// A writer that failed for good (a full disk, the file-size limit, a file that went away) writes
+// nothing more: stop recording, and CUPTI's records and launch callbacks with it, so the program
+// no longer pays for it. The sink may have stopped the recording already (WriterSink), which
+// leaves CUPTI on: hence the writer's status, not startedWriter(). Both calls do nothing the
+// second time (fail() logs once; stopCapture() returns at once when not capturing).
 void failIfWriterStopped() {
-  db::TraceWriter* w = Session::get().startedWriter();
-  if (w == nullptr) return;
-  if (Status st = w->status(); !st.isOk()) {
-    Session::get().fail("the trace writer stopped", st.message().c_str());
-    (void)Session::get().stopCapture();  // and CUPTI's records and launch callbacks with it
-  }
+  Status st = Session::get().writerStatus();
+  if (st.isOk()) return;
+  Session::get().fail("the trace writer stopped", st.message().c_str());
+  (void)Session::get().stopCapture();
 }
 
 void flusherLoop() {

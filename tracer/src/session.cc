@@ -26,22 +26,34 @@
 namespace detrace::tracer {
 
 // The TraceWriter behind the reorder buffer.
+// The reorder buffer's events go to the writer. A dropped event is either a full queue (counted,
+// recording goes on) or a writer that failed for good: then recording stops at once, with the
+// writer's reason in the log, in any process (the CUPTI flusher, where there is one, also turns
+// CUPTI's records and callbacks off: failIfWriterStopped).
 class WriterSink final : public EventSink {
  public:
   explicit WriterSink(db::TraceWriter& w) : w_(w) {}
-  std::optional<int64_t> append(const db::Event& e) override { return w_.append(e); }
+  std::optional<int64_t> append(const db::Event& e) override { return checked(w_.append(e)); }
   std::optional<int64_t> appendCollective(const db::Event& e, const db::Collective& c) override {
-    return w_.appendCollective(e, c);
+    return checked(w_.appendCollective(e, c));
   }
   std::optional<int64_t> appendGemm(const db::Event& e, const db::Gemm& g) override {
-    return w_.appendGemm(e, g);
+    return checked(w_.appendGemm(e, g));
   }
   std::optional<int64_t> appendMarker(const db::Event& e, const db::Marker& m) override {
-    return w_.appendMarker(e, m);
+    return checked(w_.appendMarker(e, m));
   }
   bool appendGraphOp(const db::GraphOp& op) override { return w_.appendGraphOp(op); }
 
  private:
+  std::optional<int64_t> checked(std::optional<int64_t> seq) {
+    if (seq.has_value()) return seq;
+    if (Status st = w_.status(); !st.isOk()) {
+      Session::get().fail("the trace could not be written", st.message().c_str());
+    }
+    return seq;
+  }
+
   db::TraceWriter& w_;
 };
 
@@ -357,6 +369,10 @@ db::TraceWriter* Session::startedWriter() {
   return enabled() && started_.load(std::memory_order_acquire) ? writer_.get() : nullptr;
 }
 
+Status Session::writerStatus() const {
+  return started_.load(std::memory_order_acquire) && writer_ ? writer_->status() : Status::ok();
+}
+
 void Session::setCaptureHooks(const CaptureHooks& hooks) {
   std::lock_guard lk(capture_mu_);
   hooks_ = hooks;
@@ -443,7 +459,11 @@ Status Session::stopCapture() {
     b->flush();
   }
   if (hooks_.stop_activities) hooks_.stop_activities();
-  logLine("capture stopped; the program runs on unrecorded until the next start");
+  if (enabled()) {
+    logLine("capture stopped; the program runs on unrecorded until the next start");
+  } else {  // recording failed (fail()): this only turns CUPTI off
+    logLine("CUPTI's records and launch callbacks are off");
+  }
   // Bounded: `detrace attach` waits for this answer, and the program's exit for this thread. A
   // commit still under way is no failure of the stop: it lands a little later.
   if (db::TraceWriter* w = startedWriter()) {

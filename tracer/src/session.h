@@ -93,6 +93,9 @@ class Session {
   // switch: for delivering the GPU records of launches made while capturing.
   ReorderBuffer* startedBuffer();
   db::TraceWriter* startedWriter();
+  // The writer's first error (a full disk, the file-size limit, a file that went away), whether
+  // or not recording was stopped since; ok when it has none or recording never started.
+  Status writerStatus() const;
   // True once recording started (a trace file was made), even if it failed since: finish() then
   // has a file to close.
   bool hasTrace() const { return started_.load(std::memory_order_acquire); }

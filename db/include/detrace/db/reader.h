@@ -57,6 +57,11 @@ class TraceReader {
 
   const std::string& path() const { return path_; }
   const RankInfo& rank() const { return rank_; }
+  // Whether the writer closed the file: its final counters written and its WAL folded in. False
+  // for a process that was killed, is still recording, or whose trace stopped on a write error
+  // (a full disk, the file-size limit). Such a file holds every batch committed before; its
+  // drop counters stop at the last commit.
+  bool finished() const { return finished_; }
   const std::map<std::string, std::string>& meta() const { return meta_; }
   // The metadata value for `key`, or "" if absent.
   std::string metaValue(const std::string& key) const;
@@ -153,6 +158,7 @@ class TraceReader {
   std::vector<StreamInfo> streams_;
   bool has_launch_params_ = false;  // older version-1 files lack the table
   bool has_graph_ops_ = false;      // likewise
+  bool finished_ = true;
 };
 
 }  // namespace detrace::db

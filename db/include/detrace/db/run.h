@@ -56,6 +56,9 @@ class Run {
   // Trace files of processes that did no GPU work (no events, no rank, no device: a launcher
   // such as torchrun's agent, a shell), left out of ranks() when the run has other files.
   const std::vector<std::string>& idleFiles() const { return idle_; }
+  // Trace files whose writer never closed them (TraceReader::finished): a process killed, still
+  // recording, or whose trace stopped on a write error. Each holds what was committed before.
+  const std::vector<std::string>& unfinishedFiles() const { return unfinished_; }
 
   const RankFile* findRank(int32_t rank) const;
   // A new reader (its own connection) for `rank`; call it once per thread.
@@ -70,6 +73,7 @@ class Run {
   std::vector<int32_t> missing_;
   std::vector<std::string> warnings_;
   std::vector<std::string> idle_;
+  std::vector<std::string> unfinished_;
 };
 
 }  // namespace detrace::db

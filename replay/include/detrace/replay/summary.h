@@ -23,6 +23,7 @@ struct RankSummary {
   int64_t last_ns = db::kUnset;
   std::map<std::string, int64_t> stats;  // events_dropped, bytes_captured, ...
   std::map<std::string, std::string> meta;
+  bool finished = true;  // db::TraceReader::finished
 };
 
 struct RunSummary {
@@ -31,6 +32,7 @@ struct RunSummary {
   std::vector<int32_t> missing_ranks;
   std::vector<std::string> warnings;
   std::vector<std::string> idle_files;  // processes that did no GPU work (db::Run::idleFiles)
+  std::vector<std::string> unfinished_files;  // db::Run::unfinishedFiles
   bool has_manifest = false;
   db::RunManifest manifest;
   std::vector<RankSummary> ranks;
