@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "detrace/db/schema.h"
+#include "file_size_signal.h"
+#include "write_failure.h"
 
 namespace fs = std::filesystem;
 
@@ -19,12 +21,18 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
       {"command", m.command},    {"env", m.env},                {"host", m.host},
       {"start_time_ns", m.start_time_ns}, {"end_time_ns", m.end_time_ns},
       {"exit_code", m.exit_code}, {"options", m.options}};
-  // Write then rename, so a reader never sees half a manifest.
+  // Write then rename, so a reader never sees half a manifest. A file-size limit fails the write
+  // rather than ending the process (`detrace record` still owes its command's exit status).
   std::string tmp = fmt::format("{}/.{}.tmp", dir, kManifestName);
   {
+    FileSizeSignalShield shield;
     std::ofstream out(tmp, std::ios::trunc);
     out << j.dump(2) << '\n';
-    if (!out.flush()) return makeError(ErrorCode::kIo, "cannot write {} (disk full?)", tmp);
+    if (!out.flush()) {
+      std::string cause = writeFailureCause({tmp}, 4096);
+      return makeError(ErrorCode::kIo, "cannot write {}: {}", tmp,
+                       cause.empty() ? "is the disk full?" : cause);
+    }
   }
   std::error_code ec;
   fs::rename(tmp, fmt::format("{}/{}", dir, kManifestName), ec);

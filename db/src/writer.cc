@@ -2,9 +2,6 @@
 // See writer.h for the design and the guarantees.
 #include "detrace/db/writer.h"
 
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +19,7 @@
 #include "file_size_signal.h"
 #include "row_codec.h"
 #include "sqlite_util.h"
+#include "write_failure.h"
 #include "zstd_util.h"
 
 namespace detrace::db {
@@ -62,33 +60,12 @@ std::string upsertSql(const TableDef& table) {
 
 constexpr int64_t kPageBytes = 16384;  // PRAGMA page_size below
 
-// A failed write, explained where the system can say why. SQLite reports a write past the
-// process's file-size limit (EFBIG) only as "disk I/O error", keeping no errno for it, and a full
-// disk can surface as an I/O error of the WAL too: so look at the limit and the free space.
+// A failed write, explained where the system can say why (write_failure.h). The failing write was
+// at most a page and its WAL frame header past the end of the file or of its WAL.
 Status explainWriteFailure(Status st, const std::string& path) {
-  if (st.code() != ErrorCode::kIo) return st;
-  rlimit lim{};
-  if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    for (const char* suffix : {"", "-wal"}) {
-      struct stat sb{};
-      // The failing write was at most a page and its WAL frame header past the file's end.
-      if (::stat((path + suffix).c_str(), &sb) == 0 &&
-          static_cast<rlim_t>(sb.st_size) + 2 * (kPageBytes + 24) > lim.rlim_cur) {
-        return makeError(ErrorCode::kIo,
-                         "{}: the trace reached the process's file-size limit (`ulimit -f`, {} bytes); "
-                         "raise the limit and re-record",
-                         st.message(), static_cast<unsigned long long>(lim.rlim_cur));
-      }
-    }
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  struct statvfs fs{};
-  if (st.message().find("disk is full") == std::string::npos &&
-      ::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0 &&
-      static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) < 4 * kPageBytes) {
-    return makeError(ErrorCode::kIo, "{}: the disk is full; free space and re-record", st.message());
-  }
-  return st;
+  if (st.code() != ErrorCode::kIo || st.message().find("disk is full") != std::string::npos) return st;
+  const std::string cause = writeFailureCause({path, path + "-wal"}, 2 * (kPageBytes + 24));
+  return cause.empty() ? st : makeError(ErrorCode::kIo, "{}: {}", st.message(), cause);
 }
 
 }  // namespace

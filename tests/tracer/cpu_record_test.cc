@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -174,6 +175,27 @@ TEST(Record, ClearErrors) {
   o = sh(fmt::format("{} record --help", detrace()));
   EXPECT_EQ(o.status, 0);
   EXPECT_NE(o.out.find("Examples:"), std::string::npos) << o.out;
+}
+
+// The run directory's own files: a file-size limit that leaves no room for the manifest is an
+// error that says so (exit 2, the command not run), not a death by SIGXFSZ (exit 153).
+TEST(Record, AFileSizeLimitThatLeavesNoRoomForTheManifestIsAClearError) {
+  TempDir tmp;
+  const std::string marker = tmp.file("ran");
+  Output o = sh(fmt::format("(ulimit -f 0; {} record -o {} -- touch {})", detrace(), tmp.file("run"), marker));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("file-size limit"), std::string::npos) << o.out;
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "the command ran without a manifest";
+}
+
+// Once the command has run, its exit status is owed whatever happens to the manifest's second
+// write (a disk the traces filled, a directory removed): a warning, and the command's status.
+TEST(Record, TheCommandsExitStatusSurvivesAManifestThatCannotBeCompleted) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'rm -rf {}; exit 3'", detrace(), run, run));
+  EXPECT_EQ(o.status, 3) << o.out;
+  EXPECT_NE(o.out.find("the manifest keeps the start's values"), std::string::npos) << o.out;
 }
 
 // The real interposer records NCCL calls of a program linked against a fake libnccl: two ranks of
