@@ -30,6 +30,9 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
     out << j.dump(2) << '\n';
     if (!out.flush()) {
       std::string cause = writeFailureCause({tmp}, 4096);
+      out.close();
+      std::error_code ignored;
+      fs::remove(tmp, ignored);  // no half manifest left behind
       return makeError(ErrorCode::kIo, "cannot write {}: {}", tmp,
                        cause.empty() ? "is the disk full?" : cause);
     }

@@ -1,0 +1,140 @@
+// `detrace record` when the trace cannot be written to the end: the process's file-size limit
+// (`ulimit -f`) and a full disk (a 1 MiB tmpfs in a private mount namespace). The recorded program
+// must run to its end, unharmed: a write past the file-size limit raises SIGXFSZ, whose default
+// action would end it. The log says why recording stopped, the file keeps every call committed
+// before, in order, and `detrace record` and `detrace info` say the file was not finished.
+//
+// The program is control_app (a fake-NCCL rank, no CUDA): "call N" makes one all-reduce of N
+// elements. The calls come in bursts of 2000, 0.1 s apart, so that commits happen between them:
+// without CUDA no flusher thread commits while the program runs (the ring filling moves events on).
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "common/shell.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+
+namespace detrace {
+namespace {
+
+using testing::TempDir;
+using Output = testing::ShellOutput;
+
+constexpr int kCalls = 20000;
+
+std::string detrace() { return testing::detraceExe(); }
+std::string app() { return fmt::format("{}/tests/control_app", DETRACE_BINARY_DIR); }
+
+// A shell pipeline that feeds kCalls "call N" lines to `recorder` (a command line ending in `--`).
+std::string callBursts(const std::string& recorder) {
+  return fmt::format("i=0; while [ $i -lt {} ]; do i=$((i+1)); echo \"call $i\"; "
+                     "[ $((i % 2000)) -eq 0 ] && sleep 0.1; done | {} {}",
+                     kCalls, recorder, app());
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// What every case expects of the program and of the log.
+void expectProgramUnharmed(const Output& o, const char* cause) {
+  const std::string head = o.out.substr(0, 2000);
+  EXPECT_EQ(o.status, 0) << head;
+  EXPECT_EQ(count(o.out, "ok\n"), static_cast<size_t>(kCalls)) << "the program did not make all its calls";
+  EXPECT_NE(o.out.find("recording stopped: the trace could not be written"), std::string::npos) << head;
+  EXPECT_NE(o.out.find(cause), std::string::npos) << head;
+  EXPECT_NE(o.out.find("1 not finished"), std::string::npos) << head;
+}
+
+// The trace in `run` holds calls 1..k in order, for some 0 < k < kCalls, and reads as unfinished.
+void expectCommittedCallsInOrder(const std::string& run) {
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->ranks().size(), 1u);
+  EXPECT_EQ(r->unfinishedFiles().size(), 1u);
+  auto reader = r->openRank(r->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  EXPECT_FALSE((*reader)->finished());
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  ASSERT_GT(colls->size(), 0u) << "nothing was committed before the trace stopped";
+  EXPECT_LT(colls->size(), static_cast<size_t>(kCalls)) << "the trace never stopped";
+  for (size_t i = 0; i < colls->size(); ++i) {
+    ASSERT_EQ((*colls)[i].second.count, static_cast<int64_t>(i + 1)) << "call " << i + 1 << " missing or out of order";
+  }
+}
+
+TEST(WriteFailure, ATraceOverTheFileSizeLimitStopsTheRecordingNotTheProgram) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  // sh's `ulimit -f` counts 512-byte blocks: 1 MiB, about a third of what the calls need.
+  Output o = testing::runShell(callBursts(fmt::format("(ulimit -f 2048; {} record -o {} --", detrace(), run)) + ")");
+  expectProgramUnharmed(o, "file-size limit");
+  Output info = testing::runShell(fmt::format("{} info {}", detrace(), run));
+  EXPECT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("was not finished"), std::string::npos) << info.out;
+  expectCommittedCallsInOrder(run);
+}
+
+// A limit too small for the trace's first page: the tracer cannot record the process at all and
+// says so; the program runs on unrecorded and is not ended by SIGXFSZ.
+TEST(WriteFailure, AFileSizeLimitTooSmallForATraceLeavesTheProgramUnrecordedNotEnded) {
+  TempDir tmp;
+  Output o = testing::runShell(fmt::format("printf 'call 1\\ncall 2\\n' | (ulimit -f 128; {} record -o {} -- {})",
+                                           detrace(), tmp.file("run"), app()));  // 64 KiB
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("ok\nok\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("cannot record this process"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("file-size limit"), std::string::npos) << o.out;
+}
+
+// A real full disk (ENOSPC): a 1 MiB tmpfs mounted in a private mount namespace (`unshare -rm`),
+// which goes away with the shell, so the run is copied out before. Skipped where this machine does
+// not allow user namespaces.
+TEST(WriteFailure, AFullDiskStopsTheRecordingNotTheProgram) {
+  if (testing::runShell("unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt'").status != 0) {
+    GTEST_SKIP() << "no private mount namespace here (unshare -rm with a tmpfs mount failed)";
+  }
+  TempDir tmp;
+  const std::string disk = tmp.file("disk"), copy = tmp.file("copy");
+  std::filesystem::create_directories(disk);
+  std::filesystem::create_directories(copy);
+  const std::string pipeline = callBursts(fmt::format("{} record -o {}/run --", detrace(), disk));
+  Output o = testing::runShell(fmt::format(
+      "unshare -rm sh -c 'mount -t tmpfs -o size=1m tmpfs {} && {{ {}; }}; rc=$?; cp {}/run/proc-* {}/; exit $rc'",
+      disk, pipeline, disk, copy));
+  expectProgramUnharmed(o, "the disk is full");
+  EXPECT_NE(o.out.find("the manifest keeps the start's values"), std::string::npos) << o.out.substr(0, 2000);
+  expectCommittedCallsInOrder(copy);
+}
+
+// The run directory's own files: a file-size limit that leaves no room for the manifest is an
+// error that says so (exit 2, the command not run), not a death by SIGXFSZ (exit 153).
+TEST(WriteFailure, AFileSizeLimitThatLeavesNoRoomForTheManifestIsAClearError) {
+  TempDir tmp;
+  const std::string marker = tmp.file("ran");
+  Output o = testing::runShell(
+      fmt::format("(ulimit -f 0; {} record -o {} -- touch {})", detrace(), tmp.file("run"), marker));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("file-size limit"), std::string::npos) << o.out;
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "the command ran without a manifest";
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("run/.manifest.json.tmp"))) << "a half-written manifest was left";
+}
+
+// Once the command has run, its exit status is owed whatever happens to the manifest's second
+// write (a disk the traces filled, a directory removed): a warning, and the command's status.
+TEST(WriteFailure, TheCommandsExitStatusSurvivesAManifestThatCannotBeCompleted) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = testing::runShell(fmt::format("{} record -o {} -- /bin/sh -c 'rm -rf {}; exit 3'", detrace(), run, run));
+  EXPECT_EQ(o.status, 3) << o.out;
+  EXPECT_NE(o.out.find("the manifest keeps the start's values"), std::string::npos) << o.out;
+}
+
+}  // namespace
+}  // namespace detrace
