@@ -204,6 +204,35 @@ TEST(TracerGpu, TwoLaunchingThreadsKeepTheirOwnParentsWithLaunchCallbacks) {
   checkTwoThreads(/*callbacks=*/true);
 }
 
+// A CUDA program whose trace outgrows its file-size limit (`ulimit -f`): recording stops, and
+// CUPTI's records and launch callbacks with it (the flusher's failIfWriterStopped), while the
+// program runs to its end; the file keeps what was committed and reads as unfinished. The CPU
+// tests (cpu_write_failure_test.cc) cover the same without CUDA, where no flusher runs.
+TEST(TracerGpu, AFileSizeLimitStopsTheRecordingAndCuptiNotTheProgram) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  // sh's `ulimit -f` counts 512-byte blocks: 2 MiB, far less than 2 x 20000 kernels and matmuls need.
+  int rc = shell(fmt::format("(ulimit -f 4096; {0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app threads 20000)",
+                             DETRACE_BINARY_DIR, run),
+                 out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "tracer_gpu_app threads: done")) << out;
+  EXPECT_TRUE(contains(out, "recording stopped: the trace could not be written")) << out;
+  EXPECT_TRUE(contains(out, "file-size limit")) << out;
+  EXPECT_TRUE(contains(out, "CUPTI's records and launch callbacks are off")) << out;
+  auto r = db::Run::open(run);
+  ASSERT_TRUE(r.isOk()) << r.status().message() << "\n" << out;
+  ASSERT_EQ(r->ranks().size(), 1u);
+  EXPECT_EQ(r->unfinishedFiles().size(), 1u);
+  auto reader = r->openRank(r->ranks()[0].rank);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto counts = (*reader)->countsByKind();
+  ASSERT_TRUE(counts.isOk()) << counts.status().message();
+  EXPECT_GT((*counts)[db::EventKind::kKernel], 0) << "nothing was committed before the limit";
+  EXPECT_LT((*counts)[db::EventKind::kGemm], 40000) << "the limit was never reached";
+}
+
 TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   DETRACE_REQUIRE_GPU();
   checkRecordedApp(/*callbacks=*/false);
