@@ -3,6 +3,7 @@
 // tracer preloaded. It opens a 4-rank communicator as rank 0, prints "ready <pid>", then answers
 // each command with one line:
 //   call N        one ncclAllReduce of N elements (N identifies the call in the trace)  -> "ok"
+//   gemm M        one cublasSgemm_v2 of M x 1 x 1 (fake cuBLAS; M identifies it)        -> "ok"
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include <cublas_api.h>
 #include <nccl.h>
 
 #include <signal.h>
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   auto* stream = reinterpret_cast<cudaStream_t>(0x1234);
   static char buf[64];
+  cublasHandle_t blas = nullptr;
   std::string line;
   while (readLine(line)) {
     if (line.rfind("call ", 0) == 0) {
@@ -83,6 +86,15 @@ int main(int argc, char** argv) {
       say(ncclAllReduce(buf, buf + 8, count, ncclFloat32, ncclSum, comm, stream) == ncclSuccess
               ? "ok"
               : "failed");
+    } else if (line.rfind("gemm ", 0) == 0) {
+      const int m = std::atoi(line.c_str() + 5);
+      static float a[1024], b[1024], c[1024];
+      const float one = 1.0f, zero = 0.0f;
+      bool ok = (blas != nullptr || cublasCreate_v2(&blas) == CUBLAS_STATUS_SUCCESS) &&
+                cublasSetStream_v2(blas, stream) == CUBLAS_STATUS_SUCCESS &&
+                cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, 1, 1, &one, a, m, b, 1, &zero, c, m) ==
+                    CUBLAS_STATUS_SUCCESS;
+      say(ok ? "ok" : "failed");
     } else if (line == "handle-term") {
       install(SIGTERM, onSigterm);
       say("ok");

@@ -205,6 +205,42 @@ TEST(Record, PausedFlagReachesTheChildAndTheManifest) {
   EXPECT_NE(manifest.find("\"paused\""), std::string::npos) << manifest;
 }
 
+// ---------------------------------------------------------------- commits
+
+// Without CUPTI's flusher (this program never initializes CUDA, as when another profiler holds
+// CUPTI) the LD_PRELOAD layer's calls are still committed while the program runs, every ~100 ms
+// (commit_thread.h): a SIGKILL, which runs nothing of the tracer's, keeps them. GEMMs are the
+// case to watch: an NCCL call's completion (the profiler plugin's report) moves the buffer on by
+// itself, a GEMM's recording does not.
+TEST(Commits, GemmsAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false);
+  const std::vector<int64_t> made = {11, 12, 13, 14, 15};
+  for (int64_t m : made) EXPECT_EQ(app.send("gemm " + std::to_string(m)), "ok");
+  auto committed = [&] {
+    std::vector<int64_t> ms;
+    auto r = db::TraceReader::open(app.trace());
+    if (!r.isOk()) return ms;
+    auto gemms = (*r)->gemms();
+    if (!gemms.isOk()) return ms;
+    for (const auto& [seq, g] : *gemms) ms.push_back(g.m);
+    return ms;
+  };
+  std::vector<int64_t> seen;
+  for (int i = 0; i < 100 && seen != made; ++i) {  // at most 10 s; ~0.2 s expected
+    usleep(100'000);
+    seen = committed();
+  }
+  EXPECT_EQ(seen, made) << "the GEMMs were not committed while the program ran";
+  ASSERT_EQ(kill(app.pid(), SIGKILL), 0);
+  int status = app.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  EXPECT_EQ(committed(), made);
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_FALSE((*r)->finished()) << "a killed process's trace reads as closed";
+}
+
 // ---------------------------------------------------------------- signals
 
 TEST(Signals, SigtermCommitsTheTraceAndTheProgramStillDiesOfIt) {

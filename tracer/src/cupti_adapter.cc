@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "control.h"
+#include "commit_thread.h"
 #include "cupti_api.h"
 #include "deep.h"
 #include "diag_timing.h"
@@ -1378,6 +1379,7 @@ bool start() {
     SignalsBlockedScope blocked;  // the flusher never takes the host's signals
     g_flusher = new std::thread(flusherLoop);
   }
+  cuptiFlusherStarted();  // the LD_PRELOAD layer's commit thread hands over (commit_thread.h)
   return true;
 }
 

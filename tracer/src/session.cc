@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "commit_thread.h"
 #include "control.h"
 #include "detrace/base/version.h"
 #include "deep.h"
@@ -172,6 +173,7 @@ void Session::resetAfterFork() {
   // session and begin again (the child records into its own proc-<pid>.dtrace).
   resetControlAfterFork();
   resetSignalsAfterFork();
+  resetCommitThreadAfterFork();
   Fingerprinter::resetAfterFork();
   g_session.store(new Session(), std::memory_order_release);
 }
@@ -238,6 +240,7 @@ bool Session::startLocked() {
   ro.place_records = placementByRecords();
   for (const std::string& p : policy_problems_) logLine("ignoring a setting: %s", p.c_str());
   buffer_ = std::make_unique<ReorderBuffer>(*sink_, ro);
+  startCommitThread();  // until CUPTI's flusher runs, if it ever does (commit_thread.h)
   writeMetadataLocked();
   writer_->setMeta("kernel_placement", ro.place_records ? "correlation" : "callbacks");
   started_.store(true, std::memory_order_release);
@@ -516,6 +519,7 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   // bound, instead of closing the file under the first one's final flush.
   std::lock_guard one_at_a_time(finish_mu_);
   stopControl();  // first: `detrace attach` must not start a capture into a closing file
+  stopCommitThread();
   if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
   std::lock_guard lk(mu_);
   if (finished_ || !writer_) {

@@ -1,0 +1,95 @@
+#include "commit_thread.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "detrace/tracer/reorder_buffer.h"
+#include "fingerprinter.h"
+#include "log.h"
+#include "session.h"
+#include "signals.h"
+
+namespace detrace::tracer {
+namespace {
+
+constexpr auto kPeriod = std::chrono::milliseconds(100);  // as CUPTI's flusher
+
+// One per process; a forked child leaks its parent's (its mutex may have been held at the fork).
+struct CommitThread {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
+};
+std::atomic<CommitThread*> g_commit{nullptr};  // leaked at stop and in a forked child
+std::atomic<bool> g_cupti_flusher{false};
+
+void commitOnce() {
+  Session& s = Session::get();
+  if (ReorderBuffer* rb = s.startedBuffer()) rb->poll(s.now());
+  Fingerprinter::get().poll();
+  if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace writer stopped", st.message().c_str());
+}
+
+void loop(CommitThread* c) {
+  std::unique_lock lk(c->mu);
+  while (!c->stop) {
+    c->cv.wait_for(lk, kPeriod, [c] { return c->stop; });
+    if (c->stop || g_cupti_flusher.load(std::memory_order_acquire)) return;
+    lk.unlock();
+    try {  // the thread is the tracer's, but an exception leaving it would end the program
+      commitOnce();
+    } catch (...) {
+      Session::get().fail("in the tracer's commit thread");
+    }
+    lk.lock();
+  }
+}
+
+}  // namespace
+
+// Starts come from Session::startLocked (under the session's lock, once per process); a stop from
+// finish, before the file is closed.
+void startCommitThread() noexcept {
+  try {
+    if (g_commit.load(std::memory_order_acquire) != nullptr || g_cupti_flusher.load()) return;
+    auto* c = new CommitThread();
+    {
+      SignalsBlockedScope blocked;  // the program's signals stay with the program's threads
+      c->thread = std::thread(loop, c);
+    }
+    g_commit.store(c, std::memory_order_release);
+  } catch (...) {
+    logLine("cannot start the commit thread; the trace is committed at exit and at signals only");
+  }
+}
+
+void stopCommitThread() noexcept {
+  try {
+    CommitThread* c = g_commit.exchange(nullptr, std::memory_order_acq_rel);
+    if (c == nullptr) return;
+    {
+      std::lock_guard m(c->mu);
+      c->stop = true;
+    }
+    c->cv.notify_all();
+    if (c->thread.joinable() && c->thread.get_id() != std::this_thread::get_id()) c->thread.join();
+    // `c` is leaked (small): cuptiFlusherStarted may still be notifying it.
+  } catch (...) {
+  }
+}
+
+void cuptiFlusherStarted() noexcept {
+  g_cupti_flusher.store(true, std::memory_order_release);
+  if (CommitThread* c = g_commit.load(std::memory_order_acquire)) c->cv.notify_all();
+}
+
+void resetCommitThreadAfterFork() noexcept {
+  g_commit.store(nullptr, std::memory_order_relaxed);  // the parent's: its mutex may be held
+  g_cupti_flusher.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace detrace::tracer
