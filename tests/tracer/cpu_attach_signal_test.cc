@@ -3,6 +3,7 @@
 // when the program is signalled. No GPU: the recorded events are the program's ncclAllReduce
 // calls, each identified by its element count.
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,10 +40,11 @@ Output sh(const std::string& cmd) { return testing::runShell(cmd); }
 // XDG_RUNTIME_DIR), driven through its stdin and stdout.
 class TracedApp {
  public:
-  TracedApp(const TempDir& tmp, bool paused, const std::vector<std::string>& args = {})
+  TracedApp(const TempDir& tmp, bool paused, const std::vector<std::string>& args = {},
+            const std::vector<std::string>& extra_env = {})
       : run_(tmp.file("run")),
         xdg_(tmp.file("xdg")),
-        child_(binDir() + "/tests/control_app", args, environment(paused)) {
+        child_(binDir() + "/tests/control_app", args, environment(paused, extra_env)) {
     std::string ready = child_.line();
     EXPECT_EQ(ready, "ready " + std::to_string(child_.pid()));
   }
@@ -60,7 +62,7 @@ class TracedApp {
   std::string attach(const std::string& args) const { return detrace() + " attach " + args; }
 
  private:
-  std::vector<std::string> environment(bool paused) {
+  std::vector<std::string> environment(bool paused, const std::vector<std::string>& extra) {
     fs::create_directories(run_);
     fs::create_directories(xdg_);
     fs::permissions(xdg_, fs::perms::owner_all);
@@ -69,6 +71,7 @@ class TracedApp {
                                     "DETRACE_OUT_DIR=" + run_, "XDG_RUNTIME_DIR=" + xdg_,
                                     "PATH=/usr/bin:/bin"};
     if (paused) env.push_back("DETRACE_PAUSED=1");
+    env.insert(env.end(), extra.begin(), extra.end());
     return env;
   }
 
@@ -239,6 +242,48 @@ TEST(Commits, GemmsAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
   auto r = db::TraceReader::open(app.trace());
   ASSERT_TRUE(r.isOk()) << r.status().message();
   EXPECT_FALSE((*r)->finished()) << "a killed process's trace reads as closed";
+}
+
+// Where /proc does not give the NVIDIA driver's version (this machine has no driver; some VMs and
+// containers hide /proc/driver) the tracer asks NVML, whose nvmlInit can take seconds. It does so
+// on its commit thread: the program's thread that starts the recording (here, at its first NCCL
+// call, before "ready") does not wait for it, the version still reaches the trace, and an exit
+// while NVML is still starting does not wait for it either (at most the commit thread's 1 s).
+TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
+  if (std::ifstream("/proc/driver/nvidia/version")) GTEST_SKIP() << "/proc gives the version here";
+  auto nvml = [](int init_ms) {
+    return std::vector<std::string>{"LD_LIBRARY_PATH=" + binDir() + "/tests/fake_nvml",
+                                    "FAKE_NVML_INIT_MS=" + std::to_string(init_ms),
+                                    "FAKE_NVML_VERSION=999.12.34"};
+  };
+  {
+    TempDir tmp;
+    const auto begun = std::chrono::steady_clock::now();
+    TracedApp app(tmp, /*paused=*/false, {}, nvml(2000));
+    EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::milliseconds(1000))
+        << "the program waited for nvmlInit";
+    app.call(7);
+    std::string version;
+    for (int i = 0; i < 100 && version.empty(); ++i) {  // ~2 s expected, at most 10
+      usleep(100'000);
+      if (auto r = db::TraceReader::open(app.trace()); r.isOk()) version = (*r)->metaValue("driver_version");
+    }
+    EXPECT_EQ(version, "999.12.34");
+    app.send("exit");
+    EXPECT_EQ(app.wait(), 0);
+    EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{7}));
+  }
+  {
+    TempDir tmp;
+    TracedApp app(tmp, /*paused=*/false, {}, nvml(60'000));
+    app.call(8);
+    const auto exiting = std::chrono::steady_clock::now();
+    app.send("exit");
+    EXPECT_EQ(app.wait(), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - exiting, std::chrono::seconds(5))
+        << "the exit waited for nvmlInit";
+    EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{8}));
+  }
 }
 
 // ---------------------------------------------------------------- signals

@@ -16,12 +16,14 @@ namespace detrace::tracer {
 namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(100);  // as CUPTI's flusher
+constexpr auto kStopWait = std::chrono::seconds(1);       // at finish, for the thread to end
 
 // One per process; a forked child leaks its parent's (its mutex may have been held at the fork).
 struct CommitThread {
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
+  bool done = false;  // the loop returned
   std::thread thread;
 };
 std::atomic<CommitThread*> g_commit{nullptr};  // leaked at stop and in a forked child
@@ -34,7 +36,8 @@ void commitOnce() {
   if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace writer stopped", st.message().c_str());
 }
 
-void loop(CommitThread* c) {
+void loopUntilStopped(CommitThread* c) {
+  Session::get().noteDriverVersion();  // may wait on NVML: here, not on a thread of the program's
   std::unique_lock lk(c->mu);
   while (!c->stop) {
     c->cv.wait_for(lk, kPeriod, [c] { return c->stop; });
@@ -47,6 +50,13 @@ void loop(CommitThread* c) {
     }
     lk.lock();
   }
+}
+
+void loop(CommitThread* c) {
+  loopUntilStopped(c);
+  std::lock_guard lk(c->mu);
+  c->done = true;
+  c->cv.notify_all();
 }
 
 }  // namespace
@@ -71,13 +81,23 @@ void stopCommitThread() noexcept {
   try {
     CommitThread* c = g_commit.exchange(nullptr, std::memory_order_acq_rel);
     if (c == nullptr) return;
+    bool done = false;
     {
-      std::lock_guard m(c->mu);
+      std::unique_lock m(c->mu);
       c->stop = true;
+      c->cv.notify_all();
+      // A commit takes milliseconds; NVML's start (noteDriverVersion) may take seconds, which
+      // the program's exit does not wait for: the thread is then left to end by itself (what it
+      // writes to a closed writer is dropped).
+      done = c->cv.wait_for(m, kStopWait, [c] { return c->done; });
     }
-    c->cv.notify_all();
-    if (c->thread.joinable() && c->thread.get_id() != std::this_thread::get_id()) c->thread.join();
-    // `c` is leaked (small): cuptiFlusherStarted may still be notifying it.
+    if (!c->thread.joinable() || c->thread.get_id() == std::this_thread::get_id()) return;
+    if (done) {
+      c->thread.join();
+    } else {
+      c->thread.detach();
+    }
+    // `c` is leaked (small): cuptiFlusherStarted, or the detached thread, may still use it.
   } catch (...) {
   }
 }

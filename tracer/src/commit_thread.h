@@ -15,7 +15,8 @@ namespace detrace::tracer {
 // At the start of recording (Session::startLocked); idempotent; never throws. The thread is made
 // with every signal blocked.
 void startCommitThread() noexcept;
-// At finish, before the file is closed: ends the thread, waiting for a commit in progress.
+// At finish, before the file is closed: ends the thread, waiting for a commit in progress (at most
+// 1 s: a thread still waiting on NVML is left to end by itself).
 void stopCommitThread() noexcept;
 // CUPTI's flusher runs from now on (cupti_adapter.cc's start()): the commit thread ends.
 void cuptiFlusherStarted() noexcept;

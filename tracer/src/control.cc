@@ -27,7 +27,7 @@ std::atomic<bool> g_tried{false};
 // Heap-allocated so a forked child can replace a mutex another parent thread held at fork time.
 std::mutex* g_mu = new std::mutex;
 ControlServer* g_server = nullptr;  // never deleted: see stopControl()
-std::string g_pointer;              // RUN_DIR/proc-<pid>.dtrace-control
+std::string& g_pointer = *new std::string;  // RUN_DIR/proc-<pid>.dtrace-control; leaked (exit)
 
 control::Reply statusReply() {
   Session::CaptureState st = Session::get().captureState();

@@ -137,7 +137,8 @@ uint32_t alignment(const void* p) {
 // problems are still answered, just not cached.
 using HeuristicKey = std::array<int64_t, 24>;
 std::mutex g_heuristic_mu;
-std::map<HeuristicKey, cublasLtMatmulAlgo_t> g_heuristic_cache;
+// Leaked, like every container a wrapper uses: a wrapper may run during the host's static teardown.
+auto& g_heuristic_cache = *new std::map<HeuristicKey, cublasLtMatmulAlgo_t>;
 constexpr size_t kMaxHeuristicCache = 4096;
 
 bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,

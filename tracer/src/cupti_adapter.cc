@@ -60,7 +60,7 @@ constexpr auto kFlushPeriod = std::chrono::milliseconds(100);
 constexpr size_t kMaxNameCache = 1 << 16;
 constexpr size_t kMaxGraphs = 1 << 14;
 
-CuptiApi g_cupti;
+CuptiApi& g_cupti = *new CuptiApi;  // leaked: callbacks and the late finish may use it during static teardown
 CUpti_SubscriberHandle g_subscriber = nullptr;
 std::atomic<bool> g_active{false};
 

@@ -29,7 +29,7 @@ const char* messageOf(const nvtxEventAttributes_t* a) {
 // get one shared name and are counted (stats: nvtx_names_capped).
 constexpr size_t kMaxMarkerNames = 1 << 16;
 std::mutex g_names_mu;
-std::unordered_set<std::string> g_marker_names;
+auto& g_marker_names = *new std::unordered_set<std::string>;  // leaked: used during static teardown too
 
 int64_t markerName(Session& s, db::TraceWriter& w, const char* text) {
   std::string t = text != nullptr ? text : "";

@@ -2,15 +2,16 @@
 #include "session.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "commit_thread.h"
@@ -83,10 +84,26 @@ std::string hostName() {
   return buf;
 }
 
+// A small file's bytes (at most 64 KiB), read with the descriptor close-on-exec: the program may
+// fork and exec on another thread meanwhile. "" if it cannot be read.
+std::string readSmallFile(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  char buf[4096];
+  while (out.size() < 65536) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 // /proc/self/cmdline, arguments joined by spaces.
 std::string commandLine() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string all = readSmallFile("/proc/self/cmdline");
   while (!all.empty() && all.back() == '\0') all.pop_back();
   for (char& c : all) {
     if (c == '\0') c = ' ';
@@ -94,20 +111,21 @@ std::string commandLine() {
   return all;
 }
 
-// The kernel driver's version ("580.95.05") from /proc; "" without the NVIDIA driver.
-// The NVIDIA driver version: /proc/driver/nvidia/version where the kernel module exposes it, else
-// NVML (some VMs and containers hide /proc/driver). NVML is opened and closed here only.
-std::string kernelDriverVersion() {
-  std::ifstream in("/proc/driver/nvidia/version");
-  std::string line;
-  if (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string w, prev;
-    while (words >> w) {
-      if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
-      prev = w;
-    }
+// The NVIDIA kernel driver's version ("580.95.05") from /proc/driver/nvidia/version, where the
+// kernel module exposes it; "" where it does not (some VMs and containers hide /proc/driver).
+std::string procDriverVersion() {
+  std::istringstream words(readSmallFile("/proc/driver/nvidia/version"));
+  std::string w, prev;
+  while (words >> w) {
+    if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
+    prev = w;
   }
+  return "";
+}
+
+// The same from NVML, opened and closed here only. nvmlInit may take seconds, so this runs on the
+// tracer's commit thread (Session::noteDriverVersion), never on one of the program's.
+std::string nvmlDriverVersion() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) return "";
   using InitFn = int (*)();
@@ -266,7 +284,8 @@ void Session::writeMetadataLocked() {
   w.setMeta("graph_weights_every", std::to_string(policy_.graph_weights_every));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
   if (policy_.deep) w.setMeta("deep_window", windowText(policy_.deep_window));
-  if (std::string v = kernelDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
+  // Without /proc's answer, the commit thread asks NVML (noteDriverVersion).
+  if (std::string v = procDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
 
   using IntFn = int (*)(int*);
   if (auto f = reinterpret_cast<IntFn>(loadedSymbol("cudaRuntimeGetVersion", "libcudart"))) {
@@ -300,6 +319,16 @@ void Session::writeMetadataLocked() {
     if (const char* v = std::getenv(key)) w.setMeta(std::string("env.") + key, v);
   }
   w.setRank(rank_);
+}
+
+void Session::noteDriverVersion() noexcept {
+  try {
+    // writer_ was set before startLocked started the commit thread (this thread's creation
+    // orders the two); started_ is set only at the end of startLocked.
+    if (!writer_ || !procDriverVersion().empty()) return;
+    if (std::string v = nvmlDriverVersion(); !v.empty()) writer_->setMeta("driver_version", v);
+  } catch (...) {
+  }
 }
 
 void Session::describeDeviceLocked(int32_t dev) {

@@ -108,6 +108,9 @@ class Session {
   using FlushHook = void (*)(std::chrono::steady_clock::time_point gpu_deadline);
   void setFlushHook(FlushHook hook) { flush_hook_.store(hook); }
 
+  // Where /proc does not give the NVIDIA driver's version, asks NVML and records it (the trace's
+  // `driver_version`). nvmlInit may take seconds: called on the tracer's commit thread only.
+  void noteDriverVersion() noexcept;
   // Re-reads the widest communicator and updates the trace's rank row.
   void updateRank();
   // The device the process's GPU work runs on, learned from its first activity record (there may
