@@ -18,7 +18,11 @@ void addInfoCommand(CLI::App& app, Runner& run) {
       "Summarise a run: ranks, GPUs, event counts by kind, time span, versions, recorder drops.");
   cmd->add_option("RUN", opts->path, "Run directory (or one .dtrace file)")->required();
   cmd->add_flag("--json", opts->json, "Print JSON instead of a table");
-  cmd->footer("Exit status: 0 on success, 2 if the run cannot be read (the message says why).\n");
+  cmd->footer(
+      "Warnings follow the table: ranks the world size promises but no file holds, files that were\n"
+      "not finished (the process was killed, is still running, or stopped recording on a write\n"
+      "error such as a full disk: such a file holds everything committed before), and drops.\n\n"
+      "Exit status: 0 on success, 2 if the run cannot be read (the message says why).\n");
   cmd->callback([opts, &run] {
     run = [opts] {
       auto r = db::Run::open(opts->path);

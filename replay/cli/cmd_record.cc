@@ -109,6 +109,10 @@ constexpr const char* kRecordFooter =
     "are still recorded. A program that ends (or tears a CUDA context down, or stops a capture)\n"
     "within 250 ms of recording starting waits for the difference: on the H200, CUPTI lost the\n"
     "last records of a forced flush made within about 125 ms.\n"
+    "If a trace stops taking writes (a full disk, a quota, the command's `ulimit -f`), that\n"
+    "process stops recording with one line saying why and runs on; its file keeps everything\n"
+    "committed before. The last line counts the files that were not finished; detrace info names\n"
+    "them.\n"
     "\n"
     "Exit status: the command's own exit status (128+N if signal N killed it); 2 if detrace could\n"
     "not start it (the message says why). SIGINT/SIGTERM/SIGHUP sent to detrace go to the command.\n";
