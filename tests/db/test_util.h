@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "detrace/db/reader.h"
 #include "detrace/db/records.h"
 
 namespace detrace::testing {
@@ -77,6 +78,27 @@ inline db::Event randomKernel(Rng& rng, int64_t name, int64_t stream) {
   e.launch.registers = static_cast<int32_t>(rng.range(1, 255));
   e.launch.api = static_cast<db::LaunchApi>(rng.range(0, 5));
   return e;
+}
+
+// Reads every event of `r` and checks that each is the one written at its position (its seq and
+// its correlation_id both equal to it, as the crash tests number their rows: nothing torn, nothing
+// reordered); returns how many were read, stopping at the first that is not.
+inline int64_t rowsInOrder(db::TraceReader& r) {
+  auto cursor = r.events();
+  EXPECT_TRUE(cursor.isOk()) << cursor.status().message();
+  if (!cursor.isOk()) return -1;
+  int64_t n = 0;
+  for (;;) {
+    auto more = cursor->next();
+    EXPECT_TRUE(more.isOk()) << more.status().message();
+    if (!more.isOk() || !*more) return n;
+    const db::Event& e = cursor->event();
+    if (e.seq != n || e.correlation_id != n) {
+      ADD_FAILURE() << "row " << n << " holds seq " << e.seq << ", correlation id " << e.correlation_id;
+      return n;
+    }
+    ++n;
+  }
 }
 
 }  // namespace detrace::testing
