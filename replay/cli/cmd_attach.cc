@@ -24,8 +24,8 @@ constexpr const char* kAttachHelp =
     "  stop    stop capturing: launches already made get their GPU records (up to ~2 s), then\n"
     "          everything is committed and the file stays valid and readable while the program\n"
     "          runs on unrecorded\n"
-    "  status  print each process's state (capturing, paused, finished, failed), capture level,\n"
-    "          window, trace file and events written";
+    "  status  print each process's state (capturing, paused, finished, or failed with the\n"
+    "          reason: a full disk, ...), capture level, window, trace file and events written";
 
 constexpr const char* kAttachFooter =
     "Examples:\n"
@@ -66,6 +66,7 @@ std::string describe(const Reply& r) {
     if (r.get("dropped") != "0" && !r.get("dropped").empty())
       out += " (" + r.get("dropped") + " dropped)";
   }
+  if (!r.get("reason").empty()) out += "; recording stopped: " + r.get("reason");
   return out;
 }
 

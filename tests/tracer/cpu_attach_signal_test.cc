@@ -40,11 +40,13 @@ Output sh(const std::string& cmd) { return testing::runShell(cmd); }
 // XDG_RUNTIME_DIR), driven through its stdin and stdout.
 class TracedApp {
  public:
+  // `file_blocks` > 0: started by sh under `ulimit -f file_blocks` (512-byte blocks), exec'ed.
   TracedApp(const TempDir& tmp, bool paused, const std::vector<std::string>& args = {},
-            const std::vector<std::string>& extra_env = {})
+            const std::vector<std::string>& extra_env = {}, int file_blocks = 0)
       : run_(tmp.file("run")),
         xdg_(tmp.file("xdg")),
-        child_(binDir() + "/tests/control_app", args, environment(paused, extra_env)) {
+        child_(file_blocks > 0 ? "/bin/sh" : binDir() + "/tests/control_app",
+               file_blocks > 0 ? underLimit(file_blocks, args) : args, environment(paused, extra_env)) {
     std::string ready = child_.line();
     EXPECT_EQ(ready, "ready " + std::to_string(child_.pid()));
   }
@@ -62,6 +64,12 @@ class TracedApp {
   std::string attach(const std::string& args) const { return detrace() + " attach " + args; }
 
  private:
+  static std::vector<std::string> underLimit(int blocks, const std::vector<std::string>& args) {
+    std::string cmd = "ulimit -f " + std::to_string(blocks) + "; exec " + binDir() + "/tests/control_app";
+    for (const std::string& a : args) cmd += " " + a;
+    return {"-c", cmd};
+  }
+
   std::vector<std::string> environment(bool paused, const std::vector<std::string>& extra) {
     fs::create_directories(run_);
     fs::create_directories(xdg_);
@@ -284,6 +292,30 @@ TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
         << "the exit waited for nvmlInit";
     EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{8}));
   }
+}
+
+// A running process whose trace stopped taking writes (here its file-size limit, 1 MiB) answers
+// `detrace attach ... status` with state "failed" and the reason, and runs on. The calls come in
+// bursts so that commits happen between them (no CUDA here: no flusher commits on its own).
+TEST(Commits, AttachStatusSaysWhyRecordingStopped) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {}, {}, /*file_blocks=*/2048);
+  nlohmann::json process = nlohmann::json::object();
+  for (int burst = 0, call = 1; burst < 30 && process.value("state", "") != "failed"; ++burst) {
+    for (int i = 0; i < 1000; ++i, ++call) app.call(call);
+    usleep(150'000);
+    Output status = sh(app.attach(std::to_string(app.pid()) + " status --json"));
+    auto j = nlohmann::json::parse(status.out, nullptr, false);
+    if (!j.is_discarded() && j["processes"].size() == 1) process = j["processes"][0];
+  }
+  ASSERT_EQ(process.value("state", ""), "failed") << process.dump();
+  EXPECT_NE(process.value("reason", "").find("file-size limit"), std::string::npos) << process.dump();
+  Output text = sh(app.attach(std::to_string(app.pid()) + " status"));
+  EXPECT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("recording stopped: the trace could not be written"), std::string::npos) << text.out;
+  app.call(1);  // runs on
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
 }
 
 // ---------------------------------------------------------------- signals

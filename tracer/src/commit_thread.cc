@@ -33,7 +33,7 @@ void commitOnce() {
   Session& s = Session::get();
   if (ReorderBuffer* rb = s.startedBuffer()) rb->poll(s.now());
   Fingerprinter::get().poll();
-  if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace writer stopped", st.message().c_str());
+  if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace could not be written", st.message().c_str());
 }
 
 void loopUntilStopped(CommitThread* c) {

@@ -38,6 +38,7 @@ control::Reply statusReply() {
   if (st.finished) state = "finished";
   if (st.failed) state = "failed";
   r.set("state", state);
+  if (!st.reason.empty()) r.set("reason", st.reason);
   r.set("capture", st.level);
   if (!st.window.empty()) r.set("window", st.window);
   if (!st.trace.empty()) r.set("trace", st.trace);

@@ -1037,7 +1037,7 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
 void failIfWriterStopped() {
   Status st = Session::get().writerStatus();
   if (st.isOk()) return;
-  Session::get().fail("the trace writer stopped", st.message().c_str());
+  Session::get().fail("the trace could not be written", st.message().c_str());
   (void)Session::get().stopCapture();
 }
 

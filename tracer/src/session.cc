@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -386,6 +387,9 @@ void Session::addStat(const char* key, int64_t delta) {
 void Session::fail(const char* what, const char* detail) noexcept {
   bool was = enabled_.exchange(false);
   if (was) {
+    std::snprintf(reason_, sizeof reason_, "%s%s%s", what, detail != nullptr ? ": " : "",
+                  detail != nullptr ? detail : "");
+    reason_set_.store(true, std::memory_order_release);
     logLine("recording stopped: %s%s%s; the program continues unrecorded", what,
             detail != nullptr ? ": " : "", detail != nullptr ? detail : "");
   }
@@ -518,6 +522,7 @@ Session::CaptureState Session::captureState() {
   st.started = started_.load();
   st.finished = finished_;
   st.failed = !enabled() && !finished_;
+  if (st.failed && reason_set_.load(std::memory_order_acquire)) st.reason = reason_;
   if (writer_) {
     st.trace = writer_->path();
     db::WriterCounters c = writer_->counters();

@@ -82,6 +82,7 @@ class Session {
   struct CaptureState {
     bool capturing = false, started = false, finished = false, failed = false;
     std::string level, window, trace;
+    std::string reason;  // why recording stopped, when `failed` (fail()'s what and detail)
     int64_t events = 0, dropped = 0;
     int32_t rank = -1, world_size = -1;
   };
@@ -137,6 +138,9 @@ class Session {
   void describeDeviceLocked(int32_t device);
 
   std::atomic<bool> enabled_{false};
+  // fail()'s first reason, written without allocating, then published by reason_set_.
+  char reason_[512] = {};
+  std::atomic<bool> reason_set_{false};
   std::atomic<bool> started_{false};
   std::atomic<int64_t (*)()> clock_{nullptr};
   std::atomic<FlushHook> flush_hook_{nullptr};
