@@ -82,8 +82,10 @@ void deepWarnings(RankDiff& rd, bool batch, int64_t launches_a, int64_t launches
   }
 }
 
-// The warnings a rank's alignment deserves.
+// The warnings a rank's alignment deserves. None where one run's trace only ends early
+// (RankDiff::ends_early): the ops missing from its end are why so few align.
 void alignmentWarnings(const RankDiff& rd, std::vector<std::string>& warnings) {
+  if (rd.ends_early != 0) return;
   int64_t most = std::max(rd.anchors_a, rd.anchors_b);
   if (most >= 4 && rd.anchors_matched * 2 < most) {
     warnings.push_back(fmt::format(
@@ -184,6 +186,29 @@ void graphWeightsWarning(const db::TraceReader& a, const db::TraceReader& b, int
       rank, every_a, every_b));
 }
 
+// A rank whose trace in one run was not finished: say so, and where the other run's events after
+// the end of that trace are all that differs, name that as the divergence's cause.
+void unfinishedRank(const db::TraceReader& a, const db::TraceReader& b, RankDiff& rd,
+                    std::vector<std::string>& warnings) {
+  for (auto [reader, label] : {std::pair{&a, 'A'}, std::pair{&b, 'B'}}) {
+    if (reader->finished()) continue;
+    warnings.push_back(fmt::format(
+        "rank {}: run {}'s trace was not finished (its process was killed, was still running, or "
+        "stopped recording on a write error such as a full disk): it may end early",
+        rd.rank, label));
+  }
+  if (!rd.first) return;
+  const PairDiff& f = *rd.first;
+  const bool b_ends = !b.finished() && f.b < 0 && f.a >= 0 && rd.differingEvents() == rd.events_a - f.a;
+  const bool a_ends = !a.finished() && f.a < 0 && f.b >= 0 && rd.differingEvents() == rd.events_b - f.b;
+  if (!a_ends && !b_ends) return;
+  rd.ends_early = a_ends ? 'A' : 'B';
+  rd.why = fmt::format(
+      "run {}'s trace ends here: it was not finished (see detrace info), and every event of run {} "
+      "from here on is absent from it; the runs agree up to its end",
+      rd.ends_early, a_ends ? 'B' : 'A');
+}
+
 // Diffs one rank present in both runs into `out`.
 Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
                    const DiffOptions& options, std::optional<KeyOptions>& keys, RunDiff& out,
@@ -202,6 +227,7 @@ Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
       RankDiff rd, diffRankWindows(a, b, *ra, *rb, out.batch_mode, options, g.table, scratch));
   deepWarnings(rd, out.batch_mode, deepLaunchCount(a.ops()), deepLaunchCount(b.ops()),
                out.warnings);
+  unfinishedRank(*ra, *rb, rd, out.warnings);
   g.fingerprinted_a |= a.ops().fingerprinted;
   g.fingerprinted_b |= b.ops().fingerprinted;
   for (const CollectiveChoiceChange& c : rd.collective_choices) {

@@ -37,6 +37,10 @@ bool firstIsDeepOrigin(const RankDiff& r) {
 
 // The command that would confirm the verdict.
 std::string nextStep(const RankDiff& r, const DiffLabels& l) {
+  if (r.ends_early != 0) {
+    return fmt::format("record run {} again to its end ({} says why it stopped), then diff again",
+                       r.ends_early, fmt::format("detrace info {}", r.ends_early == 'A' ? l.a : l.b));
+  }
   if (r.first->status == PairStatus::kNondeterministic && firstIsDeepOrigin(r)) {
     return fmt::format("look for atomics or an unordered reduction in this kernel; to confirm, "
                        "record a third run with the same --deep window and diff it against {}: "
@@ -346,6 +350,7 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
       j["first"]["landmark"] = r.landmark;
       if (!r.position_b.empty()) j["first"]["position_b"] = r.position_b;
       if (r.first->moved()) j["first"]["moved"] = true;
+      if (r.ends_early != 0) j["first"]["ends_early"] = std::string(1, r.ends_early);
     }
     if (r.deep) j["deep"] = deepDiffJson(*r.deep);
     ranks.push_back(j);

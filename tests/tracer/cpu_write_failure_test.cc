@@ -11,6 +11,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "../db/test_util.h"
 #include "common/shell.h"
@@ -111,6 +112,37 @@ TEST(WriteFailure, AFullDiskStopsTheRecordingNotTheProgram) {
   expectProgramUnharmed(o, "the disk is full");
   EXPECT_NE(o.out.find("the manifest keeps the start's values"), std::string::npos) << o.out.substr(0, 2000);
   expectCommittedCallsInOrder(copy);
+}
+
+// `detrace diff` of a whole run against one whose trace stopped early (the file-size limit) says
+// that the second simply ends there and the runs agree up to its end, rather than calling the
+// missing tail a schedule difference between different programs.
+TEST(WriteFailure, DiffSaysWhereATraceCutShortEnds) {
+  TempDir tmp;
+  const std::string whole = tmp.file("whole"), cut = tmp.file("cut");
+  Output a = testing::runShell(callBursts(fmt::format("{} record -o {} --", detrace(), whole)));
+  ASSERT_EQ(a.status, 0) << a.out.substr(0, 2000);
+  Output b = testing::runShell(callBursts(fmt::format("(ulimit -f 2048; {} record -o {} --", detrace(), cut)) + ")");
+  expectProgramUnharmed(b, "file-size limit");
+  auto run_b = db::Run::open(cut);
+  ASSERT_TRUE(run_b.isOk()) << run_b.status().message();
+  auto reader_b = run_b->openRank(run_b->ranks()[0].rank);
+  ASSERT_TRUE(reader_b.isOk());
+  auto events_b = (*reader_b)->eventCount();
+  ASSERT_TRUE(events_b.isOk());
+
+  Output d = testing::runShell(fmt::format("{} diff {} {} --json", detrace(), whole, cut), /*with_stderr=*/false);
+  EXPECT_EQ(d.status, 1) << d.out.substr(0, 2000);  // the runs differ: B is shorter
+  auto j = nlohmann::json::parse(d.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << d.out.substr(0, 2000);
+  ASSERT_EQ(j["ranks"].size(), 1u);
+  const auto& first = j["ranks"][0]["first"];
+  EXPECT_EQ(first.value("ends_early", ""), "B") << first.dump();
+  EXPECT_EQ(first.value("seq_a", int64_t{-2}), *events_b) << "B ends after its last event";
+  EXPECT_NE(first.value("why", "").find("the runs agree up to its end"), std::string::npos) << first.dump();
+  std::string warnings = j["warnings"].dump();
+  EXPECT_NE(warnings.find("run B's trace was not finished"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("look like runs of different programs"), std::string::npos) << warnings;
 }
 
 // The run directory's own files: a file-size limit that leaves no room for the manifest is an

@@ -151,6 +151,10 @@ struct RankDiff {
   std::optional<DeepDiff> deep;
   // Aligned (or moved) collectives whose NCCL algorithm, protocol or channels differ.
   std::vector<CollectiveChoiceChange> collective_choices;
+  // 'A' or 'B' when that run's trace was not finished (db::TraceReader::finished) and simply ends
+  // at `first`: every event of the other run from there on is absent from it. The runs then agree
+  // up to its end; `why` says so. 0 otherwise.
+  char ends_early = 0;
 
   int64_t count(PairStatus status) const;
   // Moved events whose contents match (counts[kReordered]).
