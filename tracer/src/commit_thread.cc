@@ -65,7 +65,8 @@ void loop(CommitThread* c) {
 // finish, before the file is closed.
 void startCommitThread() noexcept {
   try {
-    if (g_commit.load(std::memory_order_acquire) != nullptr || g_cupti_flusher.load()) return;
+    // Started even when CUPTI's flusher already runs: it asks NVML first, then ends.
+    if (g_commit.load(std::memory_order_acquire) != nullptr) return;
     auto* c = new CommitThread();
     {
       SignalsBlockedScope blocked;  // the program's signals stay with the program's threads

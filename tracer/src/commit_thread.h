@@ -8,6 +8,9 @@
 // takes fingerprints; this thread commits them on the same period, so that a process killed
 // (SIGKILL, the OOM killer) keeps what it did until ~200 ms before, and the fingerprint rings are
 // drained while the program runs. Once CUPTI's flusher runs, this thread ends: that one does it all.
+// Before its first commit it asks NVML for the driver's version where /proc does not tell it
+// (Session::noteDriverVersion: nvmlInit can take seconds, which no thread of the program's should
+// wait), so it is started even where CUPTI's flusher already runs, and then ends at once.
 #pragma once
 
 namespace detrace::tracer {
