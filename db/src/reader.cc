@@ -27,6 +27,12 @@ Status checkHeader(const std::string& path) {
                      "{} is a directory; open it as a run (detrace commands accept run directories)",
                      path);
   }
+  if (!std::filesystem::is_regular_file(status)) {  // a FIFO would block the read below
+    return makeError(ErrorCode::kNotATrace,
+                     "{} is not a regular file (a pipe or a device?); pass a .dtrace file or a run "
+                     "directory",
+                     path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return makeError(ErrorCode::kIo, "cannot read {} (permission denied?)", path);
   std::array<char, 16> magic{};
@@ -50,6 +56,16 @@ Result<int64_t> pragmaInt(sqlite3* db, const char* pragma) {
   int rc = sqlite3_step(s.get());
   if (rc != SQLITE_ROW) return sqliteStatus(db, rc, fmt::format("reading PRAGMA {}", pragma));
   return sqlite3_column_int64(s.get(), 0);
+}
+
+// The tables the file has (0 for a file whose first commit never happened); -1 if unreadable.
+int64_t tableCount(sqlite3* db) {
+  auto n = [&]() -> Result<int64_t> {
+    DETRACE_ASSIGN_OR_RETURN(StmtHandle s, prepare(db, "SELECT count(*) FROM sqlite_master"));
+    if (sqlite3_step(s.get()) != SQLITE_ROW) return int64_t{-1};
+    return sqlite3_column_int64(s.get(), 0);
+  }();
+  return n.isOk() ? *n : -1;
 }
 
 Result<std::string> pragmaText(sqlite3* db, const char* pragma) {
@@ -100,6 +116,12 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
 
   auto app_id = pragmaInt(raw, "application_id");
   if (!app_id.isOk()) return app_id.status().withContext(path);
+  if (*app_id == 0 && tableCount(raw) == 0) {
+    return makeError(ErrorCode::kNotATrace,
+                     "{} holds no committed data: its process was killed, or its disk filled, before "
+                     "the trace's first commit",
+                     path);
+  }
   if (*app_id != kApplicationId) {
     return makeError(ErrorCode::kNotATrace,
                      "{} is an SQLite database but not a detrace trace (application_id 0x{:08x}); "
@@ -189,13 +211,22 @@ Result<sqlite3_stmt*> TraceReader::cached(int which, const char* sql) {
 }
 
 Result<int64_t> TraceReader::eventCount() {
-  int64_t n = 0;
-  DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT coalesce(max(seq) + 1, 0) FROM events",
+  // Events are numbered 0..N-1 (the writer hands the numbers out densely); both ends are read from
+  // the key's index, so a damaged numbering is named here rather than trusted.
+  int64_t lo = 0, hi = -1;
+  DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT coalesce(min(seq), 0), coalesce(max(seq), -1) FROM events",
                                      [&](sqlite3_stmt* s) {
-                                       n = sqlite3_column_int64(s, 0);
+                                       lo = sqlite3_column_int64(s, 0);
+                                       hi = sqlite3_column_int64(s, 1);
                                        return Status::ok();
                                      }));
-  return n;
+  if (lo != 0 || hi < -1 || hi == INT64_MAX) {
+    return makeError(ErrorCode::kCorrupt,
+                     "{}'s events are not numbered from 0 (they run from {} to {}): the file is "
+                     "damaged; re-record the run",
+                     path_, lo, hi);
+  }
+  return hi + 1;
 }
 
 Result<std::map<EventKind, int64_t>> TraceReader::countsByKind() {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -43,33 +45,82 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
   return Status::ok();
 }
 
+namespace {
+
+// A manifest field of a known type, or an error naming it: a hand-edited or damaged manifest must
+// not pass a wrong type (nlohmann's value() converts a float to an integer silently, and throws for
+// a string where a number belongs).
+template <typename T>
+Status readField(const nlohmann::json& j, const char* key, T& out, const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return Status::ok();  // absent: the default stands
+  bool fits = true;
+  if constexpr (std::is_same_v<T, std::string>) {
+    fits = it->is_string();
+  } else if constexpr (std::is_integral_v<T>) {
+    fits = it->is_number_integer() &&
+           (it->is_number_unsigned() ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                                     : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                           it->template get<int64_t>() <= std::numeric_limits<T>::max());
+  }
+  if (fits) {
+    try {
+      out = it->template get<T>();
+      return Status::ok();
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return makeError(ErrorCode::kCorrupt, "{} is damaged: its field \"{}\" is not {}", path, key,
+                   std::is_integral_v<T> ? "an integer in range" : "of the expected type");
+}
+
+constexpr uintmax_t kMaxManifestBytes = uintmax_t{16} << 20;
+constexpr int32_t kMaxWorldSize = 1 << 20;  // ranks; far beyond any NCCL job
+
+}  // namespace
+
 Result<RunManifest> readManifest(const std::string& dir) {
-  std::string path = fmt::format("{}/{}", dir, kManifestName);
+  const std::string path = fmt::format("{}/{}", dir, kManifestName);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) return makeError(ErrorCode::kNotFound, "{} does not exist", path);
+  if (ec) return makeError(ErrorCode::kIo, "cannot read {}: {}", path, ec.message());
+  if (!fs::is_regular_file(st)) {  // a directory, a pipe (which would block the read), a device
+    return makeError(ErrorCode::kNotATrace, "{} is not a regular file, so not a detrace run manifest", path);
+  }
+  if (fs::file_size(path, ec) > kMaxManifestBytes) {
+    return makeError(ErrorCode::kNotATrace, "{} is too large for a detrace run manifest", path);
+  }
   std::ifstream in(path);
-  if (!in) return makeError(ErrorCode::kNotFound, "{} does not exist", path);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "detrace-run") {
+  if (!in) return makeError(ErrorCode::kIo, "cannot read {} (permission denied?)", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  } catch (...) {  // a read error of the stream itself
+    return makeError(ErrorCode::kIo, "cannot read {}", path);
+  }
+  auto format = j.is_object() ? j.find("format") : j.end();
+  if (j.is_discarded() || !j.is_object() || format == j.end() || !format->is_string() ||
+      *format != "detrace-run") {
     return makeError(ErrorCode::kNotATrace, "{} is not a detrace run manifest", path);
   }
-  if (j.value("version", 0) != kManifestVersion) {
+  int64_t version = 0;
+  DETRACE_RETURN_IF_ERROR(readField(j, "version", version, path));
+  if (version != kManifestVersion) {
     return makeError(ErrorCode::kVersionMismatch,
                      "{} has manifest version {}, this detrace reads version {}; use a matching "
                      "detrace",
-                     path, j.value("version", 0), kManifestVersion);
+                     path, j.contains("version") ? std::to_string(version) : "(none)", kManifestVersion);
   }
   RunManifest m;
-  try {
-    m.tool_version = j.value("tool_version", "");
-    m.command = j.value("command", std::vector<std::string>{});
-    m.env = j.value("env", std::map<std::string, std::string>{});
-    m.host = j.value("host", "");
-    m.start_time_ns = j.value("start_time_ns", int64_t{0});
-    m.end_time_ns = j.value("end_time_ns", int64_t{0});
-    m.exit_code = j.value("exit_code", -1);
-    m.options = j.value("options", std::map<std::string, std::string>{});
-  } catch (const nlohmann::json::exception& e) {
-    return makeError(ErrorCode::kCorrupt, "{} has a field of the wrong type ({})", path, e.what());
-  }
+  DETRACE_RETURN_IF_ERROR(readField(j, "tool_version", m.tool_version, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "command", m.command, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "env", m.env, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "host", m.host, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "start_time_ns", m.start_time_ns, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "end_time_ns", m.end_time_ns, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "exit_code", m.exit_code, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "options", m.options, path));
   return m;
 }
 
@@ -127,6 +178,12 @@ Result<Run> Run::open(const std::string& path) {
         run.idle_.push_back(f);
         continue;
       }
+    }
+    if (reader->rank().world_size > kMaxWorldSize || reader->rank().rank >= kMaxWorldSize) {
+      return makeError(ErrorCode::kCorrupt,
+                       "{} claims rank {} of a world of {}, more than any NCCL job: the file is "
+                       "damaged; re-record the run",
+                       f, reader->rank().rank, reader->rank().world_size);
     }
     (rf.rank >= 0 ? run.ranks_ : unranked).push_back(std::move(rf));
     run.world_size_ = std::max(run.world_size_, reader->rank().world_size);

@@ -4,13 +4,44 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "detrace/db/run.h"
 #include "detrace/replay/perfetto_export.h"
 
 namespace detrace::cli {
+
+namespace {
+
+// Refuses an output that is one of the run's own files (a rank file, its WAL, the manifest): the
+// export would destroy what it reads.
+Status notARunFile(const db::Run& run, const std::string& output) {
+  std::error_code ec;
+  if (!std::filesystem::exists(output, ec)) return Status::ok();
+  std::vector<std::string> own;
+  for (const db::RankFile& rf : run.ranks()) own.push_back(rf.path);
+  for (const std::string& f : run.idleFiles()) own.push_back(f);
+  const size_t traces = own.size();
+  for (size_t i = 0; i < traces; ++i) {
+    own.push_back(own[i] + "-wal");
+    own.push_back(own[i] + "-shm");
+  }
+  if (run.hasManifest()) own.push_back(run.path() + "/manifest.json");
+  for (const std::string& f : own) {
+    if (std::filesystem::equivalent(output, f, ec) && !ec) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "{} is one of the run's own files; choose another output, e.g. -o run.json",
+                       output);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 void addExportCommand(CLI::App& app, Runner& run) {
   struct Options {
@@ -35,7 +66,18 @@ void addExportCommand(CLI::App& app, Runner& run) {
       auto r = db::Run::open(opts->path);
       if (!r.isOk()) return reportError(r.status());
       bool to_stdout = opts->output == "-";
-      std::FILE* out = to_stdout ? stdout : std::fopen(opts->output.c_str(), "w");
+      if (!to_stdout) {
+        if (Status own = notARunFile(*r, opts->output); !own.isOk()) return reportError(own);
+      }
+      // A file is written beside the output and renamed over it once whole: a failed export (a
+      // full disk) leaves no partial file, and an older export stays as it was. Anything else (a
+      // pipe, a device) is written in place.
+      std::error_code ec;
+      const auto kind = std::filesystem::status(opts->output, ec).type();
+      const bool in_place = !to_stdout && kind != std::filesystem::file_type::not_found &&
+                            kind != std::filesystem::file_type::regular;
+      const std::string target = in_place ? opts->output : opts->output + ".partial";
+      std::FILE* out = to_stdout ? stdout : std::fopen(target.c_str(), "w");
       if (out == nullptr) {
         return reportError(makeError(ErrorCode::kIo, "cannot write {}: {}", opts->output,
                                      std::strerror(errno)));
@@ -49,6 +91,11 @@ void addExportCommand(CLI::App& app, Runner& run) {
       if (tty) std::fprintf(stderr, "\n");
       if (!to_stdout && std::fclose(out) != 0 && st.isOk()) {
         st = makeError(ErrorCode::kIo, "closing {} failed (disk full?)", opts->output);
+      }
+      if (!to_stdout && !in_place) {
+        if (st.isOk()) std::filesystem::rename(target, opts->output, ec);
+        if (st.isOk() && ec) st = makeError(ErrorCode::kIo, "cannot write {}: {}", opts->output, ec.message());
+        if (!st.isOk()) std::filesystem::remove(target, ec);
       }
       if (!st.isOk()) return reportError(st);
       if (!to_stdout) std::fprintf(stderr, "wrote %s\n", opts->output.c_str());

@@ -1,5 +1,7 @@
 // detrace: record-and-replay debugger for bitwise reproducibility of GPU inference.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,21 @@ int reportError(const Status& status) {
   std::fprintf(stderr, "detrace: error: %s\n", status.message().c_str());
   return kExitError;
 }
+
+namespace {
+
+// What the command printed must have reached its destination: `detrace info RUN > /dev/full`, or
+// a closed stdout, is an error a script has to see, not a success with nothing written.
+int outputWritten(int rc) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+  const int e = errno;
+  std::fprintf(stderr, "detrace: error: writing the output failed: %s\n",
+               e != 0 ? std::strerror(e) : "write error");
+  return kExitError;
+}
+
+}  // namespace
 
 }  // namespace detrace::cli
 
@@ -51,11 +68,13 @@ int main(int argc, char** argv) {
   addBisectCommand(app, run);
   addAttachCommand(app, run);
   g_raw_args.assign(argv, argv + argc);
+  int rc = kExitError;
   try {
     app.parse(argc, argv);
+    rc = run ? run() : kExitError;
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitError;
+    rc = code == 0 ? kExitOk : kExitError;
   }
-  return run ? run() : kExitError;
+  return outputWritten(rc);
 }

@@ -180,8 +180,17 @@ std::string formatSummary(const RunSummary& s) {
         human(kindCount(r, db::EventKind::kMarker)), human(r.events - known),
         duration(r.first_ns, r.last_ns), human(stat(r, "events_dropped")));
   }
-  for (int32_t m : s.missing_ranks) {
-    out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", m);
+  // Consecutive missing ranks as one line each run of them (a world of thousands stays short).
+  for (size_t i = 0; i < s.missing_ranks.size();) {
+    size_t j = i;
+    while (j + 1 < s.missing_ranks.size() && s.missing_ranks[j + 1] == s.missing_ranks[j] + 1) ++j;
+    if (i == j) {
+      out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", s.missing_ranks[i]);
+    } else {
+      out += fmt::format("\nwarning: ranks {} to {} have no trace file (crashed, or not recorded)",
+                         s.missing_ranks[i], s.missing_ranks[j]);
+    }
+    i = j + 1;
   }
   for (const std::string& w : s.warnings) out += fmt::format("\nwarning: {}", w);
   for (const std::string& f : s.unfinished_files) {

@@ -1,5 +1,6 @@
 // Opening things that are not good traces gives one clear sentence and never crashes.
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -215,6 +216,104 @@ TEST(BadInput, DropPolicyCountsDropsAndKeepsSequenceDense) {
   ASSERT_TRUE(r.isOk());
   EXPECT_EQ(*(*r)->eventCount(), accepted);
   EXPECT_EQ((*r)->stats()->at("events_dropped"), dropped);
+}
+
+// Manifests that are not files, or whose fields have the wrong type, are errors naming the problem
+// (they used to end the process: an uncaught exception, or a read that blocked on a pipe).
+TEST(BadInput, ManifestsOfTheWrongKindOrWithWrongTypesGiveErrors) {
+  Rng rng;
+  auto runWith = [&](const TempDir& dir) { (void)makeTrace(dir, "proc-1.dtrace", 10, rng); };
+  {
+    TempDir dir;
+    runWith(dir);
+    std::filesystem::create_directory(dir.file("manifest.json"));
+    auto r = Run::open(dir.path().string());
+    ASSERT_FALSE(r.isOk());
+    EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().message();
+  }
+  {
+    TempDir dir;
+    runWith(dir);
+    std::filesystem::create_symlink("manifest.json", dir.file("manifest.json"));  // a loop
+    EXPECT_FALSE(Run::open(dir.path().string()).isOk());
+  }
+  {
+    TempDir dir;
+    runWith(dir);
+    ASSERT_EQ(mkfifo(dir.file("manifest.json").c_str(), 0600), 0);
+    auto r = Run::open(dir.path().string());  // must not block on the pipe
+    EXPECT_FALSE(r.isOk());
+  }
+  const std::pair<const char*, const char*> bad_fields[] = {
+      {R"({"format": 5, "version": 1})", "not a detrace run manifest"},
+      {R"({"format": "detrace-run", "version": "1"})", "\"version\""},
+      {R"({"format": "detrace-run", "version": [1]})", "\"version\""},
+      {R"({"format": "detrace-run", "version": 1, "start_time_ns": 1.5e300})", "\"start_time_ns\""},
+      {R"({"format": "detrace-run", "version": 1, "exit_code": 1e30})", "\"exit_code\""},
+      {R"({"format": "detrace-run", "version": 1, "exit_code": 99999999999})", "\"exit_code\""},
+      {R"({"format": "detrace-run", "version": 1, "command": "python"})", "\"command\""},
+      {R"({"format": "detrace-run", "version": 1, "env": [1, 2]})", "\"env\""},
+  };
+  for (const auto& [json, expected] : bad_fields) {
+    SCOPED_TRACE(json);
+    TempDir dir;
+    writeFile(dir.file("manifest.json"), json);
+    auto m = readManifest(dir.path().string());
+    ASSERT_FALSE(m.isOk());
+    EXPECT_NE(m.status().message().find(expected), std::string::npos) << m.status().message();
+  }
+}
+
+// A trace path that is a pipe is refused at once (reading it would block forever).
+TEST(BadInput, APipeNamedLikeATraceIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(mkfifo(dir.file("x.dtrace").c_str(), 0600), 0);
+  auto r = TraceReader::open(dir.file("x.dtrace"));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().message();
+}
+
+// An SQLite file with nothing committed (a process killed, or a disk that filled, before the first
+// commit) is named as such, not as a foreign database.
+TEST(BadInput, ATraceWithNothingCommittedSaysSo) {
+  TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("empty.dtrace").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA page_size=16384; PRAGMA journal_mode=WAL;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto r = TraceReader::open(dir.file("empty.dtrace"));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("holds no committed data"), std::string::npos) << r.status().message();
+}
+
+// Damage to fields that size what readers allocate is named instead of trusted: events numbered
+// from elsewhere than 0, a world of two billion ranks.
+TEST(BadInput, DamagedNumberingAndWorldSizeAreCorruptNotTrusted) {
+  Rng rng;
+  {
+    TempDir dir;
+    std::string path = makeTrace(dir, "proc-1.dtrace", 50, rng);
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE events SET seq = seq - 100", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    auto r = TraceReader::open(path);
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    auto n = (*r)->eventCount();
+    ASSERT_FALSE(n.isOk());
+    EXPECT_EQ(n.status().code(), ErrorCode::kCorrupt) << n.status().message();
+  }
+  {
+    TempDir dir;
+    WriterOptions o;
+    auto w = TraceWriter::create(dir.file("proc-1.dtrace"), o);
+    ASSERT_TRUE(w.isOk());
+    (*w)->setRank({0, 2'000'000'000, 0, 0, 1, "h", "GPU", ""});
+    ASSERT_TRUE((*w)->close().isOk());
+    auto r = Run::open(dir.path().string());
+    ASSERT_FALSE(r.isOk());
+    EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt) << r.status().message();
+  }
 }
 
 TEST(BadInput, RunDirectoryErrors) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <set>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -143,6 +144,36 @@ TEST(Cli, BadInputGivesOneSentenceAndExitStatus2) {
   EXPECT_EQ(flag.status, 2);
   Output fmt_bad = detrace(fmt::format("export {} --format csv -o x", dir.path().string()));
   EXPECT_EQ(fmt_bad.status, 2);
+}
+
+// Export never writes over the run it reads, leaves no partial file when the disk is full, and an
+// output that did not reach its destination (stdout to a full disk) is exit status 2, not 0.
+TEST(Cli, OutputsThatCannotBeWrittenAreErrorsAndTheRunIsNeverOverwritten) {
+  TempDir dir;
+  Rng rng;
+  makeRun(dir, rng);
+  const std::string rank0 = dir.file("proc-10.dtrace");
+  const auto size_before = std::filesystem::file_size(rank0);
+  Output onto_trace = detrace(fmt::format("export {} -o {}", dir.path().string(), rank0));
+  EXPECT_EQ(onto_trace.status, 2) << onto_trace.out;
+  EXPECT_NE(onto_trace.out.find("one of the run's own files"), std::string::npos) << onto_trace.out;
+  EXPECT_EQ(std::filesystem::file_size(rank0), size_before) << "the export wrote over its input";
+  Output onto_manifest = detrace(fmt::format("export {} -o {}/manifest.json", dir.path().string(), dir.path().string()));
+  EXPECT_EQ(onto_manifest.status, 2) << onto_manifest.out;
+  EXPECT_TRUE(db::readManifest(dir.path().string()).isOk());
+
+  Output full = detrace(fmt::format("export {} -o /dev/full", dir.path().string()));
+  EXPECT_EQ(full.status, 2) << full.out;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/full")) << "the export replaced /dev/full";
+
+  // stderr to the test's pipe, stdout to the full disk.
+  Output info_full = testing::runShell(
+      fmt::format("{}/replay/detrace info {} --json 2>&1 >/dev/full", DETRACE_BINARY_DIR, dir.path().string()),
+      /*with_stderr=*/false);
+  EXPECT_EQ(info_full.status, 2) << info_full.out;
+  EXPECT_NE(info_full.out.find("writing the output failed"), std::string::npos) << info_full.out;
+  Output closed = detrace(fmt::format("info {} >&-", dir.path().string()));
+  EXPECT_EQ(closed.status, 2) << closed.out;
 }
 
 TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {
