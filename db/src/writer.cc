@@ -186,7 +186,12 @@ Status TraceWriter::Impl::createFile() {
   for (int i = 0; i < kStmtCount; ++i) {
     DETRACE_ASSIGN_OR_RETURN(stmts_[i], prepare(db_.get(), sql[i], /*persistent=*/true));
   }
-  events_.reserve(options_.queue_capacity);
+  try {
+    events_.reserve(options_.queue_capacity);
+  } catch (const std::exception&) {  // bad_alloc or length_error: never past the writer's caller
+    return makeError(ErrorCode::kIo, "cannot hold a queue of {} events in memory; ask for a smaller one",
+                     options_.queue_capacity);
+  }
   return Status::ok();
 }
 

@@ -75,7 +75,7 @@ void addDiffCommand(CLI::App& app, Runner& run) {
   cmd->add_option("RUNS", opts->runs, "Two or more run directories (or .dtrace files)")
       ->required()
       ->expected(2, -1);
-  cmd->add_option("--rank", opts->rank, "Compare only this rank");
+  cmd->add_option("--rank", opts->rank, "Compare only this rank")->check(nonNegativeInteger());
   cmd->add_option("--batch", opts->batch,
                   "Batch-size mode (bs=1 vs bs=N): compare the request's rows by per-row "
                   "fingerprints. auto: on when the runs' GEMMs differ only in their token dimension")

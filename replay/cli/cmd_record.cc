@@ -81,8 +81,8 @@ constexpr const char* kRecordFooter =
     "instead: the launch API, its CPU time and each thread's own parents, at about 0.6-0.9 us\n"
     "more per launch on the H200 (docs/overhead.md).\n"
     "\n"
-    "Library ops (GEMMs and collectives) are numbered per process from 0 in call order, as the\n"
-    "`op` column of `detrace info --ops` and the diff report show them. Steps are NVTX ranges whose\n"
+    "Library ops (GEMMs and collectives) are numbered per process from 0 in call order (the\n"
+    "numbers --capture-range, --window ops: and --deep ops: take). Steps are NVTX ranges whose\n"
     "text starts with \"step\" (DETRACE_STEP_PREFIX changes it), numbered from 0 as pushed.\n"
     "\n"
     "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH, LD_PRELOAD and\n"
@@ -139,8 +139,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       ->required();
   cmd->add_flag("--force", opts->force, "Record into a non-empty RUN_DIR, replacing its run");
   cmd->add_option("--queue", opts->queue,
-                  "Events each process's writer queue holds before it drops (default 262144)")
-      ->check(CLI::PositiveNumber);
+                  "Events each process's writer queue holds before it drops (default 262144; "
+                  "1024 to 16777216)")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
   cmd->add_option("--capture", opts->capture,
                   "What to record: meta (kernel launches, GEMMs, collectives and their choices), "
                   "digest (meta plus GPU fingerprints of every GEMM's and collective's operands) or "

@@ -106,9 +106,9 @@ void addReplayCommand(CLI::App& app, Runner& run) {
       ->required();
   cmd->add_option("--event", opts->event, "Sequence number of the GEMM or collective to replay")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegativeInteger());
   cmd->add_option("--rank", opts->rank, "Rank whose event it is (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegativeInteger());
   cmd->add_option("--impl", opts->impls,
                   "Implementations to run, comma-separated (default: all; see below)")
       ->delimiter(',');
@@ -118,7 +118,7 @@ void addReplayCommand(CLI::App& app, Runner& run) {
                   "A second run holding the same op at another batch size (batch-size pair)");
   cmd->add_option("--event-b", opts->event_b,
                   "The op's sequence number in the --pair run (default: --event)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(nonNegativeInteger());
   cmd->add_flag("--no-gpu", opts->no_gpu, "Run only the CPU implementations");
   cmd->add_flag("--progress", opts->progress,
                 "Draw the progress bar on stderr even when it is not a terminal");

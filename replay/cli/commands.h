@@ -33,4 +33,20 @@ const std::vector<std::string>& rawArgs();
 // Prints "detrace: error: <message>" to stderr and returns kExitError.
 int reportError(const Status& status);
 
+// A whole number, 0 or more (an event's sequence number, a rank), with a message a user can read
+// (CLI::NonNegativeNumber's names the largest double).
+inline CLI::Validator nonNegativeInteger() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          size_t used = 0;
+          const long long v = std::stoll(text, &used);
+          if (used == text.size() && v >= 0) return {};
+        } catch (const std::exception&) {
+        }
+        return "must be a whole number, 0 or more (got '" + text + "')";
+      },
+      "INT>=0");
+}
+
 }  // namespace detrace::cli

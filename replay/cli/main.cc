@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "commands.h"
 #include "detrace/base/version.h"
 
@@ -25,6 +27,22 @@ namespace {
 
 // What the command printed must have reached its destination: `detrace info RUN > /dev/full`, or
 // a closed stdout, is an error a script has to see, not a success with nothing written.
+// One sentence for a command line CLI11 refused, with the help to read: a misspelled command is
+// named as such (CLI11 says only that a subcommand is required).
+std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) return fmt::format("no command '{}'; the commands are {} (see detrace --help)", argv[1], names);
+  }
+  const std::string sub = argc > 1 && argv[1][0] != '-' ? std::string(argv[1]) + " " : "";
+  return fmt::format("{} (see detrace {}--help)", e.what(), sub);
+}
+
 int outputWritten(int rc) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
@@ -73,8 +91,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     rc = run ? run() : kExitError;
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    rc = code == 0 ? kExitOk : kExitError;
+    if (e.get_exit_code() == 0) {  // --help, --version
+      rc = app.exit(e) == 0 ? kExitOk : kExitError;
+    } else {
+      rc = reportError(detrace::Status(detrace::ErrorCode::kInvalidArgument, parseErrorText(app, e, argc, argv)));
+    }
   }
   return outputWritten(rc);
 }

@@ -2,6 +2,7 @@
 // TraceWriter, and clear errors (exit status 2) for bad input.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <set>
 #include <cstdio>
@@ -174,6 +175,26 @@ TEST(Cli, OutputsThatCannotBeWrittenAreErrorsAndTheRunIsNeverOverwritten) {
   EXPECT_NE(info_full.out.find("writing the output failed"), std::string::npos) << info_full.out;
   Output closed = detrace(fmt::format("info {} >&-", dir.path().string()));
   EXPECT_EQ(closed.status, 2) << closed.out;
+}
+
+// A command line detrace refuses gets one "detrace: error:" sentence that names the problem and
+// the help to read, and exit status 2.
+TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"infos x", "no command 'infos'; the commands are"},
+      {"diff a b --rank -1", "--rank: must be a whole number, 0 or more (got '-1')"},
+      {"replay x --event abc", "--event: must be a whole number, 0 or more (got 'abc')"},
+      {"info --no-such-flag x", "--no-such-flag (see detrace info --help)"},
+      {"record -o /tmp/x --queue 5 -- true", "--queue: Value 5 not in range 1024 to 16777216"},
+  };
+  for (const auto& [args, expected] : cases) {
+    SCOPED_TRACE(args);
+    Output o = detrace(args);
+    EXPECT_EQ(o.status, 2) << o.out;
+    EXPECT_EQ(o.out.rfind("detrace: error: ", 0), 0u) << o.out;
+    EXPECT_NE(o.out.find(expected), std::string::npos) << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << "one line: " << o.out;
+  }
 }
 
 TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {

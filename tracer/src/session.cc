@@ -236,7 +236,9 @@ bool Session::startLocked() {
   if (!enabled() || finished_) return false;
   db::WriterOptions options;
   options.policy = db::OverflowPolicy::kDrop;
-  options.queue_capacity = static_cast<size_t>(envInt("DETRACE_QUEUE", int64_t{1} << 18));
+  // As `record --queue` allows: a hand-set DETRACE_QUEUE out of range is brought into it.
+  options.queue_capacity =
+      static_cast<size_t>(std::clamp<int64_t>(envInt("DETRACE_QUEUE", int64_t{1} << 18), 1024, int64_t{1} << 24));
   std::string path = out_dir_ + "/proc-" + std::to_string(getpid()) + ".dtrace";
   auto w = [&] {
     SignalsBlockedScope blocked;  // the writer thread never takes the host's signals
