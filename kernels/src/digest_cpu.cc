@@ -33,4 +33,8 @@ void digestRowsCpu(const void* base, uint32_t rows, uint64_t row_bytes, uint64_t
   for (uint32_t r = 0; r < rows; ++r) out[r] = digestCpu(p + r * row_stride, row_bytes);
 }
 
+uint64_t wholeOfRowsCpu(const uint64_t* row_digests, size_t rows) {
+  return XXH64(row_digests, rows * sizeof(uint64_t), rows);
+}
+
 }  // namespace detrace::kernels

@@ -6,6 +6,7 @@
 #if DETRACE_REPLAY_HAVE_KERNELS
 
 #include <cstring>
+#include <optional>
 #include <map>
 
 #include <fmt/format.h>
@@ -95,6 +96,23 @@ Status notCaptured(const db::Run& run, db::TraceReader& r, int32_t rank, int64_t
                    recordedCommand(run));
 }
 
+// The digest docs/digest.md defines for `o`, computed from its captured bytes: the whole extent's,
+// or for an operand with rows the whole of its rows' digests. nullopt where the layout cannot be
+// read from the bytes (then nothing is checked).
+std::optional<uint64_t> digestOfCapture(const db::Operand& o, const Bytes& bytes) {
+  if (o.rows <= 0) return kernels::digestCpu(bytes.data(), bytes.size());
+  int64_t last = 0, end = 0;
+  if (o.rows > (int64_t{1} << 31) || o.row_bytes < 0 || o.row_stride < 0 ||
+      __builtin_mul_overflow(o.rows - 1, o.row_stride, &last) || __builtin_add_overflow(last, o.row_bytes, &end) ||
+      end > static_cast<int64_t>(bytes.size())) {
+    return std::nullopt;
+  }
+  std::vector<uint64_t> rows(static_cast<size_t>(o.rows));
+  kernels::digestRowsCpu(bytes.data(), static_cast<uint32_t>(o.rows), static_cast<uint64_t>(o.row_bytes),
+                         static_cast<uint64_t>(o.row_stride), rows.data());
+  return kernels::wholeOfRowsCpu(rows.data(), rows.size());
+}
+
 Result<Bytes> capturedBytes(db::TraceReader& r, const db::Operand& o) {
   DETRACE_ASSIGN_OR_RETURN(Bytes bytes, r.captureBytes(o.id));
   if (static_cast<int64_t>(bytes.size()) != o.bytes) {
@@ -102,6 +120,16 @@ Result<Bytes> capturedBytes(db::TraceReader& r, const db::Operand& o) {
                      "operand {} of event {}: {} captured bytes for an extent of {} bytes; the "
                      "trace is damaged or was written by another capture format",
                      r.str(o.name), o.seq, bytes.size(), o.bytes);
+  }
+  // The copy and the fingerprint were taken at the same point of the op's stream: bytes that do
+  // not give the recorded digest were damaged since, and a replay on them would mislead.
+  if (o.has_digest) {
+    if (std::optional<uint64_t> d = digestOfCapture(o, bytes); d && *d != o.digest) {
+      return makeError(ErrorCode::kCorrupt,
+                       "operand {} of event {}: its captured bytes do not give the fingerprint "
+                       "recorded with them; the trace is damaged. Re-record the run",
+                       r.str(o.name), o.seq);
+    }
   }
   return bytes;
 }
@@ -170,7 +198,9 @@ void setRecorded(LoadedOp& op, const db::Operand* out, std::optional<Bytes> pack
     return;
   }
   if (out == nullptr) return;
-  if (out->has_digest && extent_is_packed) op.recorded_digest = out->digest;
+  // An operand with rows is recorded with the whole of its rows' digests (wholeOfRowsCpu), not the
+  // extent's: its row digests are what compares to a replay's output.
+  if (out->has_digest && extent_is_packed && out->rows <= 0) op.recorded_digest = out->digest;
   if (static_cast<int64_t>(out->row_digests.size()) == op.header.output.rows &&
       out->row_bytes == op.header.output.cols * db::dtypeSize(op.header.output.dtype)) {
     op.recorded_row_digests = out->row_digests;

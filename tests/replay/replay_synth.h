@@ -98,10 +98,10 @@ inline db::Operand columnMajor(db::TraceWriter& w, int32_t slot, const char* nam
   o.row_bytes = rows * esize;
   o.row_stride = ld * esize;
   o.has_digest = true;
-  o.digest = kernels::digestCpu(extent.data(), extent.size());
   o.row_digests.resize(static_cast<size_t>(cols));
   kernels::digestRowsCpu(extent.data(), static_cast<uint32_t>(cols), static_cast<uint64_t>(o.row_bytes),
                          static_cast<uint64_t>(o.row_stride), o.row_digests.data());
+  o.digest = kernels::wholeOfRowsCpu(o.row_digests.data(), o.row_digests.size());  // as the tracer
   if (capture) {
     o.capture = extent;
     o.capture_bytes = static_cast<int64_t>(extent.size());
@@ -132,6 +132,7 @@ inline db::Operand buffer(db::TraceWriter& w, int32_t slot, const char* name, db
     o.row_digests.resize(static_cast<size_t>(o.rows));
     kernels::digestRowsCpu(bytes.data(), static_cast<uint32_t>(o.rows), static_cast<uint64_t>(o.row_bytes),
                            static_cast<uint64_t>(o.row_bytes), o.row_digests.data());
+    o.digest = kernels::wholeOfRowsCpu(o.row_digests.data(), o.row_digests.size());  // as the tracer
   }
   if (capture) {
     o.capture = bytes;

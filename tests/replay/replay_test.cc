@@ -1,6 +1,8 @@
 // detrace replay on the CPU: distances (ULPs per dtype on hand-checked values), and replays of
 // synthetic runs whose recorded outputs were made with known summation orders, so the replay must
 // name exactly the implementation that reproduces them. GPU rows are skipped here (--no-gpu).
+#include <sqlite3.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -224,6 +226,29 @@ TEST(ReplayGemm, ComparesDigestsWhenTheOutputWasNotCaptured) {
   EXPECT_FALSE(fp32->to_recorded.has_value());  // digests give no distance
   EXPECT_TRUE(fp32->to_reference.has_value());
   EXPECT_EQ(find(*r, "fp64")->matches_recorded, 0);
+}
+
+// Captured bytes that no longer give the fingerprint recorded with them (damaged since) are an
+// error naming the operand, not a replay on wrong inputs whose verdict would mislead.
+TEST(ReplayGemm, ACaptureThatDoesNotGiveItsFingerprintIsDamaged) {
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  TempDir dir;
+  db::Run run = gemmRun(dir, synth::GemmSpec{}, rng.seed());
+  ASSERT_TRUE(replay::replayEvent(run, {0, 0}, cpuOnly(1)).isOk());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("proc-1.dtrace").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE operands SET digest = ~digest WHERE seq = 0 AND slot = 0", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto damaged = db::Run::open(dir.path().string());
+  ASSERT_TRUE(damaged.isOk()) << damaged.status().message();
+  auto r = replay::replayEvent(*damaged, {0, 0}, cpuOnly(1));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("do not give the fingerprint recorded with them"), std::string::npos)
+      << r.status().message();
 }
 
 // A `world`-rank run with one collective (event 0) whose recorded recv is `order` from `start`.

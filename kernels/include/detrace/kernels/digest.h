@@ -57,6 +57,10 @@ uint64_t digestCpu(const void* data, size_t len);
 void digestRowsCpu(const void* base, uint32_t rows, uint64_t row_bytes, uint64_t row_stride,
                    uint64_t* out);
 
+// The whole digest the tracer records for an operand with per-row digests: XXH64 of the row
+// digests (little-endian uint64s), seed = their number.
+uint64_t wholeOfRowsCpu(const uint64_t* row_digests, size_t rows);
+
 // One digest of a Digester::digestMany batch: a whole buffer (rows == 0: [base, base + bytes), as
 // Digester::digest, written to `out` or else slot->digest) or per-row digests (rows > 0: as
 // Digester::digestRows, `row_bytes`/`row_stride`, written to out[0..rows), `slot` the workspace).
