@@ -130,7 +130,8 @@ Result<std::vector<std::string>> traceFilesIn(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == kTraceExtension) {
+    std::error_code kind;  // an entry that cannot be stat'ed (a symlink loop) is no trace
+    if (entry.is_regular_file(kind) && entry.path().extension() == kTraceExtension) {
       files.push_back(entry.path().string());
     }
   }
@@ -151,6 +152,9 @@ Result<Run> Run::open(const std::string& path) {
     if (manifest.isOk()) {
       run.has_manifest_ = true;
       run.manifest_ = *manifest;
+    } else if (manifest.status().code() == ErrorCode::kIo) {
+      // Unreadable (permissions): the traces still are; what only the manifest says is missing.
+      run.warnings_.push_back(manifest.status().message() + "; the run's command, host and exit status are unknown");
     } else if (manifest.status().code() != ErrorCode::kNotFound) {
       return manifest.status();
     }

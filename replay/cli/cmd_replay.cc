@@ -2,6 +2,7 @@
 //                [--no-gpu] [--progress] [--json]
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -64,6 +65,19 @@ void drawProgress(int done, int total, std::string_view what) {
   std::fflush(stderr);
 }
 
+// A replay in which every selected implementation was skipped (GPU ones under --no-gpu or without
+// a GPU) ran nothing: an error a script can see, after the table that says why each was skipped.
+Status somethingRan(const std::vector<replay::ImplResult>& impls) {
+  if (std::any_of(impls.begin(), impls.end(), [](const replay::ImplResult& i) { return i.ran() || !i.error.empty(); })) {
+    return Status::ok();
+  }
+  const std::string why = impls.empty() ? std::string("none was selected") : impls.front().skipped;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "nothing ran: every implementation selected was skipped ({}); select ones that "
+                   "can run here (--impl cpu, or drop --no-gpu on a GPU machine)",
+                   why);
+}
+
 int runReplay(const ReplayCliOptions& o) {
   replay::ReplayOptions options;
   options.impls = o.impls;
@@ -81,6 +95,7 @@ int runReplay(const ReplayCliOptions& o) {
     } else {
       std::printf("%s", replay::formatReplay(*result).c_str());
     }
+    if (Status ran = somethingRan(result->impls); !ran.isOk()) return reportError(ran);
     return kExitOk;
   }
   auto run_b = db::Run::open(o.pair_run);
@@ -93,6 +108,7 @@ int runReplay(const ReplayCliOptions& o) {
   } else {
     std::printf("%s", replay::formatPair(*pair).c_str());
   }
+  if (Status ran = somethingRan(pair->a.impls); !ran.isOk()) return reportError(ran);
   return kExitOk;
 }
 

@@ -4,6 +4,7 @@
 #include "detrace/replay/diff.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -265,6 +266,12 @@ void join(Gathered& g, RunDiff& out) {
 
 Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {
   RunDiff out;
+  std::error_code ec;
+  if (std::filesystem::equivalent(run_a.path(), run_b.path(), ec) && !ec) {
+    out.warnings.push_back(fmt::format(
+        "{} and {} are the same run: a run always matches itself; diff two recordings", run_a.path(),
+        run_b.path()));
+  }
   const std::optional<int32_t> only = options.rank;
   if (run_a.worldSize() != run_b.worldSize()) {
     out.warnings.push_back(

@@ -197,6 +197,27 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
   }
 }
 
+// Requests that cannot mean what they say: a run diffed against itself is warned about; a replay
+// whose every selected implementation was skipped ran nothing and says so with exit status 2; a
+// negative copy budget is refused.
+TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
+  TempDir dir;
+  Rng rng;
+  makeRun(dir, rng);
+  Output self = detrace(fmt::format("diff {0} {0}", dir.path().string()));
+  EXPECT_EQ(self.status, 0) << self.out;
+  EXPECT_NE(self.out.find("are the same run"), std::string::npos) << self.out;
+  const std::string synth = std::string(DETRACE_TEST_DATA_DIR) + "/replay/synth";
+  Output skipped = detrace(fmt::format("replay {} --event 7 --impl gpu --no-gpu", synth));
+  EXPECT_EQ(skipped.status, 2) << skipped.out;
+  EXPECT_NE(skipped.out.find("nothing ran"), std::string::npos) << skipped.out;
+  Output cpu = detrace(fmt::format("replay {} --event 7 --impl cpu --no-gpu --repeat 1", synth));
+  EXPECT_EQ(cpu.status, 0) << cpu.out;
+  Output budget = detrace(fmt::format("record -o {} --max-capture-bytes -5 -- true", dir.file("r")));
+  EXPECT_EQ(budget.status, 2) << budget.out;
+  EXPECT_NE(budget.out.find("--max-capture-bytes must be a positive size"), std::string::npos) << budget.out;
+}
+
 TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {
   std::ifstream in(std::string(DETRACE_SOURCE_DIR) + "/docs/schema.md");
   ASSERT_TRUE(in) << "docs/schema.md missing: run `detrace schema > docs/schema.md`";

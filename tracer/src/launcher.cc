@@ -260,7 +260,10 @@ Result<std::string> findTracerLibrary() {
 Status checkCaptureOptions(const RecordOptions& options) {
   DETRACE_ASSIGN_OR_RETURN(CaptureLevel level, parseCaptureLevel(options.capture));
   bool full = level == CaptureLevel::kFull;
-  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes > 0)) {
+  if (options.max_capture_bytes < 0) {
+    return makeError(ErrorCode::kInvalidArgument, "--max-capture-bytes must be a positive size (e.g. 512M)");
+  }
+  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes != 0)) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--capture-ops, --capture-range and --max-capture-bytes choose what --capture "
                      "full copies; add --capture full");
