@@ -19,6 +19,9 @@ namespace {
 Status checkHeader(const std::string& path) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {  // e.g. a directory without search permission
+    return makeError(ErrorCode::kIo, "cannot read {}: {}", path, ec.message());
+  }
   if (ec || !std::filesystem::exists(status)) {
     return makeError(ErrorCode::kNotFound, "{} does not exist", path);
   }
