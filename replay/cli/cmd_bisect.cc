@@ -83,6 +83,11 @@ void addBisectCommand(CLI::App& app, Runner& run) {
         return reportError(Status(ErrorCode::kInvalidArgument,
                                   "an empty command around ::; write CMD_A ... :: CMD_B ..."));
       }
+      if (std::count(opts->command.begin(), opts->command.end(), "::") > 1) {
+        return reportError(Status(ErrorCode::kInvalidArgument,
+                                  "bisect compares two commands: one :: between them, not more "
+                                  "(CMD_A ... :: CMD_B ...)"));
+      }
       o.workdir = opts->workdir;
       o.repeat = opts->repeat;
       o.allow_gpu = !opts->no_gpu;

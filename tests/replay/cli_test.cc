@@ -199,7 +199,7 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
 
 // Requests that cannot mean what they say: a run diffed against itself is warned about; a replay
 // whose every selected implementation was skipped ran nothing and says so with exit status 2; a
-// negative copy budget is refused.
+// negative copy budget and a bisect of three commands are refused.
 TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   TempDir dir;
   Rng rng;
@@ -216,6 +216,9 @@ TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   Output budget = detrace(fmt::format("record -o {} --max-capture-bytes -5 -- true", dir.file("r")));
   EXPECT_EQ(budget.status, 2) << budget.out;
   EXPECT_NE(budget.out.find("--max-capture-bytes must be a positive size"), std::string::npos) << budget.out;
+  Output three = detrace("bisect -- true :: true :: true");
+  EXPECT_EQ(three.status, 2) << three.out;
+  EXPECT_NE(three.out.find("one :: between them"), std::string::npos) << three.out;
 }
 
 TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {
