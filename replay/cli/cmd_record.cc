@@ -220,11 +220,13 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());
       size_t idle = 0, unfinished = 0;
+      std::string notes;
       if (auto opened = db::Run::open(opts->out_dir); opened.isOk()) {
         idle = opened->idleFiles().size();
         unfinished = opened->unfinishedFiles().size();
+      } else if (!result->trace_files.empty()) {
+        notes = fmt::format("; but the run cannot be read: {}", opened.status().message());
       }
-      std::string notes;
       if (idle > 0) notes += fmt::format(" ({} of them did no GPU work: not ranks)", idle);
       if (unfinished > 0) {
         notes += fmt::format("; {} not finished (killed, still running, or stopped on a write error): "
