@@ -229,6 +229,21 @@ Result<int64_t> TraceReader::eventCount() {
                      "damaged; re-record the run",
                      path_, lo, hi);
   }
+  // Past 2^31 numbers (more than any recording holds), count them: numbers with gaps are damage,
+  // not a trace too large for the tools.
+  if (hi >= (int64_t{1} << 31)) {
+    int64_t rows = 0;
+    DETRACE_RETURN_IF_ERROR(forEachRow(db_.get(), "SELECT count(*) FROM events", [&](sqlite3_stmt* s) {
+      rows = sqlite3_column_int64(s, 0);
+      return Status::ok();
+    }));
+    if (rows != hi + 1) {
+      return makeError(ErrorCode::kCorrupt,
+                       "{} holds {} events numbered up to {}: the numbering has gaps, so the file is "
+                       "damaged; re-record the run",
+                       path_, rows, hi);
+    }
+  }
   return hi + 1;
 }
 

@@ -310,6 +310,19 @@ TEST(BadInput, DamagedNumberingAndWorldSizeAreCorruptNotTrusted) {
   }
   {
     TempDir dir;
+    std::string path = makeTrace(dir, "proc-1.dtrace", 50, rng);
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE events SET seq = seq * 1000000000", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    auto r = TraceReader::open(path);
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    auto n = (*r)->eventCount();
+    ASSERT_FALSE(n.isOk()) << "50 events numbered up to 4.9e10 read as " << *n;
+    EXPECT_NE(n.status().message().find("numbering has gaps"), std::string::npos) << n.status().message();
+  }
+  {
+    TempDir dir;
     WriterOptions o;
     auto w = TraceWriter::create(dir.file("proc-1.dtrace"), o);
     ASSERT_TRUE(w.isOk());
