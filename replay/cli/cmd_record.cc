@@ -157,7 +157,12 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
                   "With --capture full: bytes copied per process at most (suffixes K, M, G; "
                   "default 1G); later operands keep their fingerprints only, and are counted")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(CLI::Validator(
+          [](std::string& text) -> std::string {  // a sign would wrap around in AsSizeValue
+            if (!text.empty() && text.front() == '-') return "must be a positive size, e.g. 512M (got '" + text + "')";
+            return CLI::AsSizeValue(false)(text);
+          },
+          "SIZE"));
   cmd->add_option("--window", opts->window,
                   "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
                   "or launches:A:B (kernel launches and library calls); default: everything");
