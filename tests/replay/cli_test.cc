@@ -215,7 +215,7 @@ TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   EXPECT_EQ(cpu.status, 0) << cpu.out;
   Output budget = detrace(fmt::format("record -o {} --max-capture-bytes -5 -- true", dir.file("r")));
   EXPECT_EQ(budget.status, 2) << budget.out;
-  EXPECT_NE(budget.out.find("--max-capture-bytes must be a positive size"), std::string::npos) << budget.out;
+  EXPECT_NE(budget.out.find("must be a positive size"), std::string::npos) << budget.out;
   Output signed_size = detrace(fmt::format("record -o {} --capture full --max-capture-bytes -1G -- true", dir.file("r2")));
   EXPECT_EQ(signed_size.status, 2) << signed_size.out;
   EXPECT_NE(signed_size.out.find("must be a positive size, e.g. 512M (got '-1G')"), std::string::npos) << signed_size.out;
