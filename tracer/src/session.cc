@@ -28,8 +28,7 @@
 
 namespace detrace::tracer {
 
-// The TraceWriter behind the reorder buffer.
-// The reorder buffer's events go to the writer. A dropped event is either a full queue (counted,
+// The reorder buffer's events go to the TraceWriter. A dropped event is either a full queue (counted,
 // recording goes on) or a writer that failed for good: then recording stops at once, with the
 // writer's reason in the log, in any process (the CUPTI flusher, where there is one, also turns
 // CUPTI's records and callbacks off: failIfWriterStopped).
