@@ -126,17 +126,19 @@ Result<RunManifest> readManifest(const std::string& dir) {
 
 namespace {
 
-Result<std::vector<std::string>> traceFilesIn(const std::string& dir) {
+// The directory's trace files, sorted; entries named like one that are not regular files (a pipe,
+// a link to nothing or to a device, a directory) go to `left_out`, for a warning.
+Result<std::vector<std::string>> traceFilesIn(const std::string& dir, std::vector<std::string>& left_out) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != kTraceExtension) continue;
     std::error_code kind;  // an entry that cannot be stat'ed (a symlink loop) is no trace
-    if (entry.is_regular_file(kind) && entry.path().extension() == kTraceExtension) {
-      files.push_back(entry.path().string());
-    }
+    (entry.is_regular_file(kind) ? files : left_out).push_back(entry.path().string());
   }
   if (ec) return makeError(ErrorCode::kIo, "cannot list {}: {}", dir, ec.message());
   std::sort(files.begin(), files.end());
+  std::sort(left_out.begin(), left_out.end());
   return files;
 }
 
@@ -158,7 +160,11 @@ Result<Run> Run::open(const std::string& path) {
     } else if (manifest.status().code() != ErrorCode::kNotFound) {
       return manifest.status();
     }
-    DETRACE_ASSIGN_OR_RETURN(files, traceFilesIn(path));
+    std::vector<std::string> left_out;
+    DETRACE_ASSIGN_OR_RETURN(files, traceFilesIn(path, left_out));
+    for (const std::string& f : left_out) {
+      run.warnings_.push_back(fmt::format("{} is not a regular file (a pipe, or a link to nothing); left out", f));
+    }
     if (files.empty()) {
       return makeError(ErrorCode::kNotFound,
                        "{} holds no trace files (*{}); was the recorded program killed before it "

@@ -142,6 +142,15 @@ void addReplayCommand(CLI::App& app, Runner& run) {
   cmd->footer(kReplayFooter);
   cmd->callback([opts, &run] {
     run = [opts] {
+      // `--impl , --no-gpu`: an --impl with no name in it takes the flag after it as one.
+      for (const std::string& impl : opts->impls) {
+        if (!impl.empty() && impl.front() == '-') {
+          return reportError(makeError(ErrorCode::kInvalidArgument,
+                                       "--impl took '{}' as an implementation's name: give --impl a "
+                                       "name, e.g. --impl cpu-fp32,fp64",
+                                       impl));
+        }
+      }
       if (opts->event_b >= 0 && opts->pair_run.empty()) {
         return reportError(Status(ErrorCode::kInvalidArgument,
                                   "--event-b names the op in the --pair run; add --pair RUN_B"));

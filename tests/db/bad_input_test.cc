@@ -329,6 +329,22 @@ TEST(BadInput, DamagedNumberingAndWorldSizeAreCorruptNotTrusted) {
   }
 }
 
+// Entries named like trace files that are not regular files are left out of a run with a warning
+// each (a pipe would block a read; a dangling link has nothing to read).
+TEST(BadInput, ARunLeavesOutWhatIsNotARegularTraceFileAndSaysSo) {
+  TempDir dir;
+  Rng rng;
+  (void)makeTrace(dir, "proc-1.dtrace", 10, rng);
+  ASSERT_EQ(mkfifo(dir.file("proc-2.dtrace").c_str(), 0600), 0);
+  std::filesystem::create_symlink(dir.file("gone"), dir.file("proc-3.dtrace"));
+  auto r = Run::open(dir.path().string());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ(r->ranks().size(), 1u);
+  ASSERT_EQ(r->warnings().size(), 2u);
+  EXPECT_NE(r->warnings()[0].find("proc-2.dtrace is not a regular file"), std::string::npos) << r->warnings()[0];
+  EXPECT_NE(r->warnings()[1].find("proc-3.dtrace is not a regular file"), std::string::npos) << r->warnings()[1];
+}
+
 TEST(BadInput, RunDirectoryErrors) {
   TempDir dir;
   Rng rng;

@@ -186,6 +186,7 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"replay x --event abc", "--event: must be a whole number, 0 or more (got 'abc')"},
       {"info --no-such-flag x", "--no-such-flag (see detrace info --help)"},
       {"record -o /tmp/x --queue 5 -- true", "--queue: Value 5 not in range 1024 to 16777216"},
+      {"replay x --event 7 --impl , --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
   };
   for (const auto& [args, expected] : cases) {
     SCOPED_TRACE(args);
