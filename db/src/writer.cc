@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -90,6 +91,7 @@ class TraceWriter::Impl {
   Status flush(std::optional<std::chrono::milliseconds> limit = std::nullopt);
   Status close();
   Status status() const { std::lock_guard lk(mu_); return error_; }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
   WriterCounters counters() const { std::lock_guard lk(mu_); return counters_; }
   const std::string& path() const { return path_; }
 
@@ -126,6 +128,12 @@ class TraceWriter::Impl {
   bool closing_ = false;
   bool closed_ = false;
   Status error_;
+  std::atomic<bool> failed_{false};  // !error_.isOk(), readable without mu_
+  // The writer's first error: kept, and published to failed() for readers that take no lock.
+  void failLocked(Status st) {
+    error_ = std::move(st);
+    failed_.store(true, std::memory_order_relaxed);
+  }
   WriterCounters counters_;
   std::map<std::string, int64_t, std::less<>> user_stats_;
   std::unordered_map<std::string, int64_t, TransparentHash, std::equal_to<>> strings_;
@@ -341,7 +349,7 @@ void TraceWriter::Impl::run() {
 
     lk.lock();
     if (failed || !st.isOk()) {
-      if (error_.isOk()) error_ = explainWriteFailure(std::move(st), path_);
+      if (error_.isOk()) failLocked(explainWriteFailure(std::move(st), path_));
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
       counters_.launch_params_dropped += n_params;
@@ -535,7 +543,7 @@ Status TraceWriter::Impl::close() {
     Status st = step(kBegin, "BEGIN");
     if (st.isOk()) st = writeStats(statsSnapshotLocked(counters_));
     if (st.isOk()) st = step(kCommit, "COMMIT");
-    if (!st.isOk()) error_ = explainWriteFailure(st, path_);
+    if (!st.isOk()) failLocked(explainWriteFailure(st, path_));
   }
   for (auto& s : stmts_) s.reset();
   if (db_ && error_.isOk()) {
@@ -543,7 +551,7 @@ Status TraceWriter::Impl::close() {
     // self-contained file and readers (read-only) never create -wal/-shm files beside it.
     Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
     if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
-    if (!st.isOk()) error_ = explainWriteFailure(st, path_);
+    if (!st.isOk()) failLocked(explainWriteFailure(st, path_));
   }
   db_.reset();
   return error_;
@@ -600,6 +608,7 @@ Status TraceWriter::flush() { return impl_->flush(); }
 Status TraceWriter::flush(std::chrono::milliseconds limit) { return impl_->flush(limit); }
 Status TraceWriter::close() { return impl_->close(); }
 Status TraceWriter::status() const { return impl_->status(); }
+bool TraceWriter::failed() const { return impl_->failed(); }
 WriterCounters TraceWriter::counters() const { return impl_->counters(); }
 const std::string& TraceWriter::path() const { return impl_->path(); }
 

@@ -171,6 +171,7 @@ TEST(BadInput, FullDiskStopsWritingKeepsCommittedDataAndNeverThrows) {
   auto w = TraceWriter::create(path, o);
   ASSERT_TRUE(w.isOk()) << w.status().message();
   int64_t id = (*w)->intern("k");
+  EXPECT_FALSE((*w)->failed());
   int64_t committed = 0;
   Status st;
   for (int batch = 0; batch < 200 && st.isOk(); ++batch) {
@@ -179,6 +180,7 @@ TEST(BadInput, FullDiskStopsWritingKeepsCommittedDataAndNeverThrows) {
     if (st.isOk()) committed = (batch + 1) * 500;
   }
   ASSERT_FALSE(st.isOk()) << "the quota never filled";
+  EXPECT_TRUE((*w)->failed());
   EXPECT_EQ(st.code(), ErrorCode::kIo);
   EXPECT_NE(st.message().find("disk is full"), std::string::npos) << st.message();
   EXPECT_FALSE((*w)->append(testing::randomKernel(rng, id, -1)).has_value());

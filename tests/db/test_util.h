@@ -13,6 +13,7 @@
 
 #include "detrace/db/reader.h"
 #include "detrace/db/records.h"
+#include "detrace/db/run.h"
 
 namespace detrace::testing {
 
@@ -99,6 +100,16 @@ inline int64_t rowsInOrder(db::TraceReader& r) {
     }
     ++n;
   }
+}
+
+// The reader of a run's one rank file: an error when the run cannot be opened or holds another
+// number of ranks (the recorded test programs are one process each).
+inline Result<std::unique_ptr<db::TraceReader>> openOnlyRank(const std::string& run) {
+  DETRACE_ASSIGN_OR_RETURN(db::Run r, db::Run::open(run));
+  if (r.ranks().size() != 1) {
+    return makeError(ErrorCode::kInvalidArgument, "{} holds {} ranks, not one", run, r.ranks().size());
+  }
+  return r.openRank(r.ranks().front().rank);
 }
 
 }  // namespace detrace::testing

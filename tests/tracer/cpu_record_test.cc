@@ -270,11 +270,8 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   EXPECT_NE(o.out.find(fmt::format("refused call returned {}", 7)), std::string::npos)
       << "a refused call's status (CUBLAS_STATUS_INVALID_VALUE) comes back unchanged:\n"
       << o.out;
-  auto r = db::Run::open(run);
-  ASSERT_TRUE(r.isOk()) << r.status().message();
-  ASSERT_EQ(r->ranks().size(), 1u) << o.out;
-  auto reader = r->openRank(r->ranks().front().rank);
-  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
   auto& t = **reader;
   auto gemms = t.gemms();
   ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
@@ -406,11 +403,8 @@ TEST(RecordSeam, GemmsWithTheDriverLoadedButNoContextAskNothingOfTheirStreams) {
   EXPECT_EQ(o.out.find("entry points were not found"), std::string::npos)
       << "the fake driver was not taken for one:\n"
       << o.out;
-  auto r = db::Run::open(run);
-  ASSERT_TRUE(r.isOk()) << r.status().message();
-  ASSERT_EQ(r->ranks().size(), 1u) << o.out;
-  auto reader = r->openRank(r->ranks().front().rank);
-  ASSERT_TRUE(reader.isOk());
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
   auto gemms = (*reader)->gemms();
   ASSERT_TRUE(gemms.isOk());
   EXPECT_EQ(gemms->size(), 9u) << o.out;

@@ -124,10 +124,8 @@ TEST(WriteFailure, DiffSaysWhereATraceCutShortEnds) {
   ASSERT_EQ(a.status, 0) << a.out.substr(0, 2000);
   Output b = testing::runShell(callBursts(fmt::format("(ulimit -f 2048; {} record -o {} --", detrace(), cut)) + ")");
   expectProgramUnharmed(b, "file-size limit");
-  auto run_b = db::Run::open(cut);
-  ASSERT_TRUE(run_b.isOk()) << run_b.status().message();
-  auto reader_b = run_b->openRank(run_b->ranks()[0].rank);
-  ASSERT_TRUE(reader_b.isOk());
+  auto reader_b = testing::openOnlyRank(cut);
+  ASSERT_TRUE(reader_b.isOk()) << reader_b.status().message();
   auto events_b = (*reader_b)->eventCount();
   ASSERT_TRUE(events_b.isOk());
 

@@ -49,7 +49,7 @@ class WriterSink final : public EventSink {
 
  private:
   std::optional<int64_t> checked(std::optional<int64_t> seq) {
-    if (seq.has_value()) return seq;
+    if (seq.has_value() || !w_.failed()) return seq;  // a full queue drops often: no lock for it
     if (Status st = w_.status(); !st.isOk()) {
       Session::get().fail("the trace could not be written", st.message().c_str());
     }
@@ -407,7 +407,7 @@ db::TraceWriter* Session::startedWriter() {
 }
 
 Status Session::writerStatus() const {
-  return started_.load(std::memory_order_acquire) && writer_ ? writer_->status() : Status::ok();
+  return started_.load(std::memory_order_acquire) && writer_ && writer_->failed() ? writer_->status() : Status::ok();
 }
 
 void Session::setCaptureHooks(const CaptureHooks& hooks) {

@@ -95,6 +95,8 @@ class TraceWriter {
   Status close();
   // The first error the writer hit, or ok.
   Status status() const;
+  // Whether status() is an error, without taking the writer's lock (for a check on every drop).
+  bool failed() const;
   WriterCounters counters() const;
   const std::string& path() const;
 
