@@ -71,6 +71,39 @@ TEST(CapturePolicy, ParsesOpFilters) {
   EXPECT_FALSE(parseIndexRange("9223372036854775807").isOk());
 }
 
+// A name that selects no op a trace can hold is refused, so that a typo does not leave a full
+// capture with no copies; the message offers the nearest name and lists them all.
+TEST(CapturePolicy, RefusesOpNamesThatSelectNothing) {
+  auto typo = parseOpFilter("gemm, AllReduse");
+  ASSERT_FALSE(typo.isOk());
+  EXPECT_EQ(typo.status().code(), ErrorCode::kInvalidArgument);
+  const std::string& m = typo.status().message();
+  EXPECT_NE(m.find("'AllReduse' is not the name of an op"), std::string::npos) << m;
+  EXPECT_NE(m.find("did you mean AllReduce?"), std::string::npos) << m;
+  EXPECT_NE(m.find("cublasGemmStridedBatchedEx"), std::string::npos) << m;
+
+  auto lt = parseOpFilter("cublasLtMatmull");
+  ASSERT_FALSE(lt.isOk());
+  EXPECT_NE(lt.status().message().find("did you mean cublasLtMatmul?"), std::string::npos)
+      << lt.status().message();
+  // Nothing near: no guess, the list alone.
+  auto far = parseOpFilter("attention");
+  ASSERT_FALSE(far.isOk());
+  EXPECT_EQ(far.status().message().find("did you mean"), std::string::npos) << far.status().message();
+  EXPECT_NE(far.status().message().find("AllToAll"), std::string::npos) << far.status().message();
+
+  // Parts of names still select, in any case.
+  for (const char* part : {"reduce", "SCATTER", "matmul", "gemmex", "sgemm", "send", "recv"}) {
+    auto f = parseOpFilter(part);
+    EXPECT_TRUE(f.isOk()) << part << ": " << f.status().message();
+  }
+  auto reduce = parseOpFilter("reduce");
+  ASSERT_TRUE(reduce.isOk());
+  EXPECT_TRUE(reduce->matches(false, "AllReduce"));
+  EXPECT_TRUE(reduce->matches(false, "ReduceScatter"));
+  EXPECT_FALSE(reduce->matches(false, "AllGather"));
+}
+
 TEST(CapturePolicy, ParsesLevelsAndWindows) {
   EXPECT_EQ(*parseCaptureLevel("full"), CaptureLevel::kFull);
   EXPECT_FALSE(parseCaptureLevel("everything").isOk());

@@ -15,6 +15,7 @@
 #include "../db/test_util.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
+#include "detrace/tracer/capture_policy.h"
 #include "common/shell.h"
 
 namespace detrace {
@@ -118,6 +119,7 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--capture-range 1:5", "add --capture full"},
       {"--capture full --capture-range 9:2", "empty"},
       {"--capture full --capture-ops ,", "selects nothing"},
+      {"--capture full --capture-ops gemm,AllReduse", "did you mean AllReduce?"},
       {"--window minutes:1:2", "steps:A:B"},
       {"--window steps", "no range"},
       {"--capture everything", "capture"},
@@ -283,6 +285,12 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
     auto e = t.event(seq);
     ASSERT_TRUE(e.isOk());
     ev.push_back(*e);
+  }
+  // --capture-ops accepts each entry point a GEMM is recorded under, and selects the GEMM by it.
+  for (const db::Gemm& x : g) {
+    auto by_name = tracer::parseOpFilter(t.str(x.api));
+    ASSERT_TRUE(by_name.isOk()) << by_name.status().message();
+    EXPECT_TRUE(by_name->matches(true, t.str(x.api))) << t.str(x.api);
   }
   auto shape = [](const db::Gemm& x) {
     return std::array<int64_t, 7>{x.m, x.n, x.k, x.lda, x.ldb, x.ldc, x.ldd};

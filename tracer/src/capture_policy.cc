@@ -4,10 +4,12 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 namespace detrace::tracer {
 namespace {
@@ -21,6 +23,54 @@ std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t");
   size_t b = s.find_last_not_of(" \t");
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// The names --capture-ops selects ops by: a collective's op (db::collOpName; an annotated
+// collective's too, whatever its own name) and the entry points whose GEMMs cublas_wrappers.cc
+// records (the `api` it passes to recordLibraryOp).
+constexpr std::array<std::string_view, 13> kOpNames = {
+    "AllReduce",      "ReduceScatter", "AllGather",    "Broadcast",
+    "Reduce",         "Send",          "Recv",         "AllToAll",
+    "cublasLtMatmul", "cublasGemmEx",  "cublasGemmStridedBatchedEx",
+    "cublasSgemm",    "cublasSgemmStridedBatched"};
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Whether `item` (lower case) is all or part of a name ops are selected by.
+bool namesAnOp(const std::string& item) {
+  return std::any_of(kOpNames.begin(), kOpNames.end(), [&](std::string_view n) {
+    return lower(std::string(n)).find(item) != std::string::npos;
+  });
+}
+
+// " (did you mean X?)" for the name nearest a misspelt `item`, "" when none is near.
+std::string nearestOpName(const std::string& item) {
+  std::string_view best;
+  size_t best_distance = std::max<size_t>(2, item.size() / 3) + 1;
+  for (std::string_view n : kOpNames) {
+    size_t d = editDistance(item, lower(std::string(n)));
+    if (d < best_distance) best = n, best_distance = d;
+  }
+  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
+}
+
+std::string opNameList() {
+  std::string list;
+  for (std::string_view n : kOpNames) list += (list.empty() ? "" : ", ") + std::string(n);
+  return list;
 }
 
 bool parseIndex(const std::string& text, int64_t& out) {
@@ -166,15 +216,21 @@ Result<OpFilter> parseOpFilter(const std::string& text) {
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     if (comma == std::string::npos) comma = text.size();
-    std::string item = lower(trim(text.substr(start, comma - start)));
+    const std::string given = trim(text.substr(start, comma - start));
+    const std::string item = lower(given);
     start = comma + 1;
     if (item.empty()) continue;
     if (item == "gemm" || item == "gemms") {
       want_gemms = any_kind = true;
     } else if (item == "collective" || item == "collectives" || item == "nccl") {
       want_collectives = any_kind = true;
-    } else {
+    } else if (namesAnOp(item)) {
       f.names.push_back(item);
+    } else {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "--capture-ops: '{}' is not the name of an op detrace records{}; name ops "
+                       "by kind (gemm, collective) or by name, whole or in part: {}",
+                       given, nearestOpName(item), opNameList());
     }
   }
   f.by_kind = any_kind;
