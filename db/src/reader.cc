@@ -90,6 +90,39 @@ Status forEachRow(sqlite3* db, const std::string& sql, F&& row) {
   }
 }
 
+// The strings table must hold every name the trace's rows refer to. Rows are committed with the
+// strings they name, so a shortfall means rows were deleted: names would then print as
+// "<bad string id N>" and lookups by name (an operand's "A", "send") fail with misleading errors.
+// Checked against the writer's count (stats.strings_written) where the file has one; in older
+// files, only an empty table under events.
+Status checkStringsKept(sqlite3* db, int64_t held) {
+  int64_t written = -1;
+  DETRACE_RETURN_IF_ERROR(
+      forEachRow(db, "SELECT value FROM stats WHERE key = 'strings_written'", [&](sqlite3_stmt* s) {
+        written = sqlite3_column_int64(s, 0);
+        return Status::ok();
+      }));
+  if (written > held) {
+    return makeError(ErrorCode::kCorrupt,
+                     "the strings table holds {} of the {} names written to it (rows were "
+                     "deleted); the file is damaged: record the run again",
+                     held, written);
+  }
+  if (written < 0 && held == 0) {
+    bool any_event = false;
+    DETRACE_RETURN_IF_ERROR(forEachRow(db, "SELECT 1 FROM events LIMIT 1", [&](sqlite3_stmt*) {
+      any_event = true;
+      return Status::ok();
+    }));
+    if (any_event) {
+      return makeError(ErrorCode::kCorrupt,
+                       "the strings table is empty but events refer to it (its rows were "
+                       "deleted); the file is damaged: record the run again");
+    }
+  }
+  return Status::ok();
+}
+
 enum CachedStmt { kEventBySeq, kCollectiveBySeq, kGemmBySeq, kMarkerBySeq, kOperandsBySeq,
                   kCaptureById, kLaunchParamsBySeq, kGraphOpBySeq, kCachedCount };
 
@@ -175,6 +208,7 @@ Status TraceReader::load() {
         strings_.push_back(colText(s, 1));
         return Status::ok();
       }));
+  DETRACE_RETURN_IF_ERROR(checkStringsKept(db, static_cast<int64_t>(strings_.size()) - 1));
   DETRACE_RETURN_IF_ERROR(
       forEachRow(db, fmt::format("SELECT {} FROM streams ORDER BY id", columnList("streams")),
                  [&](sqlite3_stmt* s) {

@@ -174,7 +174,7 @@ constexpr ColumnDef kGraphOps[] = {
 
 constexpr ColumnDef kStats[] = {
     {"key", "TEXT", "PRIMARY KEY", "Counter name (events_written, events_dropped, operands_dropped, "
-                                   "bytes_captured, recorder_overhead_ns, ...)"},
+                                   "bytes_captured, strings_written, recorder_overhead_ns, ...)"},
     {"value", "INTEGER", "NOT NULL", "Counter value at the last commit"},
 };
 

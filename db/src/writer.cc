@@ -293,6 +293,7 @@ std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
   s["bytes_captured"] = c.bytes_captured;
   s["launch_params_written"] = c.launch_params_written;
   s["launch_params_dropped"] = c.launch_params_dropped;
+  s["strings_written"] = c.strings_written;
   s["batches"] = c.batches;
   return s;
 }
@@ -324,13 +325,14 @@ void TraceWriter::Impl::run() {
     cv_space_.notify_all();
     bool failed = !error_.isOk();
     int64_t n_events = static_cast<int64_t>(batch.events.size());
-    int64_t n_operands = 0, captured = 0, n_params = 0;
+    int64_t n_operands = 0, captured = 0, n_params = 0, n_strings = 0;
     for (const ColdRecord& r : batch.cold) {
       if (const auto* o = std::get_if<Operand>(&r)) {
         ++n_operands;
         captured += o->capture_bytes;
       }
       n_params += std::holds_alternative<LaunchParams>(r);
+      n_strings += std::holds_alternative<StringRow>(r);
     }
     // Counters as they will stand after this batch, written inside its transaction.
     WriterCounters after = counters_;
@@ -338,6 +340,7 @@ void TraceWriter::Impl::run() {
     after.operands_written += n_operands;
     after.bytes_captured += captured;
     after.launch_params_written += n_params;
+    after.strings_written += n_strings;
     after.batches += 1;
     try {
       batch.stats = statsSnapshotLocked(after);
@@ -359,6 +362,7 @@ void TraceWriter::Impl::run() {
       counters_.operands_written += n_operands;
       counters_.bytes_captured += captured;
       counters_.launch_params_written += n_params;
+      counters_.strings_written += n_strings;
       counters_.batches += 1;
     }
     committed_gen_ = gen;

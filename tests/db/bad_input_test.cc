@@ -331,6 +331,57 @@ TEST(BadInput, DamagedNumberingAndWorldSizeAreCorruptNotTrusted) {
   }
 }
 
+// Deleted rows of the strings table are named as damage when the file opens, not met later as
+// "<bad string id N>" names and operands that cannot be found by name.
+TEST(BadInput, DeletedStringsAreDamageNamedWhenTheFileOpens) {
+  Rng rng;
+  SCOPED_TRACE(rng.seed());
+  TempDir dir;
+  const std::string path = dir.file("proc-1.dtrace");
+  const int64_t names = rng.range(5, 40);
+  {
+    auto w = TraceWriter::create(path, WriterOptions{});
+    ASSERT_TRUE(w.isOk());
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < names; ++i) ids.push_back((*w)->intern(fmt::format("kernel_{}_{}", i, rng.u64())));
+    for (int i = 0; i < 200; ++i) {
+      (void)(*w)->append(testing::randomKernel(rng, ids[rng.range(0, names - 1)], -1));
+      if (i == 100) ASSERT_TRUE((*w)->flush().isOk());  // strings over more than one batch
+    }
+    (void)(*w)->intern(fmt::format("late_{}", rng.u64()));
+    ASSERT_TRUE((*w)->close().isOk());
+  }
+  {
+    auto whole = TraceReader::open(path);
+    ASSERT_TRUE(whole.isOk()) << whole.status().message();
+    auto stats = (*whole)->stats();
+    ASSERT_TRUE(stats.isOk());
+    EXPECT_EQ(stats->at("strings_written"), names + 1);
+  }
+  auto exec = [&](const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  };
+  const int64_t kept = rng.range(0, names);
+  exec(fmt::format("DELETE FROM strings WHERE id > {}", kept));
+  auto cut = TraceReader::open(path);
+  ASSERT_FALSE(cut.isOk());
+  EXPECT_EQ(cut.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(cut.status().message().find(fmt::format("holds {} of the {} names", kept, names + 1)),
+            std::string::npos)
+      << cut.status().message();
+  // A file from before the count was kept: an empty table under events is still damage.
+  exec("DELETE FROM strings; DELETE FROM stats WHERE key = 'strings_written'");
+  auto empty = TraceReader::open(path);
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_EQ(empty.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(empty.status().message().find("strings table is empty"), std::string::npos) << empty.status().message();
+  auto run = Run::open(dir.path().string());
+  EXPECT_FALSE(run.isOk() && !run->ranks().empty()) << "a damaged file is not read as a rank";
+}
+
 // Entries named like trace files that are not regular files are left out of a run with a warning
 // each (a pipe would block a read; a dangling link has nothing to read).
 TEST(BadInput, ARunLeavesOutWhatIsNotARegularTraceFileAndSaysSo) {

@@ -46,6 +46,7 @@ struct WriterCounters {
   int64_t bytes_captured = 0;  // uncompressed bytes of captured operands written
   int64_t launch_params_written = 0;
   int64_t launch_params_dropped = 0;
+  int64_t strings_written = 0;  // interned strings committed (the reader checks none went missing)
   int64_t batches = 0;
 };
 
