@@ -254,9 +254,9 @@ TEST(Commits, GemmsAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
 
 // Where /proc does not give the NVIDIA driver's version (this machine has no driver; some VMs and
 // containers hide /proc/driver) the tracer asks NVML, whose nvmlInit can take seconds. It does so
-// on its commit thread: the program's thread that starts the recording (here, at its first NCCL
-// call, before "ready") does not wait for it, the version still reaches the trace, and an exit
-// while NVML is still starting does not wait for it either (at most the commit thread's 1 s).
+// on a thread of its own (nvml_query.h): the program's thread that starts the recording (here, at
+// its first NCCL call, before "ready") does not wait for it, the version still reaches the trace,
+// and an exit while NVML is still starting does not wait for it either (at most 1 s).
 TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
   if (std::ifstream("/proc/driver/nvidia/version")) GTEST_SKIP() << "/proc gives the version here";
   auto nvml = [](int init_ms) {
@@ -292,6 +292,36 @@ TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
         << "the exit waited for nvmlInit";
     EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{8}));
   }
+}
+
+// The commits do not wait for NVML either: GEMMs made while nvmlInit takes 5 s are committed
+// within the commit period, so a SIGKILL in those seconds keeps them.
+TEST(Commits, GoOnWhileNvmlIsStarting) {
+  if (std::ifstream("/proc/driver/nvidia/version")) GTEST_SKIP() << "/proc gives the version here";
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {},
+                {"LD_LIBRARY_PATH=" + binDir() + "/tests/fake_nvml", "FAKE_NVML_INIT_MS=5000",
+                 "FAKE_NVML_VERSION=999.12.34"});
+  const auto begun = std::chrono::steady_clock::now();
+  const std::vector<int64_t> made = {21, 22, 23};
+  for (int64_t m : made) EXPECT_EQ(app.send("gemm " + std::to_string(m)), "ok");
+  std::vector<int64_t> seen;
+  std::string version;
+  for (int i = 0; i < 30 && seen != made; ++i) {  // ~0.2 s expected; NVML answers after 5 s
+    usleep(100'000);
+    seen.clear();
+    if (auto r = db::TraceReader::open(app.trace()); r.isOk()) {
+      version = (*r)->metaValue("driver_version");
+      if (auto gemms = (*r)->gemms(); gemms.isOk()) {
+        for (const auto& [seq, g] : *gemms) seen.push_back(g.m);
+      }
+    }
+  }
+  EXPECT_EQ(seen, made) << "the GEMMs were not committed while NVML was starting";
+  EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::milliseconds(4500));
+  EXPECT_EQ(version, "") << "NVML answered before the commits were checked: the test shows nothing";
+  ASSERT_EQ(kill(app.pid(), SIGKILL), 0);
+  app.wait();
 }
 
 // A running process whose trace stopped taking writes (here its file-size limit, 1 MiB) answers

@@ -233,6 +233,44 @@ TEST(TracerGpu, AFileSizeLimitStopsTheRecordingAndCuptiNotTheProgram) {
   EXPECT_LT((*counts)[db::EventKind::kGemm], 40000) << "the limit was never reached";
 }
 
+// A program that resets its device between cuBLASLt matmuls, recorded with CUPTI and without it
+// (as where another profiler holds it). With CUPTI, the context-teardown callback settles the
+// pending fingerprints and the matmuls after the reset get their own. Without it nothing would say
+// that the fingerprints' result memory is freed: they are off, said so, and the program lives.
+TEST(TracerGpu, ADeviceResetBetweenGemmsLeavesTheProgramWhole) {
+  DETRACE_REQUIRE_GPU();
+  for (bool cupti : {true, false}) {
+    SCOPED_TRACE(cupti ? "with CUPTI" : "without CUPTI");
+    testing::TempDir tmp;
+    std::string run = tmp.file("run"), out;
+    int rc = shell(fmt::format("{0}{1}/replay/detrace record -o {2} -- {1}/tests/tracer_gpu_app reset",
+                               cupti ? "" : "DETRACE_CUPTI_LIB=/nonexistent/libcupti.so ",
+                               DETRACE_BINARY_DIR, run),
+                   out);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_TRUE(contains(out, "tracer_gpu_app reset: done")) << out;
+    EXPECT_EQ(contains(out, "fingerprints are off"), !cupti) << out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+    auto gemms = (*reader)->gemms();
+    ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+    EXPECT_EQ(gemms->size(), 100u) << out;
+    auto fingerprints = (*reader)->allOperandFingerprints();
+    ASSERT_TRUE(fingerprints.isOk()) << fingerprints.status().message();
+    if (!cupti) {
+      EXPECT_TRUE(fingerprints->empty()) << fingerprints->size() << " fingerprints without CUPTI";
+      continue;
+    }
+    // Both contexts' matmuls have digests: the second context's reuse nothing of the first's.
+    std::set<int64_t> digested;
+    for (const db::Operand& o : *fingerprints) {
+      if (o.has_digest) digested.insert(o.seq);
+    }
+    EXPECT_TRUE(digested.count(gemms->front().first)) << out;
+    EXPECT_TRUE(digested.count(gemms->back().first)) << out;
+  }
+}
+
 TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   DETRACE_REQUIRE_GPU();
   checkRecordedApp(/*callbacks=*/false);

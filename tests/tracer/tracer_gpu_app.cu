@@ -7,12 +7,14 @@
 // all-reduce captured into CUDA graphs and replayed (graph_gpu_app.cuh, for gpu_graph_test.cc);
 // `tracer_gpu_app graph-threads DIR [serialized|switching]` launches one such graph from two threads.
 // `tracer_gpu_app threads` runs two threads at once, each on its own stream, alternating a plain
-// kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below).
+// kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
+// `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,7 +113,22 @@ int threadsMain(int rounds) {
   return rc[0] | rc[1];
 }
 
+// `tracer_gpu_app reset`: 50 rounds of threadBody on one thread, then cudaDeviceReset (the context
+// and every allocation in it freed, the tracer's fingerprint results among them), a pause longer
+// than the tracer's commit period, and 50 rounds more in the new context.
+int resetMain() {
+  for (int phase = 0; phase < 2; ++phase) {
+    std::atomic<int> ready{1};  // threadBody waits for a second thread: there is none
+    if (threadBody(0, 50, ready) != 0) return 1;
+    CK(cudaDeviceReset());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::printf("tracer_gpu_app reset: done\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "detrace/tracer/reorder_buffer.h"
-#include "fingerprinter.h"
 #include "log.h"
 #include "session.h"
 #include "signals.h"
@@ -32,12 +31,10 @@ std::atomic<bool> g_cupti_flusher{false};
 void commitOnce() {
   Session& s = Session::get();
   if (ReorderBuffer* rb = s.startedBuffer()) rb->poll(s.now());
-  Fingerprinter::get().poll();
   if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace could not be written", st.message().c_str());
 }
 
 void loopUntilStopped(CommitThread* c) {
-  Session::get().noteDriverVersion();  // may wait on NVML: here, not on a thread of the program's
   std::unique_lock lk(c->mu);
   while (!c->stop) {
     c->cv.wait_for(lk, kPeriod, [c] { return c->stop; });
@@ -65,8 +62,9 @@ void loop(CommitThread* c) {
 // finish, before the file is closed.
 void startCommitThread() noexcept {
   try {
-    // Started even when CUPTI's flusher already runs: it asks NVML first, then ends.
-    if (g_commit.load(std::memory_order_acquire) != nullptr) return;
+    if (g_commit.load(std::memory_order_acquire) != nullptr || g_cupti_flusher.load(std::memory_order_acquire)) {
+      return;
+    }
     auto* c = new CommitThread();
     {
       SignalsBlockedScope blocked;  // the program's signals stay with the program's threads
@@ -87,9 +85,8 @@ void stopCommitThread() noexcept {
       std::unique_lock m(c->mu);
       c->stop = true;
       c->cv.notify_all();
-      // A commit takes milliseconds; NVML's start (noteDriverVersion) may take seconds, which
-      // the program's exit does not wait for: the thread is then left to end by itself (what it
-      // writes to a closed writer is dropped).
+      // A commit takes milliseconds; one that takes longer (a stalled disk) is not waited for:
+      // the thread is then left to end by itself (what it writes to a closed writer is dropped).
       done = c->cv.wait_for(m, kStopWait, [c] { return c->done; });
     }
     if (!c->thread.joinable() || c->thread.get_id() == std::this_thread::get_id()) return;
@@ -107,6 +104,8 @@ void cuptiFlusherStarted() noexcept {
   g_cupti_flusher.store(true, std::memory_order_release);
   if (CommitThread* c = g_commit.load(std::memory_order_acquire)) c->cv.notify_all();
 }
+
+bool cuptiFlusherRuns() noexcept { return g_cupti_flusher.load(std::memory_order_acquire); }
 
 void resetCommitThreadAfterFork() noexcept {
   g_commit.store(nullptr, std::memory_order_relaxed);  // the parent's: its mutex may be held

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "detrace/kernels/digest.h"
+#include "commit_thread.h"
 #include "diag_timing.h"
 
 #include "fingerprinter_state.h"
@@ -483,7 +484,20 @@ bool Fingerprinter::enabled() const {
     }
     return Driver::get().ok;
   }();
-  return driver_ok && !state().disabled;
+  if (!driver_ok || state().disabled) return false;
+  // Without CUPTI (another profiler holds it, or it could not be loaded) no callback says when a
+  // context is destroyed, and the results of its digests (pinned memory of that context) would
+  // be read after they were freed: a crash of the program after a cudaDeviceReset.
+  if (!cuptiFlusherRuns()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      logLine("fingerprints are off: CUPTI is not set up in this process (see above), and without "
+              "its context-teardown callback their results could be read after their CUDA "
+              "context is destroyed; NCCL and cuBLAS calls are still recorded");
+    }
+    return false;
+  }
+  return true;
 }
 
 void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,

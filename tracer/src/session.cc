@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "commit_thread.h"
+#include "nvml_query.h"
 #include "control.h"
 #include "detrace/base/version.h"
 #include "deep.h"
@@ -123,8 +124,9 @@ std::string procDriverVersion() {
   return "";
 }
 
-// The same from NVML, opened and closed here only. nvmlInit may take seconds, so this runs on the
-// tracer's commit thread (Session::noteDriverVersion), never on one of the program's.
+// The same from NVML. nvmlInit may take seconds, so this runs on a thread of the tracer's
+// (nvml_query.h), never on one of the program's. The library stays loaded: the thread may still be
+// in it when the process exits, and an unload then would pull its code from under it.
 std::string nvmlDriverVersion() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) return "";
@@ -139,7 +141,6 @@ std::string nvmlDriverVersion() {
     if (version(text, sizeof text - 1) == 0) out = text;
     shutdown();
   }
-  dlclose(nvml);
   return out;
 }
 
@@ -192,6 +193,7 @@ void Session::resetAfterFork() {
   resetControlAfterFork();
   resetSignalsAfterFork();
   resetCommitThreadAfterFork();
+  resetNvmlAfterFork();
   Fingerprinter::resetAfterFork();
   g_session.store(new Session(), std::memory_order_release);
 }
@@ -286,8 +288,12 @@ void Session::writeMetadataLocked() {
   w.setMeta("graph_weights_every", std::to_string(policy_.graph_weights_every));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
   if (policy_.deep) w.setMeta("deep_window", windowText(policy_.deep_window));
-  // Without /proc's answer, the commit thread asks NVML (noteDriverVersion).
-  if (std::string v = procDriverVersion(); !v.empty()) w.setMeta("driver_version", v);
+  // Without /proc's answer, a thread of the tracer's asks NVML (nvml_query.h).
+  if (std::string v = procDriverVersion(); !v.empty()) {
+    w.setMeta("driver_version", v);
+  } else {
+    askNvmlForDriverVersion();
+  }
 
   using IntFn = int (*)(int*);
   if (auto f = reinterpret_cast<IntFn>(loadedSymbol("cudaRuntimeGetVersion", "libcudart"))) {
@@ -325,9 +331,9 @@ void Session::writeMetadataLocked() {
 
 void Session::noteDriverVersion() noexcept {
   try {
-    // writer_ was set before startLocked started the commit thread (this thread's creation
-    // orders the two); started_ is set only at the end of startLocked.
-    if (!writer_ || !procDriverVersion().empty()) return;
+    // writer_ was set before writeMetadataLocked started this thread (its creation orders the
+    // two); /proc was read there and gave nothing.
+    if (!writer_) return;
     if (std::string v = nvmlDriverVersion(); !v.empty()) writer_->setMeta("driver_version", v);
   } catch (...) {
   }
@@ -555,6 +561,7 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   std::lock_guard one_at_a_time(finish_mu_);
   stopControl();  // first: `detrace attach` must not start a capture into a closing file
   stopCommitThread();
+  waitForNvml();  // the driver's version, where /proc hides it: at most 1 s
   if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
   std::lock_guard lk(mu_);
   if (finished_ || !writer_) {

@@ -110,7 +110,7 @@ class Session {
   void setFlushHook(FlushHook hook) { flush_hook_.store(hook); }
 
   // Where /proc does not give the NVIDIA driver's version, asks NVML and records it (the trace's
-  // `driver_version`). nvmlInit may take seconds: called on the tracer's commit thread only.
+  // `driver_version`). nvmlInit may take seconds: called on nvml_query.cc's thread only.
   void noteDriverVersion() noexcept;
   // Re-reads the widest communicator and updates the trace's rank row.
   void updateRank();
