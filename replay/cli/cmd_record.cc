@@ -115,7 +115,7 @@ constexpr const char* kRecordFooter =
     "them.\n"
     "\n"
     "Exit status: the command's own exit status (128+N if signal N killed it); 2 if detrace could\n"
-    "not start it (the message says why). SIGINT/SIGTERM/SIGHUP sent to detrace go to the command.\n";
+    "not start it (the message says why). SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to detrace go to the command.\n";
 
 }  // namespace
 

@@ -37,7 +37,8 @@ constexpr const char* kReplayFooter =
     "  detrace replay runA --event 12 --impl ring,planted-racy --repeat 20\n"
     "  detrace replay bs1 --event 41 --pair bs64 --event-b 42\n\n"
     "Exit status: 0 the replay ran (whatever it found; --json has the findings), 2 error (no such\n"
-    "event, operands not captured, unsupported op).\n";
+    "event, operands not captured, unsupported op, or nothing ran: every implementation selected\n"
+    "was skipped).\n";
 
 struct ReplayCliOptions {
   std::string run;

@@ -56,18 +56,26 @@ TEST(Record, ChildSeesTheInjectionEnvironment) {
   EXPECT_NE(o.out.find("libdetrace_tracer.so] ["), std::string::npos) << o.out;
 }
 
-// The tracer settings README lists reach the recorded command; detrace's own (set from the
-// options) are not taken from the user's environment.
+// The tracer settings README lists reach the recorded command; those record sets from its options
+// are not taken from the user's environment, where a stale one would override the options.
 TEST(Record, UserTracerSettingsReachTheChild) {
   TempDir tmp;
   Output o = sh(fmt::format(
       "DETRACE_RECORDS_HOLD_MS=250 DETRACE_CAPTURE_STAGING_MB=8 DETRACE_GRAPH_RESULTS_MB=32 "
       "DETRACE_ZEROED_BUFFERS=0 DETRACE_DIAG_TIMING=1 DETRACE_WINDOW=steps:1:2 "
+      "DETRACE_EXIT_TIMEOUT_S=7 DETRACE_CONTROL=0 DETRACE_DIGEST_WIDE=deep DETRACE_PAUSED=1 "
+      "DETRACE_CAPTURE_OPS=gemm DETRACE_LAUNCH_CALLBACKS=1 CUDA_INJECTION64_PATH=/stale.so "
       "{} record -o {} -- /bin/sh -c 'echo \"[$DETRACE_RECORDS_HOLD_MS] [$DETRACE_CAPTURE_STAGING_MB] "
-      "[$DETRACE_GRAPH_RESULTS_MB] [$DETRACE_ZEROED_BUFFERS] [$DETRACE_DIAG_TIMING] [w=$DETRACE_WINDOW]\"'",
+      "[$DETRACE_GRAPH_RESULTS_MB] [$DETRACE_ZEROED_BUFFERS] [$DETRACE_DIAG_TIMING] [w=$DETRACE_WINDOW] "
+      "[$DETRACE_EXIT_TIMEOUT_S] [$DETRACE_CONTROL] [$DETRACE_DIGEST_WIDE] "
+      "[p=$DETRACE_PAUSED] [o=$DETRACE_CAPTURE_OPS] [l=$DETRACE_LAUNCH_CALLBACKS] "
+      "[i=$CUDA_INJECTION64_PATH]\"'",
       detrace(), tmp.file("run")));
   EXPECT_EQ(o.status, 0) << o.out;
-  EXPECT_NE(o.out.find("[250] [8] [32] [0] [1] [w=]"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[250] [8] [32] [0] [1] [w=] [7] [0] [deep] [p=] [o=] [l=]"), std::string::npos)
+      << o.out;
+  EXPECT_EQ(o.out.find("stale.so"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("libdetrace_tracer.so]"), std::string::npos) << o.out;
 }
 
 TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {

@@ -115,10 +115,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
       if (!old.empty()) preload += ":" + old;
       continue;
     }
-    if (key == "CUDA_INJECTION64_PATH" || key.rfind("DETRACE_", 0) == 0 || key == "NVTX_INJECTION64_PATH") {
-      if (isUserTracerSetting(key)) env.push_back(std::move(kv));  // the user's own settings
-      continue;  // the rest are detrace's to set (tracerEnvironment)
-    }
+    if (isSetByRecord(key)) continue;  // tracerEnvironment sets it from the options
     env.push_back(std::move(kv));
   }
   // Overhead diagnostics (bench_overhead --diag): DETRACE_DIAG_NO_PRELOAD=1 leaves the NCCL and
@@ -315,15 +312,14 @@ Status checkCaptureOptions(const RecordOptions& options) {
   return Status::ok();
 }
 
-bool isUserTracerSetting(std::string_view key) {
-  static constexpr std::string_view kSettings[] = {
-      "DETRACE_TRACER_LIB",     "DETRACE_CUPTI_LIB",       "DETRACE_STEP_PREFIX",
-      "DETRACE_REORDER_TIMEOUT_MS", "DETRACE_RECORDS_HOLD_MS", "DETRACE_ZEROED_BUFFERS",
-      "DETRACE_CAPTURE_STAGING_MB", "DETRACE_GRAPH_RESULTS_MB", "NVTX_INJECTION64_PATH"};
-  for (std::string_view s : kSettings) {
-    if (key == s) return true;
-  }
-  return key.rfind("DETRACE_DIAG_", 0) == 0;
+bool isSetByRecord(std::string_view key) {
+  static constexpr std::string_view kFromOptions[] = {
+      "CUDA_INJECTION64_PATH",     "DETRACE_OUT_DIR",         "DETRACE_QUEUE",
+      "DETRACE_CAPTURE",           "DETRACE_DIGEST",          "DETRACE_CAPTURE_OPS",
+      "DETRACE_CAPTURE_RANGE",     "DETRACE_MAX_CAPTURE_BYTES", "DETRACE_WINDOW",
+      "DETRACE_DEEP",              "DETRACE_PAUSED",          "DETRACE_LAUNCH_CALLBACKS",
+      "DETRACE_ROW_DIGESTS",       "DETRACE_GRAPH_WEIGHTS_EVERY"};
+  return std::find(std::begin(kFromOptions), std::end(kFromOptions), key) != std::end(kFromOptions);
 }
 
 std::vector<std::string> tracerEnvironment(const RecordOptions& options, const std::string& lib,

@@ -52,10 +52,11 @@ bool isRecordedEnvVar(const std::string& name);
 // anything: the error says what is accepted.
 Status checkCaptureOptions(const RecordOptions& options);
 
-// Whether a variable of the user's environment that configures the tracer (README, "Environment
-// honoured") goes through to the recorded command as it is; detrace sets the other DETRACE_*
-// variables itself from the options, and CUDA_INJECTION64_PATH.
-bool isUserTracerSetting(std::string_view key);
+// Whether `record` sets this variable itself (from its options: DETRACE_CAPTURE, DETRACE_WINDOW,
+// ...; and CUDA_INJECTION64_PATH), so that the user's environment's value is not passed on: a
+// stale one must not change what the options ask for. Every other variable, the tracer's other
+// settings among them (README, "Environment honoured"), reaches the recorded command as it is.
+bool isSetByRecord(std::string_view key);
 
 // The variables that configure the tracer in the recorded processes (DETRACE_*, and the
 // injection paths), given the tracer library and the absolute run directory.
