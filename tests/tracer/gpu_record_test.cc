@@ -271,6 +271,27 @@ TEST(TracerGpu, ADeviceResetBetweenGemmsLeavesTheProgramWhole) {
   }
 }
 
+// GEMMs called from a thread on which no context is current when the call begins (its first CUDA
+// work) get every operand's fingerprint, taken after the call: inputs too, not only the output.
+TEST(TracerGpu, GemmsOfAThreadsFirstCudaWorkHaveTheirInputsFingerprinted) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordApp(tmp, "", " fresh-thread", /*callbacks=*/false, reader));
+  auto gemms = reader->gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  ASSERT_EQ(gemms->size(), 3u);
+  for (const auto& [seq, g] : *gemms) {
+    auto operands = reader->operands(seq);
+    ASSERT_TRUE(operands.isOk()) << operands.status().message();
+    std::set<std::string> digested;
+    for (const db::Operand& o : *operands) {
+      if (o.has_digest) digested.insert(reader->str(o.name));
+    }
+    EXPECT_EQ(digested, (std::set<std::string>{"A", "B", "D"})) << "GEMM at event " << seq;  // C is D
+  }
+}
+
 TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   DETRACE_REQUIRE_GPU();
   checkRecordedApp(/*callbacks=*/false);

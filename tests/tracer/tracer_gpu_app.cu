@@ -8,7 +8,8 @@
 // `tracer_gpu_app graph-threads DIR [serialized|switching]` launches one such graph from two threads.
 // `tracer_gpu_app threads` runs two threads at once, each on its own stream, alternating a plain
 // kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
-// `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain).
+// `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
+// `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -113,6 +114,42 @@ int threadsMain(int rounds) {
   return rc[0] | rc[1];
 }
 
+// `tracer_gpu_app fresh-thread`: three 128x128x128 fp32 cuBLASLt matmuls made by a thread whose
+// first CUDA work they are (no context is current on it when the first call begins; cuBLASLt's
+// runtime makes the primary context current inside the call). Everything else is set up on the
+// main thread.
+int freshThreadMain() {
+  const int m = 128, n = m * m;
+  CK(cudaFree(nullptr));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  float *A, *B, *D;
+  CK(cudaMalloc(&A, n * sizeof(float)));
+  CK(cudaMalloc(&B, n * sizeof(float)));
+  CK(cudaMalloc(&D, n * sizeof(float)));
+  fill_kernel<<<n / 256, 256, 0, s>>>(A, n, 13, 0.5f, 0.0f);
+  fill_kernel<<<n / 256, 256, 0, s>>>(B, n, 7, 0.25f, 0.0f);
+  cublasLtHandle_t lt;
+  CK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasLtMatrixLayout_t l;
+  CK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, m, m, m));
+  CK(cudaStreamSynchronize(s));
+  int rc = 0;
+  std::thread t([&] {
+    float alpha = 1.0f, beta = 0.0f;
+    for (int r = 0; r < 3 && rc == 0; ++r) {
+      rc = static_cast<int>(cublasLtMatmul(lt, desc, &alpha, A, l, B, l, &beta, D, l, D, l, nullptr,
+                                           nullptr, 0, s));
+    }
+  });
+  t.join();
+  CK(cudaStreamSynchronize(s));
+  std::printf("tracer_gpu_app fresh-thread: %s\n", rc == 0 ? "done" : "failed");
+  return rc;
+}
+
 // `tracer_gpu_app reset`: 50 rounds of threadBody on one thread, then cudaDeviceReset (the context
 // and every allocation in it freed, the tracer's fingerprint results among them), a pause longer
 // than the tracer's commit period, and 50 rounds more in the new context.
@@ -129,6 +166,7 @@ int resetMain() {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
+  if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";

@@ -738,13 +738,18 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
       return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     if (specs.empty() || !Fingerprinter::get().enabled()) return plan;
-    // No context current on this thread (the driver may be loaded but never initialized): no
-    // digest can be taken (enqueueSpecs finds no context), and the stream is not asked about. A
-    // driver that was never initialized may read the handle as a stream object and crash on it.
+    // No context current on this thread (the driver may be loaded but never initialized, or the
+    // call is this thread's first CUDA work, whose runtime makes the context current inside the
+    // call): no digest can be taken before the call (enqueueSpecs finds no context), and the
+    // stream is not asked about. A driver that was never initialized may read the handle as a
+    // stream object and crash on it. So every operand is digested after the call, where its
+    // outputs leave its inputs as they were; the enqueue then asks for the context first, and
+    // for the stream's capture (whose digests after the call need graph node ids).
     const Driver& d = Driver::get();
     CUcontext ctx = nullptr;
     if (d.ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
       plan.captured = true;  // the enqueues ask again, context first
+      plan.all_after = allowed && !outputsMayChangeInputs(specs) && graphNodeIdsUsable();
       return plan;
     }
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
