@@ -63,43 +63,63 @@ __global__ void thread1_kernel(float* x, int n) {
   if (i < n) x[i] += 3.0f;
 }
 
-// One of threadsMain's threads: `rounds` times a plain kernel, then a 128x128x128 fp32 matmul,
-// on a stream of its own. Both threads start together so that their calls interleave.
+// A 128x128x128 fp32 cuBLASLt matmul D = A B on a stream of its own, A and B filled with exact
+// patterns: what threadBody and freshThreadMain repeat.
+struct Matmul128 {
+  static constexpr int m = 128, n = m * m;
+  cudaStream_t s = nullptr;
+  float *A = nullptr, *B = nullptr, *D = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t l = nullptr;
+
+  int create() {
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc(&A, n * sizeof(float)));
+    CK(cudaMalloc(&B, n * sizeof(float)));
+    CK(cudaMalloc(&D, n * sizeof(float)));
+    fill_kernel<<<n / 256, 256, 0, s>>>(A, n, 13, 0.5f, 0.0f);
+    fill_kernel<<<n / 256, 256, 0, s>>>(B, n, 7, 0.25f, 0.0f);
+    CK(cublasLtCreate(&lt));
+    CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, m, m, m));
+    CK(cudaStreamSynchronize(s));
+    return 0;
+  }
+  int run() {
+    float alpha = 1.0f, beta = 0.0f;
+    CK(cublasLtMatmul(lt, desc, &alpha, A, l, B, l, &beta, D, l, D, l, nullptr, nullptr, 0, s));
+    return 0;
+  }
+  int destroy() {
+    CK(cudaStreamSynchronize(s));
+    CK(cublasLtMatrixLayoutDestroy(l));
+    CK(cublasLtMatmulDescDestroy(desc));
+    CK(cublasLtDestroy(lt));
+    return 0;
+  }
+};
+
+// One of threadsMain's threads: `rounds` times a plain kernel, then a Matmul128, on a stream of
+// its own. Both threads start together so that their calls interleave.
 int threadBody(int which, int rounds, std::atomic<int>& ready) {
-  const int m = 128, n = m * m;
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  float *A, *B, *D, *x;
-  CK(cudaMalloc(&A, n * sizeof(float)));
-  CK(cudaMalloc(&B, n * sizeof(float)));
-  CK(cudaMalloc(&D, n * sizeof(float)));
+  Matmul128 mm;
+  if (mm.create() != 0) return 1;
+  const int n = Matmul128::n;
+  float* x;
   CK(cudaMalloc(&x, n * sizeof(float)));
-  fill_kernel<<<n / 256, 256, 0, s>>>(A, n, 13, 0.5f, 0.0f);
-  fill_kernel<<<n / 256, 256, 0, s>>>(B, n, 7, 0.25f, 0.0f);
-  cublasLtHandle_t lt;
-  CK(cublasLtCreate(&lt));
-  cublasLtMatmulDesc_t desc;
-  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasLtMatrixLayout_t l;
-  CK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, m, m, m));
-  CK(cudaStreamSynchronize(s));
   ready.fetch_add(1);
   while (ready.load() < 2) {
   }
-  float alpha = 1.0f, beta = 0.0f;
   for (int r = 0; r < rounds; ++r) {
     if (which == 0) {
-      thread0_kernel<<<n / 256, 256, 0, s>>>(x, n);
+      thread0_kernel<<<n / 256, 256, 0, mm.s>>>(x, n);
     } else {
-      thread1_kernel<<<n / 256, 256, 0, s>>>(x, n);
+      thread1_kernel<<<n / 256, 256, 0, mm.s>>>(x, n);
     }
-    CK(cublasLtMatmul(lt, desc, &alpha, A, l, B, l, &beta, D, l, D, l, nullptr, nullptr, 0, s));
+    if (mm.run() != 0) return 1;
   }
-  CK(cudaStreamSynchronize(s));
-  CK(cublasLtMatrixLayoutDestroy(l));
-  CK(cublasLtMatmulDescDestroy(desc));
-  CK(cublasLtDestroy(lt));
-  return 0;
+  return mm.destroy();
 }
 
 int threadsMain(int rounds) {
@@ -114,38 +134,19 @@ int threadsMain(int rounds) {
   return rc[0] | rc[1];
 }
 
-// `tracer_gpu_app fresh-thread`: three 128x128x128 fp32 cuBLASLt matmuls made by a thread whose
-// first CUDA work they are (no context is current on it when the first call begins; cuBLASLt's
-// runtime makes the primary context current inside the call). Everything else is set up on the
-// main thread.
+// `tracer_gpu_app fresh-thread`: three Matmul128 runs made by a thread whose first CUDA work they
+// are (no context is current on it when the first call begins; cuBLASLt's runtime makes the
+// primary context current inside the call). Everything else is set up on the main thread.
 int freshThreadMain() {
-  const int m = 128, n = m * m;
   CK(cudaFree(nullptr));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  float *A, *B, *D;
-  CK(cudaMalloc(&A, n * sizeof(float)));
-  CK(cudaMalloc(&B, n * sizeof(float)));
-  CK(cudaMalloc(&D, n * sizeof(float)));
-  fill_kernel<<<n / 256, 256, 0, s>>>(A, n, 13, 0.5f, 0.0f);
-  fill_kernel<<<n / 256, 256, 0, s>>>(B, n, 7, 0.25f, 0.0f);
-  cublasLtHandle_t lt;
-  CK(cublasLtCreate(&lt));
-  cublasLtMatmulDesc_t desc;
-  CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasLtMatrixLayout_t l;
-  CK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, m, m, m));
-  CK(cudaStreamSynchronize(s));
+  Matmul128 mm;
+  if (mm.create() != 0) return 1;
   int rc = 0;
   std::thread t([&] {
-    float alpha = 1.0f, beta = 0.0f;
-    for (int r = 0; r < 3 && rc == 0; ++r) {
-      rc = static_cast<int>(cublasLtMatmul(lt, desc, &alpha, A, l, B, l, &beta, D, l, D, l, nullptr,
-                                           nullptr, 0, s));
-    }
+    for (int r = 0; r < 3 && rc == 0; ++r) rc = mm.run();
   });
   t.join();
-  CK(cudaStreamSynchronize(s));
+  rc |= mm.destroy();
   std::printf("tracer_gpu_app fresh-thread: %s\n", rc == 0 ? "done" : "failed");
   return rc;
 }
