@@ -1,5 +1,5 @@
 // `detrace record` when the trace cannot be written to the end: the process's file-size limit
-// (`ulimit -f`) and a full disk (a 1 MiB tmpfs in a private mount namespace). The recorded program
+// (`ulimit -f`) and a full disk (a 2 MiB tmpfs in a private mount namespace). The recorded program
 // must run to its end, unharmed: a write past the file-size limit raises SIGXFSZ, whose default
 // action would end it. The log says why recording stopped, the file keeps every call committed
 // before, in order, and `detrace record` and `detrace info` say the file was not finished.
@@ -94,9 +94,10 @@ TEST(WriteFailure, AFileSizeLimitTooSmallForATraceLeavesTheProgramUnrecordedNotE
   EXPECT_NE(o.out.find("file-size limit"), std::string::npos) << o.out;
 }
 
-// A real full disk (ENOSPC): a 1 MiB tmpfs mounted in a private mount namespace (`unshare -rm`),
-// which goes away with the shell, so the run is copied out before. Skipped where this machine does
-// not allow user namespaces.
+// A real full disk (ENOSPC): a 2 MiB tmpfs mounted in a private mount namespace (`unshare -rm`),
+// which goes away with the shell, so the run is copied out before. About 12000 of the 20000 calls
+// fit (1 MiB held the first 4000 only, and a first commit delayed on a loaded machine found it
+// full already). Skipped where this machine does not allow user namespaces.
 TEST(WriteFailure, AFullDiskStopsTheRecordingNotTheProgram) {
   if (testing::runShell("unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt'").status != 0) {
     GTEST_SKIP() << "no private mount namespace here (unshare -rm with a tmpfs mount failed)";
@@ -107,7 +108,7 @@ TEST(WriteFailure, AFullDiskStopsTheRecordingNotTheProgram) {
   std::filesystem::create_directories(copy);
   const std::string pipeline = callBursts(fmt::format("{} record -o {}/run --", detrace(), disk));
   Output o = testing::runShell(fmt::format(
-      "unshare -rm sh -c 'mount -t tmpfs -o size=1m tmpfs {} && {{ {}; }}; rc=$?; cp {}/run/proc-* {}/; exit $rc'",
+      "unshare -rm sh -c 'mount -t tmpfs -o size=2m tmpfs {} && {{ {}; }}; rc=$?; cp {}/run/proc-* {}/; exit $rc'",
       disk, pipeline, disk, copy));
   expectProgramUnharmed(o, "the disk is full");
   EXPECT_NE(o.out.find("the manifest keeps the start's values"), std::string::npos) << o.out.substr(0, 2000);
