@@ -80,7 +80,8 @@ Status notCaptured(const db::Run& run, db::TraceReader& r, int32_t rank, int64_t
   std::string why;
   if (level == "full") {
     why = "the run was recorded with --capture full, but these bytes were not copied (outside "
-          "--capture-ops/--capture-range, or over --max-capture-bytes)";
+          "--capture-ops/--capture-range, over --max-capture-bytes, or in a process where CUPTI "
+          "did not start: its stderr said that fingerprints are off)";
   } else if (!level.empty()) {
     why = fmt::format("the run was recorded with --capture {}, which keeps fingerprints only", level);
   } else {

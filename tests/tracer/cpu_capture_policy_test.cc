@@ -139,6 +139,19 @@ TEST(CapturePolicy, ReadsTheEnvironmentAndReportsBadValues) {
   EXPECT_EQ(p.window.unit, RecordWindow::Unit::kOps);
   EXPECT_TRUE(p.isStep("Step 3"));
   EXPECT_FALSE(p.isStep("layer 3"));
+
+  // A misspelt list, set by hand: a problem, and no op's operands copied (not every op's).
+  setenv("DETRACE_CAPTURE", "full", 1);
+  setenv("DETRACE_CAPTURE_OPS", "gemm,AllReduse", 1);
+  std::vector<std::string> typo_problems;
+  CapturePolicy typo = CapturePolicy::fromEnvironment(typo_problems);
+  unsetenv("DETRACE_CAPTURE");
+  unsetenv("DETRACE_CAPTURE_OPS");
+  ASSERT_EQ(typo_problems.size(), 1u);
+  EXPECT_NE(typo_problems[0].find("copying no operands"), std::string::npos) << typo_problems[0];
+  EXPECT_NE(typo_problems[0].find("did you mean AllReduce?"), std::string::npos) << typo_problems[0];
+  EXPECT_FALSE(typo.capturesOp(0, true, "cublasLtMatmul"));
+  EXPECT_FALSE(typo.capturesOp(0, false, "AllReduce"));
 }
 
 // --row-digests: tokens (the default) or all, read back from DETRACE_ROW_DIGESTS; anything else

@@ -406,19 +406,21 @@ std::optional<DiagRun> recordDiag(TempDir& tmp, const std::string& command) {
 // wrappers then ask nothing of the stream handles they are given. The H200 machine's driver,
 // asked whether the fake app's made-up stream 0x1234 was capturing, crashed the app (SIGSEGV);
 // the preloaded fake driver aborts where it did. The fake must count as a driver (the tracer
-// does not log that it found none), else the test would prove nothing.
+// does not log that it found none), and fingerprints must be on although no CUPTI runs here
+// (DETRACE_DIAG_FINGERPRINTS_WITHOUT_CUPTI=1), else the test would prove nothing.
 TEST(RecordSeam, GemmsWithTheDriverLoadedButNoContextAskNothingOfTheirStreams) {
   TempDir tmp;
   const std::string run = tmp.file("run");
   Output o = sh(fmt::format(
-      "{} record -o {} -- /bin/sh -c 'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" "
-      "exec {}/tests/cublas_seam_app'",
+      "DETRACE_DIAG_FINGERPRINTS_WITHOUT_CUPTI=1 {} record -o {} -- /bin/sh -c "
+      "'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec {}/tests/cublas_seam_app'",
       detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
   ASSERT_EQ(o.status, 0) << o.out;
   EXPECT_EQ(o.out.find("fake_cuda_uninit"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("entry points were not found"), std::string::npos)
       << "the fake driver was not taken for one:\n"
       << o.out;
+  EXPECT_EQ(o.out.find("fingerprints are off"), std::string::npos) << o.out;
   auto reader = testing::openOnlyRank(run);
   ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
   auto gemms = (*reader)->gemms();

@@ -303,7 +303,13 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
     p.level = CaptureLevel::kMeta;
   }
   if (const char* v = env("DETRACE_CAPTURE_OPS")) {
-    if (auto f = parseOpFilter(v); f.isOk()) p.ops = *f; else note(f.status());
+    if (auto f = parseOpFilter(v); f.isOk()) {
+      p.ops = *f;
+    } else {  // a misspelt list copies nothing, rather than every op (the default)
+      note(f.status().withContext("copying no operands"));
+      p.ops = OpFilter{};
+      p.ops.by_kind = true;  // no kind and no name: nothing matches
+    }
   }
   if (const char* v = env("DETRACE_CAPTURE_RANGE")) {
     if (auto r = parseIndexRange(v); r.isOk()) p.op_range = *r; else note(r.status());
