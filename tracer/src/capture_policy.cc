@@ -4,12 +4,13 @@
 #include <strings.h>
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+
+#include "detrace/db/records.h"
 
 namespace detrace::tracer {
 namespace {
@@ -28,11 +29,20 @@ std::string trim(const std::string& s) {
 // The names --capture-ops selects ops by: a collective's op (db::collOpName; an annotated
 // collective's too, whatever its own name) and the entry points whose GEMMs cublas_wrappers.cc
 // records (the `api` it passes to recordLibraryOp).
-constexpr std::array<std::string_view, 13> kOpNames = {
-    "AllReduce",      "ReduceScatter", "AllGather",    "Broadcast",
-    "Reduce",         "Send",          "Recv",         "AllToAll",
-    "cublasLtMatmul", "cublasGemmEx",  "cublasGemmStridedBatchedEx",
-    "cublasSgemm",    "cublasSgemmStridedBatched"};
+const std::vector<std::string>& opNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (auto op = static_cast<int32_t>(db::CollOp::kAllReduce); op <= static_cast<int32_t>(db::CollOp::kAllToAll); ++op) {
+      v.emplace_back(db::collOpName(static_cast<db::CollOp>(op)));
+    }
+    for (const char* api : {"cublasLtMatmul", "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm",
+                            "cublasSgemmStridedBatched"}) {
+      v.emplace_back(api);
+    }
+    return v;
+  }();
+  return names;
+}
 
 size_t editDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -51,25 +61,24 @@ size_t editDistance(std::string_view a, std::string_view b) {
 
 // Whether `item` (lower case) is all or part of a name ops are selected by.
 bool namesAnOp(const std::string& item) {
-  return std::any_of(kOpNames.begin(), kOpNames.end(), [&](std::string_view n) {
-    return lower(std::string(n)).find(item) != std::string::npos;
-  });
+  return std::any_of(opNames().begin(), opNames().end(),
+                     [&](const std::string& n) { return lower(n).find(item) != std::string::npos; });
 }
 
 // " (did you mean X?)" for the name nearest a misspelt `item`, "" when none is near.
 std::string nearestOpName(const std::string& item) {
-  std::string_view best;
+  std::string best;
   size_t best_distance = std::max<size_t>(2, item.size() / 3) + 1;
-  for (std::string_view n : kOpNames) {
-    size_t d = editDistance(item, lower(std::string(n)));
+  for (const std::string& n : opNames()) {
+    size_t d = editDistance(item, lower(n));
     if (d < best_distance) best = n, best_distance = d;
   }
-  return best.empty() ? "" : " (did you mean " + std::string(best) + "?)";
+  return best.empty() ? "" : " (did you mean " + best + "?)";
 }
 
 std::string opNameList() {
   std::string list;
-  for (std::string_view n : kOpNames) list += (list.empty() ? "" : ", ") + std::string(n);
+  for (const std::string& n : opNames()) list += (list.empty() ? "" : ", ") + n;
   return list;
 }
 
