@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -306,6 +307,38 @@ TEST(TracerGpu, AResetThatCannotWaitForTheDrainerStopsFingerprintsNotTheProgram)
   std::string info;
   EXPECT_EQ(shell(fmt::format("{}/replay/detrace info {}", DETRACE_BINARY_DIR, run), info), 0) << info;
   EXPECT_TRUE(contains(info, "stopped fingerprinting when a CUDA context was destroyed")) << info;
+}
+
+// A program that holds CUPTI itself (a profiler subscribed before its first CUDA call): the
+// tracer says so, records its GEMMs through the LD_PRELOAD layer (committed by the tracer's own
+// commit thread, beside the program's CUPTI), and records no kernels and no fingerprints.
+TEST(TracerGpu, AProgramThatHoldsCuptiIsRecordedWithoutKernels) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app "
+                             "held-cupti {2}",
+                             DETRACE_BINARY_DIR, run, DETRACE_TEST_CUPTI_LIB),
+                 out);
+  EXPECT_EQ(rc, 0) << out;
+  ASSERT_TRUE(contains(out, "the program's cuptiSubscribe returned 0")) << out;
+  EXPECT_TRUE(contains(out, "tracer_gpu_app held-cupti: done")) << out;
+  EXPECT_TRUE(contains(out, "another profiler (nsys, ncu, torch.profiler, ...) holds CUPTI")) << out;
+  EXPECT_TRUE(contains(out, "fingerprints are off")) << out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+  auto gemms = (*reader)->gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  EXPECT_EQ(gemms->size(), 50u) << out;
+  for (const auto& [seq, g] : *gemms) {
+    EXPECT_EQ(std::make_tuple(g.m, g.n, g.k), std::make_tuple(128, 128, 128)) << "GEMM at event " << seq;
+  }
+  auto counts = (*reader)->countsByKind();
+  ASSERT_TRUE(counts.isOk()) << counts.status().message();
+  EXPECT_EQ((*counts)[db::EventKind::kKernel], 0) << "kernels recorded without CUPTI";
+  auto fingerprints = (*reader)->allOperandFingerprints();
+  ASSERT_TRUE(fingerprints.isOk()) << fingerprints.status().message();
+  EXPECT_TRUE(fingerprints->empty()) << fingerprints->size() << " fingerprints without CUPTI";
 }
 
 // GEMMs called from a thread on which no context is current when the call begins (its first CUDA

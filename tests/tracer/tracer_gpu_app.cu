@@ -10,10 +10,13 @@
 // kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
 // `tracer_gpu_app reset` and `reset-late` do the same on one thread around a cudaDeviceReset
 // (resetMain);
-// `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them.
+// `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
+// `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+
+#include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
@@ -168,7 +171,31 @@ int resetMain(bool late) {
   return 0;
 }
 
+// `tracer_gpu_app held-cupti LIBCUPTI`: subscribes to CUPTI itself before any CUDA call, as a
+// profiler in the program would, and keeps it; then 50 rounds of threadBody. The tracer, loaded
+// when the driver starts, then finds CUPTI taken. Declared here from CUPTI's documented
+// signatures: the program links no CUPTI, it loads the one the tracer would.
+int heldCuptiMain(const char* libcupti) {
+  using Callback = void (*)(void*, int, uint32_t, const void*);
+  using Subscribe = int (*)(void**, Callback, void*);
+  void* lib = dlopen(libcupti, RTLD_NOW | RTLD_GLOBAL);
+  auto subscribe = lib != nullptr ? reinterpret_cast<Subscribe>(dlsym(lib, "cuptiSubscribe")) : nullptr;
+  if (subscribe == nullptr) {
+    std::fprintf(stderr, "tracer_gpu_app held-cupti: cannot load %s: %s\n", libcupti, dlerror());
+    return 1;
+  }
+  void* subscriber = nullptr;
+  const int r = subscribe(&subscriber, [](void*, int, uint32_t, const void*) {}, nullptr);
+  std::printf("tracer_gpu_app held-cupti: the program's cuptiSubscribe returned %d\n", r);
+  std::fflush(stdout);
+  std::atomic<int> ready{1};
+  const int rc = threadBody(0, 50, ready);
+  std::printf("tracer_gpu_app held-cupti: %s\n", rc == 0 ? "done" : "failed");
+  return rc;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "held-cupti") == 0) return heldCuptiMain(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain(false);
   if (argc >= 2 && std::strcmp(argv[1], "reset-late") == 0) return resetMain(true);
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
