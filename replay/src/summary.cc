@@ -215,12 +215,6 @@ std::string formatSummary(const RunSummary& s) {
           "record fewer details (e.g. --capture digest) or raise --queue",
           r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
     }
-    if (stat(r, "fingerprints_stopped_at_context_teardown") > 0) {
-      out += fmt::format(
-          "\nwarning: rank {} stopped fingerprinting when a CUDA context was destroyed while the "
-          "tracer was waiting on the driver (its log says when); ops after that have no digests",
-          r.info.rank);
-    }
   }
   if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned) {
     out += "\n";

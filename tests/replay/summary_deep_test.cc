@@ -91,23 +91,5 @@ TEST(SummaryDeep, RunsWithoutADeepWindowSayNothingOfIt) {
   EXPECT_EQ(text.find("deep"), std::string::npos) << text;
 }
 
-// Fingerprints that stopped at a context's teardown (the tracer could not wait for its drainer,
-// Fingerprinter::forgetContext) are a warning; a run that wrote its fingerprints has none.
-TEST(SummaryDeep, WarnsWhenFingerprintsStoppedAtAContextsTeardown) {
-  testing::TempDir dir, clean;
-  testing::Rng rng;
-  const int64_t written = rng.range(1, 100000);
-  writeRank(dir.file("proc-42.dtrace"),
-            {{"fingerprints_written", written}, {"fingerprints_stopped_at_context_teardown", 1}},
-            false);
-  std::string text = info(dir.path().string());
-  EXPECT_NE(text.find("warning: rank 0 stopped fingerprinting when a CUDA context was destroyed"),
-            std::string::npos)
-      << text;
-  writeRank(clean.file("proc-42.dtrace"), {{"fingerprints_written", written}}, false);
-  std::string clean_text = info(clean.path().string());
-  EXPECT_EQ(clean_text.find("warning"), std::string::npos) << clean_text;
-}
-
 }  // namespace
 }  // namespace detrace

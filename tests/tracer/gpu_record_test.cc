@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -271,42 +270,6 @@ TEST(TracerGpu, ADeviceResetBetweenGemmsLeavesTheProgramWhole) {
     EXPECT_TRUE(digested.count(gemms->front().first)) << out;
     EXPECT_TRUE(digested.count(gemms->back().first)) << out;
   }
-}
-
-// A context's teardown that cannot wait for the tracer's drainer (made to stall inside its poll,
-// as one stuck in a driver call would) gives fingerprints up after a bounded wait: the program
-// runs on and ends normally, the drainer reads nothing of the freed context when it resumes, and
-// the trace and `detrace info` say that fingerprints stopped.
-TEST(TracerGpu, AResetThatCannotWaitForTheDrainerStopsFingerprintsNotTheProgram) {
-  DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  std::string run = tmp.file("run"), out;
-  const auto t0 = std::chrono::steady_clock::now();
-  int rc = shell(fmt::format("DETRACE_DIAG_DRAINER_STALL_MS=3000 {0}/replay/detrace record -o {1} -- "
-                             "{0}/tests/tracer_gpu_app reset-late",
-                             DETRACE_BINARY_DIR, run),
-                 out);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(rc, 0) << out;
-  EXPECT_TRUE(contains(out, "tracer_gpu_app reset: done")) << out;
-  EXPECT_TRUE(contains(out, "fingerprints stop: a CUDA context was destroyed")) << out;
-  EXPECT_LT(seconds, 30) << out;
-  auto reader = testing::openOnlyRank(run);
-  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
-  auto gemms = (*reader)->gemms();
-  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
-  EXPECT_EQ(gemms->size(), 100u) << out;
-  auto stats = (*reader)->stats();
-  ASSERT_TRUE(stats.isOk()) << stats.status().message();
-  EXPECT_EQ((*stats)["fingerprints_stopped_at_context_teardown"], 1) << out;
-  auto fingerprints = (*reader)->allOperandFingerprints();
-  ASSERT_TRUE(fingerprints.isOk()) << fingerprints.status().message();
-  for (const db::Operand& o : *fingerprints) {  // the second context's GEMMs come after the stop
-    EXPECT_LT(o.seq, gemms->at(50).first) << "a digest after fingerprints stopped";
-  }
-  std::string info;
-  EXPECT_EQ(shell(fmt::format("{}/replay/detrace info {}", DETRACE_BINARY_DIR, run), info), 0) << info;
-  EXPECT_TRUE(contains(info, "stopped fingerprinting when a CUDA context was destroyed")) << info;
 }
 
 // A program that holds CUPTI itself (a profiler subscribed before its first CUDA call): the

@@ -8,8 +8,7 @@
 // `tracer_gpu_app graph-threads DIR [serialized|switching]` launches one such graph from two threads.
 // `tracer_gpu_app threads` runs two threads at once, each on its own stream, alternating a plain
 // kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
-// `tracer_gpu_app reset` and `reset-late` do the same on one thread around a cudaDeviceReset
-// (resetMain);
+// `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
 // `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
 // `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would.
 #include <cublasLt.h>
@@ -157,13 +156,11 @@ int freshThreadMain() {
 
 // `tracer_gpu_app reset`: 50 rounds of threadBody on one thread, then cudaDeviceReset (the context
 // and every allocation in it freed, the tracer's fingerprint results among them), a pause longer
-// than the tracer's commit period, and 50 rounds more in the new context. `reset-late` pauses as
-// long before each reset too, so that the tracer's flusher polls the results first.
-int resetMain(bool late) {
+// than the tracer's commit period, and 50 rounds more in the new context.
+int resetMain() {
   for (int phase = 0; phase < 2; ++phase) {
     std::atomic<int> ready{1};  // threadBody waits for a second thread: there is none
     if (threadBody(0, 50, ready) != 0) return 1;
-    if (late) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     CK(cudaDeviceReset());
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
@@ -196,8 +193,7 @@ int heldCuptiMain(const char* libcupti) {
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "held-cupti") == 0) return heldCuptiMain(argv[2]);
-  if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain(false);
-  if (argc >= 2 && std::strcmp(argv[1], "reset-late") == 0) return resetMain(true);
+  if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {

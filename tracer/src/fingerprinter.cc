@@ -5,9 +5,8 @@
 #include "fingerprinter.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <chrono>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -44,9 +43,6 @@ constexpr size_t kMaxPendingParams = 1u << 16;  // deep launches' parameters awa
 constexpr size_t kMaxPendingParamBytes = size_t{64} << 20;
 constexpr int kDeepWaitSpins = 3000;            // enqueueDeep(): 3000 x 1 ms at most for room
 constexpr int kPollSpinsAtExit = 200;         // finish(): 200 x 10 ms at most
-// forgetContext(): how long a context's teardown waits for the drainer (a poll holds it for
-// well under a millisecond per batch of 32 results).
-constexpr std::chrono::milliseconds kTeardownDrainWait{1000};
 
 }  // namespace
 
@@ -102,11 +98,7 @@ CUresult resultsLanded(const Pending& p) {
     std::atomic_thread_fence(std::memory_order_acquire);  // the digests, after the signal
     return CUDA_SUCCESS;
   }
-  const CUresult r = Driver::get().event_query(p.event);
-  // The drainer may have waited in that call while a teardown gave up on it (forgetContext):
-  // the context, and the results, may be gone.
-  if (state().gave_up.load(std::memory_order_acquire)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  return r;
+  return Driver::get().event_query(p.event);
 }
 }  // namespace
 
@@ -140,8 +132,7 @@ State& state() {
 }
 
 Context* State::contextLocked(CUcontext c) {
-  if (gave_up.load(std::memory_order_acquire)) return nullptr;
-  if (Context* known = knownLocked(c)) return known;
+  if (auto it = contexts.find(c); it != contexts.end()) return it->second.get();
   const Driver& d = Driver::get();
   auto cx = std::make_unique<Context>();
   cx->ctx = c;
@@ -401,7 +392,6 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop
   };
   for (size_t handled = 0; !pending.empty(); ++handled) {
     if (handled == budget) return true;
-    if (gave_up.load(std::memory_order_acquire)) return false;  // no result memory is read
     Pending& p = pending.front();
     if (p.replay) {  // a graph launch's digests (graph_fingerprints.cc)
       makeCurrent(p.ctx->ctx);
@@ -494,7 +484,7 @@ bool Fingerprinter::enabled() const {
     }
     return Driver::get().ok;
   }();
-  if (!driver_ok || state().disabled || state().gave_up.load(std::memory_order_relaxed)) return false;
+  if (!driver_ok || state().disabled) return false;
   // Without CUPTI (another profiler holds it, or it could not be loaded) no callback says when a
   // context is destroyed, and the results of its digests (pinned memory of that context) would
   // be read after they were freed: a crash of the program after a cudaDeviceReset.
@@ -534,7 +524,8 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     };
     nanosleep(&ts, nullptr);
     lk.lock();
-    if (knownLocked(ctx) != cx) return;  // the context went away
+    auto it = contexts.find(ctx);
+    if (it == contexts.end() || it->second.get() != cx) return;  // the context went away
   }
   // Only --capture full marks ops for copies (a look in the marks takes their lock).
   bool copy = Session::get().policy().level == CaptureLevel::kFull && marked.has(token);
@@ -834,27 +825,10 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
   try {
     State& s = state();
     db::TraceWriter* w = Session::get().startedWriter();
-    {
-      std::lock_guard lk(s.mu);
-      if (s.knownLocked(ctx) == nullptr) return;  // no digest of it: nothing to wait for
-    }
-    // No event query of this context's may be running unlocked. The drainer makes driver calls
-    // on this context (event queries, cuCtxSetCurrent) while it holds drain_mu; this runs in
-    // CUPTI's callback inside the program's cuCtxDestroy or cudaDeviceReset. Should the driver
-    // make those calls wait for the teardown, an unbounded wait here would hang the program: the
-    // wait is bounded, and past it fingerprints end for the process.
-    std::unique_lock drain(s.drain_mu, std::defer_lock);
-    if (!drain.try_lock_for(fp::kTeardownDrainWait)) {
-      s.gave_up.store(true, std::memory_order_release);
-      logLine("fingerprints stop: a CUDA context was destroyed while the tracer's drainer was "
-              "inside a driver call for %lld ms; its results, and all fingerprints from now on, "
-              "are not recorded",
-              static_cast<long long>(fp::kTeardownDrainWait.count()));
-      return;
-    }
+    std::lock_guard drain(s.drain_mu);  // no event query of this context's is running unlocked
     std::lock_guard lk(s.mu);
     auto it = s.contexts.find(ctx);
-    if (it == s.contexts.end() || s.gave_up.load(std::memory_order_acquire)) return;
+    if (it == s.contexts.end()) return;
     Context* cx = it->second.get();
     {
       RelaxedCaptureScope relaxed;  // the program's own thread: its mode is given back below
@@ -1029,23 +1003,6 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
   }
 }
 
-// DETRACE_DIAG_DRAINER_STALL_MS: the first poll that finds results pending sleeps this long (at
-// most 10 s) after its event queries, holding drain_mu, as a drainer stuck in a driver call
-// would: for the test of a context teardown that cannot wait for it (forgetContext).
-void diagStallOnce(State& s) {
-  static const long long ms = [] {
-    const char* v = std::getenv("DETRACE_DIAG_DRAINER_STALL_MS");
-    return v != nullptr && *v != '\0' ? std::clamp(std::atoll(v), 0ll, 10'000ll) : 0ll;
-  }();
-  static std::atomic<bool> stalled{false};
-  if (ms == 0 || stalled.load(std::memory_order_relaxed)) return;
-  {
-    std::lock_guard lk(s.mu);
-    if (s.pending.empty()) return;
-  }
-  if (!stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 }  // namespace
 
 void Fingerprinter::poll() noexcept {
@@ -1071,12 +1028,7 @@ void Fingerprinter::poll() noexcept {
     ready.reserve(kBatch);
     for (size_t round = 0; round <= 2 * (budget / kBatch + 1); ++round) {
       if (w != nullptr) s.drainAwaitingLocked(false, w);  // drain_mu guards `awaiting`
-      if (s.gave_up.load(std::memory_order_acquire)) return;
       queryHeadEvents(s, kBatch);
-      diagStallOnce(s);
-      // A teardown may have given up on this drainer while it was inside a driver call: the
-      // result memory of that context may be gone.
-      if (s.gave_up.load(std::memory_order_acquire)) return;
       bool more = false;
       {
         std::lock_guard lk(s.mu);
@@ -1097,8 +1049,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
   try {
     State& s = state();
     std::lock_guard drain(s.drain_mu);
-    const bool gave_up = s.gave_up.load(std::memory_order_acquire);  // no result memory is read
-    for (int i = 0; i < fp::kPollSpinsAtExit && !gave_up; ++i) {
+    for (int i = 0; i < fp::kPollSpinsAtExit; ++i) {
       if (finishAbandoned()) return;  // the process is tearing CUDA down: no more event queries
       {
         std::lock_guard lk(s.mu);
@@ -1112,15 +1063,10 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     }
     if (finishAbandoned()) return;
     std::lock_guard lk(s.mu);
-    if (gave_up) {
-      s.lost += static_cast<int64_t>(s.pending.size());
-    } else {
-      s.drainLocked(true, w);
-    }
+    s.drainLocked(true, w);
     if (w == nullptr) return;
     w->addStat("fingerprints_written", s.written);
     w->addStat("fingerprints_lost", s.lost);
-    if (gave_up) w->addStat("fingerprints_stopped_at_context_teardown", 1);
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);

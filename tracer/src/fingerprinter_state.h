@@ -11,7 +11,6 @@
 // and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -320,19 +319,9 @@ struct PendingParams {
 
 class State {
  public:
-  std::timed_mutex drain_mu;  // before mu: see the note at the top
+  std::mutex drain_mu;  // before mu: see the note at the top
   std::mutex mu;
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
-  // Set when a context's teardown could not wait for the drainer (Fingerprinter::forgetContext):
-  // that context's memory may be freed while `contexts` still holds it, so from then on no
-  // result memory is read and no context is looked up again. Fingerprints end for the process.
-  std::atomic<bool> gave_up{false};
-  // The tracer's bookkeeping of `c`, or nullptr: not known, or gave_up. Under mu.
-  Context* knownLocked(CUcontext c) const {
-    if (gave_up.load(std::memory_order_acquire)) return nullptr;
-    auto it = contexts.find(c);
-    return it == contexts.end() ? nullptr : it->second.get();
-  }
   std::deque<Pending> pending;
   std::deque<PendingParams> pending_params;
   size_t pending_params_bytes = 0;

@@ -245,9 +245,9 @@ LastOp& lastOp() {
 bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
                           const std::vector<OperandSpec>& specs, bool inputs, const CallNodes* nodes) {
   const Driver& d = Driver::get();
-  Context* known = knownLocked(ctx);  // made now it would allocate during the capture: not here
-  if (d.capture_info == nullptr || known == nullptr) return false;
-  Context& cx = *known;
+  auto cit = contexts.find(ctx);  // made now it would allocate during the capture: not here
+  if (d.capture_info == nullptr || cit == contexts.end()) return false;
+  Context& cx = *cit->second;
   if (cx.graph_pool == 0 || cx.graph_broken) return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
@@ -439,8 +439,7 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
   }
   CUresult q = Driver::get().event_query(r.event);
   if (q == CUDA_ERROR_NOT_READY && !final) return ReplayStep::kWait;
-  // A teardown gave up waiting for the drainer while it was in that call: the results may be gone.
-  if (q != CUDA_SUCCESS || gave_up.load(std::memory_order_acquire)) {
+  if (q != CUDA_SUCCESS) {
     r.leak = true;  // the graph may still be writing
     ++graph_replays_lost;
     return ReplayStep::kWritten;
@@ -584,7 +583,9 @@ class ExecContextScope {
 
 // Whether the executable graph's context is still the tracer's (not destroyed meanwhile).
 bool contextAliveLocked(State& s, const fp::Context* cx) {
-  return cx != nullptr && s.knownLocked(cx->ctx) == cx;
+  if (cx == nullptr) return false;
+  auto alive = s.contexts.find(cx->ctx);
+  return alive != s.contexts.end() && alive->second.get() == cx;
 }
 
 // No launch of these graphs gets results any more: one ran, or may have run, unordered against
