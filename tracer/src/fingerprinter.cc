@@ -844,6 +844,9 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
         if (!p.failed && p.done && p.seq >= 0 && w != nullptr) {
           (void)w->appendOperand(fp::toOperand(p, *w));
           ++s.written;
+        } else if (!p.failed && p.done && p.seq == db::kUnset && w != nullptr && s.awaitLocked(p, *w)) {
+          // Its op is not placed yet (placement by correlation id holds ops for ~0.5 s): the
+          // results are read out now, while their memory lives, and written once it is.
         } else {
           ++s.lost;
         }
