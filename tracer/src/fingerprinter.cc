@@ -825,7 +825,12 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
   try {
     State& s = state();
     db::TraceWriter* w = Session::get().startedWriter();
-    std::lock_guard drain(s.drain_mu);  // no event query of this context's is running unlocked
+    // No event query of this context's is running unlocked. The drainer holds drain_mu across
+    // driver calls on this context; waiting for it here, inside the driver's teardown, would hang
+    // if the driver made those calls wait for the teardown. It does not (bench/tracer/
+    // cupti_teardown_probe, H100, driver 580: cuCtxSetCurrent and cuEventQuery on the dying
+    // context, and allocations and launches in another, return within 3 ms inside the callback).
+    std::lock_guard drain(s.drain_mu);
     std::lock_guard lk(s.mu);
     auto it = s.contexts.find(ctx);
     if (it == s.contexts.end()) return;
