@@ -821,6 +821,34 @@ thread_local int64_t t_last_row_bytes = 0;
 int64_t lastGemmRowBytes() { return t_last_row_bytes; }
 void setLastGemmRowBytes(int64_t bytes) { t_last_row_bytes = bytes; }
 
+namespace {
+
+// One of a dying context's entries, whose results must be read now, while their memory lives:
+// written, parked in `awaiting` until its op is placed (placement by correlation id holds ops for
+// ~0.5 s), or counted lost. Look-back verdicts hold: a dropped token is not written, and a held
+// one cannot wait for its window any more. Never throws (an entry left half-handled would be read
+// after the context is gone). Under drain_mu and mu.
+void settleForTeardownLocked(State& s, Pending& p, db::TraceWriter* w) noexcept {
+  try {
+    if (!p.failed && !p.done) p.done = fp::resultsLanded(p) == CUDA_SUCCESS;
+    if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
+    if (s.dropped.count(p.token) != 0) {
+      ++s.lookback_dropped;
+    } else if (p.failed || !p.done || w == nullptr || s.held.count(p.token) != 0) {
+      ++s.lost;
+    } else if (p.seq >= 0) {
+      (void)w->appendOperand(fp::toOperand(p, *w));
+      ++s.written;
+    } else if (p.seq != db::kUnset || !s.awaitLocked(p, *w)) {  // kSeqDropped, kSeqForgotten, full
+      ++s.lost;
+    }
+  } catch (...) {
+    ++s.lost;
+  }
+}
+
+}  // namespace
+
 void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
   try {
     State& s = state();
@@ -844,17 +872,7 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
           --s.pending_replays;
           continue;
         }
-        if (!p.failed && !p.done) p.done = fp::resultsLanded(p) == CUDA_SUCCESS;
-        if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
-        if (!p.failed && p.done && p.seq >= 0 && w != nullptr) {
-          (void)w->appendOperand(fp::toOperand(p, *w));
-          ++s.written;
-        } else if (!p.failed && p.done && p.seq == db::kUnset && w != nullptr && s.awaitLocked(p, *w)) {
-          // Its op is not placed yet (placement by correlation id holds ops for ~0.5 s): the
-          // results are read out now, while their memory lives, and written once it is.
-        } else {
-          ++s.lost;
-        }
+        settleForTeardownLocked(s, p, w);
       }
     }
     std::erase_if(s.pending, [cx](const Pending& p) { return p.ctx == cx; });
