@@ -825,16 +825,16 @@ namespace {
 
 // One of a dying context's entries, whose results must be read now, while their memory lives:
 // written, parked in `awaiting` until its op is placed (placement by correlation id holds ops for
-// ~0.5 s), or counted lost. Look-back verdicts hold: a dropped token is not written, and a held
-// one cannot wait for its window any more. Never throws (an entry left half-handled would be read
-// after the context is gone). Under drain_mu and mu.
+// ~0.5 s), or counted lost. Look-back verdicts are final here, as at exit (drainLocked): a held
+// token cannot wait for its window any more and is dropped. Never throws (an entry left
+// half-handled would be read after the context is gone). Under drain_mu and mu.
 void settleForTeardownLocked(State& s, Pending& p, db::TraceWriter* w) noexcept {
   try {
     if (!p.failed && !p.done) p.done = fp::resultsLanded(p) == CUDA_SUCCESS;
     if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
-    if (s.dropped.count(p.token) != 0) {
+    if (s.verdictLocked(p.token, /*final=*/true) == State::Verdict::kDrop) {
       ++s.lookback_dropped;
-    } else if (p.failed || !p.done || w == nullptr || s.held.count(p.token) != 0) {
+    } else if (p.failed || !p.done || w == nullptr) {
       ++s.lost;
     } else if (p.seq >= 0) {
       (void)w->appendOperand(fp::toOperand(p, *w));
