@@ -19,6 +19,7 @@
 #include "detrace/db/schema.h"
 #include "file_size_signal.h"
 #include "row_codec.h"
+#include "sqlite_fd_guard.h"
 #include "sqlite_util.h"
 #include "write_failure.h"
 #include "zstd_util.h"
@@ -61,9 +62,26 @@ std::string upsertSql(const TableDef& table) {
 
 constexpr int64_t kPageBytes = 16384;  // PRAGMA page_size below
 
+// The trace's descriptors, if the program closed one (sqlite_fd_guard.h): an error that says so.
+// `db_path` is SQLite's name for the file; "" before it was opened.
+Status descriptorsIntact(const std::string& db_path) {
+  if (db_path.empty()) return Status::ok();
+  std::vector<LostFd> lost;
+  try {
+    lost = lostTraceFds(db_path);
+  } catch (...) {  // out of memory: asked again before the next batch
+    return Status::ok();
+  }
+  if (lost.empty()) return Status::ok();
+  return makeError(ErrorCode::kIo, "{}", describeLostFds(lost));
+}
+
 // A failed write, explained where the system can say why (write_failure.h). The failing write was
 // at most a page and its WAL frame header past the end of the file or of its WAL.
-Status explainWriteFailure(Status st, const std::string& path) {
+Status explainWriteFailure(Status st, const std::string& path, const std::string& db_path) {
+  if (Status fds = descriptorsIntact(db_path); !fds.isOk()) {
+    return makeError(ErrorCode::kIo, "{}: {}", st.message(), fds.message());
+  }
   if (st.code() != ErrorCode::kIo || st.message().find("disk is full") != std::string::npos) return st;
   const std::string cause = writeFailureCause({path, path + "-wal"}, 2 * (kPageBytes + 24));
   return cause.empty() ? st : makeError(ErrorCode::kIo, "{}: {}", st.message(), cause);
@@ -100,6 +118,7 @@ class TraceWriter::Impl {
   void run();
   Status writeBatch(Batch& batch);
   Status writeBatchNoThrow(Batch& batch) noexcept;
+  Status checkedWriteBatch(Batch& batch) noexcept;
   Status writeEvents(const std::vector<Event>& events);
   Status writeStats(const std::map<std::string, int64_t>& stats);
   Status writeCold(ColdRecord& record);
@@ -107,6 +126,7 @@ class TraceWriter::Impl {
   std::map<std::string, int64_t> statsSnapshotLocked(const WriterCounters& c) const;
 
   const std::string path_;
+  std::string db_path_;  // SQLite's name for it (absolute), which its descriptors are known by
   const WriterOptions options_;
   const size_t batch_trigger_;  // queued events that wake the writer before flush_interval
   DbHandle db_;
@@ -150,15 +170,17 @@ Status TraceWriter::Impl::open() {
     }
     for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
   }
-  return explainWriteFailure(createFile(), path_);
+  return explainWriteFailure(createFile(), path_, db_path_);
 }
 
 Status TraceWriter::Impl::createFile() {
+  installSqliteFdGuard();  // the file's descriptors, kept from a program that closes them
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path_.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   db_.reset(raw);
   if (rc != SQLITE_OK) return sqliteStatus(raw, rc, fmt::format("creating {}", path_));
+  if (const char* name = sqlite3_db_filename(raw, "main"); name != nullptr) db_path_ = name;
   // Page size first (fixed once the file has content), then WAL. A committed transaction
   // survives the process being killed at any point: the kernel holds the written pages. With
   // synchronous=OFF the writer never waits for fsync (it cost ~15% of throughput); only a power
@@ -348,11 +370,11 @@ void TraceWriter::Impl::run() {
     }
     lk.unlock();
 
-    Status st = failed ? Status::ok() : writeBatchNoThrow(batch);
+    Status st = failed ? Status::ok() : checkedWriteBatch(batch);
 
     lk.lock();
     if (failed || !st.isOk()) {
-      if (error_.isOk()) failLocked(explainWriteFailure(std::move(st), path_));
+      if (error_.isOk()) failLocked(std::move(st));
       counters_.events_dropped += n_events;
       counters_.operands_dropped += n_operands;
       counters_.launch_params_dropped += n_params;
@@ -369,6 +391,23 @@ void TraceWriter::Impl::run() {
     cv_done_.notify_all();
     cv_space_.notify_all();
     if (closing && events_.empty() && cold_.empty()) return;
+  }
+}
+
+// A batch written, or why not. A descriptor the program closed fails the batch before SQLite
+// writes through its number.
+Status TraceWriter::Impl::checkedWriteBatch(Batch& batch) noexcept {
+  try {
+    if (Status fds = descriptorsIntact(db_path_); !fds.isOk()) return fds;
+  } catch (...) {  // out of memory for the message: an error all the same
+    return Status(ErrorCode::kIo, std::string());
+  }
+  Status st = writeBatchNoThrow(batch);
+  if (st.isOk()) return st;
+  try {
+    return explainWriteFailure(std::move(st), path_, db_path_);
+  } catch (...) {
+    return Status(ErrorCode::kIo, "a write failed (out of memory to say why)");
   }
 }
 
@@ -543,11 +582,14 @@ Status TraceWriter::Impl::close() {
   std::lock_guard lk(mu_);
   closed_ = true;
   if (db_ && error_.isOk()) {
+    if (Status fds = descriptorsIntact(db_path_); !fds.isOk()) failLocked(std::move(fds));
+  }
+  if (db_ && error_.isOk()) {
     // Drops counted after the last batch was taken are not in the file yet.
     Status st = step(kBegin, "BEGIN");
     if (st.isOk()) st = writeStats(statsSnapshotLocked(counters_));
     if (st.isOk()) st = step(kCommit, "COMMIT");
-    if (!st.isOk()) failLocked(explainWriteFailure(st, path_));
+    if (!st.isOk()) failLocked(explainWriteFailure(st, path_, db_path_));
   }
   for (auto& s : stmts_) s.reset();
   if (db_ && error_.isOk()) {
@@ -555,7 +597,7 @@ Status TraceWriter::Impl::close() {
     // self-contained file and readers (read-only) never create -wal/-shm files beside it.
     Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
     if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
-    if (!st.isOk()) failLocked(explainWriteFailure(st, path_));
+    if (!st.isOk()) failLocked(explainWriteFailure(st, path_, db_path_));
   }
   db_.reset();
   return error_;
