@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -287,6 +289,85 @@ TEST(ControlServer, ReplacesAStaleSocketButNotALiveOne) {
   ASSERT_FALSE(second.isOk());
   EXPECT_NE(second.status().message().find("in use"), std::string::npos);
   EXPECT_TRUE(fs::exists(path)) << "the live server's socket is untouched";
+}
+
+// The descriptor of this process that names the Unix socket bound at `path` (/proc/net/unix gives
+// the socket's inode), or -1.
+int socketFdOf(const std::string& path) {
+  std::ifstream table("/proc/net/unix");
+  std::string line, inode;
+  while (std::getline(table, line)) {
+    if (line.size() > path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0) {
+      std::istringstream fields(line);
+      std::string field;
+      for (int i = 0; i < 7 && fields >> field; ++i) {
+      }
+      inode = field;  // Num RefCount Protocol Flags Type St Inode Path
+    }
+  }
+  if (inode.empty()) return -1;
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(entry.path(), ec).string() == "socket:[" + inode + "]") {
+      return std::stoi(entry.path().filename().string());
+    }
+  }
+  return -1;
+}
+
+int listenAt(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 4) != 0) return -1;
+  return fd;
+}
+
+int connectTo(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  return fd;
+}
+
+// A program that closes the control socket's descriptor and listens on the same number itself:
+// the server must never accept the program's connections, nor close its socket.
+TEST(ControlServer, NeverAcceptsOnASocketThatTheProgramPutOnItsNumber) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  const int number = socketFdOf((*server)->path());
+  ASSERT_GE(number, 0) << "the server's socket was not found in /proc/self/fd";
+
+  const std::string theirs_path = f.tmp.file("program.sock");
+  int theirs = listenAt(theirs_path);
+  ASSERT_GE(theirs, 0);
+  ASSERT_EQ(dup2(theirs, number), number);
+  ::close(theirs);
+  int their_client = connectTo(theirs_path);  // waits in the program's backlog
+  int ours = connectTo((*server)->path());     // wakes the server's poll if it still sleeps
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto said = [&] {
+    std::lock_guard lk(f.mu);
+    return !f.log.empty();
+  };
+  while (!said() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    std::lock_guard lk(f.mu);
+    ASSERT_EQ(f.log.size(), 1u);
+    EXPECT_NE(f.log[0].find("closed the control socket"), std::string::npos) << f.log[0];
+    EXPECT_TRUE(f.seen.empty());
+  }
+  int accepted = ::accept4(number, nullptr, nullptr, SOCK_CLOEXEC);
+  EXPECT_GE(accepted, 0) << "the program's connection was taken: " << std::strerror(errno);
+  (*server)->stop();
+  EXPECT_NE(fcntl(number, F_GETFD), -1) << "the program's socket was closed";
+  for (int fd : {accepted, their_client, ours, number}) ::close(fd);
 }
 
 // ---------------------------------------------------------------- the attach client

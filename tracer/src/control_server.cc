@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "detrace/base/held_fd.h"
 #include "detrace/base/scoped.h"
 
 #include "log.h"
@@ -34,6 +35,8 @@ int64_t monotonicMs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1'000'000;
 }
+
+constexpr int kPollMs = 1000;
 
 Result<sockaddr_un> unixAddress(const std::string& path) {
   sockaddr_un addr{};
@@ -72,8 +75,9 @@ class ControlServer::Impl {
  public:
   ControlServerOptions opts;
   std::string path;
-  ScopedFd listen_fd;
-  ScopedFd wake_rd, wake_wr;  // stop() writes a byte to end the thread's poll
+  // Held (held_fd.h): the program may close them, or open its own sockets on their numbers.
+  HeldFd listen_fd;
+  HeldFd wake_rd, wake_wr;  // stop() writes a byte to end the thread's poll
   std::thread thread;
   std::atomic<bool> stopped{false};
   std::mutex exit_mu;  // the thread's end, for a bounded stop()
@@ -100,7 +104,7 @@ class ControlServer::Impl {
 
   Status bindSocket() {
     DETRACE_ASSIGN_OR_RETURN(sockaddr_un addr, unixAddress(path));
-    listen_fd = ScopedFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    listen_fd = HeldFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!listen_fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
@@ -123,8 +127,8 @@ class ControlServer::Impl {
       ::unlink(path.c_str());
       return makeError(ErrorCode::kIo, "pipe: {}", std::strerror(errno));
     }
-    wake_rd = ScopedFd(fds[0]);
-    wake_wr = ScopedFd(fds[1]);
+    wake_rd = HeldFd(fds[0]);
+    wake_wr = HeldFd(fds[1]);
     return Status::ok();
   }
 
@@ -181,19 +185,33 @@ class ControlServer::Impl {
     sendAll(fd, control::formatReply(reply));
   }
 
+  // False, once said, if the program closed the socket or the wake pipe (their numbers may name
+  // its own files now, which the thread must never accept on or read).
+  bool descriptorsIntact() const {
+    if (listen_fd.intact() && wake_rd.intact()) return true;
+    log("the program closed the control socket's descriptors; `detrace attach` can no longer "
+        "reach this process (the recording goes on)");
+    return false;
+  }
+
   void loop() {
     // The host's signals must go to the host's own threads, never to this one.
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
     while (!stopped.load(std::memory_order_acquire)) {
+      if (!descriptorsIntact()) return;
       pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      int r = ::poll(p, 2, -1);
+      // A second at most: the thread looks at `stopped` and its descriptors again even when the
+      // program closed the wake pipe, so stop() always ends it.
+      int r = ::poll(p, 2, kPollMs);
       if (r < 0) {
         if (errno == EINTR) continue;
         log(std::string("control socket stopped: poll: ") + std::strerror(errno));
         return;
       }
+      if (stopped.load(std::memory_order_acquire) || !descriptorsIntact()) return;
+      if (r == 0) continue;
       if (p[1].revents != 0) return;
       if ((p[0].revents & POLLIN) == 0) continue;
       ScopedFd client(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -239,7 +257,7 @@ void ControlServer::stop() { (void)stop(std::chrono::milliseconds::max()); }
 
 bool ControlServer::stop(std::chrono::milliseconds limit) {
   if (!impl_ || impl_->stopped.exchange(true)) return true;
-  if (impl_->wake_wr) {
+  if (impl_->wake_wr.intact()) {
     char b = 1;
     ssize_t ignored = ::write(impl_->wake_wr.get(), &b, 1);
     (void)ignored;
