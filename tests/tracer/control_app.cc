@@ -5,6 +5,8 @@
 //   call N        one ncclAllReduce of N elements (N identifies the call in the trace)  -> "ok"
 //   gemm M        one cublasSgemm_v2 of M x 1 x 1 (fake cuBLAS; M identifies it)        -> "ok"
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
+//   take-fds PATH as a daemon might: opens PATH and puts it on every descriptor above stderr
+//                 (the tracer's included), closing what was there                        -> "ok N"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
 // "sigint" and the program goes on (--own-sigint-once: a one-shot handler, SA_RESETHAND, so a
@@ -18,8 +20,12 @@
 #include <cublas_api.h>
 #include <nccl.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <vector>
 
 namespace {
 
@@ -63,6 +69,23 @@ bool readLine(std::string& line) {
   }
 }
 
+// Opens `path` and dup2()s it onto every open descriptor above stderr; returns how many.
+int takeDescriptors(const char* path) {
+  std::vector<int> fds;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      int fd = std::atoi(e->d_name);
+      if (fd > 2 && fd != dirfd(d)) fds.push_back(fd);
+    }
+    closedir(d);
+  }
+  int theirs = open(path, O_RDWR | O_CLOEXEC);
+  if (theirs < 0) return -1;
+  int taken = 0;
+  for (int fd : fds) taken += fd != theirs && dup2(theirs, fd) == fd;
+  return taken;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +121,8 @@ int main(int argc, char** argv) {
     } else if (line == "handle-term") {
       install(SIGTERM, onSigterm);
       say("ok");
+    } else if (line.rfind("take-fds ", 0) == 0) {
+      say(("ok " + std::to_string(takeDescriptors(line.c_str() + 9))).c_str());
     } else if (line == "exit") {
       break;
     } else {

@@ -412,6 +412,56 @@ TEST(Signals, AHandlerTheProgramInstallsLaterWins) {
   EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
 }
 
+// A program that, mid-recording, puts a file of its own on every descriptor above stderr (as a
+// daemon closing what it did not open and reopening its log might): the tracer's trace file,
+// WAL, control socket and signal socket are all replaced. Nothing may reach the program's file,
+// its signals must still reach its handler, and the calls committed before stay in the trace.
+TEST(Signals, AProgramThatTakesTheTracersDescriptorsKeepsItsFileAndItsSignals) {
+  TempDir tmp;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string theirs = tmp.file("program.log");
+  std::string content;
+  for (int i = 0; i < 8192; ++i) content.push_back(static_cast<char>('a' + rng.range(0, 25)));
+  std::ofstream(theirs, std::ios::binary) << content;
+
+  TracedApp app(tmp, /*paused=*/false, {"--own-sigint"});
+  for (int c : {1, 2, 3}) app.call(c);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);  // the program's handler; the tracer commits meanwhile
+  EXPECT_EQ(app.line(), "sigint");
+  std::vector<int64_t> committed;
+  for (int i = 0; i < 50 && committed.size() < 3; ++i) {
+    usleep(100'000);
+    if (auto r = db::TraceReader::open(app.trace()); r.isOk()) {
+      if (auto colls = (*r)->collectives(); colls.isOk()) {
+        committed.clear();
+        for (const auto& [seq, c] : *colls) committed.push_back(c.count);
+      }
+    }
+  }
+  ASSERT_EQ(committed, (std::vector<int64_t>{1, 2, 3}));
+
+  const std::string taken = app.send("take-fds " + theirs);
+  ASSERT_EQ(taken.rfind("ok ", 0), 0u) << taken;
+  EXPECT_GE(std::stoi(taken.substr(3)), 5) << "expected the trace, its WAL and shm, and two sockets";
+  for (int c : {4, 5}) app.call(c);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "sigint") << "the signal no longer reached the program's handler";
+  app.call(6);
+  app.send("exit");
+  int status = app.wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  std::ifstream in(theirs, std::ios::binary);
+  const std::string after{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  EXPECT_TRUE(after == content) << "the program's file was written through a stale number ("
+                                << after.size() << " bytes, was " << content.size() << ")";
+  std::vector<int64_t> kept = recordedCounts(app.trace());
+  ASSERT_GE(kept.size(), 3u);
+  EXPECT_EQ(std::vector<int64_t>(kept.begin(), kept.begin() + 3), (std::vector<int64_t>{1, 2, 3}));
+}
+
 TEST(Signals, SigtermWhilePausedLeavesNoTraceAndDies) {
   TempDir tmp;
   TracedApp app(tmp, /*paused=*/true);

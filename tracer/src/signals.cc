@@ -1,6 +1,6 @@
 // Committing the trace on SIGTERM, SIGINT and SIGHUP. See signals.h for the design.
 //
-// Everything the handler touches is async-signal-safe: lock-free atomics, getpid, write,
+// Everything the handler touches is async-signal-safe: lock-free atomics, getpid, fstat, send,
 // sigaction, raise and the program's own handler.
 #include "signals.h"
 
@@ -16,10 +16,12 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cuda.h>
 
+#include "detrace/base/held_fd.h"
 #include "log.h"
 #include "next_symbol.h"
 #include "session.h"
@@ -29,19 +31,21 @@ namespace {
 
 constexpr int kSignals[] = {SIGTERM, SIGINT, SIGHUP};
 constexpr size_t kCount = std::size(kSignals);
-constexpr int kCommitOnly = 0x100;  // or'ed into the signal number sent through the pipe
+constexpr int kCommitOnly = 0x100;  // or'ed into the signal number sent to the thread
 constexpr auto kFinishTimeout = std::chrono::seconds(5);
 
 struct sigaction g_old[kCount];  // the program's actions, saved at install
-std::atomic<int> g_pipe_wr{-1};  // the thread's pipe (write end)
-std::atomic<pid_t> g_owner{0};   // the process whose thread reads that pipe
+std::atomic<int> g_handler_fd{-1};  // the thread's socket (the handler's end)
+std::atomic<uint64_t> g_handler_dev{0}, g_handler_ino{0};  // what g_handler_fd names (set before it)
+std::atomic<pid_t> g_owner{0};   // the process whose thread reads that socket
 std::atomic<bool> g_terminating{false};
 std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
 std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
 std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
 bool g_installed = false;
 
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free &&
+                  std::atomic<uint64_t>::is_always_lock_free,
               "the signal handler needs lock-free atomics");
 
 int indexOf(int sig) {
@@ -69,10 +73,17 @@ void dieBySignal(int sig) {
   pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
 }
 
+FdIdentity handlerEnd() {
+  return FdIdentity{g_handler_dev.load(std::memory_order_relaxed), g_handler_ino.load(std::memory_order_relaxed)};
+}
+
+// False when there is no thread to tell: none in this process, the program closed our end (its
+// number may name the program's own file now), or the thread's end is gone (EPIPE).
 bool notifyThread(int value) {
-  int fd = g_pipe_wr.load(std::memory_order_acquire);
+  int fd = g_handler_fd.load(std::memory_order_acquire);
   if (fd < 0 || g_owner.load(std::memory_order_acquire) != getpid()) return false;
-  return write(fd, &value, sizeof value) == static_cast<ssize_t>(sizeof value);
+  if (!fdNames(fd, handlerEnd())) return false;
+  return send(fd, &value, sizeof value, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof value);
 }
 
 void onSignal(int sig, siginfo_t* info, void* context) {
@@ -163,8 +174,11 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
 
 namespace {
 
-void flushLoop(int rd) {
+void flushLoop(int rd, FdIdentity rd_id) {
   for (;;) {
+    // The program may have closed our end and opened a file of its own on the number: never read
+    // the program's data. Ending closes nothing; the handler's sends then fail (EPIPE).
+    if (!fdNames(rd, rd_id)) return;
     int value = 0;
     ssize_t n = read(rd, &value, sizeof value);
     if (n < 0 && errno == EINTR) continue;
@@ -180,16 +194,18 @@ void flushLoop(int rd) {
   }
 }
 
-// A pipe and the thread that reads it (created with every signal blocked).
+// A socket pair and the thread that reads one end (created with every signal blocked). The
+// handler's sends are non-blocking (MSG_DONTWAIT): it never waits on a full socket.
 bool armThread() {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return false;
-  int flags = fcntl(fds[1], F_GETFL);
-  fcntl(fds[1], F_SETFL, flags | O_NONBLOCK);  // the handler must never block on a full pipe
-  bool ok = true;
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
+  fds[0] = moveFdHigh(fds[0]);
+  fds[1] = moveFdHigh(fds[1]);
+  std::optional<FdIdentity> rd_id = fdIdentity(fds[0]), wr_id = fdIdentity(fds[1]);
+  bool ok = rd_id && wr_id;
   try {
     SignalsBlockedScope blocked;
-    std::thread(flushLoop, fds[0]).detach();
+    if (ok) std::thread(flushLoop, fds[0], *rd_id).detach();
   } catch (...) {
     ok = false;
   }
@@ -199,7 +215,9 @@ bool armThread() {
     return false;
   }
   g_owner.store(getpid(), std::memory_order_release);
-  g_pipe_wr.store(fds[1], std::memory_order_release);
+  g_handler_dev.store(wr_id->dev, std::memory_order_relaxed);
+  g_handler_ino.store(wr_id->ino, std::memory_order_relaxed);
+  g_handler_fd.store(fds[1], std::memory_order_release);
   return true;
 }
 
@@ -242,8 +260,9 @@ void installSignalHandlers() noexcept {
 
 void resetSignalsAfterFork() noexcept {
   g_mu = new std::mutex;  // the parent's may have been held by a thread that is gone here
-  int fd = g_pipe_wr.exchange(-1);
-  if (fd >= 0) close(fd);  // the parent's pipe: a signal in the child must never reach it
+  int fd = g_handler_fd.exchange(-1);
+  // The parent's socket: a signal in the child must never reach it. Closed only if still ours.
+  if (fd >= 0 && fdNames(fd, handlerEnd())) close(fd);
   g_owner.store(0);
   g_terminating.store(false);
   g_abandoned.store(false);  // the parent's finish, not this process's

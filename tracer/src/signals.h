@@ -7,9 +7,13 @@
 //  - installSignalHandlers() runs when recording starts. For each signal it saves the program's
 //    current action; a signal the program ignores (SIG_IGN, e.g. SIGHUP under nohup) is left
 //    alone.
-//  - The handler does only async-signal-safe work: it writes the signal number to a pipe. A
-//    dedicated thread (all signals blocked) reads it and does the SQLite work, which may not run
-//    in a signal handler.
+//  - The handler does only async-signal-safe work: it sends the signal number over a socket pair
+//    (MSG_NOSIGNAL: never a SIGPIPE when its reader is gone). A dedicated thread (all signals
+//    blocked) reads it and does the SQLite work, which may not run in a signal handler.
+//  - The pair sits at high descriptor numbers and each end is checked before use (fstat,
+//    async-signal-safe; base/held_fd.h): a program that closed them, or opened its own files on
+//    their numbers, never gets a byte written to or read from its file. The handler then acts as
+//    if there were no thread.
 //  - Program's action was the default (terminate): the thread finishes the session (the same as
 //    a normal exit), restores SIG_DFL and re-raises, so the process dies of the same signal with
 //    the same exit status. At most kFinishTimeout is spent; a second signal kills at once.
@@ -20,7 +24,7 @@
 //  - A program that installs its own handler later simply replaces ours: nothing of the program
 //    breaks; it then ends through its own exit path (atexit finishes the session).
 //  - After fork(), the child's handlers pass signals straight to the saved actions until its own
-//    recording starts and re-arms them (the parent's pipe is never written from the child).
+//    recording starts and re-arms them (the parent's socket is never written from the child).
 #pragma once
 
 #include <signal.h>
