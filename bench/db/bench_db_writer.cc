@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -86,27 +89,53 @@ Trial runTrial(const std::string& path, int64_t n, uint32_t seed) {
   return {create_ms, seconds, static_cast<double>(size) / static_cast<double>(n), w.counters().events_dropped};
 }
 
+// A positive whole number from argv, or nullopt (a flag, a typo, zero, out of range).
+std::optional<int64_t> positive(const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v <= 0) return std::nullopt;
+  return v;
+}
+
+constexpr const char* kUsage =
+    "usage: bench_db_writer [EVENTS [TRIALS [DIR]]]\n"
+    "  times TraceWriter on EVENTS kernel-launch events (default 2000000), TRIALS times (default 5,\n"
+    "  median reported), writing in DIR (default /tmp), after a warm-up of EVENTS/10\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t n = argc > 1 ? std::stoll(argv[1]) : 2'000'000;
-  int trials = argc > 2 ? std::stoi(argv[2]) : 5;
+  if (argc > 4) {
+    fmt::print(stderr, "{}", kUsage);
+    return 2;
+  }
+  std::optional<int64_t> n = argc > 1 ? positive(argv[1]) : 2'000'000;
+  std::optional<int64_t> trials = argc > 2 ? positive(argv[2]) : 5;
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  if (!n || !trials || *trials > 1000) {
+    fmt::print(stderr, "{}", kUsage);
+    return 2;
+  }
   std::string dir = argc > 3 ? argv[3] : "/tmp";
   std::string path = fmt::format("{}/bench_db_writer_{}.dtrace", dir, getpid());
-  runTrial(path, n / 10, 1);  // warm-up (page cache, allocator)
+  runTrial(path, std::max<int64_t>(1, *n / 10), 1);  // warm-up (page cache, allocator)
   std::vector<Trial> results;
-  for (int t = 0; t < trials; ++t) results.push_back(runTrial(path, n, static_cast<uint32_t>(t + 2)));
+  for (int64_t t = 0; t < *trials; ++t) results.push_back(runTrial(path, *n, static_cast<uint32_t>(t + 2)));
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
   std::sort(results.begin(), results.end(),
             [](const Trial& a, const Trial& b) { return a.seconds < b.seconds; });
   const Trial& med = results[results.size() / 2];
   fmt::print("{:<28} {:>10} {:>8} {:>14} {:>12} {:>10}\n", "benchmark", "events", "trials",
              "events/s (med)", "bytes/event", "dropped");
-  fmt::print("{:<28} {:>10} {:>8} {:>14.0f} {:>12.1f} {:>10}\n", "writer kernel launches", n, trials,
-             static_cast<double>(n) / med.seconds, med.bytes_per_event, med.dropped);
+  fmt::print("{:<28} {:>10} {:>8} {:>14.0f} {:>12.1f} {:>10}\n", "writer kernel launches", *n, *trials,
+             static_cast<double>(*n) / med.seconds, med.bytes_per_event, med.dropped);
   fmt::print("(min {:.0f}/s, max {:.0f}/s; target >= 1,000,000 events/s)\n",
-             static_cast<double>(n) / results.back().seconds,
-             static_cast<double>(n) / results.front().seconds);
+             static_cast<double>(*n) / results.back().seconds,
+             static_cast<double>(*n) / results.front().seconds);
   std::vector<double> creates;
   for (const Trial& t : results) creates.push_back(t.create_ms);
   std::sort(creates.begin(), creates.end());
