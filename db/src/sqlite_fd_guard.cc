@@ -1,4 +1,5 @@
-// SQLite's descriptors, guarded against a program that closes them. See sqlite_fd_guard.h.
+// SQLite's descriptors of trace files, guarded against a program that closes them. See
+// sqlite_fd_guard.h.
 #include "sqlite_fd_guard.h"
 
 #include <sqlite3.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -31,27 +33,47 @@ struct Entry {
 
 struct Registry {
   std::mutex mu;
-  std::vector<Entry> entries;
+  std::vector<std::string> traces;  // announced databases
+  std::vector<Entry> entries;       // their files' descriptors, as SQLite holds them
 };
 
 // Never destroyed (SQLite may close files at exit); replaced in a forked child, where a thread
 // that is gone may have held the parent's mutex.
 std::atomic<Registry*> g_registry{new Registry};
 Registry& registry() { return *g_registry.load(std::memory_order_acquire); }
+// Entries in the registry: while none, calls pass without taking its lock.
+std::atomic<int> g_entries{0};
 
-std::atomic<int> g_lost{0};  // entries marked lost and not yet closed by SQLite
-
-// True if `fd` is a lost number: the call through it must fail without reaching the kernel.
-bool isLost(int fd) {
-  if (g_lost.load(std::memory_order_relaxed) == 0) return false;
-  Registry& r = registry();
-  std::lock_guard lk(r.mu);
-  return std::any_of(r.entries.begin(), r.entries.end(),
-                     [fd](const Entry& e) { return e.fd == fd && e.lost; });
+// True if `path` is the database `db` or one of its companions.
+bool fileOf(std::string_view path, std::string_view db) {
+  if (path.substr(0, db.size()) != db) return false;
+  std::string_view rest = path.substr(db.size());
+  return rest.empty() || rest == "-wal" || rest == "-shm" || rest == "-journal";
 }
 
-bool lostFd(int fd) {
-  if (!isLost(fd)) return false;
+bool isTraceFileLocked(const Registry& r, std::string_view path) {
+  return std::any_of(r.traces.begin(), r.traces.end(), [&](const std::string& db) { return fileOf(path, db); });
+}
+
+Entry* findLocked(Registry& r, int fd) {
+  auto it = std::find_if(r.entries.begin(), r.entries.end(), [fd](const Entry& e) { return e.fd == fd; });
+  return it == r.entries.end() ? nullptr : &*it;
+}
+
+// False if `fd` is a trace file's number that no longer names that file (marked lost then): the
+// call through it must fail without reaching the kernel. Numbers of other files pass.
+bool usable(int fd) {
+  if (g_entries.load(std::memory_order_relaxed) == 0) return true;
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  Entry* e = findLocked(r, fd);
+  if (e == nullptr) return true;
+  if (!e->lost && !fdNames(fd, e->id)) e->lost = true;
+  return !e->lost;
+}
+
+bool refuse(int fd) {
+  if (usable(fd)) return false;
   errno = EBADF;
   return true;
 }
@@ -68,6 +90,7 @@ using FcntlFn = int (*)(int, int, ...);
 using FstatFn = int (*)(int, struct stat*);
 using FchmodFn = int (*)(int, mode_t);
 using FchownFn = int (*)(int, uid_t, gid_t);
+using FallocateFn = int (*)(int, off_t, off_t);
 using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
 
 OpenFn o_open;
@@ -81,79 +104,92 @@ FcntlFn o_fcntl;
 FstatFn o_fstat;
 FchmodFn o_fchmod;
 FchownFn o_fchown;
+FallocateFn o_fallocate;
 MmapFn o_mmap;
 
-void remember(int fd, const char* path) {
-  std::optional<FdIdentity> id = fdIdentity(fd);
-  if (!id) return;
-  try {
-    Registry& r = registry();
-    std::lock_guard lk(r.mu);
-    r.entries.push_back(Entry{fd, *id, path != nullptr ? path : ""});
-  } catch (...) {  // out of memory: this file goes unguarded
+// A number no entry holds, for a new trace file's descriptor. An entry on the number the kernel
+// just gave back is stale (its file was closed under SQLite): it is marked lost and keeps the
+// number, so that the old handle's calls fail and its close closes nothing; the new file moves.
+int unclaimedNumberLocked(Registry& r, int fd) {
+  std::vector<int> claimed;
+  while (fd >= 0) {
+    Entry* stale = findLocked(r, fd);
+    if (stale == nullptr) break;
+    stale->lost = true;
+    claimed.push_back(fd);
+    fd = fcntl(fd, F_DUPFD_CLOEXEC, std::max(highFdBase(), 3));
   }
-}
-
-// A lost number that a new file landed on: the new file goes elsewhere, the lost number stays
-// reserved for SQLite's old handle (whose close must find it lost, not close the new file).
-int avoidLostNumber(int fd) {
-  if (!isLost(fd)) return fd;
-  const int other = fcntl(fd, F_DUPFD_CLOEXEC, std::max(highFdBase(), 3));
-  ::close(fd);
-  return other;
+  for (int c : claimed) ::close(c);  // our new file's extra numbers (the stale entries keep theirs)
+  return fd;
 }
 
 int guardedOpen(const char* path, int flags, int mode) {
   int fd = o_open(path, flags, mode);
+  if (fd < 0 || path == nullptr) return fd;
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  if (!isTraceFileLocked(r, path)) return fd;
+  std::optional<FdIdentity> id = fdIdentity(fd);
+  if (!id) return fd;
+  // Moving closes the low number, which drops every POSIX lock this process holds on the file:
+  // only a file no other descriptor of ours has open is moved.
+  const bool open_elsewhere = std::any_of(r.entries.begin(), r.entries.end(),
+                                          [&](const Entry& e) { return !e.lost && e.id == *id; });
+  if (!open_elsewhere) fd = moveFdHigh(fd);
+  fd = unclaimedNumberLocked(r, fd);
   if (fd < 0) return fd;
-  fd = avoidLostNumber(moveFdHigh(fd));
-  if (fd >= 0) remember(fd, path);
+  try {
+    r.entries.push_back(Entry{fd, *id, path});
+    g_entries.fetch_add(1, std::memory_order_relaxed);
+  } catch (...) {  // out of memory: this file goes unguarded
+  }
   return fd;
 }
 
 int guardedClose(int fd) {
-  bool ours = true;
-  {
+  if (g_entries.load(std::memory_order_relaxed) != 0) {
     Registry& r = registry();
     std::lock_guard lk(r.mu);
-    auto it = std::find_if(r.entries.begin(), r.entries.end(), [fd](const Entry& e) { return e.fd == fd; });
-    if (it != r.entries.end()) {
-      ours = !it->lost && fdNames(fd, it->id);
-      if (it->lost) g_lost.fetch_sub(1, std::memory_order_relaxed);
-      r.entries.erase(it);
+    if (Entry* e = findLocked(r, fd)) {
+      const bool ours = !e->lost && fdNames(fd, e->id);
+      r.entries.erase(r.entries.begin() + (e - r.entries.data()));
+      g_entries.fetch_sub(1, std::memory_order_relaxed);
+      if (!ours) return 0;  // not the trace's file any more: forgotten, never closed
     }
   }
-  if (!ours) return 0;  // not SQLite's file any more: forgotten, never closed
   return o_close(fd);
 }
 
-ssize_t guardedRead(int fd, void* buf, size_t n) { return lostFd(fd) ? -1 : o_read(fd, buf, n); }
+ssize_t guardedRead(int fd, void* buf, size_t n) { return refuse(fd) ? -1 : o_read(fd, buf, n); }
 ssize_t guardedPread(int fd, void* buf, size_t n, off_t off) {
-  return lostFd(fd) ? -1 : o_pread(fd, buf, n, off);
+  return refuse(fd) ? -1 : o_pread(fd, buf, n, off);
 }
 ssize_t guardedPread64(int fd, void* buf, size_t n, off_t off) {
-  return lostFd(fd) ? -1 : o_pread64(fd, buf, n, off);
+  return refuse(fd) ? -1 : o_pread64(fd, buf, n, off);
 }
-ssize_t guardedWrite(int fd, const void* buf, size_t n) { return lostFd(fd) ? -1 : o_write(fd, buf, n); }
+ssize_t guardedWrite(int fd, const void* buf, size_t n) { return refuse(fd) ? -1 : o_write(fd, buf, n); }
 ssize_t guardedPwrite(int fd, const void* buf, size_t n, off_t off) {
-  return lostFd(fd) ? -1 : o_pwrite(fd, buf, n, off);
+  return refuse(fd) ? -1 : o_pwrite(fd, buf, n, off);
 }
 ssize_t guardedPwrite64(int fd, const void* buf, size_t n, off_t off) {
-  return lostFd(fd) ? -1 : o_pwrite64(fd, buf, n, off);
+  return refuse(fd) ? -1 : o_pwrite64(fd, buf, n, off);
 }
-int guardedFtruncate(int fd, off_t size) { return lostFd(fd) ? -1 : o_ftruncate(fd, size); }
+int guardedFtruncate(int fd, off_t size) { return refuse(fd) ? -1 : o_ftruncate(fd, size); }
 int guardedFcntl(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
-  void* arg = va_arg(ap, void*);  // SQLite passes an int or a pointer; either fits
+  void* arg = va_arg(ap, void*);  // SQLite passes an int or a pointer; either fits, as in glibc
   va_end(ap);
-  return lostFd(fd) ? -1 : o_fcntl(fd, cmd, arg);
+  return refuse(fd) ? -1 : o_fcntl(fd, cmd, arg);
 }
-int guardedFstat(int fd, struct stat* st) { return lostFd(fd) ? -1 : o_fstat(fd, st); }
-int guardedFchmod(int fd, mode_t mode) { return lostFd(fd) ? -1 : o_fchmod(fd, mode); }
-int guardedFchown(int fd, uid_t uid, gid_t gid) { return lostFd(fd) ? -1 : o_fchown(fd, uid, gid); }
+int guardedFstat(int fd, struct stat* st) { return refuse(fd) ? -1 : o_fstat(fd, st); }
+int guardedFchmod(int fd, mode_t mode) { return refuse(fd) ? -1 : o_fchmod(fd, mode); }
+int guardedFchown(int fd, uid_t uid, gid_t gid) { return refuse(fd) ? -1 : o_fchown(fd, uid, gid); }
+int guardedFallocate(int fd, off_t off, off_t len) {
+  return refuse(fd) ? EBADF : o_fallocate(fd, off, len);  // posix_fallocate returns the error
+}
 void* guardedMmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
-  return lostFd(fd) ? MAP_FAILED : o_mmap(addr, len, prot, flags, fd, off);
+  return refuse(fd) ? MAP_FAILED : o_mmap(addr, len, prot, flags, fd, off);
 }
 
 template <typename Fn>
@@ -166,14 +202,15 @@ bool replace(sqlite3_vfs* vfs, const char* name, Fn& original, Fn wrapper) {
 
 void forgetAfterFork() {
   g_registry.store(new Registry, std::memory_order_release);  // the parent's is leaked
-  g_lost.store(0, std::memory_order_relaxed);
+  g_entries.store(0, std::memory_order_relaxed);
 }
 
 void install() {
   if (pthread_atfork(nullptr, nullptr, forgetAfterFork) != 0) return;
   sqlite3_vfs* vfs = sqlite3_vfs_find("unix");
   if (vfs == nullptr || vfs->iVersion < 3 || vfs->xSetSystemCall == nullptr) return;
-  // Every call through a descriptor first, open last: no file is opened before its calls are guarded.
+  // Every call through a descriptor first, open last: no file is opened before its calls are
+  // guarded. ioctl (F2FS atomic writes only) is not replaced; this build does not use it.
   bool ok = replace(vfs, "close", o_close, &guardedClose) && replace(vfs, "read", o_read, &guardedRead) &&
             replace(vfs, "pread", o_pread, &guardedPread) &&
             replace(vfs, "pread64", o_pread64, &guardedPread64) &&
@@ -183,19 +220,10 @@ void install() {
             replace(vfs, "ftruncate", o_ftruncate, &guardedFtruncate) &&
             replace(vfs, "fcntl", o_fcntl, &guardedFcntl) && replace(vfs, "fstat", o_fstat, &guardedFstat) &&
             replace(vfs, "fchmod", o_fchmod, &guardedFchmod) &&
-            replace(vfs, "fchown", o_fchown, &guardedFchown) && replace(vfs, "mmap", o_mmap, &guardedMmap);
+            replace(vfs, "fchown", o_fchown, &guardedFchown) &&
+            replace(vfs, "fallocate", o_fallocate, &guardedFallocate) &&
+            replace(vfs, "mmap", o_mmap, &guardedMmap);
   if (ok) replace(vfs, "open", o_open, &guardedOpen);
-}
-
-bool isTraceFile(const std::string& path, const std::string& db_path) {
-  if (path == db_path) return true;
-  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
-    if (path.size() == db_path.size() + std::char_traits<char>::length(suffix) &&
-        path.compare(0, db_path.size(), db_path) == 0 && path.compare(db_path.size(), std::string::npos, suffix) == 0) {
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace
@@ -208,18 +236,32 @@ void installSqliteFdGuard() noexcept {
   }
 }
 
+bool announceTraceFile(const std::string& db_path) noexcept {
+  try {
+    Registry& r = registry();
+    std::lock_guard lk(r.mu);
+    if (std::find(r.traces.begin(), r.traces.end(), db_path) == r.traces.end()) r.traces.push_back(db_path);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void forgetTraceFile(const std::string& db_path) noexcept {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  auto it = std::find(r.traces.begin(), r.traces.end(), db_path);
+  if (it != r.traces.end()) r.traces.erase(it);
+}
+
 std::vector<LostFd> lostTraceFds(const std::string& db_path) {
   std::vector<LostFd> lost;
   Registry& r = registry();
   std::lock_guard lk(r.mu);
   for (Entry& e : r.entries) {
-    if (!isTraceFile(e.path, db_path)) continue;
-    if (!e.lost && fdNames(e.fd, e.id)) continue;
-    if (!e.lost) {
-      e.lost = true;
-      g_lost.fetch_add(1, std::memory_order_relaxed);
-    }
-    lost.push_back(LostFd{e.fd, e.path});
+    if (!fileOf(e.path, db_path)) continue;  // another trace's
+    if (!e.lost && !fdNames(e.fd, e.id)) e.lost = true;
+    if (e.lost) lost.push_back(LostFd{e.fd, e.path});
   }
   return lost;
 }

@@ -2,17 +2,19 @@
 //
 // SQLite keeps the trace file, its WAL and its shared-memory file open for as long as the writer
 // lives. Inside someone else's program those descriptors can be closed under it (a daemon closing
-// everything above stderr, close_range, a dup2 onto "a free number"); SQLite's next pwrite through
-// the stale number would then land in whatever the program opened there. SQLite's unix VFS lets
-// its system calls be replaced (sqlite3_vfs::xSetSystemCall), and this guard does that once:
-//  - open() moves each new descriptor high (held_fd.h's moveFdHigh) and remembers what it names;
-//  - the writer asks, before each batch and at its close, whether its files' numbers still name
-//    them (lostTraceFds); a number that does not is marked lost;
-//  - every call SQLite makes through a lost number (read, write, lock, truncate, map, close, ...)
-//    fails with EBADF without reaching the kernel, so nothing SQLite does afterwards, its close
-//    and checkpoint included, can touch the program's file;
-//  - close() closes a number only while it still names SQLite's file.
-// The calls SQLite makes through numbers that are not lost cost one relaxed atomic load more.
+// everything above stderr, close_range, a dup2 onto "a free number"); SQLite's next pwrite, lock,
+// truncate, map or close through the stale number would then act on whatever the program opened
+// there. SQLite's unix VFS lets its system calls be replaced (sqlite3_vfs::xSetSystemCall); this
+// guard does that once, and acts only on the files of traces announced to it:
+//  - open() moves a trace file's new descriptor high (held_fd.h's moveFdHigh) and remembers what
+//    it names, unless another descriptor of this process already has the file open: closing the
+//    low number would drop that one's POSIX locks;
+//  - every call SQLite makes through a remembered number (read, write, lock, truncate, map, stat,
+//    close, ...) first asks whether the number still names that file (fstat); once it does not,
+//    the number is lost: the call, and every later one through it, fails with EBADF without
+//    reaching the kernel, and close() forgets the number instead of closing it;
+//  - the writer also asks before each batch (lostTraceFds), to fail with a sentence that says why.
+// Other files (the program's own databases, where SQLite is shared with it) pass straight through.
 #pragma once
 
 #include <string>
@@ -24,16 +26,20 @@ namespace detrace::db {
 // the first sqlite3_open of a file to be guarded.
 void installSqliteFdGuard() noexcept;
 
+// The database at `db_path` (as SQLite names it: absolute, links resolved), its -wal, -shm and
+// -journal are trace files from now on / no longer. Returns false if out of memory.
+bool announceTraceFile(const std::string& db_path) noexcept;
+void forgetTraceFile(const std::string& db_path) noexcept;
+
 struct LostFd {
   int fd = -1;
   std::string path;  // the file SQLite opened through it
 };
 
-// The descriptors SQLite opened for the database `db_path` (as sqlite3_db_filename gives it), its
-// -wal, -shm and -journal that no longer name those files; each is marked lost (see above).
+// The descriptors of `db_path`'s files that no longer name those files; each is marked lost.
 std::vector<LostFd> lostTraceFds(const std::string& db_path);
 
-// "the program closed descriptor 1003 (PATH-wal) ..." for an error message; "" for none.
+// "the program closed the trace's file descriptor 4032 (PATH) ..." for an error; "" for none.
 std::string describeLostFds(const std::vector<LostFd>& lost);
 
 }  // namespace detrace::db

@@ -62,6 +62,14 @@ std::string upsertSql(const TableDef& table) {
 
 constexpr int64_t kPageBytes = 16384;  // PRAGMA page_size below
 
+// The name SQLite gives the database at `path`: absolute, with links resolved ("" if the
+// directory cannot be resolved; SQLite's own name is used then).
+std::string sqliteName(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? std::string() : full.string();
+}
+
 // The trace's descriptors, if the program closed one (sqlite_fd_guard.h): an error that says so.
 // `db_path` is SQLite's name for the file; "" before it was opened.
 Status descriptorsIntact(const std::string& db_path) {
@@ -174,13 +182,22 @@ Status TraceWriter::Impl::open() {
 }
 
 Status TraceWriter::Impl::createFile() {
-  installSqliteFdGuard();  // the file's descriptors, kept from a program that closes them
+  // The file's descriptors, kept from a program that closes them (sqlite_fd_guard.h): announced
+  // under the name SQLite will give it (absolute, links resolved), and again under the name it
+  // gave if that differs (then only the WAL and shared memory, opened later, are guarded).
+  installSqliteFdGuard();
+  db_path_ = sqliteName(path_);
+  if (!db_path_.empty()) announceTraceFile(db_path_);
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path_.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   db_.reset(raw);
   if (rc != SQLITE_OK) return sqliteStatus(raw, rc, fmt::format("creating {}", path_));
-  if (const char* name = sqlite3_db_filename(raw, "main"); name != nullptr) db_path_ = name;
+  if (const char* name = sqlite3_db_filename(raw, "main"); name != nullptr && db_path_ != name) {
+    if (!db_path_.empty()) forgetTraceFile(db_path_);
+    db_path_ = name;
+    announceTraceFile(db_path_);
+  }
   // Page size first (fixed once the file has content), then WAL. A committed transaction
   // survives the process being killed at any point: the kernel holds the written pages. With
   // synchronous=OFF the writer never waits for fsync (it cost ~15% of throughput); only a power
@@ -193,6 +210,7 @@ Status TraceWriter::Impl::createFile() {
         exec(db_.get(), fmt::format("PRAGMA max_page_count={}", options_.max_pages)));
   }
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA cache_size=-16384"));
+  DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA temp_store=MEMORY"));  // no unguarded temp files
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), "PRAGMA wal_autocheckpoint=4096"));
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), "BEGIN"));
   DETRACE_RETURN_IF_ERROR(exec(db_.get(), fmt::format("PRAGMA application_id={}", kApplicationId)));
@@ -599,7 +617,13 @@ Status TraceWriter::Impl::close() {
     if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
     if (!st.isOk()) failLocked(explainWriteFailure(st, path_, db_path_));
   }
+  // A number lost while an earlier error stopped the checks above: said, and (as every call
+  // through a lost number) never used by SQLite's close.
+  if (db_) {
+    if (Status fds = descriptorsIntact(db_path_); !fds.isOk() && error_.isOk()) failLocked(std::move(fds));
+  }
   db_.reset();
+  if (!db_path_.empty()) forgetTraceFile(db_path_);
   return error_;
 }
 

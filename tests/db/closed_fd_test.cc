@@ -3,7 +3,9 @@
 // writer's descriptors sit high, are checked before each batch, and a number that no longer names
 // the trace is never written, locked or closed through again (sqlite_fd_guard.h, held_fd.h).
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -30,10 +32,10 @@ std::string readAll(const std::string& path) {
 }
 
 // The program's own file, with content of its own.
-std::string hostFile(const TempDir& dir, testing::Rng& rng) {
+std::string hostFile(const TempDir& dir, testing::Rng& rng, int bytes = 4096) {
   std::string path = dir.file("host.log");
   std::string content;
-  for (int i = 0; i < 4096; ++i) content.push_back(static_cast<char>('a' + rng.range(0, 25)));
+  for (int i = 0; i < bytes; ++i) content.push_back(static_cast<char>('a' + rng.range(0, 25)));
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }
@@ -163,6 +165,111 @@ TEST(ClosedDescriptors, ClosedNumbersStopTheTraceWithAReason) {
   auto count = (*reader)->eventCount();
   ASSERT_TRUE(count.isOk()) << count.status().message();
   EXPECT_EQ(*count, committed);
+}
+
+// A writer that failed for another reason first (its quota): the program then takes its numbers.
+// The close that follows (SQLite's checkpoint, truncation and unlock) must not reach the file.
+TEST(ClosedDescriptors, AWriterThatFailedBeforeStillClosesWithoutTouchingTheProgramsFile) {
+  TempDir dir;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string path = dir.file("trace.dtrace");
+  const std::string host = hostFile(dir, rng, 1 << 20);  // as large as the trace: pages to overwrite
+  const std::string before = readAll(host);
+  WriterOptions options;
+  options.max_pages = 40;  // 640 KiB: full after a few batches
+  auto w = TraceWriter::create(path, options);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  Status st = Status::ok();
+  for (int round = 0; round < 200 && st.isOk(); ++round) {
+    appendKernels(**w, rng, 2000);
+    st = (*w)->flush();
+  }
+  ASSERT_FALSE(st.isOk()) << "the quota never filled";
+  std::vector<int> numbers = descriptorsOf(path);
+  ASSERT_GE(numbers.size(), 2u);
+  int theirs = ::open(host.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(theirs, 0);
+  for (int fd : numbers) ASSERT_EQ(dup2(theirs, fd), fd);
+  ::close(theirs);
+  EXPECT_FALSE((*w)->close().isOk());
+  w->reset();
+  EXPECT_TRUE(readAll(host) == before) << "the program's file was written by the close";
+  for (int fd : numbers) {
+    EXPECT_TRUE(isOpen(fd)) << "the program's descriptor " << fd << " was closed";
+    ::close(fd);
+  }
+}
+
+// After a daemon-style close, the numbers a new trace is given are the lost ones again (the
+// lowest free above the base). The new trace must get numbers of its own and work, and the old
+// writer's handles must never reach it.
+TEST(ClosedDescriptors, ATraceOpenedAfterLostNumbersWorks) {
+  TempDir dir;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  auto old_writer = TraceWriter::create(dir.file("old.dtrace"));
+  ASSERT_TRUE(old_writer.isOk()) << old_writer.status().message();
+  appendKernels(**old_writer, rng, 100);
+  ASSERT_TRUE((*old_writer)->flush().isOk());
+  for (int fd : descriptorsOf(dir.file("old.dtrace"))) ::close(fd);
+  appendKernels(**old_writer, rng, 10);
+  EXPECT_FALSE((*old_writer)->flush().isOk());
+
+  const std::string path = dir.file("new.dtrace");
+  const int n = static_cast<int>(rng.range(100, 3000));
+  auto w = TraceWriter::create(path);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  appendKernels(**w, rng, n);
+  ASSERT_TRUE((*w)->flush().isOk());
+  EXPECT_FALSE((*old_writer)->close().isOk());  // its handles' close must not close the new files
+  old_writer->reset();
+  appendKernels(**w, rng, n);
+  Status st = (*w)->close();
+  ASSERT_TRUE(st.isOk()) << st.message();
+  auto reader = TraceReader::open(path);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto count = (*reader)->eventCount();
+  ASSERT_TRUE(count.isOk()) << count.status().message();
+  EXPECT_EQ(*count, 2 * n);
+}
+
+// Whether another process would see a lock on the database's SHARED range, which a connection in
+// WAL mode holds for as long as it is open.
+bool lockedFromOutside(const std::string& path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(path.c_str(), O_RDWR);
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0x40000002;  // SQLite's shared-lock range
+    fl.l_len = 510;
+    _exit(fd >= 0 && fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+}
+
+// A second connection of this process to a live trace: its descriptor is not moved (closing the
+// low number would drop the POSIX locks the writer's connection holds on the same file).
+TEST(ClosedDescriptors, ASecondConnectionKeepsTheWritersLocks) {
+  TempDir dir;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string path = dir.file("trace.dtrace");
+  auto w = TraceWriter::create(path);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  appendKernels(**w, rng, 100);
+  ASSERT_TRUE((*w)->flush().isOk());
+  ASSERT_TRUE(lockedFromOutside(path)) << "the writer's connection holds no lock: the test shows nothing";
+  sqlite3* second = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &second, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(second, "SELECT count(*) FROM events", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_TRUE(lockedFromOutside(path)) << "opening a second connection dropped the writer's locks";
+  sqlite3_close(second);
+  EXPECT_TRUE((*w)->close().isOk());
 }
 
 }  // namespace
