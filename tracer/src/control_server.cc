@@ -58,11 +58,12 @@ bool someoneListens(const sockaddr_un& addr) {
   return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
 }
 
-// Sends all of `data`; never raises SIGPIPE.
-void sendAll(int fd, const std::string& data) {
+// Sends all of `data` while `client` is still the connection it was (the program may have closed
+// its number and put a socket of its own there); never raises SIGPIPE.
+void sendAll(const HeldFd& client, const std::string& data) {
   size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+  while (off < data.size() && client.intact()) {
+    ssize_t n = ::send(client.get(), data.data() + off, data.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     off += static_cast<size_t>(n);
@@ -104,7 +105,8 @@ class ControlServer::Impl {
 
   Status bindSocket() {
     DETRACE_ASSIGN_OR_RETURN(sockaddr_un addr, unixAddress(path));
-    listen_fd = HeldFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // Non-blocking: a connection gone between poll and accept4 must not leave the thread in accept.
+    listen_fd = HeldFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!listen_fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
@@ -133,11 +135,12 @@ class ControlServer::Impl {
   }
 
   // Reads one line (up to kMaxLineBytes) before the deadline; false on timeout, EOF or error.
-  bool readLine(int fd, std::string& line) const {
+  bool readLine(const HeldFd& client, std::string& line) const {
+    const int fd = client.get();
     int64_t deadline = monotonicMs() + opts.read_timeout_ms;
     char buf[512];
     while (line.find('\n') == std::string::npos) {
-      if (line.size() > control::kMaxLineBytes) return false;
+      if (line.size() > control::kMaxLineBytes || !client.intact()) return false;
       int64_t left = deadline - monotonicMs();
       if (left <= 0) return false;
       pollfd p{fd, POLLIN, 0};
@@ -153,7 +156,8 @@ class ControlServer::Impl {
     return true;
   }
 
-  void serve(int fd) {
+  void serve(const HeldFd& client) {
+    const int fd = client.get();
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
@@ -164,11 +168,11 @@ class ControlServer::Impl {
     control::PeerDecision d = control::checkPeer(cred.uid, cred.pid, opts.allowed_uid);
     if (!d.allowed) {
       log("refused a control connection: " + d.reason);
-      sendAll(fd, control::formatReply(control::Reply::failure("permission denied: " + d.reason)));
+      sendAll(client, control::formatReply(control::Reply::failure("permission denied: " + d.reason)));
       return;
     }
     std::string line;
-    if (!readLine(fd, line)) return;
+    if (!readLine(client, line)) return;
     control::Reply reply;
     auto request = control::parseRequest(line);
     if (!request.isOk()) {
@@ -182,13 +186,15 @@ class ControlServer::Impl {
         reply = control::Reply::failure("internal error");
       }
     }
-    sendAll(fd, control::formatReply(reply));
+    sendAll(client, control::formatReply(reply));
   }
 
   // False, once said, if the program closed the socket or the wake pipe (their numbers may name
-  // its own files now, which the thread must never accept on or read).
+  // its own files now, which the thread must never accept on or read). The socket's file goes
+  // too, so that clients are told at once that nobody listens instead of waiting.
   bool descriptorsIntact() const {
     if (listen_fd.intact() && wake_rd.intact()) return true;
+    ::unlink(path.c_str());
     log("the program closed the control socket's descriptors; `detrace attach` can no longer "
         "reach this process (the recording goes on)");
     return false;
@@ -214,7 +220,9 @@ class ControlServer::Impl {
       if (r == 0) continue;
       if (p[1].revents != 0) return;
       if ((p[0].revents & POLLIN) == 0) continue;
-      ScopedFd client(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      // Held too: a request may take seconds (a stop commits), and the program may close and
+      // reuse the number meanwhile.
+      HeldFd client(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!client) {
         // Out of descriptors (the host is at its limit): the connection stays pending and poll
         // would report it again at once; back off instead of spinning.
@@ -222,7 +230,7 @@ class ControlServer::Impl {
         continue;
       }
       try {
-        serve(client.get());
+        serve(client);
       } catch (...) {
       }
     }
