@@ -7,6 +7,10 @@
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
 //   take-fds PATH as a daemon might: opens PATH and puts it on every descriptor above stderr
 //                 (the tracer's included), closing what was there                        -> "ok N"
+//   take-fds-socket  the same with one end of a socket pair the program keeps the other end of,
+//                 with "ping" sent to the taken end                                       -> "ok N"
+//   check-socket  bytes that reached the program's end, and bytes still unread on a taken
+//                 number                                                 -> "received N unread M"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
 // "sigint" and the program goes on (--own-sigint-once: a one-shot handler, SA_RESETHAND, so a
@@ -23,6 +27,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <vector>
@@ -69,20 +74,31 @@ bool readLine(std::string& line) {
   }
 }
 
-// Opens `path` and dup2()s it onto every open descriptor above stderr; returns how many.
-int takeDescriptors(const char* path) {
+int g_peer = -1;   // take-fds-socket: the program's end of the pair it put on the numbers
+int g_taken = -1;  // one of the numbers it took
+
+// dup2()s `theirs` onto every open descriptor above stderr but `keep`; returns how many.
+int takeDescriptors(int theirs, int keep = -1) {
   std::vector<int> fds;
   if (DIR* d = opendir("/proc/self/fd")) {
     while (dirent* e = readdir(d)) {
       int fd = std::atoi(e->d_name);
-      if (fd > 2 && fd != dirfd(d)) fds.push_back(fd);
+      if (fd > 2 && fd != dirfd(d) && fd != keep) fds.push_back(fd);
     }
     closedir(d);
   }
-  int theirs = open(path, O_RDWR | O_CLOEXEC);
   if (theirs < 0) return -1;
   int taken = 0;
-  for (int fd : fds) taken += fd != theirs && dup2(theirs, fd) == fd;
+  for (int fd : fds) {
+    char target[256] = {};
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    (void)readlink(link.c_str(), target, sizeof target - 1);
+    std::fprintf(stderr, "control_app: takes descriptor %d (%s)\n", fd, target);
+    if (fd != theirs && dup2(theirs, fd) == fd) {
+      ++taken;
+      g_taken = fd;
+    }
+  }
   return taken;
 }
 
@@ -122,7 +138,24 @@ int main(int argc, char** argv) {
       install(SIGTERM, onSigterm);
       say("ok");
     } else if (line.rfind("take-fds ", 0) == 0) {
-      say(("ok " + std::to_string(takeDescriptors(line.c_str() + 9))).c_str());
+      say(("ok " + std::to_string(takeDescriptors(open(line.c_str() + 9, O_RDWR | O_CLOEXEC)))).c_str());
+    } else if (line == "take-fds-socket") {
+      int sv[2];
+      if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        say("failed");
+        continue;
+      }
+      g_peer = sv[1];
+      int taken = takeDescriptors(sv[0], g_peer);
+      (void)!write(g_peer, "ping", 4);  // readable on every taken number: nobody else may read it
+      say(("ok " + std::to_string(taken)).c_str());
+    } else if (line == "check-socket") {
+      // What reached the program's end, and what is still unread on one of the taken numbers.
+      char buf[64];
+      ssize_t got = recv(g_peer, buf, sizeof buf, MSG_DONTWAIT);
+      ssize_t unread = recv(g_taken, buf, sizeof buf, MSG_DONTWAIT);
+      say(("received " + std::to_string(got < 0 ? 0 : got) + " unread " +
+           std::to_string(unread < 0 ? 0 : unread)).c_str());
     } else if (line == "exit") {
       break;
     } else {

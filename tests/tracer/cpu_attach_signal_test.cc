@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <poll.h>
@@ -455,11 +456,39 @@ TEST(Signals, AProgramThatTakesTheTracersDescriptorsKeepsItsFileAndItsSignals) {
 
   std::ifstream in(theirs, std::ios::binary);
   const std::string after{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  size_t at = 0;
+  while (at < after.size() && at < content.size() && after[at] == content[at]) ++at;
+  std::string there;
+  for (size_t i = at; i < std::min(after.size(), at + 24); ++i) {
+    there += fmt::format("{:02x}", static_cast<unsigned char>(after[i]));
+  }
   EXPECT_TRUE(after == content) << "the program's file was written through a stale number ("
-                                << after.size() << " bytes, was " << content.size() << ")";
+                                << after.size() << " bytes, was " << content.size()
+                                << "; first difference at byte " << at << ": " << there << ")";
   std::vector<int64_t> kept = recordedCounts(app.trace());
   ASSERT_GE(kept.size(), 3u);
   EXPECT_EQ(std::vector<int64_t>(kept.begin(), kept.begin() + 3), (std::vector<int64_t>{1, 2, 3}));
+}
+
+// The same with a socket of the program's on every number (a socket is what the tracer's signal
+// and attach ends are): no byte may reach the program's end, none of its bytes may be read away.
+TEST(Signals, AProgramThatPutsItsSocketOnTheTracersNumbersGetsNoBytesFromIt) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {"--own-sigint"});
+  for (int c : {1, 2}) app.call(c);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "sigint");
+  const std::string taken = app.send("take-fds-socket");
+  ASSERT_EQ(taken.rfind("ok ", 0), 0u) << taken;
+  for (int c : {3, 4}) app.call(c);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "sigint") << "the signal no longer reached the program's handler";
+  app.call(5);
+  EXPECT_EQ(app.send("check-socket"), "received 0 unread 4");
+  app.send("exit");
+  int status = app.wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(Signals, SigtermWhilePausedLeavesNoTraceAndDies) {
