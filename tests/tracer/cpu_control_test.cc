@@ -4,6 +4,7 @@
 // started, stopped and signalled.
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -293,16 +294,16 @@ TEST(ControlServer, ReplacesAStaleSocketButNotALiveOne) {
 
 // The descriptor of this process that names the Unix socket bound at `path` (/proc/net/unix gives
 // the socket's inode), or -1.
-int socketFdOf(const std::string& path) {
+// `state`: "01" the listening socket, "03" a connection it accepted (which shows its path too).
+int socketFdOf(const std::string& path, const std::string& state = "01") {
   std::ifstream table("/proc/net/unix");
   std::string line, inode;
   while (std::getline(table, line)) {
     if (line.size() > path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0) {
       std::istringstream fields(line);
-      std::string field;
-      for (int i = 0; i < 7 && fields >> field; ++i) {
-      }
-      inode = field;  // Num RefCount Protocol Flags Type St Inode Path
+      std::string field[7];  // Num RefCount Protocol Flags Type St Inode (then Path)
+      for (std::string& f : field) fields >> f;
+      if (field[5] == state) inode = field[6];
     }
   }
   if (inode.empty()) return -1;
@@ -368,6 +369,50 @@ TEST(ControlServer, NeverAcceptsOnASocketThatTheProgramPutOnItsNumber) {
   (*server)->stop();
   EXPECT_NE(fcntl(number, F_GETFD), -1) << "the program's socket was closed";
   for (int fd : {accepted, their_client, ours, number}) ::close(fd);
+}
+
+// The program closes the number of a connection the server is answering (a stop may take
+// seconds) and puts a socket of its own there: the reply must not go to the program's socket,
+// and the number must not be closed.
+TEST(ControlServer, AnswersNoConnectionThatTheProgramPutOnItsNumber) {
+  ServerFixture f;
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool entered = false, release = false;
+  auto opts = f.options(::geteuid());
+  opts.handler = [&](const control::Request&) {
+    std::unique_lock lk(gate_mu);
+    entered = true;
+    gate_cv.notify_all();
+    gate_cv.wait(lk, [&] { return release; });
+    control::Reply reply;
+    reply.set("state", "paused");
+    return reply;
+  };
+  auto server = ControlServer::start(opts);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  int client = connectTo((*server)->path());
+  ASSERT_EQ(::send(client, "status\n", 7, MSG_NOSIGNAL), 7);
+  {
+    std::unique_lock lk(gate_mu);
+    ASSERT_TRUE(gate_cv.wait_for(lk, std::chrono::seconds(10), [&] { return entered; }));
+  }
+  const int number = socketFdOf((*server)->path(), "03");
+  ASSERT_GE(number, 0) << "the server's connection was not found in /proc/self/fd";
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  ASSERT_EQ(dup2(pair[0], number), number);  // the program's socket on the connection's number
+  {
+    std::lock_guard lk(gate_mu);
+    release = true;
+    gate_cv.notify_all();
+  }
+  (*server)->stop();
+  char buf[256];
+  EXPECT_EQ(::recv(pair[1], buf, sizeof buf, MSG_DONTWAIT), -1) << "the reply went to the program's socket";
+  EXPECT_NE(fcntl(number, F_GETFD), -1) << "the program's socket was closed";
+  EXPECT_EQ(::recv(client, buf, sizeof buf, 0), 0) << "the client got a reply through a number it no longer had";
+  for (int fd : {client, number, pair[0], pair[1]}) ::close(fd);
 }
 
 // ---------------------------------------------------------------- the attach client
