@@ -6,7 +6,7 @@
 //   gemm M        one cublasSgemm_v2 of M x 1 x 1 (fake cuBLAS; M identifies it)        -> "ok"
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
 //   take-fds PATH as a daemon might: opens PATH and puts it on every descriptor above stderr
-//                 (the tracer's included), closing what was there                        -> "ok N"
+//                 opened since main began (the tracer's included), closing what was there -> "ok N"
 //   take-fds-socket  the same with one end of a socket pair the program keeps the other end of,
 //                 with "ping" sent to the taken end                                       -> "ok N"
 //   check-socket  bytes that reached the program's end, and bytes still unread on a taken
@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -74,26 +75,51 @@ bool readLine(std::string& line) {
   }
 }
 
+// The descriptors open when main began: inherited from the parent, or opened by libraries loaded
+// into every process (a driver, an /etc/ld.so.preload library). They are not the tracer's (it
+// opens its own once it records, after main began) and whoever uses them would write to what
+// take-fds puts there, tracer or not: take-fds leaves them alone.
+std::vector<int> g_at_start;
 int g_peer = -1;   // take-fds-socket: the program's end of the pair it put on the numbers
 int g_taken = -1;  // one of the numbers it took
 
-// dup2()s `theirs` onto every open descriptor above stderr but `keep`; returns how many.
-int takeDescriptors(int theirs, int keep = -1) {
+// What descriptor `fd` names ("pipe:[123]", a path).
+std::string linkOf(int fd) {
+  char target[256] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  (void)!readlink(link.c_str(), target, sizeof target - 1);
+  return target;
+}
+
+// The open descriptors above stderr.
+std::vector<int> openDescriptors() {
   std::vector<int> fds;
   if (DIR* d = opendir("/proc/self/fd")) {
     while (dirent* e = readdir(d)) {
       int fd = std::atoi(e->d_name);
-      if (fd > 2 && fd != dirfd(d) && fd != keep) fds.push_back(fd);
+      if (fd > 2 && fd != dirfd(d)) fds.push_back(fd);
     }
     closedir(d);
+  }
+  return fds;
+}
+
+// dup2()s `theirs` onto every descriptor above stderr opened since main began, but `keep`;
+// returns how many.
+int takeDescriptors(int theirs, int keep = -1) {
+  std::vector<int> fds;
+  for (int fd : openDescriptors()) {
+    if (std::find(g_at_start.begin(), g_at_start.end(), fd) != g_at_start.end()) {
+      std::fprintf(stderr, "control_app: leaves descriptor %d (%s): open when main began\n", fd,
+                   linkOf(fd).c_str());
+    } else if (fd != keep) {
+      fds.push_back(fd);
+    }
   }
   if (theirs < 0) return -1;
   int taken = 0;
   for (int fd : fds) {
-    char target[256] = {};
-    const std::string link = "/proc/self/fd/" + std::to_string(fd);
-    (void)readlink(link.c_str(), target, sizeof target - 1);
-    std::fprintf(stderr, "control_app: takes descriptor %d (%s)\n", fd, target);
+    std::fprintf(stderr, "control_app: takes descriptor %d (%s)\n", fd, linkOf(fd).c_str());
     if (fd != theirs && dup2(theirs, fd) == fd) {
       ++taken;
       g_taken = fd;
@@ -105,6 +131,7 @@ int takeDescriptors(int theirs, int keep = -1) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_at_start = openDescriptors();
   if (argc > 1 && std::strcmp(argv[1], "--own-sigint") == 0) install(SIGINT, onSigint);
   if (argc > 1 && std::strcmp(argv[1], "--own-sigint-once") == 0) install(SIGINT, onSigint, SA_RESETHAND);
   ncclUniqueId id;

@@ -413,9 +413,11 @@ TEST(Signals, AHandlerTheProgramInstallsLaterWins) {
   EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
 }
 
-// A program that, mid-recording, puts a file of its own on every descriptor above stderr (as a
-// daemon closing what it did not open and reopening its log might): the tracer's trace file,
-// WAL, control socket and signal socket are all replaced. Nothing may reach the program's file,
+// A program that, mid-recording, puts a file of its own on every descriptor above stderr opened
+// since main began (as a daemon closing what it did not open and reopening its log might; those
+// open before main belong to libraries loaded into every process, e.g. on the GPU machine, whose
+// own use of them is theirs): the tracer's trace file, WAL, control socket and signal socket are
+// all replaced. Nothing may reach the program's file,
 // its signals must still reach its handler, and the calls committed before stay in the trace.
 TEST(Signals, AProgramThatTakesTheTracersDescriptorsKeepsItsFileAndItsSignals) {
   TempDir tmp;
