@@ -13,9 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "commit_thread.h"
+#include "detrace/tracer/driver_version.h"
 #include "nvml_query.h"
 #include "control.h"
 #include "detrace/base/version.h"
@@ -112,16 +112,10 @@ std::string commandLine() {
   return all;
 }
 
-// The NVIDIA kernel driver's version ("580.95.05") from /proc/driver/nvidia/version, where the
-// kernel module exposes it; "" where it does not (some VMs and containers hide /proc/driver).
+// The NVIDIA kernel driver's version from /proc/driver/nvidia/version, where the kernel module
+// exposes it; "" where it does not (some VMs and containers hide /proc/driver).
 std::string procDriverVersion() {
-  std::istringstream words(readSmallFile("/proc/driver/nvidia/version"));
-  std::string w, prev;
-  while (words >> w) {
-    if (prev == "Module" && !w.empty() && std::isdigit(static_cast<unsigned char>(w[0]))) return w;
-    prev = w;
-  }
-  return "";
+  return driverVersionFromProc(readSmallFile("/proc/driver/nvidia/version"));
 }
 
 // The same from NVML. nvmlInit may take seconds, so this runs on a thread of the tracer's
