@@ -75,10 +75,10 @@ bool readLine(std::string& line) {
   }
 }
 
-// The descriptors open when main began: inherited from the parent, or opened by libraries loaded
-// into every process (a driver, an /etc/ld.so.preload library). They are not the tracer's (it
-// opens its own once it records, after main began) and whoever uses them would write to what
-// take-fds puts there, tracer or not: take-fds leaves them alone.
+// The descriptors open when main began: inherited from the parent, or opened by a preloaded
+// library's constructor. They are not the tracer's (it opens its own once it records, after main
+// began), and whoever uses them would write to what take-fds puts there, tracer or not:
+// take-fds leaves them alone.
 std::vector<int> g_at_start;
 int g_peer = -1;   // take-fds-socket: the program's end of the pair it put on the numbers
 int g_taken = -1;  // one of the numbers it took

@@ -415,9 +415,10 @@ TEST(Signals, AHandlerTheProgramInstallsLaterWins) {
 
 // A program that, mid-recording, puts a file of its own on every descriptor above stderr opened
 // since main began (as a daemon closing what it did not open and reopening its log might; those
-// open before main belong to libraries loaded into every process, e.g. on the GPU machine, whose
-// own use of them is theirs): the tracer's trace file, WAL, control socket and signal socket are
-// all replaced. Nothing may reach the program's file,
+// open before main are inherited or a preloaded library's, never the tracer's, which opens its own
+// when it records): the tracer's trace file, WAL, control socket and signal socket are all
+// replaced. On the GPU machine this test found the tracer loading NVML, with descriptors of its
+// own, into every process (the open kernel module's /proc text, cpu_driver_version_test.cc). Nothing may reach the program's file,
 // its signals must still reach its handler, and the calls committed before stay in the trace.
 TEST(Signals, AProgramThatTakesTheTracersDescriptorsKeepsItsFileAndItsSignals) {
   TempDir tmp;
