@@ -4,6 +4,7 @@
 // the trace is never written, locked or closed through again (sqlite_fd_guard.h, held_fd.h).
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -270,6 +271,42 @@ TEST(ClosedDescriptors, ASecondConnectionKeepsTheWritersLocks) {
   EXPECT_TRUE(lockedFromOutside(path)) << "opening a second connection dropped the writer's locks";
   sqlite3_close(second);
   EXPECT_TRUE((*w)->close().isOk());
+}
+
+// With `ulimit -n` below 128 there is no room to move descriptors high: the trace keeps the
+// numbers it was given, is still checked, and works (a child process, for its own limit).
+TEST(ClosedDescriptors, ALowDescriptorLimitLeavesNumbersWhereTheyAreAndTheTraceWorks) {
+  TempDir dir;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string path = dir.file("trace.dtrace");
+  const int n = static_cast<int>(rng.range(100, 3000));
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 100;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0 || highFdBase() != -1) _exit(3);
+    auto w = TraceWriter::create(path);
+    if (!w.isOk()) _exit(4);
+    int64_t name = (*w)->intern("kernel");
+    for (int i = 0; i < n; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
+    if (!(*w)->flush().isOk()) _exit(5);
+    for (int fd : descriptorsOf(path)) {
+      if (fd >= 100) _exit(6);
+    }
+    _exit((*w)->close().isOk() ? 0 : 7);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "3: limit not set, 4: create, 5: flush, 6: a number moved, 7: close";
+  auto reader = TraceReader::open(path);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto count = (*reader)->eventCount();
+  ASSERT_TRUE(count.isOk()) << count.status().message();
+  EXPECT_EQ(*count, n);
 }
 
 }  // namespace
