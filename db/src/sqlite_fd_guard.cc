@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
+#include <iterator>
 #include <mutex>
 #include <optional>
 
@@ -24,17 +25,28 @@
 namespace detrace::db {
 namespace {
 
+constexpr int kShadows = 4;
+
 struct Entry {
   int fd;
   FdIdentity id;
   std::string path;
   bool lost = false;
+  // Other numbers of the same file, kept open until `fd` is closed: the numbers of lost entries
+  // that the kernel gave this file (see unclaimedNumberLocked). Closing them earlier would drop
+  // the POSIX locks this process holds on the file.
+  int shadows[kShadows] = {-1, -1, -1, -1};
+};
+
+struct Trace {
+  std::string db;    // as SQLite names it
+  int announced = 0;  // writers that announced it and have not forgotten it
 };
 
 struct Registry {
   std::mutex mu;
-  std::vector<std::string> traces;  // announced databases
-  std::vector<Entry> entries;       // their files' descriptors, as SQLite holds them
+  std::vector<Trace> traces;
+  std::vector<Entry> entries;  // descriptors SQLite holds on their files (and files with shadows)
 };
 
 // Never destroyed (SQLite may close files at exit); replaced in a forked child, where a thread
@@ -52,7 +64,7 @@ bool fileOf(std::string_view path, std::string_view db) {
 }
 
 bool isTraceFileLocked(const Registry& r, std::string_view path) {
-  return std::any_of(r.traces.begin(), r.traces.end(), [&](const std::string& db) { return fileOf(path, db); });
+  return std::any_of(r.traces.begin(), r.traces.end(), [&](const Trace& t) { return fileOf(path, t.db); });
 }
 
 Entry* findLocked(Registry& r, int fd) {
@@ -107,20 +119,35 @@ FchownFn o_fchown;
 FallocateFn o_fallocate;
 MmapFn o_mmap;
 
-// A number no entry holds, for a new trace file's descriptor. An entry on the number the kernel
+// A number no entry holds, for a new file's descriptor `fd`. An entry on the number the kernel
 // just gave back is stale (its file was closed under SQLite): it is marked lost and keeps the
-// number, so that the old handle's calls fail and its close closes nothing; the new file moves.
-int unclaimedNumberLocked(Registry& r, int fd) {
-  std::vector<int> claimed;
+// number, so that the old handle's calls fail and its close closes nothing; the new file moves
+// to another number, and the one it leaves stays open as a shadow (its close could drop locks).
+// Returns the number, or -1 (errno set) with every number of the new file closed.
+int unclaimedNumberLocked(Registry& r, int fd, int (&shadows)[kShadows], int& n_shadows) {
   while (fd >= 0) {
     Entry* stale = findLocked(r, fd);
-    if (stale == nullptr) break;
+    if (stale == nullptr) return fd;
     stale->lost = true;
-    claimed.push_back(fd);
-    fd = fcntl(fd, F_DUPFD_CLOEXEC, std::max(highFdBase(), 3));
+    const int next = fcntl(fd, F_DUPFD_CLOEXEC, std::max(highFdBase(), 3));
+    if (n_shadows < kShadows) {
+      shadows[n_shadows++] = fd;
+    } else {
+      ::close(fd);  // a fifth collision in one open: past any real case
+    }
+    fd = next;
   }
-  for (int c : claimed) ::close(c);  // our new file's extra numbers (the stale entries keep theirs)
-  return fd;
+  const int saved = errno;
+  for (int i = 0; i < n_shadows; ++i) ::close(shadows[i]);
+  n_shadows = 0;
+  errno = saved;
+  return -1;
+}
+
+// True if another descriptor of ours has the file `id` open (and still names it).
+bool openElsewhereLocked(const Registry& r, FdIdentity id) {
+  return std::any_of(r.entries.begin(), r.entries.end(),
+                     [&](const Entry& e) { return !e.lost && e.id == id && fdNames(e.fd, e.id); });
 }
 
 int guardedOpen(const char* path, int flags, int mode) {
@@ -128,20 +155,26 @@ int guardedOpen(const char* path, int flags, int mode) {
   if (fd < 0 || path == nullptr) return fd;
   Registry& r = registry();
   std::lock_guard lk(r.mu);
-  if (!isTraceFileLocked(r, path)) return fd;
+  // Any file, a trace's or not (the program's own, where SQLite is shared with it), that lands on
+  // a lost number must leave it.
+  const bool trace = isTraceFileLocked(r, path);
+  if (!trace && findLocked(r, fd) == nullptr) return fd;
   std::optional<FdIdentity> id = fdIdentity(fd);
   if (!id) return fd;
+  int shadows[kShadows] = {-1, -1, -1, -1};
+  int n_shadows = 0;
+  fd = unclaimedNumberLocked(r, fd, shadows, n_shadows);
   // Moving closes the low number, which drops every POSIX lock this process holds on the file:
-  // only a file no other descriptor of ours has open is moved.
-  const bool open_elsewhere = std::any_of(r.entries.begin(), r.entries.end(),
-                                          [&](const Entry& e) { return !e.lost && e.id == *id; });
-  if (!open_elsewhere) fd = moveFdHigh(fd);
-  fd = unclaimedNumberLocked(r, fd);
+  // only a trace file no other descriptor of ours has open is moved.
+  if (fd >= 0 && trace && n_shadows == 0 && !openElsewhereLocked(r, *id)) fd = moveFdHigh(fd);
+  if (fd >= 0) fd = unclaimedNumberLocked(r, fd, shadows, n_shadows);
   if (fd < 0) return fd;
   try {
-    r.entries.push_back(Entry{fd, *id, path});
+    Entry e{fd, *id, path};
+    std::copy(std::begin(shadows), std::end(shadows), std::begin(e.shadows));
+    r.entries.push_back(std::move(e));
     g_entries.fetch_add(1, std::memory_order_relaxed);
-  } catch (...) {  // out of memory: this file goes unguarded
+  } catch (...) {  // out of memory: this file goes unguarded (its shadows stay open)
   }
   return fd;
 }
@@ -152,6 +185,9 @@ int guardedClose(int fd) {
     std::lock_guard lk(r.mu);
     if (Entry* e = findLocked(r, fd)) {
       const bool ours = !e->lost && fdNames(fd, e->id);
+      for (int shadow : e->shadows) {
+        if (shadow >= 0 && fdNames(shadow, e->id)) ::close(shadow);
+      }
       r.entries.erase(r.entries.begin() + (e - r.entries.data()));
       g_entries.fetch_sub(1, std::memory_order_relaxed);
       if (!ours) return 0;  // not the trace's file any more: forgotten, never closed
@@ -240,7 +276,12 @@ bool announceTraceFile(const std::string& db_path) noexcept {
   try {
     Registry& r = registry();
     std::lock_guard lk(r.mu);
-    if (std::find(r.traces.begin(), r.traces.end(), db_path) == r.traces.end()) r.traces.push_back(db_path);
+    auto it = std::find_if(r.traces.begin(), r.traces.end(), [&](const Trace& t) { return t.db == db_path; });
+    if (it == r.traces.end()) {
+      r.traces.push_back(Trace{db_path, 1});
+    } else {
+      ++it->announced;
+    }
     return true;
   } catch (...) {
     return false;
@@ -250,8 +291,8 @@ bool announceTraceFile(const std::string& db_path) noexcept {
 void forgetTraceFile(const std::string& db_path) noexcept {
   Registry& r = registry();
   std::lock_guard lk(r.mu);
-  auto it = std::find(r.traces.begin(), r.traces.end(), db_path);
-  if (it != r.traces.end()) r.traces.erase(it);
+  auto it = std::find_if(r.traces.begin(), r.traces.end(), [&](const Trace& t) { return t.db == db_path; });
+  if (it != r.traces.end() && --it->announced == 0) r.traces.erase(it);
 }
 
 std::vector<LostFd> lostTraceFds(const std::string& db_path) {

@@ -14,7 +14,11 @@
 //    the number is lost: the call, and every later one through it, fails with EBADF without
 //    reaching the kernel, and close() forgets the number instead of closing it;
 //  - the writer also asks before each batch (lostTraceFds), to fail with a sentence that says why.
-// Other files (the program's own databases, where SQLite is shared with it) pass straight through.
+// Other files (the program's own databases, where SQLite is shared with it: a build without
+// libsqlite3.a, or a process linking detrace_db) pass straight through, unless one lands on a
+// lost number: it is moved off it, the number kept open until the file is closed.
+// Not guarded: a trace whose name SQLite gives differently from announceTraceFile's (the writer
+// then announces SQLite's name, and only files opened after that, the WAL and -shm, are guarded).
 #pragma once
 
 #include <string>

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "detrace/base/held_fd.h"
@@ -307,6 +308,66 @@ TEST(ClosedDescriptors, ALowDescriptorLimitLeavesNumbersWhereTheyAreAndTheTraceW
   auto count = (*reader)->eventCount();
   ASSERT_TRUE(count.isOk()) << count.status().message();
   EXPECT_EQ(*count, n);
+}
+
+// Where the program's own SQLite is the tracer's too (a build without libsqlite3.a, or any
+// process that links detrace_db), a database of the program's may be opened on a lost trace
+// number. It must work, and the writer's stale handle must never reach it: not its batches, not
+// its close's checkpoint. `ulimit -n 100` keeps the numbers low, so that the kernel hands the
+// lost one straight back (a child process, for its own limit).
+TEST(ClosedDescriptors, AProgramsDatabaseOpenedOnALostNumberWorksAndIsUntouched) {
+  TempDir dir;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string path = dir.file("trace.dtrace"), theirs = dir.file("program.db");
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(theirs.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, fmt::format("CREATE TABLE t(x); INSERT INTO t VALUES (randomblob({}));",
+                                           rng.range(50000, 200000)).c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  const std::string before = readAll(theirs);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 100;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(3);
+    auto w = TraceWriter::create(path);
+    if (!w.isOk()) _exit(4);
+    int64_t name = (*w)->intern("kernel");
+    for (int i = 0; i < 500; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
+    if (!(*w)->flush().isOk()) _exit(5);
+    struct stat trace_st {};
+    if (::stat(path.c_str(), &trace_st) != 0) _exit(6);
+    int main_fd = -1;
+    for (int fd : descriptorsOf(path)) {
+      struct stat st {};
+      if (fstat(fd, &st) == 0 && st.st_ino == trace_st.st_ino) main_fd = fd;
+    }
+    if (main_fd < 0) _exit(6);
+    ::close(main_fd);  // the program closes one descriptor it did not open
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(theirs.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) _exit(7);
+    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(8);
+    for (int i = 0; i < 500; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
+    if ((*w)->flush().isOk()) _exit(9);  // the lost number must stop the trace
+    (void)(*w)->close();
+    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(10);
+    sqlite3_close(db);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "3: limit, 4: create, 5: flush, 6: no trace descriptor, 7: the program's open failed, 8: its "
+         "query failed, 9: the trace went on through a lost number, 10: its query failed after the close";
+  EXPECT_TRUE(readAll(theirs) == before) << "the program's database was written by the tracer";
 }
 
 }  // namespace
