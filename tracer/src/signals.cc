@@ -38,6 +38,9 @@ struct sigaction g_old[kCount];  // the program's actions, saved at install
 std::atomic<int> g_handler_fd{-1};  // the thread's socket (the handler's end)
 std::atomic<uint64_t> g_handler_dev{0}, g_handler_ino{0};  // what g_handler_fd names (set before it)
 std::atomic<pid_t> g_owner{0};   // the process whose thread reads that socket
+std::atomic<bool> g_reading{false};  // that thread still reads (it ends when its end is taken)
+std::atomic<int> g_reader_fd{-1};    // the thread's end, for a forked child to close
+std::atomic<uint64_t> g_reader_dev{0}, g_reader_ino{0};
 std::atomic<bool> g_terminating{false};
 std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
 std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
@@ -82,7 +85,7 @@ FdIdentity handlerEnd() {
 bool notifyThread(int value) {
   int fd = g_handler_fd.load(std::memory_order_acquire);
   if (fd < 0 || g_owner.load(std::memory_order_acquire) != getpid()) return false;
-  if (!fdNames(fd, handlerEnd())) return false;
+  if (!g_reading.load(std::memory_order_acquire) || !fdNames(fd, handlerEnd())) return false;
   return send(fd, &value, sizeof value, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof value);
 }
 
@@ -175,9 +178,12 @@ void finishBounded(std::chrono::seconds limit, const char* when) noexcept {
 namespace {
 
 void flushLoop(int rd, FdIdentity rd_id) {
+  struct Ended {  // from then on the handler acts as if there were no thread
+    ~Ended() { g_reading.store(false, std::memory_order_release); }
+  } ended;
   for (;;) {
     // The program may have closed our end and opened a file of its own on the number: never read
-    // the program's data. Ending closes nothing; the handler's sends then fail (EPIPE).
+    // the program's data. Ending closes nothing.
     if (!fdNames(rd, rd_id)) return;
     int value = 0;
     ssize_t n = read(rd, &value, sizeof value);
@@ -205,8 +211,12 @@ bool armThread() {
   bool ok = rd_id && wr_id;
   try {
     SignalsBlockedScope blocked;
-    if (ok) std::thread(flushLoop, fds[0], *rd_id).detach();
+    if (ok) {
+      g_reading.store(true, std::memory_order_release);
+      std::thread(flushLoop, fds[0], *rd_id).detach();
+    }
   } catch (...) {
+    g_reading.store(false, std::memory_order_release);
     ok = false;
   }
   if (!ok) {
@@ -215,6 +225,9 @@ bool armThread() {
     return false;
   }
   g_owner.store(getpid(), std::memory_order_release);
+  g_reader_dev.store(rd_id->dev, std::memory_order_relaxed);
+  g_reader_ino.store(rd_id->ino, std::memory_order_relaxed);
+  g_reader_fd.store(fds[0], std::memory_order_release);
   g_handler_dev.store(wr_id->dev, std::memory_order_relaxed);
   g_handler_ino.store(wr_id->ino, std::memory_order_relaxed);
   g_handler_fd.store(fds[1], std::memory_order_release);
@@ -261,8 +274,13 @@ void installSignalHandlers() noexcept {
 void resetSignalsAfterFork() noexcept {
   g_mu = new std::mutex;  // the parent's may have been held by a thread that is gone here
   int fd = g_handler_fd.exchange(-1);
-  // The parent's socket: a signal in the child must never reach it. Closed only if still ours.
+  // The parent's socket pair: a signal in the child must never reach it, and the child must not
+  // keep it alive. Each end closed only if still ours.
   if (fd >= 0 && fdNames(fd, handlerEnd())) close(fd);
+  const int rd = g_reader_fd.exchange(-1);
+  const FdIdentity rd_id{g_reader_dev.load(std::memory_order_relaxed), g_reader_ino.load(std::memory_order_relaxed)};
+  if (rd >= 0 && fdNames(rd, rd_id)) close(rd);
+  g_reading.store(false, std::memory_order_release);
   g_owner.store(0);
   g_terminating.store(false);
   g_abandoned.store(false);  // the parent's finish, not this process's
