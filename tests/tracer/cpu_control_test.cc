@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "detrace/base/held_fd.h"
 #include "detrace/db/reader.h"
 #include "detrace/tracer/attach.h"
 #include "detrace/tracer/control_protocol.h"
@@ -413,6 +414,37 @@ TEST(ControlServer, AnswersNoConnectionThatTheProgramPutOnItsNumber) {
   EXPECT_NE(fcntl(number, F_GETFD), -1) << "the program's socket was closed";
   EXPECT_EQ(::recv(client, buf, sizeof buf, 0), 0) << "the client got a reply through a number it no longer had";
   for (int fd : {client, number, pair[0], pair[1]}) ::close(fd);
+}
+
+// The program puts a file of its own on the wake pipe's write end: stop() must not write its wake
+// byte into the program's file, nor close the number, and the thread still ends (here because
+// its end of the pipe saw the writer go; else its poll wakes within a second).
+TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  int write_end = -1;
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    std::error_code ec;
+    const std::string target = fs::read_symlink(entry.path(), ec).string();
+    if (fd >= highFdBase() && target.rfind("pipe:", 0) == 0 && (fcntl(fd, F_GETFL) & O_ACCMODE) == O_WRONLY) {
+      write_end = fd;
+    }
+  }
+  ASSERT_GE(write_end, 0) << "the wake pipe was not found among the high descriptors";
+  const std::string theirs = f.tmp.file("program.log");
+  std::ofstream(theirs) << "the program's";
+  int file = ::open(theirs.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_EQ(dup2(file, write_end), write_end);
+  ::close(file);
+  const auto begun = std::chrono::steady_clock::now();
+  EXPECT_TRUE((*server)->stop(std::chrono::seconds(5))) << "the thread did not end";
+  EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::seconds(3));
+  std::ifstream in(theirs);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the program's");
+  EXPECT_NE(fcntl(write_end, F_GETFD), -1) << "the program's descriptor was closed";
+  ::close(write_end);
 }
 
 // ---------------------------------------------------------------- the attach client
