@@ -72,6 +72,12 @@ Entry* findLocked(Registry& r, int fd) {
   return it == r.entries.end() ? nullptr : &*it;
 }
 
+// True if `e`'s number no longer names its file (marked lost from then on).
+bool lostLocked(Entry& e) {
+  if (!e.lost && !fdNames(e.fd, e.id)) e.lost = true;
+  return e.lost;
+}
+
 // False if `fd` is a trace file's number that no longer names that file (marked lost then): the
 // call through it must fail without reaching the kernel. Numbers of other files pass.
 bool usable(int fd) {
@@ -79,9 +85,7 @@ bool usable(int fd) {
   Registry& r = registry();
   std::lock_guard lk(r.mu);
   Entry* e = findLocked(r, fd);
-  if (e == nullptr) return true;
-  if (!e->lost && !fdNames(fd, e->id)) e->lost = true;
-  return !e->lost;
+  return e == nullptr || !lostLocked(*e);
 }
 
 bool refuse(int fd) {
@@ -184,7 +188,7 @@ int guardedClose(int fd) {
     Registry& r = registry();
     std::lock_guard lk(r.mu);
     if (Entry* e = findLocked(r, fd)) {
-      const bool ours = !e->lost && fdNames(fd, e->id);
+      const bool ours = !lostLocked(*e);
       for (int shadow : e->shadows) {
         if (shadow >= 0 && fdNames(shadow, e->id)) ::close(shadow);
       }
@@ -300,9 +304,7 @@ std::vector<LostFd> lostTraceFds(const std::string& db_path) {
   Registry& r = registry();
   std::lock_guard lk(r.mu);
   for (Entry& e : r.entries) {
-    if (!fileOf(e.path, db_path)) continue;  // another trace's
-    if (!e.lost && !fdNames(e.fd, e.id)) e.lost = true;
-    if (e.lost) lost.push_back(LostFd{e.fd, e.path});
+    if (fileOf(e.path, db_path) && lostLocked(e)) lost.push_back(LostFd{e.fd, e.path});
   }
   return lost;
 }

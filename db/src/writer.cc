@@ -599,6 +599,8 @@ Status TraceWriter::Impl::close() {
   FileSizeSignalShield shield;  // the final commit and checkpoint write on the caller's thread
   std::lock_guard lk(mu_);
   closed_ = true;
+  // A number the program took stops the final writes here, with the reason (every call SQLite
+  // would make through it, its close's included, is refused anyway: sqlite_fd_guard.h).
   if (db_ && error_.isOk()) {
     if (Status fds = descriptorsIntact(db_path_); !fds.isOk()) failLocked(std::move(fds));
   }
@@ -616,11 +618,6 @@ Status TraceWriter::Impl::close() {
     Status st = exec(db_.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
     if (st.isOk()) st = exec(db_.get(), "PRAGMA journal_mode=DELETE");
     if (!st.isOk()) failLocked(explainWriteFailure(st, path_, db_path_));
-  }
-  // A number lost while an earlier error stopped the checks above: said, and (as every call
-  // through a lost number) never used by SQLite's close.
-  if (db_) {
-    if (Status fds = descriptorsIntact(db_path_); !fds.isOk() && error_.isOk()) failLocked(std::move(fds));
   }
   db_.reset();
   if (!db_path_.empty()) forgetTraceFile(db_path_);
