@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <string>
@@ -274,35 +275,44 @@ TEST(ClosedDescriptors, ASecondConnectionKeepsTheWritersLocks) {
   EXPECT_TRUE((*w)->close().isOk());
 }
 
+// Runs `body` in a child process under `ulimit -n 100` (below 128: no room to move descriptors
+// high, and the kernel hands a closed number straight back) and returns its exit status: what
+// `body` returns, 3 if the limit could not be set, -1 if the child did not exit by itself.
+int exitStatusUnderLowFdLimit(const std::function<int()>& body) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 100;
+    if (setrlimit(RLIMIT_NOFILE, &lim) != 0 || highFdBase() != -1) _exit(3);
+    _exit(body());
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
 // With `ulimit -n` below 128 there is no room to move descriptors high: the trace keeps the
-// numbers it was given, is still checked, and works (a child process, for its own limit).
+// numbers it was given, is still checked, and works.
 TEST(ClosedDescriptors, ALowDescriptorLimitLeavesNumbersWhereTheyAreAndTheTraceWorks) {
   TempDir dir;
   testing::Rng rng;
   SCOPED_TRACE(rng.seed());
   const std::string path = dir.file("trace.dtrace");
   const int n = static_cast<int>(rng.range(100, 3000));
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    rlimit lim{};
-    getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = 100;
-    if (setrlimit(RLIMIT_NOFILE, &lim) != 0 || highFdBase() != -1) _exit(3);
+  const int status = exitStatusUnderLowFdLimit([&] {
     auto w = TraceWriter::create(path);
-    if (!w.isOk()) _exit(4);
+    if (!w.isOk()) return 4;
     int64_t name = (*w)->intern("kernel");
     for (int i = 0; i < n; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
-    if (!(*w)->flush().isOk()) _exit(5);
+    if (!(*w)->flush().isOk()) return 5;
     for (int fd : descriptorsOf(path)) {
-      if (fd >= 100) _exit(6);
+      if (fd >= 100) return 6;
     }
-    _exit((*w)->close().isOk() ? 0 : 7);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0) << "3: limit not set, 4: create, 5: flush, 6: a number moved, 7: close";
+    return (*w)->close().isOk() ? 0 : 7;
+  });
+  ASSERT_EQ(status, 0) << "3: limit not set, 4: create, 5: flush, 6: a number moved, 7: close";
   auto reader = TraceReader::open(path);
   ASSERT_TRUE(reader.isOk()) << reader.status().message();
   auto count = (*reader)->eventCount();
@@ -313,8 +323,7 @@ TEST(ClosedDescriptors, ALowDescriptorLimitLeavesNumbersWhereTheyAreAndTheTraceW
 // Where the program's own SQLite is the tracer's too (a build without libsqlite3.a, or any
 // process that links detrace_db), a database of the program's may be opened on a lost trace
 // number. It must work, and the writer's stale handle must never reach it: not its batches, not
-// its close's checkpoint. `ulimit -n 100` keeps the numbers low, so that the kernel hands the
-// lost one straight back (a child process, for its own limit).
+// its close's checkpoint. The low limit makes the kernel hand the lost number straight back.
 TEST(ClosedDescriptors, AProgramsDatabaseOpenedOnALostNumberWorksAndIsUntouched) {
   TempDir dir;
   testing::Rng rng;
@@ -330,41 +339,32 @@ TEST(ClosedDescriptors, AProgramsDatabaseOpenedOnALostNumberWorksAndIsUntouched)
     sqlite3_close(db);
   }
   const std::string before = readAll(theirs);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    rlimit lim{};
-    getrlimit(RLIMIT_NOFILE, &lim);
-    lim.rlim_cur = 100;
-    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(3);
+  const int status = exitStatusUnderLowFdLimit([&] {
     auto w = TraceWriter::create(path);
-    if (!w.isOk()) _exit(4);
+    if (!w.isOk()) return 4;
     int64_t name = (*w)->intern("kernel");
     for (int i = 0; i < 500; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
-    if (!(*w)->flush().isOk()) _exit(5);
+    if (!(*w)->flush().isOk()) return 5;
     struct stat trace_st {};
-    if (::stat(path.c_str(), &trace_st) != 0) _exit(6);
+    if (::stat(path.c_str(), &trace_st) != 0) return 6;
     int main_fd = -1;
     for (int fd : descriptorsOf(path)) {
       struct stat st {};
       if (fstat(fd, &st) == 0 && st.st_ino == trace_st.st_ino) main_fd = fd;
     }
-    if (main_fd < 0) _exit(6);
+    if (main_fd < 0) return 6;
     ::close(main_fd);  // the program closes one descriptor it did not open
     sqlite3* db = nullptr;
-    if (sqlite3_open_v2(theirs.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) _exit(7);
-    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(8);
+    if (sqlite3_open_v2(theirs.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) return 7;
+    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) return 8;
     for (int i = 0; i < 500; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
-    if ((*w)->flush().isOk()) _exit(9);  // the lost number must stop the trace
+    if ((*w)->flush().isOk()) return 9;  // the lost number must stop the trace
     (void)(*w)->close();
-    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(10);
+    if (sqlite3_exec(db, "SELECT count(*) FROM t", nullptr, nullptr, nullptr) != SQLITE_OK) return 10;
     sqlite3_close(db);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0)
+    return 0;
+  });
+  EXPECT_EQ(status, 0)
       << "3: limit, 4: create, 5: flush, 6: no trace descriptor, 7: the program's open failed, 8: its "
          "query failed, 9: the trace went on through a lost number, 10: its query failed after the close";
   EXPECT_TRUE(readAll(theirs) == before) << "the program's database was written by the tracer";
