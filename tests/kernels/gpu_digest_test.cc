@@ -431,6 +431,9 @@ TEST_F(DigestGpuTest, DoneSignalLandsAfterEveryDigest) {
     ASSERT_TRUE(rows_buf.ok() && whole_buf.ok());
     rows_buf.upload(rows_host.data(), rows_host.size());
     whole_buf.upload(whole_host.data(), whole_host.size());
+    // A pageable cudaMemcpy may return before its DMA lands, and `stream` does not wait for the
+    // legacy stream (an H100 run, 2026-12-05, digested a 3 MB whole buffer mid-upload).
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     DigestRequest r[2];
     r[0].base = reinterpret_cast<CUdeviceptr>(rows_buf.get());
     r[0].rows = kRows;
@@ -457,12 +460,21 @@ TEST_F(DigestGpuTest, DoneSignalLandsAfterEveryDigest) {
     std::atomic_thread_fence(std::memory_order_acquire);
     std::vector<uint64_t> want(kRows);
     digestRowsCpu(rows_host.data(), kRows, row_bytes, row_bytes, want.data());
-    for (uint32_t i = 0; i < kRows; ++i) {
-      ASSERT_EQ(mapped[i], want[i]) << "trial " << trial << ": row " << i << " not final at the signal";
-    }
-    ASSERT_EQ(mapped[kRows], digestCpu(whole_host.data() + whole_offset, whole_len))
-        << "trial " << trial << ": whole buffer not final at the signal";
+    // Read once at the signal; after the stream's end, a mismatch says whether it was late (the
+    // final value came after the signal) or wrong (it never came).
+    std::vector<uint64_t> at_signal(mapped, mapped + kRows + 1);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const uint64_t want_whole = digestCpu(whole_host.data() + whole_offset, whole_len);
+    auto when = [&](uint32_t i, uint64_t expected) {
+      return mapped[i] == expected ? "final only after the signal" : "wrong even after the stream's end";
+    };
+    const std::string what = "trial " + std::to_string(trial) + " (rows of " + std::to_string(row_bytes) +
+                             " bytes, a whole buffer of " + std::to_string(whole_len) + " at +" +
+                             std::to_string(whole_offset) + ")";
+    for (uint32_t i = 0; i < kRows; ++i) {
+      ASSERT_EQ(at_signal[i], want[i]) << what << ": row " << i << " " << when(i, want[i]);
+    }
+    ASSERT_EQ(at_signal[kRows], want_whole) << what << ": whole buffer " << when(kRows, want_whole);
     const auto left = counter.download(4);
     ASSERT_TRUE(std::all_of(left.begin(), left.end(), [](unsigned char b) { return b == 0; }))
         << "trial " << trial << ": block counter not left zero";

@@ -315,7 +315,7 @@ inline int graphThreadsMain(const std::string& dir, bool serialized, bool switch
   GK(cudaStreamEndCapture(g.s, &graph));
   GK(cudaGraphInstantiate(&exec, graph, 0));
 
-  std::atomic<int> ready{0};
+  std::atomic<int> ready{0}, launched{0};
   std::mutex launch_mu;
   int rc[kThreads] = {};
   auto body = [&](int t) {
@@ -338,6 +338,7 @@ inline int graphThreadsMain(const std::string& dir, bool serialized, bool switch
       std::unique_lock<std::mutex> turn(launch_mu, std::defer_lock);
       if (serialized) turn.lock();
       if (cudaGraphLaunch(exec, s) != cudaSuccess) rc[t] = 1;
+      launched.fetch_add(1);
       if (serialized) turn.unlock();
       if (i % 16 == 15 && cudaStreamSynchronize(s) != cudaSuccess) rc[t] = 1;
       if (switching) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -350,13 +351,19 @@ inline int graphThreadsMain(const std::string& dir, bool serialized, bool switch
   if (switching) {
     while (ready.load() < kThreads) {
     }
+    // When each switch was answered, in launches made so far (a failing test prints it).
+    std::string when;
     for (int i = 0; i < kSwitches; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(40));
       if (!askTracer("stop")) break;
+      when += " stopped after " + std::to_string(launched.load()) + ",";
       std::this_thread::sleep_for(std::chrono::milliseconds(40));
       if (!askTracer("start capture=digest")) break;
+      when += " started after " + std::to_string(launched.load()) + ";";
       ++switched;
     }
+    std::printf("tracer_gpu_app graph-threads: launches made when the switches were answered:%s\n",
+                when.c_str());
   }
   for (std::thread& t : threads) t.join();
   if (switching && switched != kSwitches) {
