@@ -655,6 +655,20 @@ TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {
   if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 
+// As above, with a cudaDeviceReset right after the last launch: the launches whose results the
+// tracer still held (it writes them once their ops are placed, up to half a second later) are
+// read out as the context is torn down and written after it, none lost.
+TEST(TracerGraph, AResetRightAfterTheLaunchesKeepsTheirFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  TurnsRun run;
+  ASSERT_NO_FATAL_FAILURE(recordTurns("serialized-reset", /*all_recorded=*/true, run));
+  EXPECT_EQ(run.fingerprinted, run.launches);
+  EXPECT_EQ(run.stats["graph_replays_fingerprinted"], run.launches);
+  EXPECT_EQ(run.stats["graph_replays_lost"], 0);
+  EXPECT_GT(run.stats["graph_replays_settled_at_teardown"], 0) << "no launch was left for the reset";
+  if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
+}
+
 // Two threads launching one executable graph with no order between their launch calls, which
 // CUDA's rules forbid but a program may do: whatever the calls' overlaps, no launch is given
 // another execution's fingerprints; a launch that met an open one waited for it or, past the
@@ -709,6 +723,9 @@ TEST(TracerGraph, LaunchesAcrossStopsAndStartsKeepTheirOwnFingerprints) {
   EXPECT_EQ(run.stats["graph_replays_skipped_overlap"], 0);
   EXPECT_EQ(run.r.log.find("get no more fingerprints"), std::string::npos) << "graph fingerprints stopped";
   std::printf("note: %d of %d launches fingerprinted\n", run.fingerprinted, run.launches);
+  if (size_t at = run.r.log.find("switches were answered"); at != std::string::npos) {
+    std::printf("note: %s\n", run.r.log.substr(at, run.r.log.find('\n', at) - at).c_str());
+  }
   if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 

@@ -255,7 +255,7 @@ inline bool askTracer(const std::string& request) {
   return ok;
 }
 
-// ---- `tracer_gpu_app graph-threads DIR [serialized|switching]` ----
+// ---- `tracer_gpu_app graph-threads DIR [serialized|switching|serialized-reset]` ----
 // The GEMM chain captured into one graph after kernels that set X from a device counter of the
 // graph's executions (its k-th execution gets X = threadsX(., k)) and poison D1 and Y, then
 // launched kThreadLaunches times from each of kThreads threads, each on a stream of its own, with
@@ -264,7 +264,9 @@ inline bool askTracer(const std::string& request) {
 // without it their launch calls may overlap (which those rules forbid, and the tracer must survive).
 // `switching`: serialized, a launch every 20 ms, while a third thread stops and starts the recording
 // through the control socket (kSwitches times): launches in progress at a switch, launches made
-// while paused, on either stream, and recorded ones after them.
+// while paused, on either stream, and recorded ones after them. `serialized-reset`: serialized,
+// then a cudaDeviceReset right after the last launch's results are read back, while the tracer
+// still holds the latest launches' results (it writes them once their ops are placed).
 // A, W and X hold small integers, so D1 and Y are exact and the test computes them itself. DIR gets
 // A.bin, W.bin and graph.txt (launches made, executions counted on the GPU, and executions that
 // ran at the same time as another: CUDA orders one graph's executions, but unserialized launch
@@ -290,8 +292,9 @@ __global__ void fill_small(float* x, int n, int which) {
   if (i < n) x[i] = which == 0 ? threadsA(i) : threadsW(i);
 }
 
-inline int graphThreadsMain(const std::string& dir, bool serialized, bool switching = false) {
-  serialized = serialized || switching;
+inline int graphThreadsMain(const std::string& dir, bool serialized, bool switching = false,
+                            bool reset = false) {
+  serialized = serialized || switching || reset;
   Gemms g;
   if (setUp(g) != 0) return 1;
   int* counter = nullptr;  // [0] executions, [1] the last one's k as it set X, [2] overlaps
@@ -385,8 +388,12 @@ inline int graphThreadsMain(const std::string& dir, bool serialized, bool switch
   std::fprintf(f, "launches %d\nexecuted %d\noverlapping_executions %d\n", kThreads * kThreadLaunches,
                executed, overlapping);
   std::fclose(f);
-  GK(cudaGraphExecDestroy(exec));
-  GK(cudaGraphDestroy(graph));
+  if (reset) {
+    GK(cudaDeviceReset());  // the graph, its executable graph and every buffer go with it
+  } else {
+    GK(cudaGraphExecDestroy(exec));
+    GK(cudaGraphDestroy(graph));
+  }
   std::printf("tracer_gpu_app graph-threads: done (%d executions)\n", executed);
   return 0;
 }

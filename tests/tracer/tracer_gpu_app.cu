@@ -5,7 +5,8 @@
 // test) so that D = A * B is exact in fp32 whatever the summation order. It prints nothing the
 // test depends on. `tracer_gpu_app graph DIR` runs another program instead: GEMMs and an
 // all-reduce captured into CUDA graphs and replayed (graph_gpu_app.cuh, for gpu_graph_test.cc);
-// `tracer_gpu_app graph-threads DIR [serialized|switching]` launches one such graph from two threads.
+// `tracer_gpu_app graph-threads DIR [serialized|switching|serialized-reset]` launches one such
+// graph from two threads.
 // `tracer_gpu_app threads` runs two threads at once, each on its own stream, alternating a plain
 // kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
 // `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
@@ -199,7 +200,8 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";
     return graph_app::graphThreadsMain(argv[2], std::strcmp(how, "serialized") == 0,
-                                       std::strcmp(how, "switching") == 0);
+                                       std::strcmp(how, "switching") == 0,
+                                       std::strcmp(how, "serialized-reset") == 0);
   }
   if (argc >= 2 && std::strcmp(argv[1], "threads") == 0) return threadsMain(argc >= 3 ? std::atoi(argv[2]) : 200);
   const int n = 1 << 16;

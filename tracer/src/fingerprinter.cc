@@ -868,8 +868,12 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
       for (Pending& p : s.pending) {
         if (p.ctx != cx) continue;
         if (p.replay) {  // a graph launch's digests: its result memory goes with the context
-          ++s.graph_replays_lost;
           --s.pending_replays;
+          try {
+            s.settleReplayForTeardownLocked(p, w);
+          } catch (...) {
+            ++s.graph_replays_lost;
+          }
           continue;
         }
         settleForTeardownLocked(s, p, w);
@@ -1105,6 +1109,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
       w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
       w->addStat("graph_replays_lost", s.graph_replays_lost);
+      w->addStat("graph_replays_settled_at_teardown", s.graph_replays_settled_at_teardown);
       w->addStat("graph_replays_waited", s.graph_replays_waited);
       w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);
       if (Session::get().policy().graph_weights_every > 1) {

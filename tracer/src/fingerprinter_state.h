@@ -355,6 +355,7 @@ class State {
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
+  int64_t graph_replays_settled_at_teardown = 0;  // read out as their context was torn down
   int64_t graph_replays_unsupported = 0;
   // Launches that waited for another thread's launch of the same graph to end, and those given no
   // results because a launch ran unordered (LaunchOrder::given_up).
@@ -415,6 +416,8 @@ class State {
   // A replay whose digests are done (or will never come): writes its operands, if it may.
   enum class ReplayStep { kWritten, kWait };
   ReplayStep drainReplayLocked(Pending& p, bool final, db::TraceWriter* w);
+  void writeReplayLocked(const Replay& r, db::TraceWriter* w, bool park);
+  void settleReplayForTeardownLocked(Pending& p, db::TraceWriter* w);
   // Replay r's digest of sampled weight `c` (--graph-weights-every): taken at r if r is sampled
   // (and kept), else the one taken at the sampled replay r carries from, if that one gave it;
   // nullopt when there is none. `op_words`: r's results of c's op.

@@ -445,31 +445,70 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
     return ReplayStep::kWritten;
   }
   const ExecInfo& e = *r.exec;
-  std::vector<int64_t> seqs_of(e.ops.size());
   for (size_t i = 0; i < e.ops.size(); ++i) {
-    seqs_of[i] = seqs.get(r.first_token + i);
-    if (seqs_of[i] == db::kUnset && !final) return ReplayStep::kWait;
+    if (seqs.get(r.first_token + i) == db::kUnset && !final) return ReplayStep::kWait;
   }
+  writeReplayLocked(r, w, /*park=*/false);
+  return ReplayStep::kWritten;
+}
+
+// The operands of an ended replay whose results have landed: written where their op has its
+// sequence number; where it has none yet, parked in `awaiting` (`park`: the results' memory is
+// about to go) or counted lost.
+void State::writeReplayLocked(const Replay& r, db::TraceWriter* w, bool park) {
+  const ExecInfo& e = *r.exec;
   const volatile uint64_t* words = r.ctx->graph_results + r.off;
   for (size_t i = 0; i < e.ops.size(); ++i) {
+    const uint64_t token = r.first_token + i;
+    const int64_t seq = seqs.get(token);
     for (const CapturedOperand& c : e.ops[i]->operands) {
       const std::optional<uint64_t> weight = sampledWeightLocked(c, r, words + e.op_base[i]);
       // kSeqDropped / kSeqForgotten: the replayed op is not in the trace.
-      if (seqs_of[i] >= 0 && w != nullptr) {
-        db::Operand o = replayedOperand(c, seqs_of[i], words + e.op_base[i], *w);
-        if (c.sampled) {
-          o.has_digest = weight.has_value();
-          o.digest = weight.value_or(0);
-          if (!r.weights) ++(weight ? graph_weights_carried : graph_weights_missing);
-        }
+      const size_t bytes = sizeof(Awaiting) + c.rows * sizeof(uint64_t);
+      const bool parks = park && seq == db::kUnset && awaiting_bytes + bytes <= kMaxAwaitingBytes;
+      if (w == nullptr || (seq < 0 && !parks)) {
+        ++lost;
+        continue;
+      }
+      db::Operand o = replayedOperand(c, seq, words + e.op_base[i], *w);
+      if (c.sampled) {
+        o.has_digest = weight.has_value();
+        o.digest = weight.value_or(0);
+        if (!r.weights) ++(weight ? graph_weights_carried : graph_weights_missing);
+      }
+      if (parks) {
+        awaiting.push_back({token, bytes, std::move(o)});
+        awaiting_bytes += bytes;
+      } else {
         (void)w->appendOperand(o);
         ++written;
-      } else {
-        ++lost;
       }
     }
   }
-  return ReplayStep::kWritten;
+}
+
+// A replay still queued when its context is torn down (a device reset, or the runtime's exit
+// before the tracer's): its results are read now, while their memory lives, if its graph has
+// ended; else it is lost. Under drain_mu and mu, in the teardown callback (its event is queried
+// with the dying context current, as the drainer would: bench/tracer/cupti_teardown_probe found
+// both calls answered there).
+void State::settleReplayForTeardownLocked(Pending& p, db::TraceWriter* w) {
+  Replay& r = *p.replay;
+  const Driver& d = Driver::get();
+  CUresult q = CUDA_ERROR_INVALID_VALUE;
+  if (!r.failed && r.ended && r.event != nullptr && w != nullptr) {
+    CUcontext callers = nullptr;
+    const bool swap = d.ctx_get(&callers) == CUDA_SUCCESS && callers != r.ctx->ctx;
+    if (swap) d.setCurrent(r.ctx->ctx);
+    q = d.event_query(r.event);
+    if (swap) d.setCurrent(callers);
+  }
+  if (q != CUDA_SUCCESS) {
+    ++graph_replays_lost;
+    return;
+  }
+  writeReplayLocked(r, w, /*park=*/true);
+  ++graph_replays_settled_at_teardown;
 }
 
 std::optional<uint64_t> State::sampledWeightLocked(const CapturedOperand& c, const Replay& r,
