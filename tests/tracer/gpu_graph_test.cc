@@ -634,12 +634,6 @@ void recordTurns(const std::string& how, bool all_recorded, TurnsRun& run) {
   ASSERT_TRUE(stats.isOk());
   run.stats = std::move(*stats);
   std::printf("graph stats:\n%s", graphStats(run.stats).c_str());
-  if (auto counts = run.r.reader->countsByKind(); counts.isOk()) {
-    std::printf("events: %lld kernels, %lld GEMMs, %lld other\n",
-                static_cast<long long>((*counts)[db::EventKind::kKernel]),
-                static_cast<long long>((*counts)[db::EventKind::kGemm]),
-                static_cast<long long>((*counts)[db::EventKind::kOther]));
-  }
 }
 
 TEST(TracerGraph, TwoThreadsTakingTurnsAtOneGraphKeepEachLaunchsFingerprints) {

@@ -338,8 +338,7 @@ void State::drainParamsLocked(bool final, db::TraceWriter* w) {
 bool State::awaitLocked(const Pending& p, db::TraceWriter& w) {
   const size_t bytes = awaitBytes(p);
   if (awaiting_bytes + bytes > kMaxAwaitingBytes) return false;
-  awaiting.push_back({p.token, bytes, toOperand(p, w)});
-  awaiting_bytes += bytes;
+  parkLocked({p.token, bytes, toOperand(p, w)});
   return true;
 }
 
@@ -1027,10 +1026,7 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
   for (size_t i = 0; i < ready.size(); ++i) s.releaseHeadLocked();
   s.written += written;
   s.lost += lost;
-  for (State::Awaiting& a : parked) {
-    s.awaiting_bytes += a.bytes;
-    s.awaiting.push_back(std::move(a));
-  }
+  for (State::Awaiting& a : parked) s.parkLocked(std::move(a));
 }
 
 }  // namespace

@@ -396,6 +396,10 @@ class State {
   size_t awaiting_bytes = 0;
   static constexpr size_t kMaxAwaitingBytes = size_t{64} << 20;
   bool awaitLocked(const Pending& p, db::TraceWriter& w);  // false: over the bound
+  void parkLocked(Awaiting a) {  // the caller checked the bound
+    awaiting_bytes += a.bytes;
+    awaiting.push_back(std::move(a));
+  }
   static size_t awaitBytes(const Pending& p) {
     return sizeof(Awaiting) + p.arena_len * sizeof(uint64_t) + (p.copied ? p.spec.bytes : 0);
   }

@@ -477,8 +477,7 @@ void State::writeReplayLocked(const Replay& r, db::TraceWriter* w, bool park) {
         if (!r.weights) ++(weight ? graph_weights_carried : graph_weights_missing);
       }
       if (parks) {
-        awaiting.push_back({token, bytes, std::move(o)});
-        awaiting_bytes += bytes;
+        parkLocked({token, bytes, std::move(o)});
       } else {
         (void)w->appendOperand(o);
         ++written;
