@@ -14,7 +14,6 @@
 // cuptiActivityFlushAll every kFlushPeriod and then times out stale slots.
 #include <cuda.h>
 #include <cupti.h>
-#include <cxxabi.h>
 
 #include <array>
 #include <algorithm>
@@ -42,6 +41,7 @@
 #include "own_stream.h"
 #include "nvtx_markers.h"
 #include "placement.h"
+#include "detrace/tracer/cupti_decode.h"
 #include "detrace/tracer/flush_settle.h"
 #include "detrace/tracer/launch_nesting.h"
 #include "detrace/tracer/name_cache.h"
@@ -57,7 +57,6 @@ namespace {
 constexpr size_t kBufferBytes = size_t{1} << 20;
 constexpr size_t kPoolBuffers = 16;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(100);
-constexpr size_t kMaxNameCache = 1 << 16;
 constexpr size_t kMaxGraphs = 1 << 14;
 
 CuptiApi& g_cupti = *new CuptiApi;  // leaked: callbacks and the late finish may use it during static teardown
@@ -289,128 +288,6 @@ constexpr CUpti_CallbackId kMarkerCallback = CUPTI_DRIVER_TRACE_CBID_cuDriverGet
     }                                                                                      \
   } while (0)
 
-// What kind of launch a callback id is.
-struct LaunchKind {
-  db::LaunchApi api = db::LaunchApi::kUnknown;
-  bool graph = false;
-};
-
-bool classify(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, LaunchKind& k) {
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    switch (cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
-        k.api = db::LaunchApi::kRuntime; return true;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
-        k.api = db::LaunchApi::kDriverEx; return true;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
-        k.api = db::LaunchApi::kCooperative; return true;
-      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000:
-        k.api = db::LaunchApi::kGraph; k.graph = true; return true;
-      default: return false;
-    }
-  }
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-    switch (cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-        k.api = db::LaunchApi::kDriver; return true;
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-        k.api = db::LaunchApi::kDriverEx; return true;
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-        k.api = db::LaunchApi::kCooperative; return true;
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-        k.api = db::LaunchApi::kGraph; k.graph = true; return true;
-      default: return false;
-    }
-  }
-  return false;
-}
-
-// What a launch API's parameters name: the stream, the executable graph (graph launches) and the
-// launched function's handle (the host function pointer a runtime launch passes, or the driver's
-// CUfunction), which names the kernel without reading its name's text.
-struct LaunchTarget {
-  int64_t stream = 0;
-  uint64_t graph_exec = 0;
-  const void* function = nullptr;
-};
-
-LaunchTarget launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
-  LaunchTarget t;
-  if (params == nullptr) return t;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    switch (cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000: {
-        auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.function = p->func;
-        return t;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: {
-        auto* p = static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.function = p->func;
-        return t;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
-        auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(params);
-        if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->stream);
-        t.function = p->func;
-        return t;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000: {
-        auto* p = static_cast<const cudaGraphLaunch_v10000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.graph_exec = reinterpret_cast<uint64_t>(p->graphExec);
-        return t;
-      }
-      default: return t;
-    }
-  }
-  switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-      auto* p = static_cast<const cuLaunchKernel_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.function = p->f;
-      return t;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
-      auto* p = static_cast<const cuLaunchCooperativeKernel_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.function = p->f;
-      return t;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-      auto* p = static_cast<const cuLaunchKernelEx_params*>(params);
-      if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->hStream);
-      t.function = p->f;
-      return t;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
-      auto* p = static_cast<const cuGraphLaunch_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.graph_exec = reinterpret_cast<uint64_t>(p->hGraph);
-      return t;
-    }
-    default: return t;
-  }
-}
-
 int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid);
 
 int32_t deviceOf(CUcontext ctx, uint32_t context_uid) {
@@ -444,8 +321,6 @@ int32_t expectedGraphRecords(uint64_t exec) {
   return it == g_graph_records.end() ? -1 : it->second;
 }
 
-int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle = nullptr);
-
 // True if `stream` is being captured into a CUDA graph (launches on it do not run now).
 bool isCapturing(int64_t stream) {
   using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
@@ -453,16 +328,6 @@ bool isCapturing(int64_t stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return fn != nullptr && fn(reinterpret_cast<CUstream>(stream), &status) == CUDA_SUCCESS &&
          status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-// The stream a launch API's `stream` argument means for the tracer's own launches: 0 passed to a
-// per-thread-default-stream entry point (the _ptsz callbacks) is that thread's stream.
-CUstream launchStream(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, int64_t stream) {
-  const bool ptsz = domain == CUPTI_CB_DOMAIN_RUNTIME_API
-                        ? cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000
-                        : cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
-  if (stream == 0 && ptsz) return CU_STREAM_PER_THREAD;
-  return reinterpret_cast<CUstream>(stream);
 }
 
 // A graph launch that gets no results (paused, outside --window, or its graph gets none): its
@@ -490,7 +355,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     // this thread's next graph launch (Fingerprinter::abandonReplay).
   }
   LaunchKind kind;
-  if (!classify(domain, cbid, kind)) return;
+  if (!classifyLaunch(domain, cbid, kind)) return;
   bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
   if (cb->callbackSite == CUPTI_API_ENTER) {
@@ -847,121 +712,6 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
 
 // ---- activity records ----
 
-// The name cache of the current writer (a new writer, after fork, has its own string ids). Old
-// caches are leaked: there is one per writer the process ever had.
-NameCache& nameCacheFor(db::TraceWriter* w) {
-  static std::atomic<db::TraceWriter*> owner{nullptr};
-  static std::atomic<NameCache*> cache{nullptr};
-  if (owner.load(std::memory_order_acquire) != w) {
-    std::lock_guard lk(g_cache_mu);
-    if (owner.load(std::memory_order_relaxed) != w) {
-      cache.store(new NameCache(kMaxNameCache), std::memory_order_relaxed);
-      owner.store(w, std::memory_order_release);
-    }
-  }
-  return *cache.load(std::memory_order_acquire);
-}
-
-int64_t kernelName(db::TraceWriter& w, const char* mangled, const void* handle) {
-  if (mangled == nullptr) return w.intern("<unnamed kernel>");
-  return nameCacheFor(&w).lookupByHandle(handle, mangled, [&w](const char* m) {
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(m, nullptr, nullptr, &status);
-    int64_t id = w.intern(status == 0 && demangled ? demangled : m);
-    std::free(demangled);
-    return id;
-  });
-}
-
-const char* memcpyName(uint8_t kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "memcpy HtoH";
-    default: return "memcpy";
-  }
-}
-
-// The stream of an activity record: CUPTI's stream id (the API's CUstream is on the slot).
-int64_t activityStream(db::TraceWriter& w, uint32_t stream_id, uint32_t device) {
-  return w.stream(static_cast<int64_t>(stream_id), static_cast<int32_t>(device));
-}
-
-bool decode(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) {
-  switch (rec->kind) {
-    case CUPTI_ACTIVITY_KIND_KERNEL:
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-      auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      if (isSelfKernel(k->name)) {
-        // A digest captured into a graph: it counts towards its launch's records and marks
-        // where the captured ops ran (reorder_buffer.h). The tracer's other kernels are dropped.
-        if (k->graphId == 0) return false;
-        a.own = true;
-        a.correlation_id = k->correlationId;
-        a.gpu_start_ns = static_cast<int64_t>(k->start);
-        a.gpu_end_ns = static_cast<int64_t>(k->end);
-        return true;
-      }
-      a.correlation_id = k->correlationId;
-      a.kind = db::EventKind::kKernel;
-      a.name = kernelName(w, k->name);
-      a.stream = activityStream(w, k->streamId, k->deviceId);
-      a.device = static_cast<int32_t>(k->deviceId);
-      a.gpu_start_ns = static_cast<int64_t>(k->start);
-      a.gpu_end_ns = static_cast<int64_t>(k->end);
-      if (k->graphId != 0) {
-        a.graph_id = k->graphId;
-        a.graph_node_id = static_cast<int64_t>(k->graphNodeId);
-      }
-      a.has_launch = true;
-      a.launch.grid = {k->gridX, k->gridY, k->gridZ};
-      a.launch.block = {k->blockX, k->blockY, k->blockZ};
-      a.launch.smem_static = k->staticSharedMemory;
-      a.launch.smem_dynamic = k->dynamicSharedMemory;
-      a.launch.registers = k->registersPerThread;
-      a.launch.api = k->graphId != 0 ? db::LaunchApi::kGraph
-                     : k->launchType == CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE ||
-                             k->launchType == CUPTI_ACTIVITY_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE
-                         ? db::LaunchApi::kCooperative
-                         : db::LaunchApi::kUnknown;
-      return true;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMCPY: {
-      auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-      a.correlation_id = m->correlationId;
-      a.kind = db::EventKind::kMemcpy;
-      a.name = w.intern(memcpyName(m->copyKind));
-      a.stream = activityStream(w, m->streamId, m->deviceId);
-      a.device = static_cast<int32_t>(m->deviceId);
-      a.gpu_start_ns = static_cast<int64_t>(m->start);
-      a.gpu_end_ns = static_cast<int64_t>(m->end);
-      if (m->graphId != 0) {
-        a.graph_id = m->graphId;
-        a.graph_node_id = static_cast<int64_t>(m->graphNodeId);
-      }
-      return true;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMSET: {
-      auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-      a.correlation_id = m->correlationId;
-      a.kind = db::EventKind::kMemset;
-      a.name = w.intern("memset");
-      a.stream = activityStream(w, m->streamId, m->deviceId);
-      a.device = static_cast<int32_t>(m->deviceId);
-      a.gpu_start_ns = static_cast<int64_t>(m->start);
-      a.gpu_end_ns = static_cast<int64_t>(m->end);
-      if (m->graphId != 0) {
-        a.graph_id = m->graphId;
-        a.graph_node_id = static_cast<int64_t>(m->graphNodeId);
-      }
-      return true;
-    }
-    default: return false;
-  }
-}
-
 void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *max_records = 0;
   std::lock_guard lk(g_pool_mu);
@@ -998,7 +748,7 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
       while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
         ++records;
         Activity a;
-        if (decode(*w, rec, a)) {
+        if (decodeActivity(*w, rec, a)) {
           if (g_diag_teardown) {
             logLine("teardown: %.3f ms: record of correlation %llu, GPU end %.3f ms ago", diagMs(),
                     static_cast<unsigned long long>(a.correlation_id), (cuptiNow() - a.gpu_end_ns) / 1e6);
