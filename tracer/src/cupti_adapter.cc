@@ -342,6 +342,177 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
   if (Fingerprinter::get().orderUnrecordedLaunch(target.graph_exec, stream)) t_nesting.openGraph(runtime);
 }
 
+// The driver half of a runtime launch (cudaLaunchKernel calls cuLaunchKernel): the same launch,
+// another correlation id, kept as the runtime slot's alias.
+void onDriverHalfEnter(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, Session& s) {
+  const uint64_t runtime_token = t_nesting.runtimeToken();
+  if (t_in_flight.active && t_in_flight.runtime) {
+    if (t_in_flight.alias == 0) t_in_flight.alias = cb->correlationId;
+  } else if (ReorderBuffer* b = s.buffer(); b && runtime_token != 0) {
+    b->addAlias(runtime_token, cb->correlationId);
+  }
+  deep::driverEnter(cbid, cb->functionParams, runtime_token);  // its CUfunction and parameters
+}
+
+// A launch's API enter: the slot of a recorded launch (taken now, or at the exit on the fast path),
+// or the ordering of a graph launch that is not recorded.
+void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb,
+                   const LaunchKind& kind, bool runtime, Session& s) {
+  ReorderBuffer* buffer = s.buffer();
+  db::TraceWriter* w = s.writer();
+  if (buffer == nullptr || w == nullptr) {
+    // Paused (only graph launches come then, see setLaunchCallbacks): ordered all the same.
+    if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
+    if (kind.graph) t_nesting.enter(runtime, 0, kind.graph);
+    return;
+  }
+  WindowGate::LaunchTicket deep_ticket;
+  bool deep = false;
+  if (WindowGate* deep_gate = s.deepGate()) {
+    deep_ticket = deep_gate->admitLaunchTicket(cb->symbolName);
+    deep = deep_ticket.record && !kind.graph;
+  }
+  if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
+    if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
+    t_nesting.enter(runtime, 0, kind.graph);
+    return;
+  }
+  ApiLaunch launch;
+  launch.correlation_id = cb->correlationId;
+  launch.api = kind.api;
+  {
+    DiagScope timing(DiagSite::kEnterClock);
+    launch.cpu_ns = cuptiNow();
+    launch.device = deviceOf(cb->context, cb->contextUid);
+  }
+  const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
+  const int64_t stream = target.stream;
+  const uint64_t exec = target.graph_exec;
+  // A plain launch learns that it was captured from the graph node its call creates (the
+  // GRAPHNODE_CREATED callback, on this thread, before its exit): no driver call per launch.
+  // Graph launches and deep-window launches ask the driver (DETRACE_DIAG_CAPTURE_CHECK=1: every
+  // launch does, as before).
+  static const bool always_check = [] {
+    const char* v = std::getenv("DETRACE_DIAG_CAPTURE_CHECK");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const bool fast_path = !kind.graph && !deep;
+  bool capturing = false;
+  if (!kind.graph && (!fast_path || always_check)) {
+    DiagScope timing(DiagSite::kCaptureCheck);
+    capturing = isCapturing(stream);
+  }
+  if (capturing) {
+    // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
+    s.addStat("launches_captured", 1);
+    return;
+  }
+  {
+    DiagScope timing(DiagSite::kEnterStream);
+    // A graph launch when kernels are placed: keyed like the records of kernels placed on its
+    // stream, so both show as one stream.
+    int64_t record_stream = db::kUnset;
+    launch.stream = placementByRecords() ? opStreamId(*w, stream, launch.device, record_stream)
+                                         : cachedStreamId(*w, stream, launch.device);
+  }
+  Fingerprinter::ReplayPlan replay;
+  bool replays = false;
+  if (kind.graph) {
+    launch.is_graph = true;
+    launch.graph_key = exec;
+    launch.expected_activities = expectedGraphRecords(exec);
+    launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
+    // Library ops captured into the graph with their digests: this launch replays them.
+    // (A per-thread default stream is asked about as itself: 0 would ask the legacy stream.)
+    replays = !isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream))) &&
+              Fingerprinter::get().planReplay(exec, replay);
+    if (replays) {
+      launch.graph_ops = replay.ops;
+      launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
+      launch.graph_replay = replay.replay;
+    }
+  } else if (cb->symbolName != nullptr) {
+    // Known at API time: names the event even if its activity record never comes.
+    DiagScope timing(DiagSite::kEnterName);
+    launch.name = kernelName(*w, cb->symbolName, target.function);
+  }
+  launch.notify_written = deep;
+  if (fast_path) {
+    // The fast path: the slot is taken at the API exit, without a lock.
+    DiagScope timing(DiagSite::kEnterSlot);
+    t_in_flight.launch = std::move(launch);
+    t_in_flight.parent = currentParent();
+    t_in_flight.alias = 0;
+    t_in_flight.runtime = runtime;
+    t_in_flight.captured = false;
+    t_in_flight.buffer = buffer;
+    t_in_flight.generation = buffer->launchEntering();
+    t_in_flight.active = true;
+    t_nesting.enter(runtime, 0, false);  // no token: the slot is taken at the exit
+    return;
+  }
+  uint64_t token = 0;
+  {
+    DiagScope timing(DiagSite::kEnterSlot);
+    token = buffer->addLaunch(launch, currentParent());
+  }
+  if (replays) {
+    Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
+    t_nesting.openGraph(runtime);
+  } else if (kind.graph) {  // recorded, without results: its graph may still read cells
+    orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
+  }
+  if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
+  t_nesting.enter(runtime, token, kind.graph);
+  if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
+}
+
+// Whether the API call of an exit callback returned an error.
+bool callFailed(const CUpti_CallbackData* cb, bool runtime) {
+  if (cb->functionReturnValue == nullptr) return false;
+  return runtime ? *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess
+                 : *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
+}
+
+// A launch's API exit: the fast path's slot is published; a failed launch never produces a GPU
+// record.
+void onLaunchExit(const CUpti_CallbackData* cb, const LaunchKind& kind, bool runtime, Session& s) {
+  // (A graph launch is never the plain launch in flight: that one's exit may have been lost to a
+  // stop.)
+  if (!kind.graph && t_in_flight.active && t_in_flight.runtime == runtime) {
+    t_in_flight.active = false;
+    const bool failed = callFailed(cb, runtime);
+    if (runtime) {
+      t_nesting.leaveRuntime();
+      deep::endLaunch();
+    } else {
+      deep::driverExit(failed);
+    }
+    if (t_in_flight.captured) {  // captured into a CUDA graph: its kernels come with the graph's launches
+      t_in_flight.buffer->launchAbandoned(t_in_flight.generation);
+      s.addStat("launches_captured", 1);
+    } else {
+      t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
+                                          t_in_flight.alias, failed, t_in_flight.generation);
+    }
+    return;
+  }
+  const bool failed = callFailed(cb, runtime);
+  const LaunchNesting::Exit ex = t_nesting.exit(runtime, kind.graph);
+  const uint64_t token = ex.token;
+  if (!kind.graph) {  // (a graph launch is never a deep one)
+    if (runtime) {
+      deep::endLaunch();
+    } else {
+      deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
+    }
+  }
+  if (ex.close_graph) Fingerprinter::get().endReplay(failed);  // after the graph: close its digests
+  if (failed && token != 0) {
+    if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
+  }
+}
+
 void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (selfLaunchFlag()) return;  // the tracer's own digest kernels
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
@@ -356,168 +527,14 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   }
   LaunchKind kind;
   if (!classifyLaunch(domain, cbid, kind)) return;
-  bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
-  if (cb->callbackSite == CUPTI_API_ENTER) {
-    if (!runtime && t_nesting.driverHalf(kind.graph)) {
-      // The driver half of a runtime launch: the same launch, another correlation id.
-      const uint64_t runtime_token = t_nesting.runtimeToken();
-      if (t_in_flight.active && t_in_flight.runtime) {
-        if (t_in_flight.alias == 0) t_in_flight.alias = cb->correlationId;
-      } else if (ReorderBuffer* b = s.buffer(); b && runtime_token != 0) {
-        b->addAlias(runtime_token, cb->correlationId);
-      }
-      deep::driverEnter(cbid, cb->functionParams, runtime_token);  // its CUfunction and parameters
-      return;
-    }
-    ReorderBuffer* buffer = s.buffer();
-    db::TraceWriter* w = s.writer();
-    if (buffer == nullptr || w == nullptr) {
-      // Paused (only graph launches come then, see setLaunchCallbacks): ordered all the same.
-      if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      if (kind.graph) t_nesting.enter(runtime, 0, kind.graph);
-      return;
-    }
-    WindowGate::LaunchTicket deep_ticket;
-    bool deep = false;
-    if (WindowGate* deep_gate = s.deepGate()) {
-      deep_ticket = deep_gate->admitLaunchTicket(cb->symbolName);
-      deep = deep_ticket.record && !kind.graph;
-    }
-    if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window
-      if (kind.graph) orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-      t_nesting.enter(runtime, 0, kind.graph);
-      return;
-    }
-    ApiLaunch launch;
-    launch.correlation_id = cb->correlationId;
-    launch.api = kind.api;
-    {
-      DiagScope timing(DiagSite::kEnterClock);
-      launch.cpu_ns = cuptiNow();
-      launch.device = deviceOf(cb->context, cb->contextUid);
-    }
-    const LaunchTarget target = launchTarget(domain, cbid, cb->functionParams);
-    const int64_t stream = target.stream;
-    const uint64_t exec = target.graph_exec;
-    // A plain launch learns that it was captured from the graph node its call creates (the
-    // GRAPHNODE_CREATED callback, on this thread, before its exit): no driver call per launch.
-    // Graph launches and deep-window launches ask the driver (DETRACE_DIAG_CAPTURE_CHECK=1: every
-    // launch does, as before).
-    static const bool always_check = [] {
-      const char* v = std::getenv("DETRACE_DIAG_CAPTURE_CHECK");
-      return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    const bool fast_path = !kind.graph && !deep;
-    bool capturing = false;
-    if (!kind.graph && (!fast_path || always_check)) {
-      DiagScope timing(DiagSite::kCaptureCheck);
-      capturing = isCapturing(stream);
-    }
-    if (capturing) {
-      // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
-      s.addStat("launches_captured", 1);
-      return;
-    }
-    {
-      DiagScope timing(DiagSite::kEnterStream);
-      // A graph launch when kernels are placed: keyed like the records of kernels placed on its
-      // stream, so both show as one stream.
-      int64_t record_stream = db::kUnset;
-      launch.stream = placementByRecords() ? opStreamId(*w, stream, launch.device, record_stream)
-                                           : cachedStreamId(*w, stream, launch.device);
-    }
-    Fingerprinter::ReplayPlan replay;
-    bool replays = false;
-    if (kind.graph) {
-      launch.is_graph = true;
-      launch.graph_key = exec;
-      launch.expected_activities = expectedGraphRecords(exec);
-      launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
-      // Library ops captured into the graph with their digests: this launch replays them.
-      // (A per-thread default stream is asked about as itself: 0 would ask the legacy stream.)
-      replays = !isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream))) &&
-                Fingerprinter::get().planReplay(exec, replay);
-      if (replays) {
-        launch.graph_ops = replay.ops;
-        launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
-        launch.graph_replay = replay.replay;
-      }
-    } else if (cb->symbolName != nullptr) {
-      // Known at API time: names the event even if its activity record never comes.
-      DiagScope timing(DiagSite::kEnterName);
-      launch.name = kernelName(*w, cb->symbolName, target.function);
-    }
-    launch.notify_written = deep;
-    if (fast_path) {
-      // The fast path: the slot is taken at the API exit, without a lock.
-      DiagScope timing(DiagSite::kEnterSlot);
-      t_in_flight.launch = std::move(launch);
-      t_in_flight.parent = currentParent();
-      t_in_flight.alias = 0;
-      t_in_flight.runtime = runtime;
-      t_in_flight.captured = false;
-      t_in_flight.buffer = buffer;
-      t_in_flight.generation = buffer->launchEntering();
-      t_in_flight.active = true;
-      t_nesting.enter(runtime, 0, false);  // no token: the slot is taken at the exit
-      return;
-    }
-    uint64_t token = 0;
-    {
-      DiagScope timing(DiagSite::kEnterSlot);
-      token = buffer->addLaunch(launch, currentParent());
-    }
-    if (replays) {
-      Fingerprinter::get().beginReplay(replay, launchStream(domain, cbid, stream), token);
-      t_nesting.openGraph(runtime);
-    } else if (kind.graph) {  // recorded, without results: its graph may still read cells
-      orderUnrecordedGraphLaunch(domain, cbid, cb->functionParams, runtime);
-    }
-    if (deep) deep::beginLaunch(token, deep_ticket.index, deep_ticket.speculative);
-    t_nesting.enter(runtime, token, kind.graph);
-    if (!runtime && deep) deep::driverEnter(cbid, cb->functionParams, token);
-    return;
-  }
-  // API exit: a failed launch never produces a GPU record. (A graph launch is never the plain
-  // launch in flight: that one's exit may have been lost to a stop.)
-  if (!kind.graph && t_in_flight.active && t_in_flight.runtime == runtime) {
-    t_in_flight.active = false;
-    bool failed = false;
-    if (runtime) {
-      t_nesting.leaveRuntime();
-      failed = cb->functionReturnValue &&
-               *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
-      deep::endLaunch();
-    } else {
-      failed = cb->functionReturnValue &&
-               *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
-      deep::driverExit(failed);
-    }
-    if (t_in_flight.captured) {  // captured into a CUDA graph: its kernels come with the graph's launches
-      t_in_flight.buffer->launchAbandoned(t_in_flight.generation);
-      s.addStat("launches_captured", 1);
-    } else {
-      t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
-                                          t_in_flight.alias, failed, t_in_flight.generation);
-    }
-    return;
-  }
-  bool failed = false;
-  const LaunchNesting::Exit ex = t_nesting.exit(runtime, kind.graph);
-  const uint64_t token = ex.token;
-  if (runtime) {
-    failed = cb->functionReturnValue &&
-             *static_cast<const cudaError_t*>(cb->functionReturnValue) != cudaSuccess;
-    if (!kind.graph) deep::endLaunch();  // (a graph launch is never a deep one)
+  if (cb->callbackSite != CUPTI_API_ENTER) {
+    onLaunchExit(cb, kind, runtime, s);
+  } else if (!runtime && t_nesting.driverHalf(kind.graph)) {
+    onDriverHalfEnter(cbid, cb, s);
   } else {
-    failed = cb->functionReturnValue &&
-             *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS;
-    if (!kind.graph) deep::driverExit(failed);  // the kernel is queued: fingerprint what it left behind
-  }
-  if (ex.close_graph) Fingerprinter::get().endReplay(failed);  // after the graph: close its digests
-  if (failed && token != 0) {
-    if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
+    onLaunchEnter(domain, cbid, cb, kind, runtime, s);
   }
 }
 
