@@ -77,73 +77,72 @@ bool classifyLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, LaunchKi
   return false;
 }
 
+namespace {
+
+int64_t streamOf(const void* stream) { return reinterpret_cast<int64_t>(stream); }
+
+// A kernel launch's parameters (runtime: stream and func; driver: hStream and f) ...
+template <typename P>
+LaunchTarget runtimeKernel(const void* params) {
+  auto* p = static_cast<const P*>(params);
+  return {streamOf(p->stream), 0, p->func};
+}
+template <typename P>
+LaunchTarget driverKernel(const void* params) {
+  auto* p = static_cast<const P*>(params);
+  return {streamOf(p->hStream), 0, p->f};
+}
+// ... and the Ex forms', whose stream is in a launch config that may be missing.
+template <typename P>
+LaunchTarget withConfig(const void* params) {
+  auto* p = static_cast<const P*>(params);
+  if constexpr (requires { p->func; }) {
+    return {p->config != nullptr ? streamOf(p->config->stream) : 0, 0, p->func};
+  } else {
+    return {p->config != nullptr ? streamOf(p->config->hStream) : 0, 0, p->f};
+  }
+}
+
+}  // namespace
+
 LaunchTarget launchTarget(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
-  LaunchTarget t;
-  if (params == nullptr) return t;
+  if (params == nullptr) return {};
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
     switch (cbid) {
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000: {
-        auto* p = static_cast<const cudaLaunchKernel_v7000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.function = p->func;
-        return t;
-      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+        return runtimeKernel<cudaLaunchKernel_v7000_params>(params);
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: {
-        auto* p = static_cast<const cudaLaunchCooperativeKernel_v9000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.function = p->func;
-        return t;
-      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+        return runtimeKernel<cudaLaunchCooperativeKernel_v9000_params>(params);
       case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
-      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
-        auto* p = static_cast<const cudaLaunchKernelExC_v11060_params*>(params);
-        if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->stream);
-        t.function = p->func;
-        return t;
-      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060:
+        return withConfig<cudaLaunchKernelExC_v11060_params>(params);
       case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
       case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000: {
         auto* p = static_cast<const cudaGraphLaunch_v10000_params*>(params);
-        t.stream = reinterpret_cast<int64_t>(p->stream);
-        t.graph_exec = reinterpret_cast<uint64_t>(p->graphExec);
-        return t;
+        return {streamOf(p->stream), reinterpret_cast<uint64_t>(p->graphExec), nullptr};
       }
-      default: return t;
+      default: return {};
     }
   }
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return t;
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return {};
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-      auto* p = static_cast<const cuLaunchKernel_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.function = p->f;
-      return t;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      return driverKernel<cuLaunchKernel_params>(params);
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
-      auto* p = static_cast<const cuLaunchCooperativeKernel_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.function = p->f;
-      return t;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      return driverKernel<cuLaunchCooperativeKernel_params>(params);
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-      auto* p = static_cast<const cuLaunchKernelEx_params*>(params);
-      if (p->config) t.stream = reinterpret_cast<int64_t>(p->config->hStream);
-      t.function = p->f;
-      return t;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      return withConfig<cuLaunchKernelEx_params>(params);
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz: {
       auto* p = static_cast<const cuGraphLaunch_params*>(params);
-      t.stream = reinterpret_cast<int64_t>(p->hStream);
-      t.graph_exec = reinterpret_cast<uint64_t>(p->hGraph);
-      return t;
+      return {streamOf(p->hStream), reinterpret_cast<uint64_t>(p->hGraph), nullptr};
     }
-    default: return t;
+    default: return {};
   }
 }
 
