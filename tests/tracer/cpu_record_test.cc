@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -199,7 +200,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   ASSERT_TRUE(r.isOk()) << r.status().message();
   ASSERT_EQ(r->ranks().size(), 2u) << o.out;
   EXPECT_EQ(r->worldSize(), 4);
-  std::vector<int64_t> comm_ids, split_ids;
+  std::vector<int64_t> comm_ids, split_ids, shrink_ids, scalable_ids;
   for (int32_t rank : {0, 1}) {
     SCOPED_TRACE(rank);
     auto reader = r->openRank(rank);
@@ -210,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 6u);
+    ASSERT_EQ(colls->size(), 8u);
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -249,8 +250,25 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[5].second.comm_nranks, 2);
     EXPECT_EQ(c[5].second.count, 5);
     EXPECT_NE(c[5].second.comm_id, c[0].second.comm_id);
+    // ncclCommShrink without rank 3: ranks 0 and 1 keep their numbers in a world of 3.
+    EXPECT_EQ(c[6].second.count, 9);
+    EXPECT_EQ(c[6].second.comm_seq, 0);
+    EXPECT_EQ(c[6].second.comm_rank, rank);
+    EXPECT_EQ(c[6].second.comm_nranks, 3);
+    EXPECT_GE(c[6].second.comm_id, 0);
+    // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
+    EXPECT_EQ(c[7].second.count, 11);
+    EXPECT_EQ(c[7].second.comm_seq, 0);
+    EXPECT_EQ(c[7].second.comm_rank, rank);
+    EXPECT_EQ(c[7].second.comm_nranks, 4);
+    EXPECT_GE(c[7].second.comm_id, 0);
+    const std::set<int64_t> ids = {c[0].second.comm_id, c[5].second.comm_id, c[6].second.comm_id,
+                                   c[7].second.comm_id};
+    EXPECT_EQ(ids.size(), 4u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
     split_ids.push_back(c[5].second.comm_id);
+    shrink_ids.push_back(c[6].second.comm_id);
+    scalable_ids.push_back(c[7].second.comm_id);
     auto ev = t.event(0);
     ASSERT_TRUE(ev.isOk());
     EXPECT_EQ(ev->kind, db::EventKind::kCollective);
@@ -259,6 +277,8 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   }
   EXPECT_EQ(comm_ids[0], comm_ids[1]);    // same unique id on both ranks
   EXPECT_EQ(split_ids[0], split_ids[1]);  // same parent and color
+  EXPECT_EQ(shrink_ids[0], shrink_ids[1]);  // same parent and excluded ranks
+  EXPECT_EQ(scalable_ids[0], scalable_ids[1]);  // same roots
   auto m = db::readManifest(run);
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->exit_code, 0);

@@ -8,6 +8,8 @@
 #include <thread>
 #include <atomic>
 #include <array>
+#include <span>
+#include <vector>
 
 #include "detrace/tracer/comm_registry.h"
 #include "detrace/tracer/reorder_buffer.h"
@@ -396,6 +398,71 @@ TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
   EXPECT_EQ(a.nextSeq(&ca), 0);
   EXPECT_EQ(a.widest()->nranks, 4);
   EXPECT_EQ(b.widest()->rank, 3);
+}
+
+// ncclCommShrink: the remaining ranks, each naming the excluded ranks in its own order, agree on
+// the new communicator's id; a second shrink, another exclusion or another parent gives another
+// id, and a shrink never takes a split's id or moves the parent's split count (the excluded
+// ranks, which do not call it, must go on agreeing with the others about later splits).
+TEST(CommRegistry, ShrinksDeriveLikeSplitsWithoutDisturbingThem) {
+  const int64_t id = 4242, other_id = 4343;
+  CommRegistry a, b, c;  // ranks 0 and 2 remain, rank 1 is excluded
+  int pa = 0, pb = 0, pc = 0, sa = 0, sb = 0, sa2 = 0, sb2 = 0, split_a = 0, split_c = 0;
+  a.add(&pa, {id, 0, 3, 0});
+  b.add(&pb, {id, 2, 3, 2});
+  c.add(&pc, {id, 1, 3, 1});
+  const std::vector<int32_t> excluded = {1};
+  a.addShrink(&pa, &sa, excluded, 0, 2);
+  b.addShrink(&pb, &sb, excluded, 1, 2);
+  ASSERT_TRUE(a.find(&sa) && b.find(&sb));
+  EXPECT_GE(a.find(&sa)->id, 0);
+  EXPECT_EQ(a.find(&sa)->id, b.find(&sb)->id);
+  EXPECT_NE(a.find(&sa)->id, id);
+  EXPECT_EQ(a.find(&sa)->nranks, 2);
+  EXPECT_EQ(b.find(&sb)->rank, 1);
+  EXPECT_EQ(b.find(&sb)->device, 2);  // the parent's device
+  // A second shrink of the same parent with the same (reordered, repeated) list: another id, equal
+  // on both ranks.
+  const std::vector<int32_t> again_a = {1, 1}, again_b = {1};
+  a.addShrink(&pa, &sa2, again_a, 0, 2);
+  b.addShrink(&pb, &sb2, again_b, 1, 2);
+  EXPECT_EQ(a.find(&sa2)->id, b.find(&sb2)->id);
+  EXPECT_NE(a.find(&sa2)->id, a.find(&sa)->id);
+  // Every rank splits the parent later: the excluded rank's split count was not moved by the
+  // shrinks it did not see, so all three agree.
+  a.addSplit(&pa, &split_a, 0, 0, 3);
+  c.addSplit(&pc, &split_c, 0, 1, 3);
+  EXPECT_EQ(a.find(&split_a)->id, c.find(&split_c)->id);
+  EXPECT_NE(a.find(&split_a)->id, a.find(&sa)->id);
+  // Other exclusions and other parents give other ids.
+  CommRegistry d;
+  int pd = 0, sd = 0, pe = 0, se = 0;
+  d.add(&pd, {id, 0, 4, 0});
+  d.add(&pe, {other_id, 0, 4, 0});
+  const std::vector<int32_t> two = {1, 3};
+  d.addShrink(&pd, &sd, two, 0, 2);
+  d.addShrink(&pe, &se, excluded, 0, 3);
+  EXPECT_NE(d.find(&sd)->id, a.find(&sa)->id);
+  EXPECT_NE(d.find(&se)->id, a.find(&sa)->id);
+  // An unknown parent gives a communicator with no id (its collectives are still counted).
+  CommRegistry e;
+  int unknown = 0, child = 0;
+  e.addShrink(&unknown, &child, excluded, 0, 2);
+  ASSERT_TRUE(e.find(&child));
+  EXPECT_EQ(e.find(&child)->id, -1);
+  EXPECT_EQ(e.nextSeq(&child), 0);
+}
+
+TEST(CommRegistry, SeveralRootsHashAsOneLongUniqueId) {
+  std::array<uint8_t, 256> two{};
+  for (size_t i = 0; i < two.size(); ++i) two[i] = static_cast<uint8_t>(i * 7 + 1);
+  const int64_t first = CommRegistry::idFromUniqueId(std::span(two).first(128));
+  const int64_t both = CommRegistry::idFromUniqueId(two);
+  EXPECT_NE(first, both);
+  std::array<uint8_t, 256> swapped{};
+  std::copy(two.begin() + 128, two.end(), swapped.begin());
+  std::copy(two.begin(), two.begin() + 128, swapped.begin() + 128);
+  EXPECT_NE(CommRegistry::idFromUniqueId(swapped), both);  // the roots' order is part of the id
 }
 
 // NVTX markers travel as library ops: they stay between the launches around them.

@@ -125,6 +125,21 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm,
   *newcomm = color < 0 ? nullptr : makeComm(comm->rank % 2, 2);
   return ncclSuccess;
 }
+// Several roots: the unique ids are not looked at, as in ncclCommInitRank above.
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int, ncclUniqueId*, ncclConfig_t*) {
+  *comm = makeComm(rank, nranks);
+  return ncclSuccess;
+}
+// The remaining ranks keep their order: a rank moves down by the excluded ranks below it.
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int count, ncclComm_t* newcomm, ncclConfig_t*, int) {
+  int below = 0;
+  for (int i = 0; i < count; ++i) {
+    if (excluded[i] == comm->rank) return ncclInvalidUsage;  // an excluded rank does not call it
+    if (excluded[i] < comm->rank) ++below;
+  }
+  *newcomm = makeComm(comm->rank - below, comm->nranks - count);
+  return ncclSuccess;
+}
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) { *device = comm->rank; return ncclSuccess; }
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->rank; return ncclSuccess; }

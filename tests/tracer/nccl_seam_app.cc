@@ -32,6 +32,19 @@ int main(int argc, char** argv) {
   CHECK(ncclCommSplit(comm, rank / 2, rank, &half, nullptr));
   CHECK(ncclAllGather(buf, buf + 32, 5, ncclInt8, half, stream));
   CHECK(ncclCommDestroy(half));
+  // The same world without rank 3 (NCCL 2.27's shrink), and a world made from two roots (2.23).
+  ncclComm_t shrunk = nullptr;
+  int excluded[] = {3};
+  CHECK(ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT));
+  CHECK(ncclAllReduce(buf, buf + 8, 9, ncclFloat32, ncclSum, shrunk, stream));
+  CHECK(ncclCommDestroy(shrunk));
+  ncclUniqueId roots[2];
+  CHECK(ncclGetUniqueId(&roots[0]));
+  CHECK(ncclGetUniqueId(&roots[1]));
+  ncclComm_t scalable = nullptr;
+  CHECK(ncclCommInitRankScalable(&scalable, 4, rank, 2, roots, nullptr));
+  CHECK(ncclAllReduce(buf, buf + 8, 11, ncclFloat32, ncclSum, scalable, stream));
+  CHECK(ncclCommDestroy(scalable));
   CHECK(ncclCommDestroy(comm));
   std::printf("nccl_seam_app: rank %d done\n", rank);
   return 0;

@@ -1,5 +1,6 @@
 #include "detrace/tracer/comm_registry.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -21,7 +22,7 @@ int64_t CommRegistry::idFromUniqueId(std::span<const uint8_t> unique_id) {
 void CommRegistry::add(const void* comm, CommInfo info) {
   std::lock_guard lk(mu_);
   if (comms_.size() >= kMaxComms && !comms_.count(comm)) return;
-  comms_[comm] = Entry{info, 0, 0};
+  comms_[comm] = Entry{info, 0, 0, 0};
 }
 
 void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
@@ -34,13 +35,41 @@ void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color,
     split = it->second.splits++;
     device = it->second.info.device;
   }
-  if (comm == nullptr || comms_.size() >= kMaxComms) return;
   std::array<uint8_t, 20> key{};
   std::memcpy(key.data(), &parent_id, 8);
   std::memcpy(key.data() + 8, &split, 8);
   std::memcpy(key.data() + 16, &color, 4);
+  addDerivedLocked(comm, parent_id, key, device, rank, nranks);
+}
+
+void CommRegistry::addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded,
+                             int32_t rank, int32_t nranks) {
+  std::lock_guard lk(mu_);
+  int64_t parent_id = -1, shrink = 0;
+  int32_t device = -1;
+  if (auto it = comms_.find(parent); it != comms_.end()) {
+    parent_id = it->second.info.id;
+    shrink = it->second.shrinks++;
+    device = it->second.info.device;
+  }
+  std::vector<int32_t> ranks(excluded.begin(), excluded.end());
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  // Tagged so that no shrink's key can equal a split's (20 bytes there, 24 and more here).
+  constexpr std::array<uint8_t, 8> kTag{'s', 'h', 'r', 'i', 'n', 'k', 0, 0};
+  std::vector<uint8_t> key(kTag.size() + 16 + 4 * ranks.size());
+  std::memcpy(key.data(), kTag.data(), kTag.size());
+  std::memcpy(key.data() + 8, &parent_id, 8);
+  std::memcpy(key.data() + 16, &shrink, 8);
+  if (!ranks.empty()) std::memcpy(key.data() + 24, ranks.data(), 4 * ranks.size());
+  addDerivedLocked(comm, parent_id, key, device, rank, nranks);
+}
+
+void CommRegistry::addDerivedLocked(const void* comm, int64_t parent_id, std::span<const uint8_t> key,
+                                    int32_t device, int32_t rank, int32_t nranks) {
+  if (comm == nullptr || comms_.size() >= kMaxComms) return;
   CommInfo info{parent_id < 0 ? -1 : hashBytes(key), rank, nranks, device};
-  comms_[comm] = Entry{info, 0, 0};
+  comms_[comm] = Entry{info, 0, 0, 0};
 }
 
 void CommRegistry::remove(const void* comm) {

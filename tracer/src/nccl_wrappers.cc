@@ -220,6 +220,32 @@ void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
   }
 }
 
+// A communicator made from another (split, shrink): its rank and size from NCCL, its id from the
+// parent's (`add` registers it so), its device from NCCL.
+template <typename Add>
+void registerDerivedComm(ncclComm_t nc, Add add) noexcept {
+  try {
+    if (!Session::get().enabled()) return;
+    int rank = -1, nranks = -1;
+    static RealFn<decltype(&ncclCommUserRank)> user_rank("ncclCommUserRank", kNccl);
+    static RealFn<decltype(&ncclCommCount)> count("ncclCommCount", kNccl);
+    if (nc != nullptr && user_rank.get() && count.get()) {
+      (void)user_rank.get()(nc, &rank);
+      (void)count.get()(nc, &nranks);
+    }
+    CommRegistry& comms = Session::get().comms();
+    add(comms, nc, rank, nranks);
+    if (nc != nullptr) {
+      if (auto info = comms.find(nc)) {
+        info->device = commDevice(nc);
+        comms.add(nc, *info);
+      }
+      if (Session::get().buffer() != nullptr) Session::get().updateRank();
+    }
+  } catch (...) {
+  }
+}
+
 int64_t uniqueIdHash(const ncclUniqueId& id) {
   return CommRegistry::idFromUniqueId(
       std::span(reinterpret_cast<const uint8_t*>(id.internal), sizeof id.internal));
@@ -343,6 +369,23 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
   return r;
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+// NCCL 2.23's initialization from several roots: every rank passes the same nId unique ids.
+DETRACE_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                     ncclUniqueId* commIds, ncclConfig_t* config) {
+  DETRACE_REAL(ncclCommInitRankScalable);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommInitRankScalable");
+  ncclResult_t r = fn(newcomm, nranks, myrank, nId, commIds, config);
+  if ((r == ncclSuccess || r == ncclInProgress) && commIds != nullptr && nId > 0) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(commIds);
+    const int64_t id = CommRegistry::idFromUniqueId(std::span(bytes, sizeof(ncclUniqueId) * static_cast<size_t>(nId)));
+    registerComm(newcomm ? *newcomm : nullptr, id, myrank, nranks);
+  }
+  return r;
+}
+#endif
+
 DETRACE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   DETRACE_REAL(ncclCommInitAll);
   auto fn = real.get();
@@ -364,31 +407,34 @@ DETRACE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommSplit");
   ncclResult_t r = fn(comm, color, key, newcomm, config);
-  try {
-    if ((r == ncclSuccess || r == ncclInProgress) && Session::get().enabled()) {
-      ncclComm_t nc = newcomm ? *newcomm : nullptr;
-      int rank = -1, nranks = -1;
-      static RealFn<decltype(&ncclCommUserRank)> user_rank("ncclCommUserRank", kNccl);
-      static RealFn<decltype(&ncclCommCount)> count("ncclCommCount", kNccl);
-      if (nc != nullptr && user_rank.get() && count.get()) {
-        (void)user_rank.get()(nc, &rank);
-        (void)count.get()(nc, &nranks);
-      }
-      // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
-      // parent's split count advances on every rank alike.
-      Session::get().comms().addSplit(comm, nc, color, rank, nranks);
-      if (nc != nullptr) {
-        if (auto info = Session::get().comms().find(nc)) {
-          info->device = commDevice(nc);
-          Session::get().comms().add(nc, *info);
-        }
-        if (Session::get().buffer() != nullptr) Session::get().updateRank();
-      }
-    }
-  } catch (...) {
+  if (r == ncclSuccess || r == ncclInProgress) {
+    // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
+    // parent's split count advances on every rank alike.
+    registerDerivedComm(newcomm ? *newcomm : nullptr, [&](CommRegistry& comms, ncclComm_t nc, int rank, int nranks) {
+      comms.addSplit(comm, nc, color, rank, nranks);
+    });
   }
   return r;
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+// NCCL 2.27's shrink: the ranks that remain call it with the same list of excluded ranks.
+DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                           ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  DETRACE_REAL(ncclCommShrink);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommShrink");
+  ncclResult_t r = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    const size_t n = excludeRanksList != nullptr && excludeRanksCount > 0 ? static_cast<size_t>(excludeRanksCount) : 0;
+    const std::span<const int32_t> excluded(excludeRanksList, n);
+    registerDerivedComm(newcomm ? *newcomm : nullptr, [&](CommRegistry& comms, ncclComm_t nc, int rank, int nranks) {
+      comms.addShrink(comm, nc, excluded, rank, nranks);
+    });
+  }
+  return r;
+}
+#endif
 
 DETRACE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   DETRACE_REAL(ncclCommDestroy);

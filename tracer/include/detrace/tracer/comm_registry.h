@@ -1,10 +1,12 @@
 // CommRegistry: what the tracer knows about each NCCL communicator of this process.
 //
 // A communicator gets an id that is equal on every rank without any communication: a hash of the
-// ncclUniqueId bytes every rank passed to ncclCommInitRank*, or, for ncclCommSplit, a hash of the
-// parent's id, the parent's split count (splits are collective, so every rank counts the same)
-// and the color. Each communicator also counts its calls (comm_seq), so the n-th collective on a
-// communicator can be matched across ranks.
+// ncclUniqueId bytes every rank passed to ncclCommInitRank* (all of them, in order, for
+// ncclCommInitRankScalable's several roots); for ncclCommSplit, a hash of the parent's id, the
+// parent's split count (splits are collective, so every rank counts the same) and the color; for
+// ncclCommShrink, a hash of the parent's id, its shrink count (counted apart: the excluded ranks
+// do not call it) and the excluded ranks. Each communicator also counts its calls (comm_seq), so
+// the n-th collective on a communicator can be matched across ranks.
 //
 // Thread-safety: all methods may be called from any thread. Bounded: at most kMaxComms entries;
 // later communicators are not tracked (lookups return nullopt and the caller records -1s).
@@ -15,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 namespace detrace::tracer {
 
@@ -31,12 +34,16 @@ class CommRegistry {
 
   // 63-bit FNV-1a hash of bytes (non-negative, so it survives the INTEGER column unchanged).
   static int64_t hashBytes(std::span<const uint8_t> bytes, uint64_t seed = 0xcbf29ce484222325ull);
-  // The id of a communicator made from a unique id.
+  // The id of a communicator made from a unique id, or from several laid end to end
+  // (ncclCommInitRankScalable; one id gives the same id as ncclCommInitRank's).
   static int64_t idFromUniqueId(std::span<const uint8_t> unique_id);
 
   void add(const void* comm, CommInfo info);
   // Registers a communicator split from `parent` with `color`; its id derives from the parent's.
   void addSplit(const void* parent, const void* comm, int32_t color, int32_t rank, int32_t nranks);
+  // Registers a communicator shrunk from `parent` without the ranks `excluded` (in any order).
+  void addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded, int32_t rank,
+                 int32_t nranks);
   void remove(const void* comm);
   std::optional<CommInfo> find(const void* comm) const;
   // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
@@ -52,7 +59,11 @@ class CommRegistry {
     CommInfo info;
     int64_t seq = 0;
     int64_t splits = 0;
+    int64_t shrinks = 0;
   };
+  // Registers `comm` with an id derived from `parent`'s and `key` (nothing if the registry is full).
+  void addDerivedLocked(const void* comm, int64_t parent_id, std::span<const uint8_t> key, int32_t device,
+                        int32_t rank, int32_t nranks);
   mutable std::mutex mu_;
   std::unordered_map<const void*, Entry> comms_;
 };
