@@ -18,6 +18,7 @@
 #include "common/gpu_test.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
+#include "detrace/tracer/comm_registry.h"
 #include "common/shell.h"
 
 namespace detrace {
@@ -315,6 +316,49 @@ TEST(TracerGpu, AProgramThatHoldsCuptiIsRecordedWithoutKernels) {
   auto fingerprints = (*reader)->allOperandFingerprints();
   ASSERT_TRUE(fingerprints.isOk()) << fingerprints.status().message();
   EXPECT_TRUE(fingerprints->empty()) << fingerprints->size() << " fingerprints without CUPTI";
+}
+
+// NCCL's newer ways to make a communicator, with the real NCCL on one GPU: an all-reduce on a
+// communicator from ncclCommInitRankScalable, one from ncclCommInitAll and one from
+// ncclCommShrink of that one. Each names its own communicator, as rank 0 of 1 and its first call,
+// and the scalable one's id is the hash of the root's unique id that the program printed.
+TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app nccl-comms",
+                             DETRACE_BINARY_DIR, run),
+                 out);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(contains(out, "ncclCommShrink returned 0")) << out;
+  const std::string key = "unique id ";
+  const size_t at = out.find(key);
+  ASSERT_NE(at, std::string::npos) << out;
+  std::array<uint8_t, 128> id{};
+  for (size_t i = 0; i < id.size(); ++i) {
+    id[i] = static_cast<uint8_t>(std::stoi(out.substr(at + key.size() + 2 * i, 2), nullptr, 16));
+  }
+  const int64_t scalable_id = tracer::CommRegistry::idFromUniqueId(id);
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  ASSERT_EQ(colls->size(), 3u) << out;
+  std::map<int64_t, db::Collective> by_count;
+  for (const auto& [seq, c] : *colls) by_count[c.count] = c;
+  ASSERT_EQ(by_count.size(), 3u);
+  for (const auto& [count, c] : by_count) {
+    SCOPED_TRACE(count);
+    EXPECT_EQ(c.op, db::CollOp::kAllReduce);
+    EXPECT_EQ(c.comm_rank, 0);
+    EXPECT_EQ(c.comm_nranks, 1);
+    EXPECT_EQ(c.comm_seq, 0);
+    EXPECT_GE(c.comm_id, 0);
+  }
+  EXPECT_EQ(by_count[1000].comm_id, scalable_id);
+  EXPECT_NE(by_count[2000].comm_id, scalable_id);
+  EXPECT_NE(by_count[3000].comm_id, by_count[2000].comm_id);
+  EXPECT_EQ((*reader)->rank().world_size, 1);
 }
 
 // GEMMs called from a thread on which no context is current when the call begins (its first CUDA

@@ -11,7 +11,8 @@
 // kernel of its own (thread0_kernel, thread1_kernel) and a cuBLASLt matmul (threadsMain below);
 // `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
 // `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
-// `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would.
+// `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would;
+// `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -192,9 +193,69 @@ int heldCuptiMain(const char* libcupti) {
   return rc;
 }
 
+// `tracer_gpu_app nccl-comms`: the real NCCL's newer ways to make a communicator, on one GPU:
+// ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000),
+// and ncclCommShrink of that one excluding no rank (3000). Prints the root's unique id in hex
+// (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
+// declared here from its documented signatures (the app is built without NCCL's headers).
+int ncclCommsMain() {
+  struct UniqueId {
+    char internal[128];
+  };
+  using Comm = struct ncclComm*;
+  using GetUniqueId = int (*)(UniqueId*);
+  using InitScalable = int (*)(Comm*, int, int, int, UniqueId*, void*);
+  using InitAll = int (*)(Comm*, int, const int*);
+  using Shrink = int (*)(Comm, int*, int, Comm*, void*, int);
+  using AllReduce = int (*)(const void*, void*, size_t, int, int, Comm, cudaStream_t);
+  using Destroy = int (*)(Comm);
+  constexpr int kFloat32 = 7, kSum = 0;
+  if (dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::fprintf(stderr, "tracer_gpu_app nccl-comms: no libnccl.so.2: %s\n", dlerror());
+    return 1;
+  }
+  auto get_id = graph_app::global<GetUniqueId>("ncclGetUniqueId");
+  auto init_scalable = graph_app::global<InitScalable>("ncclCommInitRankScalable");
+  auto init_all = graph_app::global<InitAll>("ncclCommInitAll");
+  auto shrink = graph_app::global<Shrink>("ncclCommShrink");
+  auto all_reduce = graph_app::global<AllReduce>("ncclAllReduce");
+  auto destroy = graph_app::global<Destroy>("ncclCommDestroy");
+  if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy) {
+    std::fprintf(stderr, "tracer_gpu_app nccl-comms: an NCCL function is missing\n");
+    return 1;
+  }
+  float* buf = nullptr;
+  CK(cudaMalloc(&buf, 2 * 3000 * sizeof(float)));
+  CK(cudaMemset(buf, 0, 2 * 3000 * sizeof(float)));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  UniqueId id{};
+  CK(get_id(&id));
+  std::printf("tracer_gpu_app nccl-comms: unique id ");
+  for (unsigned char c : id.internal) std::printf("%02x", c);
+  std::printf("\n");
+  Comm scalable = nullptr, all = nullptr, shrunk = nullptr;
+  CK(init_scalable(&scalable, 1, 0, 1, &id, nullptr));
+  CK(all_reduce(buf, buf + 3000, 1000, kFloat32, kSum, scalable, s));
+  const int dev0 = 0;
+  CK(init_all(&all, 1, &dev0));
+  CK(all_reduce(buf, buf + 3000, 2000, kFloat32, kSum, all, s));
+  const int shrink_rc = shrink(all, nullptr, 0, &shrunk, nullptr, 0);
+  std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
+  if (shrink_rc == 0) CK(all_reduce(buf, buf + 3000, 3000, kFloat32, kSum, shrunk, s));
+  CK(cudaStreamSynchronize(s));
+  if (shrunk != nullptr) CK(destroy(shrunk));
+  CK(destroy(all));
+  CK(destroy(scalable));
+  CK(cudaFree(buf));
+  std::printf("tracer_gpu_app nccl-comms: done\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "held-cupti") == 0) return heldCuptiMain(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
+  if (argc >= 2 && std::strcmp(argv[1], "nccl-comms") == 0) return ncclCommsMain();
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
