@@ -211,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 8u);
+    ASSERT_EQ(colls->size(), 9u);  // the simulated group's two calls are not among them
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -245,30 +245,42 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[3].second.channels, 3);
     EXPECT_EQ(t.str(c[2].second.algo), "");  // p2p has no algorithm
     EXPECT_EQ(t.str(c[4].second.proto), "LL");
-    EXPECT_EQ(c[5].second.op, db::CollOp::kAllGather);
-    EXPECT_EQ(c[5].second.comm_seq, 0);
-    EXPECT_EQ(c[5].second.comm_nranks, 2);
-    EXPECT_EQ(c[5].second.count, 5);
-    EXPECT_NE(c[5].second.comm_id, c[0].second.comm_id);
-    // ncclCommShrink without rank 3: ranks 0 and 1 keep their numbers in a world of 3.
-    EXPECT_EQ(c[6].second.count, 9);
+    // After a group that was only simulated (ncclGroupSimulateEnd): the next call on the world
+    // communicator carries the next number, as on a rank that simulated nothing, and is in no
+    // group; NCCL's choices still match it.
+    EXPECT_EQ(c[5].second.op, db::CollOp::kAllReduce);
+    EXPECT_EQ(c[5].second.count, 5000);
+    EXPECT_EQ(c[5].second.comm_seq, 5);
+    EXPECT_EQ(c[5].second.group_id, db::kUnset);
+    EXPECT_EQ(t.str(c[5].second.algo), "Ring");
+    EXPECT_EQ(t.str(c[5].second.proto), "Simple");
+    auto stats = t.stats();
+    ASSERT_TRUE(stats.isOk()) << stats.status().message();
+    EXPECT_EQ((*stats)["tracer_ops_discarded"], 2);
+    EXPECT_EQ(c[6].second.op, db::CollOp::kAllGather);
     EXPECT_EQ(c[6].second.comm_seq, 0);
-    EXPECT_EQ(c[6].second.comm_rank, rank);
-    EXPECT_EQ(c[6].second.comm_nranks, 3);
-    EXPECT_GE(c[6].second.comm_id, 0);
-    // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
-    EXPECT_EQ(c[7].second.count, 11);
+    EXPECT_EQ(c[6].second.comm_nranks, 2);
+    EXPECT_EQ(c[6].second.count, 5);
+    EXPECT_NE(c[6].second.comm_id, c[0].second.comm_id);
+    // ncclCommShrink without rank 3: ranks 0 and 1 keep their numbers in a world of 3.
+    EXPECT_EQ(c[7].second.count, 9);
     EXPECT_EQ(c[7].second.comm_seq, 0);
     EXPECT_EQ(c[7].second.comm_rank, rank);
-    EXPECT_EQ(c[7].second.comm_nranks, 4);
+    EXPECT_EQ(c[7].second.comm_nranks, 3);
     EXPECT_GE(c[7].second.comm_id, 0);
-    const std::set<int64_t> ids = {c[0].second.comm_id, c[5].second.comm_id, c[6].second.comm_id,
-                                   c[7].second.comm_id};
+    // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
+    EXPECT_EQ(c[8].second.count, 11);
+    EXPECT_EQ(c[8].second.comm_seq, 0);
+    EXPECT_EQ(c[8].second.comm_rank, rank);
+    EXPECT_EQ(c[8].second.comm_nranks, 4);
+    EXPECT_GE(c[8].second.comm_id, 0);
+    const std::set<int64_t> ids = {c[0].second.comm_id, c[6].second.comm_id, c[7].second.comm_id,
+                                   c[8].second.comm_id};
     EXPECT_EQ(ids.size(), 4u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
-    split_ids.push_back(c[5].second.comm_id);
-    shrink_ids.push_back(c[6].second.comm_id);
-    scalable_ids.push_back(c[7].second.comm_id);
+    split_ids.push_back(c[6].second.comm_id);
+    shrink_ids.push_back(c[7].second.comm_id);
+    scalable_ids.push_back(c[8].second.comm_id);
     auto ev = t.event(0);
     ASSERT_TRUE(ev.isOk());
     EXPECT_EQ(ev->kind, db::EventKind::kCollective);
@@ -498,7 +510,9 @@ TEST(RecordSeam, DiagTimingWritesEachSitesTotalLongestAndStalls) {
   auto d = recordDiag(tmp, fmt::format("{}/tests/nccl_seam_app 0", DETRACE_BINARY_DIR));
   ASSERT_TRUE(d.has_value());
   auto stat = [&](const std::string& key) { return d->stat(key); };
-  EXPECT_EQ(stat("diag_library_op_calls"), static_cast<int64_t>(d->collectives));
+  // Every call timed, the simulated group's too (recorded, then discarded: nccl_seam_app).
+  EXPECT_EQ(stat("diag_library_op_calls"), static_cast<int64_t>(d->collectives) + stat("tracer_ops_discarded"));
+  EXPECT_EQ(stat("tracer_ops_discarded"), 2);
   EXPECT_EQ(stat("diag_op_fill_calls"), stat("diag_library_op_calls"));
   EXPECT_EQ(stat("diag_op_publish_calls"), stat("diag_library_op_calls"));
   EXPECT_LE(stat("diag_op_fill_ns") + stat("diag_op_publish_ns"), stat("diag_library_op_ns"));

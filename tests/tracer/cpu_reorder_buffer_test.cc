@@ -131,6 +131,42 @@ TEST(ReorderBuffer, TellsTheSeqOfMarkedLaunchesAndLibraryOps) {
   EXPECT_NE(t_plain, t_marked);
 }
 
+// A library op that never ran (a call in an NCCL group that was only simulated) is discarded
+// while it waits: it takes no sequence number, holds nothing back, and its fingerprints hear
+// kSeqDiscarded; an op already written cannot be discarded.
+TEST(ReorderBuffer, ADiscardedLibraryOpIsNeverWritten) {
+  g_written.clear();
+  FakeSink sink;
+  ReorderOptions o;
+  o.on_written = [](uint64_t token, int64_t seq) { g_written.emplace_back(token, seq); };
+  ReorderBuffer rb(sink, o);
+  LibraryOp op;
+  op.event.kind = EventKind::kCollective;
+  op.event.cpu_ns = 10;
+  op.detail = db::Collective{};
+  const uint64_t first = rb.addLibraryOp(op, 0, /*complete=*/false);
+  const uint64_t simulated = rb.addLibraryOp(op, 0, /*complete=*/false);
+  const uint64_t after = rb.addLaunch(launch(1, 12));
+  rb.addActivity(kernel(1, 100));
+  EXPECT_TRUE(sink.rows.empty()) << "everything waits behind the first op's choices";
+  EXPECT_TRUE(rb.discardLibraryOp(simulated));
+  EXPECT_TRUE(sink.rows.empty()) << "the first op still waits";
+  EXPECT_TRUE(rb.completeLibraryOp(first));
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_TRUE(sink.rows[0].coll.has_value());
+  EXPECT_FALSE(sink.rows[1].coll.has_value());
+  EXPECT_EQ(rb.seqOf(first), 0);
+  EXPECT_EQ(rb.seqOf(after), 1) << "the discarded op took no number";
+  EXPECT_FALSE(rb.seqOf(simulated).has_value());
+  EXPECT_EQ(rb.stats().discarded_ops, 1);
+  ASSERT_EQ(g_written.size(), 2u);  // library ops are always reported
+  EXPECT_EQ(g_written[0], std::make_pair(first, int64_t{0}));
+  EXPECT_EQ(g_written[1], std::make_pair(simulated, kSeqDiscarded));
+  EXPECT_FALSE(rb.discardLibraryOp(first)) << "already written";
+  EXPECT_FALSE(rb.discardLibraryOp(simulated)) << "already gone";
+  EXPECT_EQ(rb.stats().discarded_ops, 1);
+}
+
 TEST(ReorderBuffer, TheTracersOwnMemsetsNeverBecomeEvents) {
   FakeSink sink;
   ReorderBuffer rb(sink);
@@ -451,6 +487,23 @@ TEST(CommRegistry, ShrinksDeriveLikeSplitsWithoutDisturbingThem) {
   ASSERT_TRUE(e.find(&child));
   EXPECT_EQ(e.find(&child)->id, -1);
   EXPECT_EQ(e.nextSeq(&child), 0);
+}
+
+// Numbers taken by calls that never ran are given back newest first; a number with a later one
+// taken after it is kept (the communicator's count never goes back past a call that ran).
+TEST(CommRegistry, ReturnedSeqsAreTakenAgain) {
+  CommRegistry r;
+  int comm = 0, other = 0;
+  r.add(&comm, {1, 0, 2, 0});
+  EXPECT_EQ(r.nextSeq(&comm), 0);
+  const int64_t a = r.nextSeq(&comm), b = r.nextSeq(&comm);  // a simulated group's two calls
+  EXPECT_FALSE(r.returnSeq(&comm, a)) << "b was taken after a";
+  EXPECT_TRUE(r.returnSeq(&comm, b));
+  EXPECT_TRUE(r.returnSeq(&comm, a));
+  EXPECT_EQ(r.nextSeq(&comm), 1);
+  EXPECT_FALSE(r.returnSeq(&other, 0)) << "an unknown communicator";
+  EXPECT_FALSE(r.returnSeq(&comm, -1));
+  EXPECT_EQ(r.nextSeq(&comm), 2);
 }
 
 TEST(CommRegistry, SeveralRootsHashAsOneLongUniqueId) {

@@ -28,6 +28,13 @@ int main(int argc, char** argv) {
   CHECK(ncclRecv(buf + 16, 16, ncclFloat16, (rank + 3) % 4, comm, stream));
   CHECK(ncclGroupEnd());
   CHECK(ncclBroadcast(buf, buf, 7, ncclInt32, 0, comm, stream));
+  // A group only simulated (NCCL 2.22): none of it runs, and the next call is not in a group.
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(ncclGroupStart());
+  CHECK(ncclAllReduce(buf, buf + 8, 4096, ncclFloat32, ncclSum, comm, stream));
+  CHECK(ncclSend(buf, 16, ncclFloat16, (rank + 1) % 4, comm, stream));
+  CHECK(ncclGroupSimulateEnd(&sim));
+  CHECK(ncclAllReduce(buf, buf + 8, 5000, ncclFloat32, ncclSum, comm, stream));
   ncclComm_t half = nullptr;
   CHECK(ncclCommSplit(comm, rank / 2, rank, &half, nullptr));
   CHECK(ncclAllGather(buf, buf + 32, 5, ncclInt8, half, stream));

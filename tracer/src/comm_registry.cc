@@ -90,6 +90,14 @@ int64_t CommRegistry::nextSeq(const void* comm) {
   return it == comms_.end() ? -1 : it->second.seq++;
 }
 
+bool CommRegistry::returnSeq(const void* comm, int64_t seq) {
+  std::lock_guard lk(mu_);
+  auto it = comms_.find(comm);
+  if (it == comms_.end() || seq < 0 || it->second.seq != seq + 1) return false;
+  it->second.seq = seq;
+  return true;
+}
+
 int64_t CommRegistry::nextSeqFor(int64_t id, int32_t rank) {
   std::lock_guard lk(mu_);
   for (auto& [comm, e] : comms_) {

@@ -348,13 +348,14 @@ void State::drainAwaitingLocked(bool final, db::TraceWriter* w) {
     Awaiting& a = awaiting.front();
     const int64_t seq = seqs.get(a.token);
     if (seq == db::kUnset && !final) return;
-    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
+    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring;
+    // kSeqDiscarded: it never ran.
     if (seq >= 0 && w != nullptr) {
       a.operand.seq = seq;
       (void)w->appendOperand(a.operand);
       ++written;
     } else {
-      ++lost;
+      countUnwritten(seq);
     }
     awaiting_bytes -= a.bytes;
     awaiting.pop_front();
@@ -433,12 +434,13 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop
       releaseHeadLocked();
       continue;
     }
-    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring.
+    // kSeqDropped: the op itself was dropped; kSeqForgotten: its number went out of the ring;
+    // kSeqDiscarded: it never ran.
     if (p.seq >= 0 && w != nullptr) {
       (void)w->appendOperand(toOperand(p, *w));
       ++written;
     } else {
-      ++lost;
+      countUnwritten(p.seq);
     }
     releaseHeadLocked();
   }
@@ -838,8 +840,8 @@ void settleForTeardownLocked(State& s, Pending& p, db::TraceWriter* w) noexcept 
     } else if (p.seq >= 0) {
       (void)w->appendOperand(fp::toOperand(p, *w));
       ++s.written;
-    } else if (p.seq != db::kUnset || !s.awaitLocked(p, *w)) {  // kSeqDropped, kSeqForgotten, full
-      ++s.lost;
+    } else if (p.seq != db::kUnset || !s.awaitLocked(p, *w)) {  // kSeqDropped, ...Forgotten, ...Discarded, full
+      s.countUnwritten(p.seq);
     }
   } catch (...) {
     ++s.lost;
@@ -1008,7 +1010,8 @@ void queryHeadEvents(State& s, size_t n) {
 // (decode loop, 2026-12-01).
 void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWriter& w) {
   std::vector<State::Awaiting> parked;
-  int64_t written = 0, lost = 0;
+  int64_t written = 0;
+  std::vector<int64_t> unwritten;  // the numbers of the ops whose results are not written
   for (const Pending* p : ready) {
     const int64_t seq = p->seq != db::kUnset ? p->seq : s.seqs.get(p->token);
     if (seq == db::kUnset) {
@@ -1019,13 +1022,13 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
       (void)w.appendOperand(o);
       ++written;
     } else {
-      ++lost;
+      unwritten.push_back(seq);
     }
   }
   std::lock_guard lk(s.mu);
   for (size_t i = 0; i < ready.size(); ++i) s.releaseHeadLocked();
   s.written += written;
-  s.lost += lost;
+  for (int64_t seq : unwritten) s.countUnwritten(seq);
   for (State::Awaiting& a : parked) s.parkLocked(std::move(a));
 }
 
@@ -1093,6 +1096,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     if (w == nullptr) return;
     w->addStat("fingerprints_written", s.written);
     w->addStat("fingerprints_lost", s.lost);
+    if (s.discarded > 0) w->addStat("fingerprints_of_discarded_ops", s.discarded);
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);

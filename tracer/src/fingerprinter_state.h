@@ -341,6 +341,16 @@ class State {
   TemplateSeqs template_seqs;
   bool disabled = false;
   int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
+  int64_t discarded = 0;  // results of ops that never ran (kSeqDiscarded): not written, not lost
+  // A result that will not be written, its op's number being `seq` (kSeqDropped, kSeqForgotten,
+  // kSeqDiscarded, or unknown at exit).
+  void countUnwritten(int64_t seq) {
+    if (seq == kSeqDiscarded) {
+      ++discarded;
+    } else {
+      ++lost;
+    }
+  }
   int64_t copied_bytes = 0, copies = 0;  // full capture: bytes copied so far (the budget)
   int64_t copy_skipped_budget = 0, copy_skipped_staging = 0, copy_failed = 0;
 

@@ -54,6 +54,9 @@ struct Pending {
   std::vector<OperandSpec> outputs;  // fingerprinted once NCCL has enqueued its kernels
 };
 thread_local std::vector<Pending> t_pending;
+// The communicator sequence numbers taken inside this thread's open group, recorded calls or not
+// (given back if the group is only simulated).
+thread_local std::vector<std::pair<ncclComm_t, int64_t>> t_group_seqs;
 thread_local std::vector<NcclChoice> t_choices;
 std::atomic<int64_t> g_next_group{0};
 
@@ -77,6 +80,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   int64_t seq = db::kUnset;
   try {
     if (Session::get().enabled()) seq = Session::get().comms().nextSeq(c.comm);
+    if (t_group_depth > 0 && seq >= 0) t_group_seqs.emplace_back(c.comm, seq);
   } catch (...) {
   }
   uint64_t token = recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
@@ -169,6 +173,25 @@ void settle() noexcept {
     }
   } catch (...) {
   }
+  t_pending.clear();
+  t_choices.clear();
+}
+
+// After an outermost ncclGroupSimulateEnd: the group's calls were only simulated, never run. They
+// are not written (discarded, with their input fingerprints), take no output fingerprints, and
+// give their communicators' sequence numbers back, newest first, so that the next real call on
+// each carries the number it carries on ranks that simulated nothing.
+void discardSimulated() noexcept {
+  try {
+    for (auto it = t_group_seqs.rbegin(); it != t_group_seqs.rend(); ++it) {
+      (void)Session::get().comms().returnSeq(it->first, it->second);
+    }
+    if (ReorderBuffer* buffer = Session::get().buffer()) {
+      for (const Pending& p : t_pending) (void)buffer->discardLibraryOp(p.token);
+    }
+  } catch (...) {
+  }
+  t_group_seqs.clear();
   t_pending.clear();
   t_choices.clear();
 }
@@ -330,6 +353,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupStart() {
   if (t_group_depth++ == 0) {
     t_group_id = g_next_group.fetch_add(1);
     t_group_first_op = 0;
+    t_group_seqs.clear();
   }
   return fn();
 }
@@ -345,9 +369,25 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
     ParentScope scope(parent);
     result = fn();
   }
-  if (t_group_depth == 0) settle();
+  if (t_group_depth == 0) {
+    t_group_seqs.clear();
+    settle();
+  }
   return result;
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 22, 0)
+// NCCL 2.22's simulated group end: NCCL estimates the group's time and runs none of its calls.
+DETRACE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  DETRACE_REAL(ncclGroupSimulateEnd);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclGroupSimulateEnd");
+  const bool outermost = t_group_depth > 0 && --t_group_depth == 0;
+  const ncclResult_t result = fn(simInfo);
+  if (outermost) discardSimulated();
+  return result;
+}
+#endif
 
 DETRACE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                              int rank) {

@@ -241,6 +241,17 @@ bool ReorderBuffer::completeLibraryOp(uint64_t token, const std::function<void(L
   return true;
 }
 
+bool ReorderBuffer::discardLibraryOp(uint64_t token) {
+  std::lock_guard lk(mu_);
+  drainIngressLocked();
+  Slot* slot = findLocked(token);
+  if (slot == nullptr || !slot->is_library || !slot->op) return false;
+  slot->discarded = true;
+  slot->state = State::kComplete;
+  drainLocked();
+  return true;
+}
+
 void ReorderBuffer::ignoreCorrelation(uint64_t correlation_id, int64_t now_ns) {
   constexpr size_t kMaxIgnored = 1 << 16;
   std::lock_guard lk(mu_);
@@ -671,6 +682,11 @@ void ReorderBuffer::writeSlotLocked(Slot& slot) {
     if (!seq) ++stats_.sink_dropped;
     return seq;
   };
+  if (slot.is_library && slot.discarded) {
+    ++stats_.discarded_ops;
+    if (options_.on_written) options_.on_written(slot.token, kSeqDiscarded);
+    return;
+  }
   if (slot.is_library) {
     db::Event e = slot.op->event;
     if (slot.parent != 0) {

@@ -588,6 +588,7 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
       {"tracer_activities_held_early", s.held_early},
       {"tracer_ingress_full", s.ingress_full},
       {"tracer_records_placed", s.placed},
+      {"tracer_ops_discarded", s.discarded_ops},
       {"tracer_records_placed_late", s.placed_late},
       {"tracer_records_placed_forced", s.placed_forced},
       {"tracer_records_placed_with_parent", s.placed_with_parent},

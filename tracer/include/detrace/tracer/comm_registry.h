@@ -48,6 +48,10 @@ class CommRegistry {
   std::optional<CommInfo> find(const void* comm) const;
   // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
   int64_t nextSeq(const void* comm);
+  // Gives back `seq`, taken by a call that never ran (an NCCL group only simulated), if it is the
+  // last one taken on `comm`: the next call takes it again. Calls given back newest first undo a
+  // group's numbers; false (nothing changed) if a later number was taken meanwhile.
+  bool returnSeq(const void* comm, int64_t seq);
   // The same for the communicator known by its id and this process's rank in it (a CUDA graph
   // replaying a captured collective: the handle is not at hand), or -1 if none is registered.
   int64_t nextSeqFor(int64_t id, int32_t rank);

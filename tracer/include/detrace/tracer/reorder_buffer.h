@@ -163,6 +163,9 @@ struct Activity {
 
 // on_written's seq for an op or launch that the sink dropped (it has no sequence number).
 inline constexpr int64_t kSeqDropped = -2;
+// on_written's seq for a library op discarded before it was written (discardLibraryOp: a call
+// that never ran, e.g. inside an NCCL group that was only simulated).
+inline constexpr int64_t kSeqDiscarded = -4;
 
 struct ReorderOptions {
   size_t capacity = size_t{1} << 16;      // pending slots before the oldest is forced out
@@ -211,6 +214,7 @@ struct ReorderStats {
   int64_t placed_late = 0;         // ... after something with a larger correlation id
   int64_t placed_forced = 0;       // ... before their hold was over (max_held_records)
   int64_t placed_with_parent = 0;  // ... inside a library call's window (given it as parent)
+  int64_t discarded_ops = 0;       // library ops discarded before they were written (never ran)
 };
 
 class ReorderBuffer {
@@ -252,6 +256,9 @@ class ReorderBuffer {
   // Completes a library op added with complete = false; `update` may amend it (it runs with the
   // buffer's mutex held: it must not call back into the buffer). False if it was already written.
   bool completeLibraryOp(uint64_t token, const std::function<void(LibraryOp&)>& update = {});
+  // Library op `token` (added incomplete, not yet written) never ran: it is not written, takes no
+  // sequence number, and on_written hears kSeqDiscarded. False if it was written already.
+  bool discardLibraryOp(uint64_t token);
   // Completes a slot (or a part of a graph launch), or writes an unmatched record. A memcpy or
   // memset that carries a plain kernel launch's correlation id was issued by the tracer inside
   // that launch's callback (a kernel launch makes none): it is dropped and counted.
@@ -292,6 +299,7 @@ class ReorderBuffer {
     uint64_t token = 0;
     State state = State::kPending;
     bool is_library = false;
+    bool discarded = false;  // a library op that never ran (discardLibraryOp): not written
     uint64_t parent = 0;
     uint64_t correlation_ids[2] = {0, 0};
     ApiLaunch launch;
