@@ -25,33 +25,31 @@ void CommRegistry::add(const void* comm, CommInfo info) {
   comms_[comm] = Entry{info, 0, 0, 0};
 }
 
+CommRegistry::Parent CommRegistry::parentLocked(const void* parent, int64_t Entry::*count) {
+  Parent p;
+  if (auto it = comms_.find(parent); it != comms_.end()) {
+    p.id = it->second.info.id;
+    p.nth = (it->second.*count)++;
+    p.device = it->second.info.device;
+  }
+  return p;
+}
+
 void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
                             int32_t nranks) {
   std::lock_guard lk(mu_);
-  int64_t parent_id = -1, split = 0;
-  int32_t device = -1;
-  if (auto it = comms_.find(parent); it != comms_.end()) {
-    parent_id = it->second.info.id;
-    split = it->second.splits++;
-    device = it->second.info.device;
-  }
+  const Parent p = parentLocked(parent, &Entry::splits);
   std::array<uint8_t, 20> key{};
-  std::memcpy(key.data(), &parent_id, 8);
-  std::memcpy(key.data() + 8, &split, 8);
+  std::memcpy(key.data(), &p.id, 8);
+  std::memcpy(key.data() + 8, &p.nth, 8);
   std::memcpy(key.data() + 16, &color, 4);
-  addDerivedLocked(comm, parent_id, key, device, rank, nranks);
+  addDerivedLocked(comm, p, key, rank, nranks);
 }
 
 void CommRegistry::addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded,
                              int32_t rank, int32_t nranks) {
   std::lock_guard lk(mu_);
-  int64_t parent_id = -1, shrink = 0;
-  int32_t device = -1;
-  if (auto it = comms_.find(parent); it != comms_.end()) {
-    parent_id = it->second.info.id;
-    shrink = it->second.shrinks++;
-    device = it->second.info.device;
-  }
+  const Parent p = parentLocked(parent, &Entry::shrinks);
   std::vector<int32_t> ranks(excluded.begin(), excluded.end());
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -59,16 +57,16 @@ void CommRegistry::addShrink(const void* parent, const void* comm, std::span<con
   constexpr std::array<uint8_t, 8> kTag{'s', 'h', 'r', 'i', 'n', 'k', 0, 0};
   std::vector<uint8_t> key(kTag.size() + 16 + 4 * ranks.size());
   std::memcpy(key.data(), kTag.data(), kTag.size());
-  std::memcpy(key.data() + 8, &parent_id, 8);
-  std::memcpy(key.data() + 16, &shrink, 8);
+  std::memcpy(key.data() + 8, &p.id, 8);
+  std::memcpy(key.data() + 16, &p.nth, 8);
   if (!ranks.empty()) std::memcpy(key.data() + 24, ranks.data(), 4 * ranks.size());
-  addDerivedLocked(comm, parent_id, key, device, rank, nranks);
+  addDerivedLocked(comm, p, key, rank, nranks);
 }
 
-void CommRegistry::addDerivedLocked(const void* comm, int64_t parent_id, std::span<const uint8_t> key,
-                                    int32_t device, int32_t rank, int32_t nranks) {
+void CommRegistry::addDerivedLocked(const void* comm, const Parent& parent, std::span<const uint8_t> key,
+                                    int32_t rank, int32_t nranks) {
   if (comm == nullptr || comms_.size() >= kMaxComms) return;
-  CommInfo info{parent_id < 0 ? -1 : hashBytes(key), rank, nranks, device};
+  CommInfo info{parent.id < 0 ? -1 : hashBytes(key), rank, nranks, parent.device};
   comms_[comm] = Entry{info, 0, 0, 0};
 }
 

@@ -65,9 +65,19 @@ class CommRegistry {
     int64_t splits = 0;
     int64_t shrinks = 0;
   };
-  // Registers `comm` with an id derived from `parent`'s and `key` (nothing if the registry is full).
-  void addDerivedLocked(const void* comm, int64_t parent_id, std::span<const uint8_t> key, int32_t device,
-                        int32_t rank, int32_t nranks);
+  // A parent communicator as a derived one needs it: its id (-1: unknown), how many communicators
+  // were derived from it before this one (Entry::splits or Entry::shrinks, counted up) and its
+  // device.
+  struct Parent {
+    int64_t id = -1;
+    int64_t nth = 0;
+    int32_t device = -1;
+  };
+  Parent parentLocked(const void* parent, int64_t Entry::*count);
+  // Registers `comm` with an id derived from its parent's and `key` (nothing if the registry is
+  // full).
+  void addDerivedLocked(const void* comm, const Parent& parent, std::span<const uint8_t> key, int32_t rank,
+                        int32_t nranks);
   mutable std::mutex mu_;
   std::unordered_map<const void*, Entry> comms_;
 };
