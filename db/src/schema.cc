@@ -79,7 +79,10 @@ constexpr ColumnDef kCollectives[] = {
     {"redop", "INTEGER", "", "RedOp: 0 sum, 1 prod, 2 max, 3 min, 4 avg; NULL for non-reductions"},
     {"root", "INTEGER", "", "Root rank (Broadcast, Reduce)"},
     {"peer", "INTEGER", "", "Peer rank (Send, Recv)"},
-    {"comm_id", "INTEGER", "", "Communicator id (hash of its unique id), equal on every rank"},
+    {"comm_id", "INTEGER", "",
+     "Communicator id, equal on every rank: a hash of its unique id (of all its roots' for "
+     "`ncclCommInitRankScalable`), or, for `ncclCommSplit` and `ncclCommShrink`, of its parent's id and how "
+     "it was derived"},
     {"comm_rank", "INTEGER", "", "This process's rank in the communicator"},
     {"comm_nranks", "INTEGER", "", "Ranks in the communicator"},
     {"comm_seq", "INTEGER", "", "Per-communicator sequence number of the call"},
