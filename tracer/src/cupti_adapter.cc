@@ -7,7 +7,7 @@
 // runtime launch (cudaLaunchKernel calls cuLaunchKernel) is folded into the runtime slot as an
 // alias correlation id, so whichever id the activity record carries finds the slot.
 //
-// Activity records come in buffers from a pool allocated at start (kPoolBuffers x kBufferBytes).
+// Activity records come in buffers from a pool allocated at start (kPoolBuffers x bufferBytes()).
 // When the pool is empty the request is refused and CUPTI drops records (counted). Rejecting
 // buffers can crash CUPTI before API version 27 (CUDA 12.9), so older CUPTIs get a fresh buffer.
 // Periodic flush (cuptiActivityFlushPeriod) only returns full buffers, so a flusher thread calls
@@ -54,7 +54,6 @@
 namespace detrace::tracer {
 namespace {
 
-constexpr size_t kBufferBytes = size_t{1} << 20;
 constexpr size_t kPoolBuffers = 16;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(100);
 constexpr size_t kMaxGraphs = 1 << 14;
@@ -80,6 +79,20 @@ std::vector<uint8_t*>& g_pool = *new std::vector<uint8_t*>();
 bool g_may_reject = true;
 bool g_zeroed_buffers = false;
 std::atomic<int64_t> g_buffers_refused{0};
+
+// The size of each activity buffer: 1 MiB, or DETRACE_CUPTI_BUFFER_MIB (1 to 64, read once). A
+// benchmark knob for now: CUPTI's records alone cost the eager loops 0.3-0.7 points less with
+// 8 MiB buffers than with 1 MiB ones (H100, docs/overhead.md, 2026-12-06); not yet measured with
+// detrace's own recording.
+size_t bufferBytes() {
+  static const size_t bytes = [] {
+    const char* v = std::getenv("DETRACE_CUPTI_BUFFER_MIB");
+    long mib = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
+    if (mib < 1 || mib > 64) mib = 1;
+    return static_cast<size_t>(mib) << 20;
+  }();
+  return bytes;
+}
 
 // A forced flush does not see the records that a flush on another thread (the flusher's, CUPTI's
 // own) already took. So the flusher's flushes and the one at context teardown take turns
@@ -150,8 +163,8 @@ void awaitBuffersInHand() {
 // Zeroed only when CUPTI was told it gets zeroed buffers: a buffer allocated when the pool is
 // empty is allocated on the launching thread.
 uint8_t* newBuffer() {
-  auto* b = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
-  if (b != nullptr && g_zeroed_buffers) std::memset(b, 0, kBufferBytes);
+  auto* b = static_cast<uint8_t*>(std::aligned_alloc(8, bufferBytes()));
+  if (b != nullptr && g_zeroed_buffers) std::memset(b, 0, bufferBytes());
   return b;
 }
 
@@ -735,7 +748,7 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   if (!g_pool.empty()) {
     *buffer = g_pool.back();
     g_pool.pop_back();
-    *size = kBufferBytes;
+    *size = bufferBytes();
     return;
   }
   ++g_buffers_refused;
@@ -745,7 +758,7 @@ void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
     return;
   }
   *buffer = newBuffer();
-  *size = *buffer ? kBufferBytes : 0;
+  *size = *buffer ? bufferBytes() : 0;
 }
 
 void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
@@ -790,7 +803,7 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
     Session::get().fail("while reading CUPTI activity records");
   }
   if (buffer != nullptr) {
-    if (g_zeroed_buffers) std::memset(buffer, 0, kBufferBytes);
+    if (g_zeroed_buffers) std::memset(buffer, 0, bufferBytes());
     std::lock_guard lk(g_pool_mu);
     g_pool.push_back(buffer);
   }
