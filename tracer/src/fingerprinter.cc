@@ -1010,8 +1010,7 @@ void queryHeadEvents(State& s, size_t n) {
 // (decode loop, 2026-12-01).
 void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWriter& w) {
   std::vector<State::Awaiting> parked;
-  int64_t written = 0;
-  std::vector<int64_t> unwritten;  // the numbers of the ops whose results are not written
+  int64_t written = 0, lost = 0, discarded = 0;
   for (const Pending* p : ready) {
     const int64_t seq = p->seq != db::kUnset ? p->seq : s.seqs.get(p->token);
     if (seq == db::kUnset) {
@@ -1022,13 +1021,14 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
       (void)w.appendOperand(o);
       ++written;
     } else {
-      unwritten.push_back(seq);
+      ++(seq == kSeqDiscarded ? discarded : lost);
     }
   }
   std::lock_guard lk(s.mu);
   for (size_t i = 0; i < ready.size(); ++i) s.releaseHeadLocked();
   s.written += written;
-  for (int64_t seq : unwritten) s.countUnwritten(seq);
+  s.lost += lost;
+  s.discarded += discarded;
   for (State::Awaiting& a : parked) s.parkLocked(std::move(a));
 }
 
