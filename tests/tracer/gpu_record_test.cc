@@ -321,7 +321,8 @@ TEST(TracerGpu, AProgramThatHoldsCuptiIsRecordedWithoutKernels) {
 // NCCL's newer ways to make a communicator, with the real NCCL on one GPU: an all-reduce on a
 // communicator from ncclCommInitRankScalable, one from ncclCommInitAll and one from
 // ncclCommShrink of that one. Each names its own communicator, as rank 0 of 1 and its first call,
-// and the scalable one's id is the hash of the root's unique id that the program printed.
+// and the scalable one's id is the hash of the root's unique id that the program printed. A group
+// ended by ncclGroupSimulateEnd between them is not written, and gives its number back.
 TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   DETRACE_REQUIRE_GPU();
   testing::TempDir tmp;
@@ -331,6 +332,7 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
                  out);
   ASSERT_EQ(rc, 0) << out;
   ASSERT_TRUE(contains(out, "ncclCommShrink returned 0")) << out;
+  ASSERT_TRUE(contains(out, "ncclGroupSimulateEnd returned 0")) << out;
   const std::string key = "unique id ";
   const size_t at = out.find(key);
   ASSERT_NE(at, std::string::npos) << out;
@@ -343,21 +345,27 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
   auto colls = (*reader)->collectives();
   ASSERT_TRUE(colls.isOk()) << colls.status().message();
-  ASSERT_EQ(colls->size(), 3u) << out;
+  ASSERT_EQ(colls->size(), 4u) << out;  // the simulated group's all-reduce (2500) is not written
   std::map<int64_t, db::Collective> by_count;
   for (const auto& [seq, c] : *colls) by_count[c.count] = c;
-  ASSERT_EQ(by_count.size(), 3u);
+  ASSERT_EQ(by_count.size(), 4u);
+  ASSERT_EQ(by_count.count(2500), 0u);
   for (const auto& [count, c] : by_count) {
     SCOPED_TRACE(count);
     EXPECT_EQ(c.op, db::CollOp::kAllReduce);
     EXPECT_EQ(c.comm_rank, 0);
     EXPECT_EQ(c.comm_nranks, 1);
-    EXPECT_EQ(c.comm_seq, 0);
+    EXPECT_EQ(c.group_id, db::kUnset);
+    EXPECT_EQ(c.comm_seq, count == 1500 ? 1 : 0);  // the simulated call's number was given back
     EXPECT_GE(c.comm_id, 0);
   }
   EXPECT_EQ(by_count[1000].comm_id, scalable_id);
   EXPECT_NE(by_count[2000].comm_id, scalable_id);
+  EXPECT_EQ(by_count[1500].comm_id, by_count[2000].comm_id);
   EXPECT_NE(by_count[3000].comm_id, by_count[2000].comm_id);
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk()) << stats.status().message();
+  EXPECT_EQ((*stats)["tracer_ops_discarded"], 1);
   EXPECT_EQ((*reader)->rank().world_size, 1);
 }
 

@@ -194,7 +194,8 @@ int heldCuptiMain(const char* libcupti) {
 }
 
 // `tracer_gpu_app nccl-comms`: the real NCCL's newer ways to make a communicator, on one GPU:
-// ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000),
+// ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000), a
+// group on that one ended by ncclGroupSimulateEnd (2500, never run), a real call after it (1500),
 // and ncclCommShrink of that one excluding no rank (3000). Prints the root's unique id in hex
 // (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
 // declared here from its documented signatures (the app is built without NCCL's headers).
@@ -209,6 +210,15 @@ int ncclCommsMain() {
   using Shrink = int (*)(Comm, int*, int, Comm*, void*, int);
   using AllReduce = int (*)(const void*, void*, size_t, int, int, Comm, cudaStream_t);
   using Destroy = int (*)(Comm);
+  using GroupStart = int (*)();
+  struct SimInfo {  // ncclSimInfo_t (NCCL 2.22+): size, magic, version, estimated time
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    float estimated_time;
+  };
+  using SimulateEnd = int (*)(SimInfo*);
+  using GetVersion = int (*)(int*);
   constexpr int kFloat32 = 7, kSum = 0;
   if (dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: no libnccl.so.2: %s\n", dlerror());
@@ -220,7 +230,11 @@ int ncclCommsMain() {
   auto shrink = graph_app::global<Shrink>("ncclCommShrink");
   auto all_reduce = graph_app::global<AllReduce>("ncclAllReduce");
   auto destroy = graph_app::global<Destroy>("ncclCommDestroy");
-  if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy) {
+  auto group_start = graph_app::global<GroupStart>("ncclGroupStart");
+  auto simulate_end = graph_app::global<SimulateEnd>("ncclGroupSimulateEnd");
+  auto get_version = graph_app::global<GetVersion>("ncclGetVersion");
+  if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy || !group_start ||
+      !simulate_end || !get_version) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: an NCCL function is missing\n");
     return 1;
   }
@@ -240,6 +254,16 @@ int ncclCommsMain() {
   const int dev0 = 0;
   CK(init_all(&all, 1, &dev0));
   CK(all_reduce(buf, buf + 3000, 2000, kFloat32, kSum, all, s));
+  int version = 0;
+  CK(get_version(&version));
+  SimInfo sim{sizeof(SimInfo), 0x74685283u, static_cast<unsigned int>(version), -1.0f};
+  CK(group_start());
+  CK(all_reduce(buf, buf + 3000, 2500, kFloat32, kSum, all, s));
+  const int simulate_rc = simulate_end(&sim);
+  std::printf("tracer_gpu_app nccl-comms: ncclGroupSimulateEnd returned %d (NCCL %d, estimated %.1f us)\n",
+              simulate_rc, version, sim.estimated_time);
+  if (simulate_rc != 0) return 1;
+  CK(all_reduce(buf, buf + 3000, 1500, kFloat32, kSum, all, s));
   const int shrink_rc = shrink(all, nullptr, 0, &shrunk, nullptr, 0);
   std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
   if (shrink_rc == 0) CK(all_reduce(buf, buf + 3000, 3000, kFloat32, kSum, shrunk, s));
