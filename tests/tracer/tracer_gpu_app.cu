@@ -264,7 +264,8 @@ int ncclCommsMain() {
               simulate_rc, version, sim.estimated_time);
   if (simulate_rc != 0) return 1;
   CK(all_reduce(buf, buf + 3000, 1500, kFloat32, kSum, all, s));
-  const int shrink_rc = shrink(all, nullptr, 0, &shrunk, nullptr, 0);
+  int no_rank[1] = {-1};  // an empty list (NCCL 2.28 refuses a null one with ncclInvalidArgument)
+  const int shrink_rc = shrink(all, no_rank, 0, &shrunk, nullptr, 0);
   std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
   if (shrink_rc == 0) CK(all_reduce(buf, buf + 3000, 3000, kFloat32, kSum, shrunk, s));
   CK(cudaStreamSynchronize(s));
