@@ -436,6 +436,34 @@ TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
   EXPECT_EQ(b.widest()->rank, 3);
 }
 
+// A split whose handle NCCL gives only later (inside a group: at the outermost group end) keeps
+// the id of its call's place among the parent's splits; a split that gives this rank no
+// communicator (NCCL_SPLIT_NOCOLOR) still counts, as it does on the ranks that get one.
+TEST(CommRegistry, SplitsWhoseHandleComesLaterKeepTheirCallsId) {
+  const int64_t id = 777;
+  CommRegistry a, b;
+  int pa = 0, pb = 0, first_a = 0, first_b = 0, second_a = 0, second_b = 0, third_b = 0;
+  a.add(&pa, {id, 0, 2, 5});
+  b.add(&pb, {id, 1, 2, 6});
+  const CommInfo first = a.deriveSplit(&pa, 0);  // handle not given yet
+  EXPECT_EQ(first.rank, -1);
+  EXPECT_EQ(first.device, 5);  // the parent's, until NCCL says
+  b.addSplit(&pb, &first_b, 0, 1, 2);
+  a.addSplit(&pa, &second_a, 0, 0, 2);
+  b.addSplit(&pb, &second_b, 0, 1, 2);
+  a.add(&first_a, {first.id, 0, 2, first.device});  // the handle, at the group end
+  EXPECT_EQ(a.find(&first_a)->id, b.find(&first_b)->id);
+  EXPECT_EQ(a.find(&second_a)->id, b.find(&second_b)->id);
+  EXPECT_NE(a.find(&first_a)->id, a.find(&second_a)->id);
+  (void)a.deriveSplit(&pa, -1);  // no communicator for rank 0
+  b.addSplit(&pb, &third_b, 1, 0, 1);
+  const CommInfo fourth = a.deriveSplit(&pa, 1);
+  int fourth_b = 0;
+  b.addSplit(&pb, &fourth_b, 1, 0, 1);
+  EXPECT_EQ(fourth.id, b.find(&fourth_b)->id);
+  EXPECT_EQ(CommRegistry().deriveSplit(&pa, 0).id, -1);  // an unknown parent gives no id
+}
+
 // ncclCommShrink: the remaining ranks, each naming the excluded ranks in its own order, agree on
 // the new communicator's id; a second shrink, another exclusion or another parent gives another
 // id, and a shrink never takes a split's id or moves the parent's split count (the excluded

@@ -94,6 +94,30 @@ struct PendingP2p {
 thread_local int t_depth = 0;
 thread_local std::vector<PendingP2p> t_p2p;
 
+// Like NCCL, a split or shrink gives its handle only when the new communicator is ready: at the
+// call's return, at the outermost group end inside a group, or (a non-blocking parent: a config
+// with blocking = 0) later: here at the next ncclCommGetAsyncError.
+struct PendingHandle {
+  ncclComm_t* slot;
+  ncclComm_t comm;
+};
+thread_local std::vector<PendingHandle> t_handles;
+std::vector<PendingHandle> g_async_handles;
+
+ncclResult_t giveHandle(ncclComm_t* slot, ncclComm_t comm, const ncclConfig_t* config) {
+  *slot = nullptr;
+  if (config != nullptr && config->blocking == 0) {
+    g_async_handles.push_back({slot, comm});
+    return ncclInProgress;
+  }
+  if (t_depth > 0) {
+    t_handles.push_back({slot, comm});
+  } else {
+    *slot = comm;
+  }
+  return ncclSuccess;
+}
+
 void profileP2p(const PendingP2p& op) {
   const PluginV5* p = plugin();
   if (p == nullptr || op.comm->profiler == nullptr) return;
@@ -121,9 +145,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int ra
   *comm = makeComm(rank, nranks);
   return ncclSuccess;
 }
-ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm, ncclConfig_t*) {
-  *newcomm = color < 0 ? nullptr : makeComm(comm->rank % 2, 2);
-  return ncclSuccess;
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm, ncclConfig_t* config) {
+  return giveHandle(newcomm, color < 0 ? nullptr : makeComm(comm->rank % 2, 2), config);
 }
 // Several roots: the unique ids are not looked at, as in ncclCommInitRank above.
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int, ncclUniqueId*, ncclConfig_t*) {
@@ -131,13 +154,19 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, in
   return ncclSuccess;
 }
 // The remaining ranks keep their order: a rank moves down by the excluded ranks below it.
-ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int count, ncclComm_t* newcomm, ncclConfig_t*, int) {
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int count, ncclComm_t* newcomm, ncclConfig_t* config, int) {
+  if (excluded == nullptr || count <= 0) return ncclInvalidArgument;  // as NCCL 2.28
   int below = 0;
   for (int i = 0; i < count; ++i) {
-    if (excluded[i] == comm->rank) return ncclInvalidUsage;  // an excluded rank does not call it
+    if (excluded[i] == comm->rank) return ncclInvalidArgument;  // an excluded rank does not call it
     if (excluded[i] < comm->rank) ++below;
   }
-  *newcomm = makeComm(comm->rank - below, comm->nranks - count);
+  return giveHandle(newcomm, makeComm(comm->rank - below, comm->nranks - count), config);
+}
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* state) {
+  for (const PendingHandle& h : g_async_handles) *h.slot = h.comm;
+  g_async_handles.clear();
+  *state = ncclSuccess;
   return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
@@ -179,6 +208,8 @@ ncclResult_t ncclGroupEnd() {
   if (t_depth > 0 && --t_depth == 0) {
     for (const PendingP2p& op : t_p2p) profileP2p(op);
     t_p2p.clear();
+    for (const PendingHandle& h : t_handles) *h.slot = h.comm;
+    t_handles.clear();
   }
   return ncclSuccess;
 }

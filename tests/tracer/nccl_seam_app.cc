@@ -45,6 +45,23 @@ int main(int argc, char** argv) {
   CHECK(ncclCommShrink(comm, excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT));
   CHECK(ncclAllReduce(buf, buf + 8, 9, ncclFloat32, ncclSum, shrunk, stream));
   CHECK(ncclCommDestroy(shrunk));
+  // A split inside a group: NCCL gives the handle at the group end.
+  ncclComm_t grouped = nullptr;
+  CHECK(ncclGroupStart());
+  CHECK(ncclCommSplit(comm, 0, rank, &grouped, nullptr));
+  if (grouped != nullptr) return 3;
+  CHECK(ncclGroupEnd());
+  CHECK(ncclAllReduce(buf, buf + 8, 13, ncclFloat32, ncclSum, grouped, stream));
+  CHECK(ncclCommDestroy(grouped));
+  // A split of a non-blocking communicator: NCCL gives the handle after the call returned.
+  ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+  nonblocking.blocking = 0;
+  ncclComm_t later = nullptr;
+  if (ncclCommSplit(comm, 0, rank, &later, &nonblocking) != ncclInProgress) return 4;
+  ncclResult_t state = ncclInProgress;
+  while (later == nullptr) CHECK(ncclCommGetAsyncError(comm, &state));
+  CHECK(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream));
+  CHECK(ncclCommDestroy(later));
   ncclUniqueId roots[2];
   CHECK(ncclGetUniqueId(&roots[0]));
   CHECK(ncclGetUniqueId(&roots[1]));

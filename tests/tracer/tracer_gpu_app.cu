@@ -196,7 +196,8 @@ int heldCuptiMain(const char* libcupti) {
 // `tracer_gpu_app nccl-comms`: the real NCCL's newer ways to make a communicator, on one GPU:
 // ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000), a
 // group on that one ended by ncclGroupSimulateEnd (2500, never run), a real call after it (1500),
-// and ncclCommShrink of that one excluding no rank (3000). Prints the root's unique id in hex
+// a split of it inside a group, whose handle NCCL gives at the group end (1200), and
+// ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique id in hex
 // (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
 // declared here from its documented signatures (the app is built without NCCL's headers).
 int ncclCommsMain() {
@@ -211,6 +212,8 @@ int ncclCommsMain() {
   using AllReduce = int (*)(const void*, void*, size_t, int, int, Comm, cudaStream_t);
   using Destroy = int (*)(Comm);
   using GroupStart = int (*)();
+  using GroupEnd = int (*)();
+  using Split = int (*)(Comm, int, int, Comm*, void*);
   struct SimInfo {  // ncclSimInfo_t (NCCL 2.22+): size, magic, version, estimated time
     size_t size;
     unsigned int magic;
@@ -231,10 +234,12 @@ int ncclCommsMain() {
   auto all_reduce = graph_app::global<AllReduce>("ncclAllReduce");
   auto destroy = graph_app::global<Destroy>("ncclCommDestroy");
   auto group_start = graph_app::global<GroupStart>("ncclGroupStart");
+  auto group_end = graph_app::global<GroupEnd>("ncclGroupEnd");
+  auto split = graph_app::global<Split>("ncclCommSplit");
   auto simulate_end = graph_app::global<SimulateEnd>("ncclGroupSimulateEnd");
   auto get_version = graph_app::global<GetVersion>("ncclGetVersion");
   if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy || !group_start ||
-      !simulate_end || !get_version) {
+      !simulate_end || !get_version || !group_end || !split) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: an NCCL function is missing\n");
     return 1;
   }
@@ -264,12 +269,22 @@ int ncclCommsMain() {
               simulate_rc, version, sim.estimated_time);
   if (simulate_rc != 0) return 1;
   CK(all_reduce(buf, buf + 3000, 1500, kFloat32, kSum, all, s));
+  Comm grouped = nullptr;
+  CK(group_start());
+  CK(split(all, 0, 0, &grouped, nullptr));
+  const bool early = grouped != nullptr;
+  CK(group_end());
+  std::printf("tracer_gpu_app nccl-comms: a split in a group gave its communicator %s\n",
+              early ? "at the call" : grouped != nullptr ? "at the group end" : "never");
+  if (grouped == nullptr) return 1;
+  CK(all_reduce(buf, buf + 3000, 1200, kFloat32, kSum, grouped, s));
   int no_rank[1] = {-1};  // an empty list (NCCL 2.28 refuses a null one with ncclInvalidArgument)
   const int shrink_rc = shrink(all, no_rank, 0, &shrunk, nullptr, 0);
   std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
   if (shrink_rc == 0) CK(all_reduce(buf, buf + 3000, 3000, kFloat32, kSum, shrunk, s));
   CK(cudaStreamSynchronize(s));
   if (shrunk != nullptr) CK(destroy(shrunk));
+  CK(destroy(grouped));
   CK(destroy(all));
   CK(destroy(scalable));
   CK(cudaFree(buf));

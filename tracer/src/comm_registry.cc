@@ -35,19 +35,17 @@ CommRegistry::Parent CommRegistry::parentLocked(const void* parent, int64_t Entr
   return p;
 }
 
-void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
-                            int32_t nranks) {
+CommInfo CommRegistry::deriveSplit(const void* parent, int32_t color) {
   std::lock_guard lk(mu_);
   const Parent p = parentLocked(parent, &Entry::splits);
   std::array<uint8_t, 20> key{};
   std::memcpy(key.data(), &p.id, 8);
   std::memcpy(key.data() + 8, &p.nth, 8);
   std::memcpy(key.data() + 16, &color, 4);
-  addDerivedLocked(comm, p, key, rank, nranks);
+  return derivedInfo(p, key);
 }
 
-void CommRegistry::addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded,
-                             int32_t rank, int32_t nranks) {
+CommInfo CommRegistry::deriveShrink(const void* parent, std::span<const int32_t> excluded) {
   std::lock_guard lk(mu_);
   const Parent p = parentLocked(parent, &Entry::shrinks);
   std::vector<int32_t> ranks(excluded.begin(), excluded.end());
@@ -60,14 +58,27 @@ void CommRegistry::addShrink(const void* parent, const void* comm, std::span<con
   std::memcpy(key.data() + 8, &p.id, 8);
   std::memcpy(key.data() + 16, &p.nth, 8);
   if (!ranks.empty()) std::memcpy(key.data() + 24, ranks.data(), 4 * ranks.size());
-  addDerivedLocked(comm, p, key, rank, nranks);
+  return derivedInfo(p, key);
 }
 
-void CommRegistry::addDerivedLocked(const void* comm, const Parent& parent, std::span<const uint8_t> key,
-                                    int32_t rank, int32_t nranks) {
-  if (comm == nullptr || comms_.size() >= kMaxComms) return;
-  CommInfo info{parent.id < 0 ? -1 : hashBytes(key), rank, nranks, parent.device};
-  comms_[comm] = Entry{info, 0, 0, 0};
+CommInfo CommRegistry::derivedInfo(const Parent& parent, std::span<const uint8_t> key) {
+  return CommInfo{parent.id < 0 ? -1 : hashBytes(key), -1, -1, parent.device};
+}
+
+void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
+                            int32_t nranks) {
+  CommInfo info = deriveSplit(parent, color);
+  info.rank = rank;
+  info.nranks = nranks;
+  if (comm != nullptr) add(comm, info);
+}
+
+void CommRegistry::addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded,
+                             int32_t rank, int32_t nranks) {
+  CommInfo info = deriveShrink(parent, excluded);
+  info.rank = rank;
+  info.nranks = nranks;
+  if (comm != nullptr) add(comm, info);
 }
 
 void CommRegistry::remove(const void* comm) {

@@ -243,30 +243,80 @@ void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
   }
 }
 
-// A communicator made from another (split, shrink): its rank and size from NCCL, its id from the
-// parent's (`add` registers it so), its device from NCCL.
-template <typename Add>
-void registerDerivedComm(ncclComm_t nc, Add add) noexcept {
+// A communicator made from another (split, shrink), once NCCL has given its handle: its id as
+// derived when it was asked for, its rank and size from NCCL, its device from NCCL (else the
+// parent's).
+void registerDerivedComm(ncclComm_t nc, CommInfo info) noexcept {
   try {
-    if (!Session::get().enabled()) return;
-    int rank = -1, nranks = -1;
+    if (nc == nullptr || !Session::get().enabled()) return;
     static RealFn<decltype(&ncclCommUserRank)> user_rank("ncclCommUserRank", kNccl);
     static RealFn<decltype(&ncclCommCount)> count("ncclCommCount", kNccl);
-    if (nc != nullptr && user_rank.get() && count.get()) {
-      (void)user_rank.get()(nc, &rank);
-      (void)count.get()(nc, &nranks);
+    if (user_rank.get() && count.get()) {
+      (void)user_rank.get()(nc, &info.rank);
+      (void)count.get()(nc, &info.nranks);
     }
-    CommRegistry& comms = Session::get().comms();
-    add(comms, nc, rank, nranks);
-    if (nc != nullptr) {
-      if (auto info = comms.find(nc)) {
-        info->device = commDevice(nc);
-        comms.add(nc, *info);
-      }
-      if (Session::get().buffer() != nullptr) Session::get().updateRank();
-    }
+    if (const int dev = commDevice(nc); dev >= 0) info.device = dev;
+    Session::get().comms().add(nc, info);
+    if (Session::get().buffer() != nullptr) Session::get().updateRank();
   } catch (...) {
   }
+}
+
+// NCCL writes a split or shrunk communicator's handle only when the new communicator is ready:
+// at the call's return, at the outermost ncclGroupEnd when called inside a group, or later, from
+// NCCL's own thread, for a non-blocking one. Those of this thread's open group are followed at its
+// end, where NCCL has just written them (the caller keeps the slot alive until then, as NCCL
+// writes to it).
+struct Promised {
+  ncclComm_t* slot;
+  CommInfo info;
+};
+thread_local std::vector<Promised> t_promised;
+constexpr size_t kMaxPromised = 1024;
+
+// A non-blocking communicator's split or shrink whose handle NCCL writes after the call returned:
+// reading the caller's slot later is not safe (it may be gone), so its calls go without id.
+void noteUnfollowed() noexcept {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    logLine("a communicator made by ncclCommSplit or ncclCommShrink on a non-blocking communicator "
+            "(ncclInProgress) is not followed: its calls are recorded without communicator id, rank "
+            "or size");
+  }
+  try {
+    Session::get().addStat("nccl_comms_unfollowed", 1);
+  } catch (...) {
+  }
+}
+
+// After a successful (or in-progress) split or shrink whose new communicator is `info`.
+void followDerived(ncclComm_t* slot, const CommInfo& info, ncclResult_t result) noexcept {
+  if (slot == nullptr) return;
+  if (ncclComm_t nc = __atomic_load_n(slot, __ATOMIC_ACQUIRE); nc != nullptr) {
+    registerDerivedComm(nc, info);
+  } else if (t_group_depth > 0) {
+    try {
+      if (t_promised.size() < kMaxPromised) t_promised.push_back({slot, info});
+    } catch (...) {
+    }
+  } else if (result == ncclInProgress) {
+    noteUnfollowed();
+  }  // else no new communicator for this rank (NCCL_SPLIT_NOCOLOR)
+}
+
+// At the outermost group end, after NCCL's: the handles it wrote for the group's splits and shrinks.
+void followPromised(ncclResult_t result) noexcept {
+  if (t_promised.empty()) return;
+  bool unfollowed = false;
+  for (const Promised& p : t_promised) {
+    if (ncclComm_t nc = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE); nc != nullptr) {
+      registerDerivedComm(nc, p.info);
+    } else if (result == ncclInProgress) {
+      unfollowed = true;
+    }
+  }
+  t_promised.clear();
+  if (unfollowed) noteUnfollowed();
 }
 
 int64_t uniqueIdHash(const ncclUniqueId& id) {
@@ -372,6 +422,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   if (t_group_depth == 0) {
     t_group_seqs.clear();
     settle();
+    followPromised(result);
   }
   return result;
 }
@@ -384,7 +435,10 @@ DETRACE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (fn == nullptr) return missing("ncclGroupSimulateEnd");
   const bool outermost = t_group_depth > 0 && --t_group_depth == 0;
   const ncclResult_t result = fn(simInfo);
-  if (outermost) discardSimulated();
+  if (outermost) {
+    discardSimulated();
+    t_promised.clear();  // a simulated group makes no communicator
+  }
   return result;
 }
 #endif
@@ -450,9 +504,10 @@ DETRACE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   if (r == ncclSuccess || r == ncclInProgress) {
     // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
     // parent's split count advances on every rank alike.
-    registerDerivedComm(newcomm ? *newcomm : nullptr, [&](CommRegistry& comms, ncclComm_t nc, int rank, int nranks) {
-      comms.addSplit(comm, nc, color, rank, nranks);
-    });
+    try {
+      if (Session::get().enabled()) followDerived(newcomm, Session::get().comms().deriveSplit(comm, color), r);
+    } catch (...) {
+    }
   }
   return r;
 }
@@ -468,9 +523,10 @@ DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
   if (r == ncclSuccess || r == ncclInProgress) {
     const size_t n = excludeRanksList != nullptr && excludeRanksCount > 0 ? static_cast<size_t>(excludeRanksCount) : 0;
     const std::span<const int32_t> excluded(excludeRanksList, n);
-    registerDerivedComm(newcomm ? *newcomm : nullptr, [&](CommRegistry& comms, ncclComm_t nc, int rank, int nranks) {
-      comms.addShrink(comm, nc, excluded, rank, nranks);
-    });
+    try {
+      if (Session::get().enabled()) followDerived(newcomm, Session::get().comms().deriveShrink(comm, excluded), r);
+    } catch (...) {
+    }
   }
   return r;
 }

@@ -39,9 +39,15 @@ class CommRegistry {
   static int64_t idFromUniqueId(std::span<const uint8_t> unique_id);
 
   void add(const void* comm, CommInfo info);
-  // Registers a communicator split from `parent` with `color`; its id derives from the parent's.
+  // What a communicator split from `parent` with `color` is known by: its id, derived from the
+  // parent's (-1 if the parent is unknown), and the parent's device; rank and size unset. Counts
+  // the split, so call it once per ncclCommSplit, when it is called (NCCL may give the new handle
+  // only later: at the outermost group end).
+  CommInfo deriveSplit(const void* parent, int32_t color);
+  // The same for a communicator shrunk from `parent` without the ranks `excluded` (in any order).
+  CommInfo deriveShrink(const void* parent, std::span<const int32_t> excluded);
+  // deriveSplit / deriveShrink, then `add` of `comm` (if not null) with that rank and size.
   void addSplit(const void* parent, const void* comm, int32_t color, int32_t rank, int32_t nranks);
-  // Registers a communicator shrunk from `parent` without the ranks `excluded` (in any order).
   void addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded, int32_t rank,
                  int32_t nranks);
   void remove(const void* comm);
@@ -74,10 +80,8 @@ class CommRegistry {
     int32_t device = -1;
   };
   Parent parentLocked(const void* parent, int64_t Entry::*count);
-  // Registers `comm` with an id derived from its parent's and `key` (nothing if the registry is
-  // full).
-  void addDerivedLocked(const void* comm, const Parent& parent, std::span<const uint8_t> key, int32_t rank,
-                        int32_t nranks);
+  // A derived communicator's id (from its parent's and `key`) and device.
+  static CommInfo derivedInfo(const Parent& parent, std::span<const uint8_t> key);
   mutable std::mutex mu_;
   std::unordered_map<const void*, Entry> comms_;
 };
