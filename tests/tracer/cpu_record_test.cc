@@ -305,7 +305,9 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(split_ids[0], split_ids[1]);  // same parent and color
   EXPECT_EQ(shrink_ids[0], shrink_ids[1]);  // same parent and excluded ranks
   EXPECT_EQ(grouped_ids[0], grouped_ids[1]);  // same parent, split count and color
-  EXPECT_NE(o.out.find("on a non-blocking communicator (ncclInProgress) is not followed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("on a non-blocking communicator (ncclInProgress) is not followed"),
+            std::string::npos)
+      << o.out;
   EXPECT_EQ(scalable_ids[0], scalable_ids[1]);  // same roots
   auto m = db::readManifest(run);
   ASSERT_TRUE(m.isOk());

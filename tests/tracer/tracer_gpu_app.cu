@@ -197,8 +197,8 @@ int heldCuptiMain(const char* libcupti) {
 // ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000), a
 // group on that one ended by ncclGroupSimulateEnd (2500, never run), a real call after it (1500),
 // a split of it inside a group, whose handle NCCL gives at the group end (1200), and
-// ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique id in hex
-// (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
+// ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique
+// id in hex (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
 // declared here from its documented signatures (the app is built without NCCL's headers).
 int ncclCommsMain() {
   struct UniqueId {
