@@ -215,6 +215,13 @@ std::string formatSummary(const RunSummary& s) {
           "record fewer details (e.g. --capture digest) or raise --queue",
           r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
     }
+    if (const int64_t n = stat(r, "nccl_comms_unfollowed"); n > 0) {
+      out += fmt::format(
+          "\nwarning: rank {}: {} NCCL communicator(s) split or shrunk from a non-blocking "
+          "communicator were not followed; their calls have no communicator id or sequence number, "
+          "so `detrace diff` cannot match them across ranks",
+          r.info.rank, n);
+    }
   }
   if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned) {
     out += "\n";

@@ -48,6 +48,24 @@ TEST(SummaryDeep, ShowsTheWindowAndItsCost) {
   EXPECT_EQ(text.find("warning"), std::string::npos) << text;
 }
 
+// A rank whose recorder could not follow some NCCL communicators (split from a non-blocking one)
+// says how many, and what that costs the diff; none is said when there were none.
+TEST(SummaryDeep, WarnsOfCommunicatorsTheRecorderCouldNotFollow) {
+  testing::TempDir dir, clean;
+  testing::Rng rng;
+  const int64_t n = rng.range(1, 9);
+  writeRank(dir.file("proc-42.dtrace"), {{"nccl_comms_unfollowed", n}}, false);
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find(fmt::format("warning: rank 0: {} NCCL communicator(s) split or shrunk from a "
+                                  "non-blocking communicator were not followed",
+                                  n)),
+            std::string::npos)
+      << text;
+  writeRank(clean.file("proc-42.dtrace"), {{"nccl_comms_unfollowed", 0}}, false);
+  text = info(clean.path().string());
+  EXPECT_EQ(text.find("not followed"), std::string::npos) << text;
+}
+
 // The capture line: level, row digests, kernel placement and window, as rank 0's trace says; none
 // for traces that do not say (recorded before these were written).
 TEST(SummaryDeep, SaysHowTheRunWasCaptured) {
