@@ -211,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 11u);  // the simulated group's two calls are not among them
+    ASSERT_EQ(colls->size(), 12u);  // the simulated group's two calls are not among them
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -287,9 +287,17 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[10].second.comm_rank, rank);
     EXPECT_EQ(c[10].second.comm_nranks, 4);
     EXPECT_GE(c[10].second.comm_id, 0);
+    // A world made inside a group: its device is the one NCCL gives once the group made it.
+    EXPECT_EQ(c[11].second.count, 17);
+    EXPECT_EQ(c[11].second.comm_seq, 0);
+    EXPECT_EQ(c[11].second.comm_nranks, 4);
+    auto grouped_event = t.event(c[11].first);
+    ASSERT_TRUE(grouped_event.isOk());
+    EXPECT_EQ(grouped_event->device, rank);
+    EXPECT_EQ(t.event(c[0].first)->device, rank);
     const std::set<int64_t> ids = {c[0].second.comm_id, c[6].second.comm_id, c[7].second.comm_id,
-                                   c[8].second.comm_id, c[10].second.comm_id};
-    EXPECT_EQ(ids.size(), 5u) << "every communicator has an id of its own";
+                                   c[8].second.comm_id, c[10].second.comm_id, c[11].second.comm_id};
+    EXPECT_EQ(ids.size(), 6u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
     split_ids.push_back(c[6].second.comm_id);
     shrink_ids.push_back(c[7].second.comm_id);

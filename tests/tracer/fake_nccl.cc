@@ -52,6 +52,7 @@ struct ncclComm {
   int nranks;
   void* profiler = nullptr;
   uint64_t coll_seq = 0;
+  bool made = true;  // false while a group's end has yet to make it, as NCCL's init job
 };
 
 namespace {
@@ -102,6 +103,7 @@ struct PendingHandle {
   ncclComm_t comm;
 };
 thread_local std::vector<PendingHandle> t_handles;
+thread_local std::vector<ncclComm_t> t_unmade;  // initialized inside the open group
 std::vector<PendingHandle> g_async_handles;
 
 ncclResult_t giveHandle(ncclComm_t* slot, ncclComm_t comm, const ncclConfig_t* config) {
@@ -137,12 +139,21 @@ void profileP2p(const PendingP2p& op) {
 
 extern "C" {
 ncclResult_t ncclGetVersion(int* version) { *version = 22803; return ncclSuccess; }
+// Each call another id, the same on every rank that calls it as often (as if rank 0 made it and
+// sent it to the others).
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
-  std::memset(id->internal, 0x5a, sizeof id->internal);
+  static int calls = 0;
+  std::memset(id->internal, 0x5a + calls++, sizeof id->internal);
   return ncclSuccess;
 }
+// Inside a group the communicator is made at the outermost group end, as NCCL makes it: until
+// then it has no device (NCCL's reads as 0).
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int rank) {
   *comm = makeComm(rank, nranks);
+  if (t_depth > 0) {
+    (*comm)->made = false;
+    t_unmade.push_back(*comm);
+  }
   return ncclSuccess;
 }
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm, ncclConfig_t* config) {
@@ -170,7 +181,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* state) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
-ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) { *device = comm->rank; return ncclSuccess; }
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  *device = comm->made ? comm->rank : 0;
+  return ncclSuccess;
+}
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->rank; return ncclSuccess; }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->nranks; return ncclSuccess; }
 ncclResult_t ncclAllReduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
@@ -210,6 +224,8 @@ ncclResult_t ncclGroupEnd() {
     t_p2p.clear();
     for (const PendingHandle& h : t_handles) *h.slot = h.comm;
     t_handles.clear();
+    for (ncclComm_t c : t_unmade) c->made = true;
+    t_unmade.clear();
   }
   return ncclSuccess;
 }

@@ -69,6 +69,16 @@ int main(int argc, char** argv) {
   CHECK(ncclCommInitRankScalable(&scalable, 4, rank, 2, roots, nullptr));
   CHECK(ncclAllReduce(buf, buf + 8, 11, ncclFloat32, ncclSum, scalable, stream));
   CHECK(ncclCommDestroy(scalable));
+  // A world made inside a group, as one thread makes several GPUs' communicators: NCCL makes it
+  // at the group end, and only then knows its device.
+  ncclUniqueId grouped_id;
+  CHECK(ncclGetUniqueId(&grouped_id));
+  ncclComm_t grouped_world = nullptr;
+  CHECK(ncclGroupStart());
+  CHECK(ncclCommInitRank(&grouped_world, 4, grouped_id, rank));
+  CHECK(ncclGroupEnd());
+  CHECK(ncclAllReduce(buf, buf + 8, 17, ncclFloat32, ncclSum, grouped_world, stream));
+  CHECK(ncclCommDestroy(grouped_world));
   CHECK(ncclCommDestroy(comm));
   std::printf("nccl_seam_app: rank %d done\n", rank);
   return 0;

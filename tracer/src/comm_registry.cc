@@ -99,6 +99,11 @@ int64_t CommRegistry::nextSeq(const void* comm) {
   return it == comms_.end() ? -1 : it->second.seq++;
 }
 
+void CommRegistry::setDevice(const void* comm, int32_t device) {
+  std::lock_guard lk(mu_);
+  if (auto it = comms_.find(comm); it != comms_.end()) it->second.info.device = device;
+}
+
 bool CommRegistry::returnSeq(const void* comm, int64_t seq) {
   std::lock_guard lk(mu_);
   auto it = comms_.find(comm);

@@ -74,6 +74,9 @@ struct Call {
   cudaStream_t stream;
 };
 
+int commDevice(ncclComm_t comm);
+void resolveDevice(ncclComm_t comm) noexcept;
+
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   // Counted for every call, recorded or not (paused, outside a --window): the same collective must
   // carry the same number on every rank, whenever each rank's recording started.
@@ -81,6 +84,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   try {
     if (Session::get().enabled()) seq = Session::get().comms().nextSeq(c.comm);
     if (t_group_depth > 0 && seq >= 0) t_group_seqs.emplace_back(c.comm, seq);
+    if (seq == 0) resolveDevice(c.comm);
   } catch (...) {
   }
   uint64_t token = recordLibraryOp([&](db::TraceWriter& w, LibraryOp& op) {
@@ -234,10 +238,30 @@ int commDevice(ncclComm_t comm) {
   return dev;
 }
 
-void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
+// A communicator NCCL is still making (inside a group, whose outermost end makes it, or a
+// non-blocking one) cannot say its device yet: asking would give a wrong one (NCCL sets it when
+// the communicator is made) or an error. Its first call asks instead (resolveDevice).
+bool commReady(ncclResult_t result) { return result == ncclSuccess && t_group_depth == 0; }
+
+void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks, bool ready) {
   try {
     if (!Session::get().enabled() || comm == nullptr) return;
-    Session::get().comms().add(comm, CommInfo{id, rank, nranks, commDevice(comm)});
+    Session::get().comms().add(comm, CommInfo{id, rank, nranks, ready ? commDevice(comm) : -1});
+    if (Session::get().buffer() != nullptr) Session::get().updateRank();
+  } catch (...) {
+  }
+}
+
+// At a communicator's first call, which NCCL accepts only once the communicator is made: the
+// device it was registered without.
+void resolveDevice(ncclComm_t comm) noexcept {
+  try {
+    CommRegistry& comms = Session::get().comms();
+    auto info = comms.find(comm);
+    if (!info || info->device >= 0) return;
+    const int dev = commDevice(comm);
+    if (dev < 0) return;
+    comms.setDevice(comm, dev);
     if (Session::get().buffer() != nullptr) Session::get().updateRank();
   } catch (...) {
   }
@@ -449,7 +473,9 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclU
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommInitRank");
   ncclResult_t r = fn(comm, nranks, commId, rank);
-  if (r == ncclSuccess || r == ncclInProgress) registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks, commReady(r));
+  }
   return r;
 }
 
@@ -459,7 +485,9 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommInitRankConfig");
   ncclResult_t r = fn(comm, nranks, commId, rank, config);
-  if (r == ncclSuccess || r == ncclInProgress) registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks, commReady(r));
+  }
   return r;
 }
 
@@ -474,7 +502,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
   if ((r == ncclSuccess || r == ncclInProgress) && commIds != nullptr && nId > 0) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(commIds);
     const int64_t id = CommRegistry::idFromUniqueId(std::span(bytes, sizeof(ncclUniqueId) * static_cast<size_t>(nId)));
-    registerComm(newcomm ? *newcomm : nullptr, id, myrank, nranks);
+    registerComm(newcomm ? *newcomm : nullptr, id, myrank, nranks, commReady(r));
   }
   return r;
 }
@@ -490,7 +518,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
     static std::atomic<int64_t> calls{0};
     int64_t key[2] = {calls.fetch_add(1), ndev};
     int64_t id = CommRegistry::hashBytes(std::span(reinterpret_cast<const uint8_t*>(key), sizeof key));
-    for (int i = 0; i < ndev; ++i) registerComm(comms[i], id, i, ndev);
+    for (int i = 0; i < ndev; ++i) registerComm(comms[i], id, i, ndev, commReady(r));
   }
   return r;
 }

@@ -374,7 +374,10 @@ void Session::updateRank() {
   if (!widest) return;
   std::lock_guard lk(mu_);
   if (!writer_ || finished_) return;
-  if (rank_.rank == widest->rank && rank_.world_size == widest->nranks) return;
+  if (rank_.rank == widest->rank && rank_.world_size == widest->nranks &&
+      (widest->device < 0 || rank_.device == widest->device)) {
+    return;
+  }
   rank_.rank = widest->rank;
   rank_.world_size = widest->nranks;
   if (widest->device >= 0) rank_.device = widest->device;

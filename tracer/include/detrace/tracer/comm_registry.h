@@ -54,6 +54,8 @@ class CommRegistry {
   std::optional<CommInfo> find(const void* comm) const;
   // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
   int64_t nextSeq(const void* comm);
+  // Sets the device of a registered communicator (one registered before NCCL could say it).
+  void setDevice(const void* comm, int32_t device);
   // Gives back `seq`, taken by a call that never ran (an NCCL group only simulated), if it is the
   // last one taken on `comm`: the next call takes it again. Calls given back newest first undo a
   // group's numbers; false (nothing changed) if a later number was taken meanwhile.
