@@ -323,7 +323,8 @@ TEST(TracerGpu, AProgramThatHoldsCuptiIsRecordedWithoutKernels) {
 // ncclCommShrink of that one. Each names its own communicator, as rank 0 of 1 and its first call,
 // and the scalable one's id is the hash of the root's unique id that the program printed. A group
 // ended by ncclGroupSimulateEnd between them is not written, and gives its number back; a split
-// inside a group, whose handle NCCL gives only at the group end, is followed.
+// inside a group, whose handle NCCL gives only at the group end, is followed, and a communicator
+// initialized inside a group gets its device.
 TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   DETRACE_REQUIRE_GPU();
   testing::TempDir tmp;
@@ -339,7 +340,7 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   if (!shrunk) {
     ASSERT_TRUE(contains(out, "ncclCommShrink returned 4")) << out;
   }
-  const size_t expected = shrunk ? 5 : 4;
+  const size_t expected = shrunk ? 6 : 5;
   const std::string key = "unique id ";
   const size_t at = out.find(key);
   ASSERT_NE(at, std::string::npos) << out;
@@ -374,6 +375,16 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   ASSERT_EQ(by_count.count(1200), 1u);
   EXPECT_NE(by_count[1200].comm_id, by_count[2000].comm_id);
   EXPECT_NE(by_count[1200].comm_id, scalable_id);
+  // The communicator initialized inside a group: an id of its own, and the device NCCL gives at
+  // its first call (it has none before the group end).
+  ASSERT_EQ(by_count.count(1100), 1u);
+  EXPECT_NE(by_count[1100].comm_id, by_count[2000].comm_id);
+  EXPECT_NE(by_count[1100].comm_id, scalable_id);
+  for (const auto& [seq, c] : *colls) {
+    auto e = (*reader)->event(seq);
+    ASSERT_TRUE(e.isOk()) << e.status().message();
+    EXPECT_EQ(e->device, 0) << "the all-reduce of " << c.count;
+  }
   if (shrunk) {
     EXPECT_NE(by_count[3000].comm_id, by_count[2000].comm_id);
   }

@@ -196,7 +196,8 @@ int heldCuptiMain(const char* libcupti) {
 // `tracer_gpu_app nccl-comms`: the real NCCL's newer ways to make a communicator, on one GPU:
 // ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000), a
 // group on that one ended by ncclGroupSimulateEnd (2500, never run), a real call after it (1500),
-// a split of it inside a group, whose handle NCCL gives at the group end (1200), and
+// a split of it inside a group, whose handle NCCL gives at the group end (1200), a communicator
+// initialized inside a group, which NCCL makes at the group end (1100), and
 // ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique
 // id in hex (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
 // declared here from its documented signatures (the app is built without NCCL's headers).
@@ -208,6 +209,7 @@ int ncclCommsMain() {
   using GetUniqueId = int (*)(UniqueId*);
   using InitScalable = int (*)(Comm*, int, int, int, UniqueId*, void*);
   using InitAll = int (*)(Comm*, int, const int*);
+  using InitRank = int (*)(Comm*, int, UniqueId, int);
   using Shrink = int (*)(Comm, int*, int, Comm*, void*, int);
   using AllReduce = int (*)(const void*, void*, size_t, int, int, Comm, cudaStream_t);
   using Destroy = int (*)(Comm);
@@ -230,6 +232,7 @@ int ncclCommsMain() {
   auto get_id = graph_app::global<GetUniqueId>("ncclGetUniqueId");
   auto init_scalable = graph_app::global<InitScalable>("ncclCommInitRankScalable");
   auto init_all = graph_app::global<InitAll>("ncclCommInitAll");
+  auto init_rank = graph_app::global<InitRank>("ncclCommInitRank");
   auto shrink = graph_app::global<Shrink>("ncclCommShrink");
   auto all_reduce = graph_app::global<AllReduce>("ncclAllReduce");
   auto destroy = graph_app::global<Destroy>("ncclCommDestroy");
@@ -239,7 +242,7 @@ int ncclCommsMain() {
   auto simulate_end = graph_app::global<SimulateEnd>("ncclGroupSimulateEnd");
   auto get_version = graph_app::global<GetVersion>("ncclGetVersion");
   if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy || !group_start ||
-      !simulate_end || !get_version || !group_end || !split) {
+      !simulate_end || !get_version || !group_end || !split || !init_rank) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: an NCCL function is missing\n");
     return 1;
   }
@@ -278,6 +281,13 @@ int ncclCommsMain() {
               early ? "at the call" : grouped != nullptr ? "at the group end" : "never");
   if (grouped == nullptr) return 1;
   CK(all_reduce(buf, buf + 3000, 1200, kFloat32, kSum, grouped, s));
+  UniqueId grouped_id{};
+  CK(get_id(&grouped_id));
+  Comm grouped_init = nullptr;
+  CK(group_start());
+  CK(init_rank(&grouped_init, 1, grouped_id, 0));
+  CK(group_end());
+  CK(all_reduce(buf, buf + 3000, 1100, kFloat32, kSum, grouped_init, s));
   int no_rank[1] = {-1};  // an empty list (NCCL 2.28 refuses a null one with ncclInvalidArgument)
   const int shrink_rc = shrink(all, no_rank, 0, &shrunk, nullptr, 0);
   std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
@@ -285,6 +295,7 @@ int ncclCommsMain() {
   CK(cudaStreamSynchronize(s));
   if (shrunk != nullptr) CK(destroy(shrunk));
   CK(destroy(grouped));
+  CK(destroy(grouped_init));
   CK(destroy(all));
   CK(destroy(scalable));
   CK(cudaFree(buf));
