@@ -187,6 +187,24 @@ void graphWeightsWarning(const db::TraceReader& a, const db::TraceReader& b, int
       rank, every_a, every_b));
 }
 
+// A rank whose recorder could not follow some NCCL communicators (split or shrunk from a
+// non-blocking one): their calls carry no communicator id, so what their collectives carried from
+// one rank to another cannot be told.
+void unfollowedCommsWarning(db::TraceReader& a, db::TraceReader& b, int32_t rank,
+                            std::vector<std::string>& warnings) {
+  for (auto [reader, label] : {std::pair{&a, 'A'}, std::pair{&b, 'B'}}) {
+    auto stats = reader->stats();
+    if (!stats.isOk()) continue;
+    auto it = stats->find("nccl_comms_unfollowed");
+    if (it == stats->end() || it->second <= 0) continue;
+    warnings.push_back(fmt::format(
+        "rank {}: run {} has {} NCCL communicator(s) the recorder could not follow (split or shrunk "
+        "from a non-blocking communicator): their calls have no communicator id, so whether one of "
+        "their collectives carried another rank's divergence or diverged by itself is not certain",
+        rank, label, it->second));
+  }
+}
+
 // A rank whose trace in one run was not finished: say so, and where the other run's events after
 // the end of that trace are all that differs, name that as the divergence's cause.
 void unfinishedRank(const db::TraceReader& a, const db::TraceReader& b, RankDiff& rd,
@@ -218,6 +236,7 @@ Status diffOneRank(const db::Run& run_a, const db::Run& run_b, int32_t rank,
   DETRACE_ASSIGN_OR_RETURN(auto rb, run_b.openRank(rank));
   DETRACE_RETURN_IF_ERROR(sameRowDigests(*ra, *rb, rank));
   graphWeightsWarning(*ra, *rb, rank, out.warnings);
+  unfollowedCommsWarning(*ra, *rb, rank, out.warnings);
   if (!keys) {
     DETRACE_ASSIGN_OR_RETURN(keys, keyOptions(*ra, *rb, options, out.batch_mode));
   }

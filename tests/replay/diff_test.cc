@@ -29,9 +29,11 @@ struct Plant {
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
 // (+ its kernel). The hidden state's fingerprint flows through; `plant` perturbs one spot.
 // `row_digests`: the --row-digests the traces say they were recorded with (nullptr: none said,
-// as in traces from before the option); `graph_weights_every` likewise for --graph-weights-every.
+// as in traces from before the option); `graph_weights_every` likewise for --graph-weights-every;
+// `unfollowed`: rank 0's count of NCCL communicators its recorder could not follow.
 void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed, Plant plant,
-                const char* row_digests = nullptr, const char* graph_weights_every = nullptr) {
+                const char* row_digests = nullptr, const char* graph_weights_every = nullptr,
+                int64_t unfollowed = 0) {
   std::vector<std::unique_ptr<db::TraceWriter>> w;
   std::vector<uint64_t> h(static_cast<size_t>(world));
   for (int32_t r = 0; r < world; ++r) {
@@ -40,6 +42,7 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
     (*wr)->setRank({r, world, r, r, 100 + r, "h", "GPU", ""});
     if (row_digests != nullptr) (*wr)->setMeta("row_digests", row_digests);
     if (graph_weights_every != nullptr) (*wr)->setMeta("graph_weights_every", graph_weights_every);
+    if (r == 0 && unfollowed > 0) (*wr)->addStat("nccl_comms_unfollowed", unfollowed);
     w.push_back(std::move(*wr));
     h[static_cast<size_t>(r)] = mix(seed, 7);  // the same prompt on every rank
   }
@@ -216,6 +219,30 @@ TEST(Diff, RunsRecordedWithDifferentGraphWeightSamplingAreComparedWithAWarning) 
       EXPECT_NE(said->find(fmt::format("every {} replay(s)", c.a ? c.a : "1")), std::string::npos) << *said;
     }
   }
+}
+
+// A run whose recorder could not follow some NCCL communicators compares, with a warning that
+// names the rank, the run and the count; a run without them gives none.
+TEST(Diff, RunsWithCommunicatorsTheRecorderCouldNotFollowAreComparedWithAWarning) {
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  const int64_t n = rng.range(1, 9);
+  TempDir a, b;
+  writeModel(a.path().string(), 2, 3, seed, {}, "tokens");
+  writeModel(b.path().string(), 2, 3, seed, {}, "tokens", nullptr, n);
+  auto ra = db::Run::open(a.path().string());
+  auto rb = db::Run::open(b.path().string());
+  ASSERT_TRUE(ra.isOk() && rb.isOk());
+  auto d = diffRuns(*ra, *rb);
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_TRUE(d->identical());
+  std::vector<std::string> said;
+  for (const std::string& w : d->warnings) {
+    if (w.find("could not follow") != std::string::npos) said.push_back(w);
+  }
+  ASSERT_EQ(said.size(), 1u) << fmt::format("{}", fmt::join(d->warnings, "\n"));
+  EXPECT_NE(said[0].find(fmt::format("rank 0: run B has {} NCCL communicator(s)", n)), std::string::npos)
+      << said[0];
 }
 
 TEST(Diff, GemmAlgorithmChangeIsKernelSelectionOnTheRightRank) {
