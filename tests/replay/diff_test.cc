@@ -4,6 +4,7 @@
 #include "detrace/replay/diff.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -127,6 +128,19 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
   for (auto& wr : w) ASSERT_TRUE(wr->close().isOk());
 }
 
+// The diff of two runs, each written into a directory of its own by its writer.
+Result<RunDiff> diffWritten(const std::function<void(const std::string&)>& write_a,
+                            const std::function<void(const std::string&)>& write_b) {
+  TempDir a, b;
+  write_a(a.path().string());
+  write_b(b.path().string());
+  auto ra = db::Run::open(a.path().string());
+  if (!ra.isOk()) return ra.status();
+  auto rb = db::Run::open(b.path().string());
+  if (!rb.isOk()) return rb.status();
+  return diffRuns(*ra, *rb);
+}
+
 RunDiff diffOf(Plant plant, int32_t world = 2, int layers = 6) {
   TempDir a, b;
   testing::Rng rng;
@@ -202,13 +216,10 @@ TEST(Diff, RunsRecordedWithDifferentGraphWeightSamplingAreComparedWithAWarning) 
   for (const Case& c : {Case{"16", "1", true}, Case{nullptr, "4", true}, Case{"8", "8", false},
                         Case{nullptr, "1", false}}) {
     SCOPED_TRACE(fmt::format("{} against {}", c.a ? c.a : "(none)", c.b));
-    TempDir a, b;
-    writeModel(a.path().string(), 2, 3, seed, {}, "tokens", c.a);
-    writeModel(b.path().string(), 2, 3, seed, {}, "tokens", c.b);
-    auto ra = db::Run::open(a.path().string());
-    auto rb = db::Run::open(b.path().string());
-    ASSERT_TRUE(ra.isOk() && rb.isOk());
-    auto d = diffRuns(*ra, *rb);
+    auto write = [&](const char* every) {
+      return [&, every](const std::string& dir) { writeModel(dir, 2, 3, seed, {}, "tokens", every); };
+    };
+    auto d = diffWritten(write(c.a), write(c.b));
     ASSERT_TRUE(d.isOk()) << d.status().message();
     EXPECT_TRUE(d->identical());
     const auto said = std::find_if(d->warnings.begin(), d->warnings.end(), [](const std::string& w) {
@@ -227,13 +238,12 @@ TEST(Diff, RunsWithCommunicatorsTheRecorderCouldNotFollowAreComparedWithAWarning
   testing::Rng rng;
   const uint64_t seed = rng.u64();
   const int64_t n = rng.range(1, 9);
-  TempDir a, b;
-  writeModel(a.path().string(), 2, 3, seed, {}, "tokens");
-  writeModel(b.path().string(), 2, 3, seed, {}, "tokens", nullptr, n);
-  auto ra = db::Run::open(a.path().string());
-  auto rb = db::Run::open(b.path().string());
-  ASSERT_TRUE(ra.isOk() && rb.isOk());
-  auto d = diffRuns(*ra, *rb);
+  auto write = [&](int64_t unfollowed) {
+    return [&, unfollowed](const std::string& dir) {
+      writeModel(dir, 2, 3, seed, {}, "tokens", nullptr, unfollowed);
+    };
+  };
+  auto d = diffWritten(write(0), write(n));
   ASSERT_TRUE(d.isOk()) << d.status().message();
   EXPECT_TRUE(d->identical());
   std::vector<std::string> said;
