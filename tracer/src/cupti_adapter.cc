@@ -81,9 +81,9 @@ bool g_zeroed_buffers = false;
 std::atomic<int64_t> g_buffers_refused{0};
 
 // The size of each activity buffer: 1 MiB, or DETRACE_CUPTI_BUFFER_MIB (1 to 64, read once). A
-// benchmark knob for now: CUPTI's records alone cost the eager loops 0.3-0.7 points less with
-// 8 MiB buffers than with 1 MiB ones (H100, docs/overhead.md, 2026-12-06); not yet measured with
-// detrace's own recording.
+// benchmark knob: CUPTI's records alone cost the eager loops 0.3-0.7 points less with 8 MiB
+// buffers than with 1 MiB ones (H100), but detrace's `meta` showed no gain in two orders (H200;
+// docs/overhead.md, 2026-12-06), so the default stays small.
 size_t bufferBytes() {
   static const size_t bytes = [] {
     const char* v = std::getenv("DETRACE_CUPTI_BUFFER_MIB");

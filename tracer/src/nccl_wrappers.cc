@@ -238,15 +238,14 @@ int commDevice(ncclComm_t comm) {
   return dev;
 }
 
-// A communicator NCCL is still making (inside a group, whose outermost end makes it, or a
-// non-blocking one) cannot say its device yet: asking would give a wrong one (NCCL sets it when
-// the communicator is made) or an error. Its first call asks instead (resolveDevice).
-bool commReady(ncclResult_t result) { return result == ncclSuccess && t_group_depth == 0; }
-
-void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks, bool ready) {
+// A communicator made by an init call, without its device: NCCL may still be making it (inside a
+// group, whose outermost end makes it, or a non-blocking one), and until then asking gives a wrong
+// device (NCCL sets it when the communicator is made) or an error. Its first call asks
+// (resolveDevice).
+void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
   try {
     if (!Session::get().enabled() || comm == nullptr) return;
-    Session::get().comms().add(comm, CommInfo{id, rank, nranks, ready ? commDevice(comm) : -1});
+    Session::get().comms().add(comm, CommInfo{id, rank, nranks, -1});
     if (Session::get().buffer() != nullptr) Session::get().updateRank();
   } catch (...) {
   }
@@ -474,7 +473,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclU
   if (fn == nullptr) return missing("ncclCommInitRank");
   ncclResult_t r = fn(comm, nranks, commId, rank);
   if (r == ncclSuccess || r == ncclInProgress) {
-    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks, commReady(r));
+    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
   }
   return r;
 }
@@ -486,7 +485,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
   if (fn == nullptr) return missing("ncclCommInitRankConfig");
   ncclResult_t r = fn(comm, nranks, commId, rank, config);
   if (r == ncclSuccess || r == ncclInProgress) {
-    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks, commReady(r));
+    registerComm(comm ? *comm : nullptr, uniqueIdHash(commId), rank, nranks);
   }
   return r;
 }
@@ -502,7 +501,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
   if ((r == ncclSuccess || r == ncclInProgress) && commIds != nullptr && nId > 0) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(commIds);
     const int64_t id = CommRegistry::idFromUniqueId(std::span(bytes, sizeof(ncclUniqueId) * static_cast<size_t>(nId)));
-    registerComm(newcomm ? *newcomm : nullptr, id, myrank, nranks, commReady(r));
+    registerComm(newcomm ? *newcomm : nullptr, id, myrank, nranks);
   }
   return r;
 }
@@ -518,7 +517,7 @@ DETRACE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
     static std::atomic<int64_t> calls{0};
     int64_t key[2] = {calls.fetch_add(1), ndev};
     int64_t id = CommRegistry::hashBytes(std::span(reinterpret_cast<const uint8_t*>(key), sizeof key));
-    for (int i = 0; i < ndev; ++i) registerComm(comms[i], id, i, ndev, commReady(r));
+    for (int i = 0; i < ndev; ++i) registerComm(comms[i], id, i, ndev);
   }
   return r;
 }
