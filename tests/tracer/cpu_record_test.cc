@@ -200,7 +200,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   ASSERT_TRUE(r.isOk()) << r.status().message();
   ASSERT_EQ(r->ranks().size(), 2u) << o.out;
   EXPECT_EQ(r->worldSize(), 4);
-  std::vector<int64_t> comm_ids, split_ids, shrink_ids, grouped_ids, scalable_ids;
+  std::vector<int64_t> comm_ids, split_ids, shrink_ids, grouped_ids, late_ids, scalable_ids;
   for (int32_t rank : {0, 1}) {
     SCOPED_TRACE(rank);
     auto reader = r->openRank(rank);
@@ -211,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 12u);  // the simulated group's two calls are not among them
+    ASSERT_EQ(colls->size(), 14u);  // the simulated group's two calls are not among them
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -274,35 +274,47 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[8].second.comm_rank, rank % 2);
     EXPECT_EQ(c[8].second.comm_nranks, 2);
     EXPECT_GE(c[8].second.comm_id, 0);
-    // A split of a non-blocking communicator, whose handle NCCL gives after the call returned: not
-    // followed, and said so.
+    // A split of a non-blocking communicator, whose handle NCCL gives after the call returned:
+    // followed at its first call, from the slot NCCL wrote the handle to.
     EXPECT_EQ(c[9].second.count, 15);
-    EXPECT_EQ(c[9].second.comm_id, db::kUnset);
-    EXPECT_EQ(c[9].second.comm_seq, db::kUnset);
-    EXPECT_EQ(c[9].second.comm_nranks, db::kUnset);
+    EXPECT_EQ(c[9].second.comm_seq, 0);
+    EXPECT_EQ(c[9].second.comm_rank, rank % 2);
+    EXPECT_EQ(c[9].second.comm_nranks, 2);
+    EXPECT_GE(c[9].second.comm_id, 0);
+    EXPECT_EQ((*stats)["nccl_comms_followed_late"], 1);
+    // Another, whose handle the program moved out of that slot before its first call: not
+    // followed, counted once, and said so.
+    for (int i : {10, 11}) {
+      EXPECT_EQ(c[i].second.count, i == 10 ? 19 : 21);
+      EXPECT_EQ(c[i].second.comm_id, db::kUnset);
+      EXPECT_EQ(c[i].second.comm_seq, db::kUnset);
+      EXPECT_EQ(c[i].second.comm_nranks, db::kUnset);
+    }
     EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 1);
     // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
-    EXPECT_EQ(c[10].second.count, 11);
-    EXPECT_EQ(c[10].second.comm_seq, 0);
-    EXPECT_EQ(c[10].second.comm_rank, rank);
-    EXPECT_EQ(c[10].second.comm_nranks, 4);
-    EXPECT_GE(c[10].second.comm_id, 0);
+    EXPECT_EQ(c[12].second.count, 11);
+    EXPECT_EQ(c[12].second.comm_seq, 0);
+    EXPECT_EQ(c[12].second.comm_rank, rank);
+    EXPECT_EQ(c[12].second.comm_nranks, 4);
+    EXPECT_GE(c[12].second.comm_id, 0);
     // A world made inside a group: its device is the one NCCL gives once the group made it.
-    EXPECT_EQ(c[11].second.count, 17);
-    EXPECT_EQ(c[11].second.comm_seq, 0);
-    EXPECT_EQ(c[11].second.comm_nranks, 4);
-    auto grouped_event = t.event(c[11].first);
+    EXPECT_EQ(c[13].second.count, 17);
+    EXPECT_EQ(c[13].second.comm_seq, 0);
+    EXPECT_EQ(c[13].second.comm_nranks, 4);
+    auto grouped_event = t.event(c[13].first);
     ASSERT_TRUE(grouped_event.isOk());
     EXPECT_EQ(grouped_event->device, rank);
     EXPECT_EQ(t.event(c[0].first)->device, rank);
     const std::set<int64_t> ids = {c[0].second.comm_id, c[6].second.comm_id, c[7].second.comm_id,
-                                   c[8].second.comm_id, c[10].second.comm_id, c[11].second.comm_id};
-    EXPECT_EQ(ids.size(), 6u) << "every communicator has an id of its own";
+                                   c[8].second.comm_id, c[9].second.comm_id, c[12].second.comm_id,
+                                   c[13].second.comm_id};
+    EXPECT_EQ(ids.size(), 7u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
     split_ids.push_back(c[6].second.comm_id);
     shrink_ids.push_back(c[7].second.comm_id);
     grouped_ids.push_back(c[8].second.comm_id);
-    scalable_ids.push_back(c[10].second.comm_id);
+    late_ids.push_back(c[9].second.comm_id);
+    scalable_ids.push_back(c[12].second.comm_id);
     auto ev = t.event(0);
     ASSERT_TRUE(ev.isOk());
     EXPECT_EQ(ev->kind, db::EventKind::kCollective);
@@ -313,7 +325,8 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(split_ids[0], split_ids[1]);  // same parent and color
   EXPECT_EQ(shrink_ids[0], shrink_ids[1]);  // same parent and excluded ranks
   EXPECT_EQ(grouped_ids[0], grouped_ids[1]);  // same parent, split count and color
-  EXPECT_NE(o.out.find("on a non-blocking communicator (ncclInProgress) is not followed"),
+  EXPECT_EQ(late_ids[0], late_ids[1]);        // the same, followed late
+  EXPECT_NE(o.out.find("on a non-blocking communicator (ncclInProgress) could not be followed"),
             std::string::npos)
       << o.out;
   EXPECT_EQ(scalable_ids[0], scalable_ids[1]);  // same roots

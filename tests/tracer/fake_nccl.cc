@@ -53,6 +53,7 @@ struct ncclComm {
   void* profiler = nullptr;
   uint64_t coll_seq = 0;
   bool made = true;  // false while a group's end has yet to make it, as NCCL's init job
+  bool blocking = true;  // its config's blocking (ncclCommInitRankConfig); splits inherit it
 };
 
 namespace {
@@ -96,8 +97,9 @@ thread_local int t_depth = 0;
 thread_local std::vector<PendingP2p> t_p2p;
 
 // Like NCCL, a split or shrink gives its handle only when the new communicator is ready: at the
-// call's return, at the outermost group end inside a group, or (a non-blocking parent: a config
-// with blocking = 0) later: here at the next ncclCommGetAsyncError.
+// call's return, at the outermost group end inside a group, or (a non-blocking parent: made with
+// a config's blocking = 0; NCCL's group takes the parent's) later: here at the next
+// ncclCommGetAsyncError. The new communicator takes the config given, else the parent's.
 struct PendingHandle {
   ncclComm_t* slot;
   ncclComm_t comm;
@@ -106,9 +108,10 @@ thread_local std::vector<PendingHandle> t_handles;
 thread_local std::vector<ncclComm_t> t_unmade;  // initialized inside the open group
 std::vector<PendingHandle> g_async_handles;
 
-ncclResult_t giveHandle(ncclComm_t* slot, ncclComm_t comm, const ncclConfig_t* config) {
+ncclResult_t giveHandle(ncclComm_t parent, ncclComm_t* slot, ncclComm_t comm, const ncclConfig_t* config) {
   *slot = nullptr;
-  if (config != nullptr && config->blocking == 0) {
+  if (comm != nullptr) comm->blocking = config != nullptr ? config->blocking != 0 : parent->blocking;
+  if (!parent->blocking) {
     g_async_handles.push_back({slot, comm});
     return ncclInProgress;
   }
@@ -156,8 +159,15 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int ra
   }
   return ncclSuccess;
 }
+// A non-blocking one (config blocking = 0) answers ncclInProgress, its handle already given, as
+// NCCL's; ncclCommGetAsyncError then says it is made.
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, int rank, ncclConfig_t* config) {
+  *comm = makeComm(rank, nranks);
+  (*comm)->blocking = config == nullptr || config->blocking != 0;
+  return (*comm)->blocking ? ncclSuccess : ncclInProgress;
+}
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int, ncclComm_t* newcomm, ncclConfig_t* config) {
-  return giveHandle(newcomm, color < 0 ? nullptr : makeComm(comm->rank % 2, 2), config);
+  return giveHandle(comm, newcomm, color < 0 ? nullptr : makeComm(comm->rank % 2, 2), config);
 }
 // Several roots: the unique ids are not looked at, as in ncclCommInitRank above.
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank, int, ncclUniqueId*, ncclConfig_t*) {
@@ -172,7 +182,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int count, ncclComm_
     if (excluded[i] == comm->rank) return ncclInvalidArgument;  // an excluded rank does not call it
     if (excluded[i] < comm->rank) ++below;
   }
-  return giveHandle(newcomm, makeComm(comm->rank - below, comm->nranks - count), config);
+  return giveHandle(comm, newcomm, makeComm(comm->rank - below, comm->nranks - count), config);
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* state) {
   for (const PendingHandle& h : g_async_handles) *h.slot = h.comm;

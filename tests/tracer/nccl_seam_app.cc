@@ -54,14 +54,29 @@ int main(int argc, char** argv) {
   CHECK(ncclAllReduce(buf, buf + 8, 13, ncclFloat32, ncclSum, grouped, stream));
   CHECK(ncclCommDestroy(grouped));
   // A split of a non-blocking communicator: NCCL gives the handle after the call returned.
+  ncclUniqueId nb_id;
+  CHECK(ncclGetUniqueId(&nb_id));
   ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
   nonblocking.blocking = 0;
-  ncclComm_t later = nullptr;
-  if (ncclCommSplit(comm, 0, rank, &later, &nonblocking) != ncclInProgress) return 4;
+  ncclComm_t nb_world = nullptr;
+  if (ncclCommInitRankConfig(&nb_world, 4, nb_id, rank, &nonblocking) != ncclInProgress) return 4;
   ncclResult_t state = ncclInProgress;
-  while (later == nullptr) CHECK(ncclCommGetAsyncError(comm, &state));
+  while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(nb_world, &state));
+  ncclComm_t later = nullptr;
+  if (ncclCommSplit(nb_world, 0, rank, &later, nullptr) != ncclInProgress) return 4;
+  while (later == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
   CHECK(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream));
   CHECK(ncclCommDestroy(later));
+  // The same, but the handle leaves the slot NCCL wrote it to before its first use.
+  ncclComm_t slot = nullptr;
+  if (ncclCommSplit(nb_world, 1, rank, &slot, nullptr) != ncclInProgress) return 5;
+  while (slot == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
+  ncclComm_t moved = slot;
+  slot = nullptr;
+  CHECK(ncclAllReduce(buf, buf + 8, 19, ncclFloat32, ncclSum, moved, stream));
+  CHECK(ncclAllReduce(buf, buf + 8, 21, ncclFloat32, ncclSum, moved, stream));
+  CHECK(ncclCommDestroy(moved));
+  CHECK(ncclCommDestroy(nb_world));
   ncclUniqueId roots[2];
   CHECK(ncclGetUniqueId(&roots[0]));
   CHECK(ncclGetUniqueId(&roots[1]));

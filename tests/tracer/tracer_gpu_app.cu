@@ -15,6 +15,7 @@
 // `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
 #include <nvtx3/nvToolsExt.h>
 
 #include <dlfcn.h>
@@ -197,7 +198,8 @@ int heldCuptiMain(const char* libcupti) {
 // ncclCommInitRankScalable from one root (all-reduce of 1000 floats), ncclCommInitAll (2000), a
 // group on that one ended by ncclGroupSimulateEnd (2500, never run), a real call after it (1500),
 // a split of it inside a group, whose handle NCCL gives at the group end (1200), a communicator
-// initialized inside a group, which NCCL makes at the group end (1100), and
+// initialized inside a group, which NCCL makes at the group end (1100), a split of a
+// non-blocking communicator, whose handle NCCL writes later from its own thread (1300), and
 // ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique
 // id in hex (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
 // declared here from its documented signatures (the app is built without NCCL's headers).
@@ -224,7 +226,9 @@ int ncclCommsMain() {
   };
   using SimulateEnd = int (*)(SimInfo*);
   using GetVersion = int (*)(int*);
-  constexpr int kFloat32 = 7, kSum = 0;
+  using InitConfig = int (*)(Comm*, int, UniqueId, int, ncclConfig_t*);
+  using AsyncError = int (*)(Comm, int*);
+  constexpr int kFloat32 = 7, kSum = 0, kInProgress = 7;
   if (dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: no libnccl.so.2: %s\n", dlerror());
     return 1;
@@ -241,7 +245,9 @@ int ncclCommsMain() {
   auto split = graph_app::global<Split>("ncclCommSplit");
   auto simulate_end = graph_app::global<SimulateEnd>("ncclGroupSimulateEnd");
   auto get_version = graph_app::global<GetVersion>("ncclGetVersion");
-  if (!get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy || !group_start ||
+  auto init_config = graph_app::global<InitConfig>("ncclCommInitRankConfig");
+  auto async_error = graph_app::global<AsyncError>("ncclCommGetAsyncError");
+  if (!init_config || !async_error || !get_id || !init_scalable || !init_all || !shrink || !all_reduce || !destroy || !group_start ||
       !simulate_end || !get_version || !group_end || !split || !init_rank) {
     std::fprintf(stderr, "tracer_gpu_app nccl-comms: an NCCL function is missing\n");
     return 1;
@@ -288,6 +294,35 @@ int ncclCommsMain() {
   CK(init_rank(&grouped_init, 1, grouped_id, 0));
   CK(group_end());
   CK(all_reduce(buf, buf + 3000, 1100, kFloat32, kSum, grouped_init, s));
+  // A non-blocking world, and a split of it: NCCL answers ncclInProgress and writes the handle
+  // from its own thread when the communicator is made; the program waits as NCCL's guide says.
+  auto settle = [&](Comm comm) {
+    int state = kInProgress;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (state == kInProgress && std::chrono::steady_clock::now() < until) {
+      if (comm != nullptr && async_error(comm, &state) != 0) return false;
+    }
+    return state == 0;
+  };
+  UniqueId nb_id{};
+  CK(get_id(&nb_id));
+  ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+  nonblocking.blocking = 0;
+  Comm nb_world = nullptr;
+  const int nb_rc = init_config(&nb_world, 1, nb_id, 0, &nonblocking);
+  if ((nb_rc != 0 && nb_rc != kInProgress) || !settle(nb_world)) return 1;
+  Comm later = nullptr;
+  const int late_rc = split(nb_world, 0, 0, &later, nullptr);
+  const bool at_call = __atomic_load_n(&later, __ATOMIC_ACQUIRE) != nullptr;
+  if ((late_rc != 0 && late_rc != kInProgress) || !settle(nb_world)) return 1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (__atomic_load_n(&later, __ATOMIC_ACQUIRE) == nullptr && std::chrono::steady_clock::now() < until) {
+  }
+  std::printf("tracer_gpu_app nccl-comms: a split of a non-blocking communicator returned %d and gave "
+              "its communicator %s\n", late_rc, at_call ? "at the call" : later != nullptr ? "later" : "never");
+  if (later == nullptr || !settle(later)) return 1;
+  const int late_reduce = all_reduce(buf, buf + 3000, 1300, kFloat32, kSum, later, s);
+  if ((late_reduce != 0 && late_reduce != kInProgress) || !settle(later)) return 1;
   int no_rank[1] = {-1};  // an empty list (NCCL 2.28 refuses a null one with ncclInvalidArgument)
   const int shrink_rc = shrink(all, no_rank, 0, &shrunk, nullptr, 0);
   std::printf("tracer_gpu_app nccl-comms: ncclCommShrink returned %d\n", shrink_rc);
@@ -296,6 +331,8 @@ int ncclCommsMain() {
   if (shrunk != nullptr) CK(destroy(shrunk));
   CK(destroy(grouped));
   CK(destroy(grouped_init));
+  CK(destroy(later));
+  CK(destroy(nb_world));
   CK(destroy(all));
   CK(destroy(scalable));
   CK(cudaFree(buf));

@@ -76,13 +76,17 @@ struct Call {
 
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
+void followLate(ncclComm_t comm) noexcept;
 
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   // Counted for every call, recorded or not (paused, outside a --window): the same collective must
   // carry the same number on every rank, whenever each rank's recording started.
   int64_t seq = db::kUnset;
   try {
-    if (Session::get().enabled()) seq = Session::get().comms().nextSeq(c.comm);
+    if (Session::get().enabled()) {
+      followLate(c.comm);
+      seq = Session::get().comms().nextSeq(c.comm);
+    }
     if (t_group_depth > 0 && seq >= 0) t_group_seqs.emplace_back(c.comm, seq);
     if (seq == 0) resolveDevice(c.comm);
   } catch (...) {
@@ -289,7 +293,7 @@ void registerDerivedComm(ncclComm_t nc, CommInfo info) noexcept {
 // at the call's return, at the outermost ncclGroupEnd when called inside a group, or later, from
 // NCCL's own thread, for a non-blocking one. Those of this thread's open group are followed at its
 // end, where NCCL has just written them (the caller keeps the slot alive until then, as NCCL
-// writes to it).
+// writes to it); those NCCL writes later, at the first call on them (followLate).
 struct Promised {
   ncclComm_t* slot;
   CommInfo info;
@@ -297,17 +301,35 @@ struct Promised {
 thread_local std::vector<Promised> t_promised;
 constexpr size_t kMaxPromised = 1024;
 
-// A non-blocking communicator's split or shrink whose handle NCCL writes after the call returned:
-// reading the caller's slot later is not safe (it may be gone), so its calls go without id.
-void noteUnfollowed() noexcept {
-  static std::atomic<bool> said{false};
-  if (!said.exchange(true)) {
-    logLine("a communicator made by ncclCommSplit or ncclCommShrink on a non-blocking communicator "
-            "(ncclInProgress) is not followed: its calls are recorded without communicator id, rank "
-            "or size");
-  }
+// A handle NCCL writes after the call (or the group end) returned ncclInProgress.
+void expectLate(ncclComm_t* slot, const CommInfo& info) noexcept {
   try {
-    Session::get().addStat("nccl_comms_unfollowed", 1);
+    Session::get().lateComms().expect(reinterpret_cast<const void* const*>(slot), info);
+  } catch (...) {
+  }
+}
+
+// A call on a communicator the registry does not know: one whose handle NCCL wrote after the call
+// that asked for it returned (late_comms.h), or, if no slot holds it, one that is not followed:
+// its calls go without id, rank and size, said once in the log and counted per communicator.
+void followLate(ncclComm_t comm) noexcept {
+  try {
+    Session& s = Session::get();
+    if (comm == nullptr || !s.lateComms().anyExpected() || s.comms().find(comm)) return;
+    const LateComms::Claim claim = s.lateComms().claim(comm);
+    if (claim.outcome == LateComms::Outcome::kFollowed) {
+      registerDerivedComm(comm, claim.info);
+      s.addStat("nccl_comms_followed_late", 1);
+      return;
+    }
+    if (claim.outcome != LateComms::Outcome::kStranger) return;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      logLine("a communicator made by ncclCommSplit or ncclCommShrink on a non-blocking communicator "
+              "(ncclInProgress) could not be followed (its handle was no longer where NCCL wrote it "
+              "when it was first used): its calls are recorded without communicator id, rank or size");
+    }
+    s.addStat("nccl_comms_unfollowed", 1);
   } catch (...) {
   }
 }
@@ -323,23 +345,29 @@ void followDerived(ncclComm_t* slot, const CommInfo& info, ncclResult_t result) 
     } catch (...) {
     }
   } else if (result == ncclInProgress) {
-    noteUnfollowed();
+    expectLate(slot, info);
   }  // else no new communicator for this rank (NCCL_SPLIT_NOCOLOR)
 }
 
 // At the outermost group end, after NCCL's: the handles it wrote for the group's splits and shrinks.
 void followPromised(ncclResult_t result) noexcept {
-  if (t_promised.empty()) return;
-  bool unfollowed = false;
   for (const Promised& p : t_promised) {
     if (ncclComm_t nc = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE); nc != nullptr) {
       registerDerivedComm(nc, p.info);
     } else if (result == ncclInProgress) {
-      unfollowed = true;
+      expectLate(p.slot, p.info);
     }
   }
   t_promised.clear();
-  if (unfollowed) noteUnfollowed();
+}
+
+// A destroyed or aborted communicator: NCCL may give its address to a new one.
+void forgetComm(ncclComm_t comm) noexcept {
+  try {
+    Session::get().comms().remove(comm);
+    Session::get().lateComms().forget(comm);
+  } catch (...) {
+  }
 }
 
 int64_t uniqueIdHash(const ncclUniqueId& id) {
@@ -563,7 +591,7 @@ DETRACE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   DETRACE_REAL(ncclCommDestroy);
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommDestroy");
-  try { Session::get().comms().remove(comm); } catch (...) {}
+  forgetComm(comm);
   return fn(comm);
 }
 
@@ -571,6 +599,6 @@ DETRACE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   DETRACE_REAL(ncclCommAbort);
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommAbort");
-  try { Session::get().comms().remove(comm); } catch (...) {}
+  forgetComm(comm);
   return fn(comm);
 }

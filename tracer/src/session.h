@@ -28,6 +28,7 @@
 #include "detrace/db/writer.h"
 #include "detrace/tracer/capture_policy.h"
 #include "detrace/tracer/comm_registry.h"
+#include "detrace/tracer/late_comms.h"
 #include "detrace/tracer/reorder_buffer.h"
 #include "detrace/tracer/window_gate.h"
 
@@ -47,6 +48,8 @@ class Session {
   // The writer (nullptr unless started): for interning strings and streams.
   db::TraceWriter* writer();
   CommRegistry& comms() { return comms_; }
+  // Split or shrunk communicators whose handle NCCL writes later (non-blocking parents).
+  LateComms& lateComms() { return late_comms_; }
   // What to capture (level, full-capture filters, window), from DETRACE_* at process start.
   const CapturePolicy& policy() const { return policy_; }
   // The recording window: every launch and library op asks it whether to record.
@@ -153,6 +156,7 @@ class Session {
   std::unique_ptr<WriterSink> sink_;
   std::unique_ptr<ReorderBuffer> buffer_;
   CommRegistry comms_;
+  LateComms late_comms_;
   db::RankInfo rank_;
   std::vector<std::string> policy_problems_;  // logged when recording starts (declared first:
   CapturePolicy policy_;                      // policy_ is built from the environment into it)
