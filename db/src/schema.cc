@@ -83,7 +83,8 @@ constexpr ColumnDef kCollectives[] = {
      "Communicator id, equal on every rank: a hash of its unique id (of all its roots' for "
      "`ncclCommInitRankScalable`), or, for `ncclCommSplit` and `ncclCommShrink`, of its parent's id and how "
      "it was derived; NULL where the tracer does not know the communicator (one split or shrunk from a "
-     "non-blocking communicator: the stat nccl_comms_unfollowed counts them)"},
+     "non-blocking communicator whose handle left the slot NCCL wrote it to before its first call: the "
+     "stat nccl_comms_unfollowed counts them)"},
     {"comm_rank", "INTEGER", "", "This process's rank in the communicator"},
     {"comm_nranks", "INTEGER", "", "Ranks in the communicator"},
     {"comm_seq", "INTEGER", "", "Per-communicator sequence number of the call"},

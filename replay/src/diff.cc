@@ -188,7 +188,7 @@ void graphWeightsWarning(const db::TraceReader& a, const db::TraceReader& b, int
 }
 
 // A rank whose recorder could not follow some NCCL communicators (split or shrunk from a
-// non-blocking one): their calls carry no communicator id, so what their collectives carried from
+// non-blocking one, the handle moved before its first call): their calls carry no communicator id, so what their collectives carried from
 // one rank to another cannot be told.
 void unfollowedCommsWarning(db::TraceReader& a, db::TraceReader& b, int32_t rank,
                             std::vector<std::string>& warnings) {

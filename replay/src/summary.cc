@@ -218,7 +218,8 @@ std::string formatSummary(const RunSummary& s) {
     if (const int64_t n = stat(r, "nccl_comms_unfollowed"); n > 0) {
       out += fmt::format(
           "\nwarning: rank {}: {} NCCL communicator(s) split or shrunk from a non-blocking "
-          "communicator were not followed; their calls have no communicator id or sequence number, "
+          "communicator were not followed (their handle left the slot NCCL wrote it to before their "
+          "first call); their calls have no communicator id or sequence number, "
           "so `detrace diff` cannot match them across ranks",
           r.info.rank, n);
     }
