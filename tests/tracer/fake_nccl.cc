@@ -99,7 +99,9 @@ thread_local std::vector<PendingP2p> t_p2p;
 // Like NCCL, a split or shrink gives its handle only when the new communicator is ready: at the
 // call's return, at the outermost group end inside a group, or (a non-blocking parent: made with
 // a config's blocking = 0; NCCL's group takes the parent's) later: here at the next
-// ncclCommGetAsyncError. The new communicator takes the config given, else the parent's.
+// ncclCommGetAsyncError. The new communicator takes the config given, else the parent's. A
+// non-blocking parent's split answers ncclSuccess with the slot still null, as NCCL 2.28.3's did
+// on an H100.
 struct PendingHandle {
   ncclComm_t* slot;
   ncclComm_t comm;
@@ -113,7 +115,7 @@ ncclResult_t giveHandle(ncclComm_t parent, ncclComm_t* slot, ncclComm_t comm, co
   if (comm != nullptr) comm->blocking = config != nullptr ? config->blocking != 0 : parent->blocking;
   if (!parent->blocking) {
     g_async_handles.push_back({slot, comm});
-    return ncclInProgress;
+    return ncclSuccess;
   }
   if (t_depth > 0) {
     t_handles.push_back({slot, comm});

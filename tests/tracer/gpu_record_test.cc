@@ -341,8 +341,9 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
     ASSERT_TRUE(contains(out, "ncclCommShrink returned 4")) << out;
   }
   const size_t expected = shrunk ? 7 : 6;
-  // A split of a non-blocking communicator: NCCL 2.28 gives its handle later, from its own thread.
-  const bool late = contains(out, "split of a non-blocking communicator returned 7 and gave its communicator later");
+  // A split of a non-blocking communicator: NCCL 2.28.3 returns ncclSuccess and writes the handle
+  // later, from its own thread (seen on an H100).
+  const bool late = contains(out, "gave its communicator later");
   if (!late) {
     ASSERT_TRUE(contains(out, "split of a non-blocking communicator returned")) << out;
   }

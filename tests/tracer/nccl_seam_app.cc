@@ -63,13 +63,14 @@ int main(int argc, char** argv) {
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(nb_world, &state));
   ncclComm_t later = nullptr;
-  if (ncclCommSplit(nb_world, 0, rank, &later, nullptr) != ncclInProgress) return 4;
+  CHECK(ncclCommSplit(nb_world, 0, rank, &later, nullptr));
+  if (later != nullptr) return 4;
   while (later == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
   CHECK(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream));
   CHECK(ncclCommDestroy(later));
   // The same, but the handle leaves the slot NCCL wrote it to before its first use.
   ncclComm_t slot = nullptr;
-  if (ncclCommSplit(nb_world, 1, rank, &slot, nullptr) != ncclInProgress) return 5;
+  CHECK(ncclCommSplit(nb_world, 1, rank, &slot, nullptr));
   while (slot == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
   ncclComm_t moved = slot;
   slot = nullptr;

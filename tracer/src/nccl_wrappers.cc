@@ -325,8 +325,8 @@ void followLate(ncclComm_t comm) noexcept {
     if (claim.outcome != LateComms::Outcome::kStranger) return;
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      logLine("a communicator made by ncclCommSplit or ncclCommShrink on a non-blocking communicator "
-              "(ncclInProgress) could not be followed (its handle was no longer where NCCL wrote it "
+      logLine("a communicator made by ncclCommSplit or ncclCommShrink of a non-blocking communicator "
+              "could not be followed (its handle was no longer where NCCL wrote it "
               "when it was first used): its calls are recorded without communicator id, rank or size");
     }
     s.addStat("nccl_comms_unfollowed", 1);
@@ -334,8 +334,10 @@ void followLate(ncclComm_t comm) noexcept {
   }
 }
 
-// After a successful (or in-progress) split or shrink whose new communicator is `info`.
-void followDerived(ncclComm_t* slot, const CommInfo& info, ncclResult_t result) noexcept {
+// After a split or shrink that makes a communicator for this rank, known by `info`. NCCL 2.28
+// answers a non-blocking parent's with ncclSuccess and the slot still null (seen on an H100), so
+// whether the handle is there says more than the result.
+void followDerived(ncclComm_t* slot, const CommInfo& info) noexcept {
   if (slot == nullptr) return;
   if (ncclComm_t nc = __atomic_load_n(slot, __ATOMIC_ACQUIRE); nc != nullptr) {
     registerDerivedComm(nc, info);
@@ -344,17 +346,17 @@ void followDerived(ncclComm_t* slot, const CommInfo& info, ncclResult_t result) 
       if (t_promised.size() < kMaxPromised) t_promised.push_back({slot, info});
     } catch (...) {
     }
-  } else if (result == ncclInProgress) {
+  } else {
     expectLate(slot, info);
-  }  // else no new communicator for this rank (NCCL_SPLIT_NOCOLOR)
+  }
 }
 
 // At the outermost group end, after NCCL's: the handles it wrote for the group's splits and shrinks.
-void followPromised(ncclResult_t result) noexcept {
+void followPromised() noexcept {
   for (const Promised& p : t_promised) {
     if (ncclComm_t nc = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE); nc != nullptr) {
       registerDerivedComm(nc, p.info);
-    } else if (result == ncclInProgress) {
+    } else {
       expectLate(p.slot, p.info);
     }
   }
@@ -473,7 +475,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   if (t_group_depth == 0) {
     t_group_seqs.clear();
     settle();
-    followPromised(result);
+    followPromised();
   }
   return result;
 }
@@ -560,7 +562,9 @@ DETRACE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
     // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
     // parent's split count advances on every rank alike.
     try {
-      if (Session::get().enabled()) followDerived(newcomm, Session::get().comms().deriveSplit(comm, color), r);
+      if (!Session::get().enabled()) return r;
+      const CommInfo info = Session::get().comms().deriveSplit(comm, color);
+      if (color != NCCL_SPLIT_NOCOLOR) followDerived(newcomm, info);
     } catch (...) {
     }
   }
@@ -579,7 +583,7 @@ DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
     const size_t n = excludeRanksList != nullptr && excludeRanksCount > 0 ? static_cast<size_t>(excludeRanksCount) : 0;
     const std::span<const int32_t> excluded(excludeRanksList, n);
     try {
-      if (Session::get().enabled()) followDerived(newcomm, Session::get().comms().deriveShrink(comm, excluded), r);
+      if (Session::get().enabled()) followDerived(newcomm, Session::get().comms().deriveShrink(comm, excluded));
     } catch (...) {
     }
   }
