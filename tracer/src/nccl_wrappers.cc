@@ -301,7 +301,7 @@ struct Promised {
 thread_local std::vector<Promised> t_promised;
 constexpr size_t kMaxPromised = 1024;
 
-// A handle NCCL writes after the call (or the group end) returned ncclInProgress.
+// A handle NCCL writes after the call (or the group end) returned: a non-blocking parent's.
 void expectLate(ncclComm_t* slot, const CommInfo& info) noexcept {
   try {
     Session::get().lateComms().expect(reinterpret_cast<const void* const*>(slot), info);
