@@ -262,25 +262,21 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[6].second.comm_nranks, 2);
     EXPECT_EQ(c[6].second.count, 5);
     EXPECT_NE(c[6].second.comm_id, c[0].second.comm_id);
+    // The first call on a communicator the tracer followed: its id, number 0, rank and size.
+    auto expectFirstCall = [](const db::Collective& call, int64_t count, int32_t comm_rank, int32_t nranks) {
+      EXPECT_EQ(call.count, count);
+      EXPECT_EQ(call.comm_seq, 0);
+      EXPECT_EQ(call.comm_rank, comm_rank);
+      EXPECT_EQ(call.comm_nranks, nranks);
+      EXPECT_GE(call.comm_id, 0);
+    };
     // ncclCommShrink without rank 3: ranks 0 and 1 keep their numbers in a world of 3.
-    EXPECT_EQ(c[7].second.count, 9);
-    EXPECT_EQ(c[7].second.comm_seq, 0);
-    EXPECT_EQ(c[7].second.comm_rank, rank);
-    EXPECT_EQ(c[7].second.comm_nranks, 3);
-    EXPECT_GE(c[7].second.comm_id, 0);
+    expectFirstCall(c[7].second, 9, rank, 3);
     // A split inside a group, whose handle NCCL gives at the group end: the parent's second split.
-    EXPECT_EQ(c[8].second.count, 13);
-    EXPECT_EQ(c[8].second.comm_seq, 0);
-    EXPECT_EQ(c[8].second.comm_rank, rank % 2);
-    EXPECT_EQ(c[8].second.comm_nranks, 2);
-    EXPECT_GE(c[8].second.comm_id, 0);
+    expectFirstCall(c[8].second, 13, rank % 2, 2);
     // A split of a non-blocking communicator, whose handle NCCL gives after the call returned:
     // followed at its first call, from the slot NCCL wrote the handle to.
-    EXPECT_EQ(c[9].second.count, 15);
-    EXPECT_EQ(c[9].second.comm_seq, 0);
-    EXPECT_EQ(c[9].second.comm_rank, rank % 2);
-    EXPECT_EQ(c[9].second.comm_nranks, 2);
-    EXPECT_GE(c[9].second.comm_id, 0);
+    expectFirstCall(c[9].second, 15, rank % 2, 2);
     EXPECT_EQ((*stats)["nccl_comms_followed_late"], 1);
     // Another, whose handle the program moved out of that slot before its first call: not
     // followed, counted once, and said so.
@@ -292,11 +288,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     }
     EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 1);
     // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
-    EXPECT_EQ(c[12].second.count, 11);
-    EXPECT_EQ(c[12].second.comm_seq, 0);
-    EXPECT_EQ(c[12].second.comm_rank, rank);
-    EXPECT_EQ(c[12].second.comm_nranks, 4);
-    EXPECT_GE(c[12].second.comm_id, 0);
+    expectFirstCall(c[12].second, 11, rank, 4);
     // A world made inside a group: its device is the one NCCL gives once the group made it.
     EXPECT_EQ(c[13].second.count, 17);
     EXPECT_EQ(c[13].second.comm_seq, 0);
