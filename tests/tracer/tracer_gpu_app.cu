@@ -201,8 +201,9 @@ int heldCuptiMain(const char* libcupti) {
 // initialized inside a group, which NCCL makes at the group end (1100), a split of a
 // non-blocking communicator, whose handle NCCL writes later from its own thread (1300), and
 // ncclCommShrink of it excluding no rank (3000; NCCL 2.28 refuses it). Prints the root's unique
-// id in hex (the test derives the communicator's id from it) and what each call returned. NCCL's C API is
-// declared here from its documented signatures (the app is built without NCCL's headers).
+// id in hex (the test derives the communicator's id from it) and what each call returned. NCCL's
+// functions are declared here from their documented signatures and looked up at run time (the app
+// is not linked against NCCL; it takes ncclConfig_t from NCCL's header).
 int ncclCommsMain() {
   struct UniqueId {
     char internal[128];
@@ -294,8 +295,9 @@ int ncclCommsMain() {
   CK(init_rank(&grouped_init, 1, grouped_id, 0));
   CK(group_end());
   CK(all_reduce(buf, buf + 3000, 1100, kFloat32, kSum, grouped_init, s));
-  // A non-blocking world, and a split of it: NCCL answers ncclInProgress and writes the handle
-  // from its own thread when the communicator is made; the program waits as NCCL's guide says.
+  // A non-blocking world, and a split of it: NCCL answers ncclSuccess or ncclInProgress (2.28.3:
+  // ncclSuccess) and writes the handle from its own thread when the communicator is made; the
+  // program waits as NCCL's guide says.
   auto settle = [&](Comm comm) {
     int state = kInProgress;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
