@@ -211,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 14u);  // the simulated group's two calls are not among them
+    ASSERT_EQ(colls->size(), 16u);  // the simulated group's two calls are not among them
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -274,39 +274,51 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     expectFirstCall(c[7].second, 9, rank, 3);
     // A split inside a group, whose handle NCCL gives at the group end: the parent's second split.
     expectFirstCall(c[8].second, 13, rank % 2, 2);
+    // A non-blocking world's first all-reduce, which NCCL made on its own thread after answering
+    // ncclInProgress: completed once NCCL said the communicator was ready, with the choice NCCL's
+    // thread reported (matched by buffers); the next one as usual.
+    expectFirstCall(c[9].second, 23, rank, 4);
+    EXPECT_EQ(t.str(c[9].second.algo), "Ring");
+    EXPECT_EQ(t.str(c[9].second.proto), "LL");
+    EXPECT_EQ(c[9].second.channels, 2);
+    EXPECT_EQ(c[10].second.count, 25);
+    EXPECT_EQ(c[10].second.comm_seq, 1);
+    EXPECT_EQ(c[10].second.comm_id, c[9].second.comm_id);
+    EXPECT_EQ(t.str(c[10].second.algo), "Ring");
+    EXPECT_EQ((*stats)["nccl_calls_in_progress"], 1);
     // A split of a non-blocking communicator, whose handle NCCL gives after the call returned:
     // followed at its first call, from the slot NCCL wrote the handle to.
-    expectFirstCall(c[9].second, 15, rank % 2, 2);
+    expectFirstCall(c[11].second, 15, rank % 2, 2);
     EXPECT_EQ((*stats)["nccl_comms_followed_late"], 1);
     // Another, whose handle the program moved out of that slot before its first call: not
     // followed, counted once, and said so.
-    for (int i : {10, 11}) {
-      EXPECT_EQ(c[i].second.count, i == 10 ? 19 : 21);
+    for (int i : {12, 13}) {
+      EXPECT_EQ(c[i].second.count, i == 12 ? 19 : 21);
       EXPECT_EQ(c[i].second.comm_id, db::kUnset);
       EXPECT_EQ(c[i].second.comm_seq, db::kUnset);
       EXPECT_EQ(c[i].second.comm_nranks, db::kUnset);
     }
     EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 1);
     // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
-    expectFirstCall(c[12].second, 11, rank, 4);
+    expectFirstCall(c[14].second, 11, rank, 4);
     // A world made inside a group: its device is the one NCCL gives once the group made it.
-    EXPECT_EQ(c[13].second.count, 17);
-    EXPECT_EQ(c[13].second.comm_seq, 0);
-    EXPECT_EQ(c[13].second.comm_nranks, 4);
-    auto grouped_event = t.event(c[13].first);
+    EXPECT_EQ(c[15].second.count, 17);
+    EXPECT_EQ(c[15].second.comm_seq, 0);
+    EXPECT_EQ(c[15].second.comm_nranks, 4);
+    auto grouped_event = t.event(c[15].first);
     ASSERT_TRUE(grouped_event.isOk());
     EXPECT_EQ(grouped_event->device, rank);
     EXPECT_EQ(t.event(c[0].first)->device, rank);
     const std::set<int64_t> ids = {c[0].second.comm_id, c[6].second.comm_id, c[7].second.comm_id,
-                                   c[8].second.comm_id, c[9].second.comm_id, c[12].second.comm_id,
-                                   c[13].second.comm_id};
-    EXPECT_EQ(ids.size(), 7u) << "every communicator has an id of its own";
+                                   c[8].second.comm_id, c[9].second.comm_id, c[11].second.comm_id,
+                                   c[14].second.comm_id, c[15].second.comm_id};
+    EXPECT_EQ(ids.size(), 8u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
     split_ids.push_back(c[6].second.comm_id);
     shrink_ids.push_back(c[7].second.comm_id);
     grouped_ids.push_back(c[8].second.comm_id);
-    late_ids.push_back(c[9].second.comm_id);
-    scalable_ids.push_back(c[12].second.comm_id);
+    late_ids.push_back(c[11].second.comm_id);
+    scalable_ids.push_back(c[14].second.comm_id);
     auto ev = t.event(0);
     ASSERT_TRUE(ev.isOk());
     EXPECT_EQ(ev->kind, db::EventKind::kCollective);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -54,6 +55,7 @@ struct ncclComm {
   uint64_t coll_seq = 0;
   bool made = true;  // false while a group's end has yet to make it, as NCCL's init job
   bool blocking = true;  // its config's blocking (ncclCommInitRankConfig); splits inherit it
+  bool connected = false;  // a non-blocking one's first all-reduce connects its peers, on a thread
 };
 
 namespace {
@@ -68,7 +70,8 @@ ncclComm_t makeComm(int rank, int nranks) {
   return c;
 }
 
-void profileColl(ncclComm_t comm, const char* func, size_t count, const char* datatype, int root) {
+void profileColl(ncclComm_t comm, const char* func, size_t count, const char* datatype, int root,
+                 const void* send = nullptr, const void* recv = nullptr) {
   const PluginV5* p = plugin();
   if (p == nullptr || comm->profiler == nullptr) return;
   unsigned char d[160] = {};
@@ -76,6 +79,8 @@ void profileColl(ncclComm_t comm, const char* func, size_t count, const char* da
   put<int>(d, 16, comm->rank);
   put<uint64_t>(d, 24, comm->coll_seq++);
   put<const char*>(d, 32, func);
+  put<const void*>(d, 40, send);
+  put<const void*>(d, 48, recv);
   put<size_t>(d, 56, count);
   put<int>(d, 64, root);
   put<const char*>(d, 72, datatype);
@@ -109,10 +114,16 @@ struct PendingHandle {
 thread_local std::vector<PendingHandle> t_handles;
 thread_local std::vector<ncclComm_t> t_unmade;  // initialized inside the open group
 std::vector<PendingHandle> g_async_handles;
+// Calls the fake makes on threads of its own (never destroyed: a program that exits early leaves
+// them joinable).
+std::vector<std::thread>& g_async_work = *new std::vector<std::thread>;
 
 ncclResult_t giveHandle(ncclComm_t parent, ncclComm_t* slot, ncclComm_t comm, const ncclConfig_t* config) {
   *slot = nullptr;
-  if (comm != nullptr) comm->blocking = config != nullptr ? config->blocking != 0 : parent->blocking;
+  if (comm != nullptr) {
+    comm->blocking = config != nullptr ? config->blocking != 0 : parent->blocking;
+    comm->connected = true;  // its parent's connections serve it
+  }
   if (!parent->blocking) {
     g_async_handles.push_back({slot, comm});
     return ncclSuccess;
@@ -187,6 +198,8 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excluded, int count, ncclComm_
   return giveHandle(comm, newcomm, makeComm(comm->rank - below, comm->nranks - count), config);
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* state) {
+  for (std::thread& t : g_async_work) t.join();
+  g_async_work.clear();
   for (const PendingHandle& h : g_async_handles) *h.slot = h.comm;
   g_async_handles.clear();
   *state = ncclSuccess;
@@ -199,8 +212,16 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 }
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->rank; return ncclSuccess; }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->nranks; return ncclSuccess; }
-ncclResult_t ncclAllReduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
-  profileColl(comm, "AllReduce", count, "ncclBfloat16", 0);
+// A non-blocking communicator's first all-reduce connects its peers: like NCCL, the fake answers
+// ncclInProgress and makes the call on a thread of its own, which reports it to the profiler;
+// ncclCommGetAsyncError says when it is done.
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  if (!comm->blocking && !comm->connected) {
+    comm->connected = true;
+    g_async_work.emplace_back([=] { profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv); });
+    return ncclInProgress;
+  }
+  profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv);
   return ncclSuccess;
 }
 ncclResult_t ncclAllGather(const void*, void*, size_t count, ncclDataType_t, ncclComm_t comm, cudaStream_t) {

@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
   if (ncclCommInitRankConfig(&nb_world, 4, nb_id, rank, &nonblocking) != ncclInProgress) return 4;
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(nb_world, &state));
+  // Its first all-reduce connects peers: NCCL answers ncclInProgress and makes it on its own thread.
+  if (ncclAllReduce(buf, buf + 8, 23, ncclFloat32, ncclSum, nb_world, stream) != ncclInProgress) return 6;
+  state = ncclInProgress;
+  while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(nb_world, &state));
+  CHECK(ncclAllReduce(buf, buf + 16, 25, ncclFloat32, ncclSum, nb_world, stream));
   ncclComm_t later = nullptr;
   CHECK(ncclCommSplit(nb_world, 0, rank, &later, nullptr));
   if (later != nullptr) return 4;

@@ -8,8 +8,10 @@
 // happens if NCCL is not loaded at all) they return ncclSystemError with one line on stderr.
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -52,6 +54,9 @@ struct Pending {
   bool p2p;
   CUstream stream;
   std::vector<OperandSpec> outputs;  // fingerprinted once NCCL has enqueued its kernels
+  ncclComm_t comm;
+  const void* send;
+  const void* recv;
 };
 thread_local std::vector<Pending> t_pending;
 // The communicator sequence numbers taken inside this thread's open group, recorded calls or not
@@ -77,10 +82,12 @@ struct Call {
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
 void followLate(ncclComm_t comm) noexcept;
+void settleInProgress(ncclComm_t comm, bool outputs) noexcept;
 
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   // Counted for every call, recorded or not (paused, outside a --window): the same collective must
   // carry the same number on every rank, whenever each rank's recording started.
+  settleInProgress(c.comm, /*outputs=*/true);  // NCCL has made its calls by now (its rules)
   int64_t seq = db::kUnset;
   try {
     if (Session::get().enabled()) {
@@ -122,7 +129,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   if (token != 0) {
     try {
       Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
-                reinterpret_cast<CUstream>(c.stream), {}};
+                reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv};
       for (const OperandSpec& s : *specs) {
         if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
       }
@@ -138,48 +145,141 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 // calling thread for blocking communicators; they are matched to the recorded calls in order.
 // Only a thread with recorded calls waiting keeps them: NCCL may report from threads of its own
 // (a graph-captured plan's host callback) that never settle, and those must not grow without end.
+void matchInProgress(const NcclChoice& choice) noexcept;
 void onChoice(const NcclChoice& choice) noexcept {
   constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
-  if ((t_pending.empty() && t_group_depth == 0) || t_choices.size() >= kMaxChoices) return;
+  if (t_pending.empty() && t_group_depth == 0) {
+    matchInProgress(choice);  // NCCL's own thread, making calls that returned ncclInProgress
+    return;
+  }
+  if (t_choices.size() >= kMaxChoices) return;
   try {
     t_choices.push_back(choice);
   } catch (...) {
   }
 }
 
-// After the real call (or outermost group end) returned: completes the recorded calls, with NCCL's
-// algorithm, protocol and channels where the plugin reported them.
-void settle() noexcept {
+// Completes one recorded call: its outputs' fingerprints (NCCL has enqueued its kernels) and
+// NCCL's algorithm, protocol and channels where the plugin reported them.
+void complete(const Pending& p, const NcclChoice* choice, bool outputs) noexcept {
   try {
+    if (outputs) fingerprintOperands(p.token, p.stream, p.outputs, /*inputs=*/false);
     ReorderBuffer* buffer = Session::get().buffer();
     db::TraceWriter* w = Session::get().writer();
-    size_t next_coll = 0, next_p2p = 0;
-    auto nextChoice = [&](bool p2p) -> const NcclChoice* {
-      size_t& i = p2p ? next_p2p : next_coll;
-      while (i < t_choices.size() && t_choices[i].p2p != p2p) ++i;
-      return i < t_choices.size() ? &t_choices[i++] : nullptr;
-    };
-    for (const Pending& p : t_pending) {
-      fingerprintOperands(p.token, p.stream, p.outputs, /*inputs=*/false);
-      const NcclChoice* choice = nextChoice(p.p2p);
-      if (buffer == nullptr) continue;
-      int64_t algo = db::kUnset, proto = db::kUnset;
-      if (choice && w) {
-        if (*choice->algo) algo = w->intern(choice->algo);
-        if (*choice->proto) proto = w->intern(choice->proto);
-      }
-      auto update = [&](LibraryOp& op) {
-        if (choice == nullptr) return;
-        auto* coll = std::get_if<db::Collective>(&op.detail);
-        if (coll == nullptr) return;
-        coll->algo = algo;
-        coll->proto = proto;
-        coll->channels = choice->channels;
-      };
-      buffer->completeLibraryOp(p.token, update);
-      Fingerprinter::get().amendCaptured(p.token, update);  // a call captured into a CUDA graph
+    if (buffer == nullptr) return;
+    int64_t algo = db::kUnset, proto = db::kUnset;
+    if (choice && w) {
+      if (*choice->algo) algo = w->intern(choice->algo);
+      if (*choice->proto) proto = w->intern(choice->proto);
     }
+    auto update = [&](LibraryOp& op) {
+      if (choice == nullptr) return;
+      auto* coll = std::get_if<db::Collective>(&op.detail);
+      if (coll == nullptr) return;
+      coll->algo = algo;
+      coll->proto = proto;
+      coll->channels = choice->channels;
+    };
+    buffer->completeLibraryOp(p.token, update);
+    Fingerprinter::get().amendCaptured(p.token, update);  // a call captured into a CUDA graph
   } catch (...) {
+  }
+}
+
+// Calls whose real call (or outermost group end) returned ncclInProgress: a non-blocking
+// communicator's, whose kernels NCCL enqueues later from its own thread (when the call first
+// connects peers). Their outputs are fingerprinted once NCCL says the communicator is ready
+// (ncclCommGetAsyncError, from any thread), or at the next call on it (NCCL's rules make the
+// program wait before that); their choices arrive on NCCL's thread, matched by buffers in order.
+struct InProgress {
+  Pending call;
+  bool has_choice = false;
+  NcclChoice choice;
+};
+struct InProgressCalls {
+  std::mutex mu;
+  std::vector<InProgress> calls;
+  std::atomic<size_t> count{0};
+};
+InProgressCalls& inProgress() {
+  static auto* calls = new InProgressCalls;  // never destroyed: NCCL's threads may report at exit
+  return *calls;
+}
+constexpr size_t kMaxInProgress = 4096;
+
+// Whether `choice`, reported on NCCL's thread, is for `call`: same kind and buffers.
+bool choiceFits(const Pending& call, const NcclChoice& choice) {
+  if (call.p2p != choice.p2p) return false;
+  if (call.p2p) return choice.recv == (call.recv != nullptr ? call.recv : call.send);
+  return choice.send == call.send && choice.recv == call.recv;
+}
+
+void matchInProgress(const NcclChoice& choice) noexcept {
+  InProgressCalls& all = inProgress();
+  if (all.count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard lk(all.mu);
+  for (InProgress& c : all.calls) {
+    if (c.has_choice || !choiceFits(c.call, choice)) continue;
+    c.choice = choice;
+    c.has_choice = true;
+    return;
+  }
+}
+
+// This thread's recorded calls, when the call or group end returned ncclInProgress.
+void deferInProgress() noexcept {
+  InProgressCalls& all = inProgress();
+  size_t next_coll = 0, next_p2p = 0;
+  for (Pending& p : t_pending) {
+    size_t& i = p.p2p ? next_p2p : next_coll;  // choices NCCL reported before it went async
+    while (i < t_choices.size() && t_choices[i].p2p != p.p2p) ++i;
+    const NcclChoice* choice = i < t_choices.size() ? &t_choices[i++] : nullptr;
+    try {
+      std::lock_guard lk(all.mu);
+      if (all.calls.size() < kMaxInProgress) {
+        all.calls.push_back({std::move(p), choice != nullptr, choice ? *choice : NcclChoice{}});
+        all.count.store(all.calls.size(), std::memory_order_release);
+        Session::get().addStat("nccl_calls_in_progress", 1);
+        continue;
+      }
+    } catch (...) {
+    }
+    complete(p, choice, /*outputs=*/false);  // no room: recorded without its outputs' digests
+  }
+}
+
+// NCCL says `comm` is ready (or failed: no outputs then), or a new call on it begins: completes its
+// calls that returned ncclInProgress.
+void settleInProgress(ncclComm_t comm, bool outputs) noexcept {
+  InProgressCalls& all = inProgress();
+  if (all.count.load(std::memory_order_acquire) == 0) return;
+  std::vector<InProgress> ready;
+  try {
+    std::lock_guard lk(all.mu);
+    auto mine = std::stable_partition(all.calls.begin(), all.calls.end(),
+                                      [&](const InProgress& c) { return c.call.comm != comm; });
+    ready.assign(std::make_move_iterator(mine), std::make_move_iterator(all.calls.end()));
+    all.calls.erase(mine, all.calls.end());
+    all.count.store(all.calls.size(), std::memory_order_release);
+  } catch (...) {
+    return;
+  }
+  for (const InProgress& c : ready) complete(c.call, c.has_choice ? &c.choice : nullptr, outputs);
+}
+
+// After the real call (or outermost group end) returned: completes the recorded calls, with NCCL's
+// algorithm, protocol and channels where the plugin reported them; defers them if NCCL is still
+// making them (ncclInProgress).
+void settle(ncclResult_t result) noexcept {
+  if (result == ncclInProgress) {
+    deferInProgress();
+  } else {
+    size_t next_coll = 0, next_p2p = 0;
+    for (const Pending& p : t_pending) {
+      size_t& i = p.p2p ? next_p2p : next_coll;
+      while (i < t_choices.size() && t_choices[i].p2p != p.p2p) ++i;
+      complete(p, i < t_choices.size() ? &t_choices[i++] : nullptr, /*outputs=*/true);
+    }
   }
   t_pending.clear();
   t_choices.clear();
@@ -229,7 +329,7 @@ ncclResult_t forward(RealFn<Fn>& real, const Call& c, Args... args) {
     ParentScope scope(token);
     result = fn(args...);
   }
-  if (t_group_depth == 0) settle();  // inside a group, NCCL decides at the outermost group end
+  if (t_group_depth == 0) settle(result);  // inside a group, NCCL decides at the outermost group end
   return result;
 }
 
@@ -365,6 +465,7 @@ void followPromised() noexcept {
 
 // A destroyed or aborted communicator: NCCL may give its address to a new one.
 void forgetComm(ncclComm_t comm) noexcept {
+  settleInProgress(comm, /*outputs=*/false);
   try {
     Session::get().comms().remove(comm);
     Session::get().lateComms().forget(comm);
@@ -474,7 +575,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   }
   if (t_group_depth == 0) {
     t_group_seqs.clear();
-    settle();
+    settle(result);
     followPromised();
   }
   return result;
@@ -605,4 +706,17 @@ DETRACE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (fn == nullptr) return missing("ncclCommAbort");
   forgetComm(comm);
   return fn(comm);
+}
+
+// A non-blocking communicator's state: once NCCL says it is ready, the calls on it that returned
+// ncclInProgress have their kernels on their streams, and their outputs can be fingerprinted.
+DETRACE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  DETRACE_REAL(ncclCommGetAsyncError);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommGetAsyncError");
+  const ncclResult_t r = fn(comm, asyncError);
+  if (r == ncclSuccess && asyncError != nullptr && *asyncError != ncclInProgress) {
+    settleInProgress(comm, /*outputs=*/*asyncError == ncclSuccess);
+  }
+  return r;
 }
