@@ -18,6 +18,7 @@
 #include "common/gpu_test.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
+#include "detrace/kernels/digest.h"
 #include "detrace/tracer/comm_registry.h"
 #include "common/shell.h"
 
@@ -406,6 +407,54 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   EXPECT_EQ((*stats)["nccl_comms_followed_late"], late ? 1 : 0) << out;
   EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 0) << out;
   EXPECT_EQ((*reader)->rank().world_size, 1);
+}
+
+// A non-blocking communicator's collective that NCCL makes on its own thread after answering
+// ncclInProgress (its first, which connects peers; tests/tracer/fake_nccl_async.cu stands in for
+// NCCL and launches a real kernel late): its output is fingerprinted once NCCL says the
+// communicator is ready, after the kernel, not when the call returned, when the receive buffer
+// still held the program's poison.
+TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const size_t n = 3000 + rng.seed() % 5000;
+  const uint64_t seed = rng.seed();
+  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/nccl_async_gpu_app {2} {3}",
+                             DETRACE_BINARY_DIR, run, n, seed),
+                 out);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(contains(out, "the all-reduce returned 7, done")) << out;  // ncclInProgress
+  std::vector<float> send(n), recv(n);
+  for (size_t i = 0; i < n; ++i) {
+    send[i] = static_cast<float>((i * 2654435761ull + seed) % 1000) * 0.25f;
+    recv[i] = 2.0f * send[i];
+  }
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  ASSERT_EQ(colls->size(), 1u) << out;
+  const auto& [seq, c] = colls->front();
+  EXPECT_EQ(c.count, static_cast<int64_t>(n));
+  EXPECT_EQ(c.comm_seq, 0);
+  EXPECT_EQ(c.comm_nranks, 1);
+  auto operands = (*reader)->operands(seq);
+  ASSERT_TRUE(operands.isOk()) << operands.status().message();
+  std::map<std::string, db::Operand> by_name;
+  for (const db::Operand& o : *operands) by_name[(*reader)->str(o.name)] = o;
+  ASSERT_EQ(by_name.count("send"), 1u);
+  ASSERT_EQ(by_name.count("recv"), 1u);
+  ASSERT_TRUE(by_name["send"].has_digest);
+  ASSERT_TRUE(by_name["recv"].has_digest) << out;
+  EXPECT_EQ(by_name["send"].digest, kernels::digestCpu(send.data(), n * sizeof(float)));
+  EXPECT_EQ(by_name["recv"].digest, kernels::digestCpu(recv.data(), n * sizeof(float)))
+      << "the output was fingerprinted before NCCL's thread enqueued the kernel";
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk()) << stats.status().message();
+  EXPECT_EQ((*stats)["nccl_calls_in_progress"], 1);
 }
 
 // GEMMs called from a thread on which no context is current when the call begins (its first CUDA
