@@ -412,6 +412,22 @@ TEST(ReorderBuffer, ManyThreadsKeepEveryEvent) {
   EXPECT_EQ(rb.stats().matched, 2000);
 }
 
+// What the NCCL wrappers do for a split or shrink whose handle is at hand: derive its id, then
+// register it with the rank and size NCCL gives.
+void addSplit(CommRegistry& r, const void* parent, const void* comm, int32_t color, int32_t rank, int32_t nranks) {
+  CommInfo info = r.deriveSplit(parent, color);
+  info.rank = rank;
+  info.nranks = nranks;
+  r.add(comm, info);
+}
+void addShrink(CommRegistry& r, const void* parent, const void* comm, std::span<const int32_t> excluded,
+               int32_t rank, int32_t nranks) {
+  CommInfo info = r.deriveShrink(parent, excluded);
+  info.rank = rank;
+  info.nranks = nranks;
+  r.add(comm, info);
+}
+
 TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
   std::array<uint8_t, 128> uid{};
   uid[3] = 9;
@@ -422,10 +438,10 @@ TEST(CommRegistry, IdsAreStableAndSplitsDerive) {
   int pa = 0, pb = 0, ca = 0, cb = 0, da = 0, db_ = 0;
   a.add(&pa, {id, 0, 4, 0});
   b.add(&pb, {id, 3, 4, 3});
-  a.addSplit(&pa, &ca, 1, 0, 2);
-  b.addSplit(&pb, &cb, 1, 1, 2);
-  a.addSplit(&pa, &da, 1, 0, 2);  // a second split with the same color is another communicator
-  b.addSplit(&pb, &db_, 1, 1, 2);
+  addSplit(a, &pa, &ca, 1, 0, 2);
+  addSplit(b, &pb, &cb, 1, 1, 2);
+  addSplit(a, &pa, &da, 1, 0, 2);  // a second split with the same color is another communicator
+  addSplit(b, &pb, &db_, 1, 1, 2);
   EXPECT_EQ(a.find(&ca)->id, b.find(&cb)->id);
   EXPECT_EQ(a.find(&da)->id, b.find(&db_)->id);
   EXPECT_NE(a.find(&ca)->id, a.find(&da)->id);
@@ -448,18 +464,18 @@ TEST(CommRegistry, SplitsWhoseHandleComesLaterKeepTheirCallsId) {
   const CommInfo first = a.deriveSplit(&pa, 0);  // handle not given yet
   EXPECT_EQ(first.rank, -1);
   EXPECT_EQ(first.device, 5);  // the parent's, until NCCL says
-  b.addSplit(&pb, &first_b, 0, 1, 2);
-  a.addSplit(&pa, &second_a, 0, 0, 2);
-  b.addSplit(&pb, &second_b, 0, 1, 2);
+  addSplit(b, &pb, &first_b, 0, 1, 2);
+  addSplit(a, &pa, &second_a, 0, 0, 2);
+  addSplit(b, &pb, &second_b, 0, 1, 2);
   a.add(&first_a, {first.id, 0, 2, first.device});  // the handle, at the group end
   EXPECT_EQ(a.find(&first_a)->id, b.find(&first_b)->id);
   EXPECT_EQ(a.find(&second_a)->id, b.find(&second_b)->id);
   EXPECT_NE(a.find(&first_a)->id, a.find(&second_a)->id);
   (void)a.deriveSplit(&pa, -1);  // no communicator for rank 0
-  b.addSplit(&pb, &third_b, 1, 0, 1);
+  addSplit(b, &pb, &third_b, 1, 0, 1);
   const CommInfo fourth = a.deriveSplit(&pa, 1);
   int fourth_b = 0;
-  b.addSplit(&pb, &fourth_b, 1, 0, 1);
+  addSplit(b, &pb, &fourth_b, 1, 0, 1);
   EXPECT_EQ(fourth.id, b.find(&fourth_b)->id);
   EXPECT_EQ(CommRegistry().deriveSplit(&pa, 0).id, -1);  // an unknown parent gives no id
 }
@@ -476,8 +492,8 @@ TEST(CommRegistry, ShrinksDeriveLikeSplitsWithoutDisturbingThem) {
   b.add(&pb, {id, 2, 3, 2});
   c.add(&pc, {id, 1, 3, 1});
   const std::vector<int32_t> excluded = {1};
-  a.addShrink(&pa, &sa, excluded, 0, 2);
-  b.addShrink(&pb, &sb, excluded, 1, 2);
+  addShrink(a, &pa, &sa, excluded, 0, 2);
+  addShrink(b, &pb, &sb, excluded, 1, 2);
   ASSERT_TRUE(a.find(&sa) && b.find(&sb));
   EXPECT_GE(a.find(&sa)->id, 0);
   EXPECT_EQ(a.find(&sa)->id, b.find(&sb)->id);
@@ -488,14 +504,14 @@ TEST(CommRegistry, ShrinksDeriveLikeSplitsWithoutDisturbingThem) {
   // A second shrink of the same parent with the same (reordered, repeated) list: another id, equal
   // on both ranks.
   const std::vector<int32_t> again_a = {1, 1}, again_b = {1};
-  a.addShrink(&pa, &sa2, again_a, 0, 2);
-  b.addShrink(&pb, &sb2, again_b, 1, 2);
+  addShrink(a, &pa, &sa2, again_a, 0, 2);
+  addShrink(b, &pb, &sb2, again_b, 1, 2);
   EXPECT_EQ(a.find(&sa2)->id, b.find(&sb2)->id);
   EXPECT_NE(a.find(&sa2)->id, a.find(&sa)->id);
   // Every rank splits the parent later: the excluded rank's split count was not moved by the
   // shrinks it did not see, so all three agree.
-  a.addSplit(&pa, &split_a, 0, 0, 3);
-  c.addSplit(&pc, &split_c, 0, 1, 3);
+  addSplit(a, &pa, &split_a, 0, 0, 3);
+  addSplit(c, &pc, &split_c, 0, 1, 3);
   EXPECT_EQ(a.find(&split_a)->id, c.find(&split_c)->id);
   EXPECT_NE(a.find(&split_a)->id, a.find(&sa)->id);
   // Other exclusions and other parents give other ids.
@@ -504,14 +520,14 @@ TEST(CommRegistry, ShrinksDeriveLikeSplitsWithoutDisturbingThem) {
   d.add(&pd, {id, 0, 4, 0});
   d.add(&pe, {other_id, 0, 4, 0});
   const std::vector<int32_t> two = {1, 3};
-  d.addShrink(&pd, &sd, two, 0, 2);
-  d.addShrink(&pe, &se, excluded, 0, 3);
+  addShrink(d, &pd, &sd, two, 0, 2);
+  addShrink(d, &pe, &se, excluded, 0, 3);
   EXPECT_NE(d.find(&sd)->id, a.find(&sa)->id);
   EXPECT_NE(d.find(&se)->id, a.find(&sa)->id);
   // An unknown parent gives a communicator with no id (its collectives are still counted).
   CommRegistry e;
   int unknown = 0, child = 0;
-  e.addShrink(&unknown, &child, excluded, 0, 2);
+  addShrink(e, &unknown, &child, excluded, 0, 2);
   ASSERT_TRUE(e.find(&child));
   EXPECT_EQ(e.find(&child)->id, -1);
   EXPECT_EQ(e.nextSeq(&child), 0);

@@ -65,22 +65,6 @@ CommInfo CommRegistry::derivedInfo(const Parent& parent, std::span<const uint8_t
   return CommInfo{parent.id < 0 ? -1 : hashBytes(key), -1, -1, parent.device};
 }
 
-void CommRegistry::addSplit(const void* parent, const void* comm, int32_t color, int32_t rank,
-                            int32_t nranks) {
-  CommInfo info = deriveSplit(parent, color);
-  info.rank = rank;
-  info.nranks = nranks;
-  if (comm != nullptr) add(comm, info);
-}
-
-void CommRegistry::addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded,
-                             int32_t rank, int32_t nranks) {
-  CommInfo info = deriveShrink(parent, excluded);
-  info.rank = rank;
-  info.nranks = nranks;
-  if (comm != nullptr) add(comm, info);
-}
-
 void CommRegistry::remove(const void* comm) {
   std::lock_guard lk(mu_);
   comms_.erase(comm);

@@ -226,14 +226,23 @@ void matchInProgress(const NcclChoice& choice) noexcept {
   }
 }
 
+// NCCL's choices reported on this thread, handed to its recorded calls in order, collectives and
+// point-to-point calls apart.
+struct ChoiceCursor {
+  size_t coll = 0, p2p = 0;
+  const NcclChoice* next(bool is_p2p) {
+    size_t& i = is_p2p ? p2p : coll;
+    while (i < t_choices.size() && t_choices[i].p2p != is_p2p) ++i;
+    return i < t_choices.size() ? &t_choices[i++] : nullptr;
+  }
+};
+
 // This thread's recorded calls, when the call or group end returned ncclInProgress.
 void deferInProgress() noexcept {
   InProgressCalls& all = inProgress();
-  size_t next_coll = 0, next_p2p = 0;
+  ChoiceCursor choices;  // those NCCL reported before it went on on its own thread
   for (Pending& p : t_pending) {
-    size_t& i = p.p2p ? next_p2p : next_coll;  // choices NCCL reported before it went async
-    while (i < t_choices.size() && t_choices[i].p2p != p.p2p) ++i;
-    const NcclChoice* choice = i < t_choices.size() ? &t_choices[i++] : nullptr;
+    const NcclChoice* choice = choices.next(p.p2p);
     try {
       std::lock_guard lk(all.mu);
       if (all.calls.size() < kMaxInProgress) {
@@ -274,12 +283,8 @@ void settle(ncclResult_t result) noexcept {
   if (result == ncclInProgress) {
     deferInProgress();
   } else {
-    size_t next_coll = 0, next_p2p = 0;
-    for (const Pending& p : t_pending) {
-      size_t& i = p.p2p ? next_p2p : next_coll;
-      while (i < t_choices.size() && t_choices[i].p2p != p.p2p) ++i;
-      complete(p, i < t_choices.size() ? &t_choices[i++] : nullptr, /*outputs=*/true);
-    }
+    ChoiceCursor choices;
+    for (const Pending& p : t_pending) complete(p, choices.next(p.p2p), /*outputs=*/true);
   }
   t_pending.clear();
   t_choices.clear();

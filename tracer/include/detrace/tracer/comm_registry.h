@@ -46,10 +46,6 @@ class CommRegistry {
   CommInfo deriveSplit(const void* parent, int32_t color);
   // The same for a communicator shrunk from `parent` without the ranks `excluded` (in any order).
   CommInfo deriveShrink(const void* parent, std::span<const int32_t> excluded);
-  // deriveSplit / deriveShrink, then `add` of `comm` (if not null) with that rank and size.
-  void addSplit(const void* parent, const void* comm, int32_t color, int32_t rank, int32_t nranks);
-  void addShrink(const void* parent, const void* comm, std::span<const int32_t> excluded, int32_t rank,
-                 int32_t nranks);
   void remove(const void* comm);
   std::optional<CommInfo> find(const void* comm) const;
   // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
