@@ -276,7 +276,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     expectFirstCall(c[8].second, 13, rank % 2, 2);
     // A non-blocking world's first all-reduce, which NCCL made on its own thread after answering
     // ncclInProgress: completed once NCCL said the communicator was ready, with the choice NCCL's
-    // thread reported (matched by buffers); the next one as usual.
+    // thread reported before the call returned (matched by buffers); the next one as usual.
     expectFirstCall(c[9].second, 23, rank, 4);
     EXPECT_EQ(t.str(c[9].second.algo), "Ring");
     EXPECT_EQ(t.str(c[9].second.proto), "LL");
@@ -285,10 +285,14 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[10].second.comm_seq, 1);
     EXPECT_EQ(c[10].second.comm_id, c[9].second.comm_id);
     EXPECT_EQ(t.str(c[10].second.algo), "Ring");
-    EXPECT_EQ((*stats)["nccl_calls_in_progress"], 1);
+    // Three calls answered ncclInProgress: that one and the first on each split of that world.
+    EXPECT_EQ((*stats)["nccl_calls_in_progress"], 3);
     // A split of a non-blocking communicator, whose handle NCCL gives after the call returned:
     // followed at its first call, from the slot NCCL wrote the handle to.
     expectFirstCall(c[11].second, 15, rank % 2, 2);
+    // Its first call answered ncclInProgress too, and NCCL's thread reported it 20 ms later.
+    EXPECT_EQ(t.str(c[11].second.algo), "Ring");
+    EXPECT_EQ(t.str(c[11].second.proto), "LL");
     EXPECT_EQ((*stats)["nccl_comms_followed_late"], 1);
     // Another, whose handle the program moved out of that slot before its first call: not
     // followed, counted once, and said so.

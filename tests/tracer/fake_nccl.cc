@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct ncclComm {
   bool made = true;  // false while a group's end has yet to make it, as NCCL's init job
   bool blocking = true;  // its config's blocking (ncclCommInitRankConfig); splits inherit it
   bool connected = false;  // a non-blocking one's first all-reduce connects its peers, on a thread
+  bool split = false;      // made by ncclCommSplit or ncclCommShrink
 };
 
 namespace {
@@ -122,7 +124,7 @@ ncclResult_t giveHandle(ncclComm_t parent, ncclComm_t* slot, ncclComm_t comm, co
   *slot = nullptr;
   if (comm != nullptr) {
     comm->blocking = config != nullptr ? config->blocking != 0 : parent->blocking;
-    comm->connected = true;  // its parent's connections serve it
+    comm->split = true;
   }
   if (!parent->blocking) {
     g_async_handles.push_back({slot, comm});
@@ -214,11 +216,21 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) { *rank = comm->
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->nranks; return ncclSuccess; }
 // A non-blocking communicator's first all-reduce connects its peers: like NCCL, the fake answers
 // ncclInProgress and makes the call on a thread of its own, which reports it to the profiler;
-// ncclCommGetAsyncError says when it is done.
+// ncclCommGetAsyncError says when it is done. NCCL's thread may report before the call returns to
+// the program or after: a world made by ncclCommInitRankConfig reports before (the fake waits for
+// its thread), a split of it 20 ms after.
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
   if (!comm->blocking && !comm->connected) {
     comm->connected = true;
-    g_async_work.emplace_back([=] { profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv); });
+    const bool early = !comm->split;
+    g_async_work.emplace_back([=] {
+      if (!early) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv);
+    });
+    if (early) {
+      g_async_work.back().join();
+      g_async_work.pop_back();
+    }
     return ncclInProgress;
   }
   profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv);

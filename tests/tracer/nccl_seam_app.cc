@@ -71,7 +71,15 @@ int main(int argc, char** argv) {
   CHECK(ncclCommSplit(nb_world, 0, rank, &later, nullptr));
   if (later != nullptr) return 4;
   while (later == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
-  CHECK(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream));
+  // A call that may answer ncclInProgress (a non-blocking communicator's), waited for as NCCL says.
+  auto waited = [&](ncclResult_t r, ncclComm_t c) {
+    ncclResult_t s = r;
+    while (s == ncclInProgress) {
+      if (ncclCommGetAsyncError(c, &s) != ncclSuccess) return ncclSystemError;
+    }
+    return s;
+  };
+  CHECK(waited(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream), later));
   CHECK(ncclCommDestroy(later));
   // The same, but the handle leaves the slot NCCL wrote it to before its first use.
   ncclComm_t slot = nullptr;
@@ -79,7 +87,7 @@ int main(int argc, char** argv) {
   while (slot == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
   ncclComm_t moved = slot;
   slot = nullptr;
-  CHECK(ncclAllReduce(buf, buf + 8, 19, ncclFloat32, ncclSum, moved, stream));
+  CHECK(waited(ncclAllReduce(buf, buf + 8, 19, ncclFloat32, ncclSum, moved, stream), moved));
   CHECK(ncclAllReduce(buf, buf + 8, 21, ncclFloat32, ncclSum, moved, stream));
   CHECK(ncclCommDestroy(moved));
   CHECK(ncclCommDestroy(nb_world));

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -190,7 +191,8 @@ void complete(const Pending& p, const NcclChoice* choice, bool outputs) noexcept
 // communicator's, whose kernels NCCL enqueues later from its own thread (when the call first
 // connects peers). Their outputs are fingerprinted once NCCL says the communicator is ready
 // (ncclCommGetAsyncError, from any thread), or at the next call on it (NCCL's rules make the
-// program wait before that); their choices arrive on NCCL's thread, matched by buffers in order.
+// program wait before that); their choices arrive on NCCL's thread, matched by buffers in order,
+// possibly before the call returned (kept as `early` until it has).
 struct InProgress {
   Pending call;
   bool has_choice = false;
@@ -200,7 +202,9 @@ struct InProgressCalls {
   std::mutex mu;
   std::vector<InProgress> calls;
   std::atomic<size_t> count{0};
+  std::vector<NcclChoice> early;  // reported on a thread with no call of its own, matched to none yet
 };
+constexpr size_t kMaxEarlyChoices = 64;
 InProgressCalls& inProgress() {
   static auto* calls = new InProgressCalls;  // never destroyed: NCCL's threads may report at exit
   return *calls;
@@ -214,16 +218,33 @@ bool choiceFits(const Pending& call, const NcclChoice& choice) {
   return choice.send == call.send && choice.recv == call.recv;
 }
 
+// A choice NCCL reported on a thread with no recorded call of its own: NCCL's thread making calls
+// that answered ncclInProgress (it may report before the call has returned to the program), or a
+// CUDA graph's host callback replaying a captured call (which nothing waits for: bounded).
 void matchInProgress(const NcclChoice& choice) noexcept {
   InProgressCalls& all = inProgress();
-  if (all.count.load(std::memory_order_acquire) == 0) return;
-  std::lock_guard lk(all.mu);
-  for (InProgress& c : all.calls) {
-    if (c.has_choice || !choiceFits(c.call, choice)) continue;
-    c.choice = choice;
-    c.has_choice = true;
-    return;
+  try {
+    std::lock_guard lk(all.mu);
+    for (InProgress& c : all.calls) {
+      if (c.has_choice || !choiceFits(c.call, choice)) continue;
+      c.choice = choice;
+      c.has_choice = true;
+      return;
+    }
+    if (all.early.size() >= kMaxEarlyChoices) all.early.erase(all.early.begin());
+    all.early.push_back(choice);
+  } catch (...) {
   }
+}
+
+// A deferred call's choice that NCCL's thread reported before the call returned. Under all.mu.
+std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& call) {
+  auto it = std::find_if(all.early.begin(), all.early.end(),
+                         [&](const NcclChoice& c) { return choiceFits(call, c); });
+  if (it == all.early.end()) return std::nullopt;
+  NcclChoice choice = *it;
+  all.early.erase(it);
+  return choice;
 }
 
 // NCCL's choices reported on this thread, handed to its recorded calls in order, collectives and
@@ -243,9 +264,11 @@ void deferInProgress() noexcept {
   ChoiceCursor choices;  // those NCCL reported before it went on on its own thread
   for (Pending& p : t_pending) {
     const NcclChoice* choice = choices.next(p.p2p);
+    std::optional<NcclChoice> early;
     try {
       std::lock_guard lk(all.mu);
       if (all.calls.size() < kMaxInProgress) {
+        if (choice == nullptr && (early = takeEarlyChoice(all, p))) choice = &*early;
         all.calls.push_back({std::move(p), choice != nullptr, choice ? *choice : NcclChoice{}});
         all.count.store(all.calls.size(), std::memory_order_release);
         Session::get().addStat("nccl_calls_in_progress", 1);
