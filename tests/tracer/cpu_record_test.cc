@@ -211,7 +211,7 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(t.metaValue("nccl_version"), "2.28.3");
     auto colls = t.collectives();
     ASSERT_TRUE(colls.isOk());
-    ASSERT_EQ(colls->size(), 16u);  // the simulated group's two calls are not among them
+    ASSERT_EQ(colls->size(), 19u);  // the simulated group's two calls are not among them
     const auto& c = *colls;
     for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].first, static_cast<int64_t>(i));  // seq order
     EXPECT_EQ(c[0].second.op, db::CollOp::kAllReduce);
@@ -285,15 +285,16 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
     EXPECT_EQ(c[10].second.comm_seq, 1);
     EXPECT_EQ(c[10].second.comm_id, c[9].second.comm_id);
     EXPECT_EQ(t.str(c[10].second.algo), "Ring");
-    // Three calls answered ncclInProgress: that one and the first on each split of that world.
-    EXPECT_EQ((*stats)["nccl_calls_in_progress"], 3);
+    // Six calls answered ncclInProgress: that one, the first on each split of that world, and
+    // the three calls of the group below.
+    EXPECT_EQ((*stats)["nccl_calls_in_progress"], 6);
     // A split of a non-blocking communicator, whose handle NCCL gives after the call returned:
     // followed at its first call, from the slot NCCL wrote the handle to.
     expectFirstCall(c[11].second, 15, rank % 2, 2);
     // Its first call answered ncclInProgress too, and NCCL's thread reported it 20 ms later.
     EXPECT_EQ(t.str(c[11].second.algo), "Ring");
     EXPECT_EQ(t.str(c[11].second.proto), "LL");
-    EXPECT_EQ((*stats)["nccl_comms_followed_late"], 1);
+    EXPECT_EQ((*stats)["nccl_comms_followed_late"], 2);  // this one and the group's below
     // Another, whose handle the program moved out of that slot before its first call: not
     // followed, counted once, and said so.
     for (int i : {12, 13}) {
@@ -303,26 +304,44 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
       EXPECT_EQ(c[i].second.comm_nranks, db::kUnset);
     }
     EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 1);
+    // A group whose end answered ncclInProgress (a third split's first use): each of its calls
+    // completed once NCCL said the communicator was ready, with the choice NCCL's thread reported
+    // 20 ms after the group end returned, matched by buffers (the send's and the receive's own).
+    expectFirstCall(c[14].second, 27, rank % 2, 2);
+    EXPECT_EQ(t.str(c[14].second.algo), "Ring");
+    EXPECT_EQ(t.str(c[14].second.proto), "LL");
+    EXPECT_EQ(c[14].second.channels, 2);
+    EXPECT_EQ(c[15].second.op, db::CollOp::kSend);
+    EXPECT_EQ(c[16].second.op, db::CollOp::kRecv);
+    for (int i : {15, 16}) {
+      EXPECT_EQ(c[i].second.comm_seq, i - 14);
+      EXPECT_EQ(c[i].second.comm_id, c[14].second.comm_id);
+      EXPECT_EQ(c[i].second.channels, 3);
+      EXPECT_EQ(c[i].second.count, 8);
+    }
+    EXPECT_NE(c[14].second.group_id, db::kUnset);
+    EXPECT_EQ(c[15].second.group_id, c[14].second.group_id);
+    EXPECT_EQ(c[16].second.group_id, c[14].second.group_id);
     // ncclCommInitRankScalable from two roots: the world of 4 again, under an id of its own.
-    expectFirstCall(c[14].second, 11, rank, 4);
+    expectFirstCall(c[17].second, 11, rank, 4);
     // A world made inside a group: its device is the one NCCL gives once the group made it.
-    EXPECT_EQ(c[15].second.count, 17);
-    EXPECT_EQ(c[15].second.comm_seq, 0);
-    EXPECT_EQ(c[15].second.comm_nranks, 4);
-    auto grouped_event = t.event(c[15].first);
+    EXPECT_EQ(c[18].second.count, 17);
+    EXPECT_EQ(c[18].second.comm_seq, 0);
+    EXPECT_EQ(c[18].second.comm_nranks, 4);
+    auto grouped_event = t.event(c[18].first);
     ASSERT_TRUE(grouped_event.isOk());
     EXPECT_EQ(grouped_event->device, rank);
     EXPECT_EQ(t.event(c[0].first)->device, rank);
     const std::set<int64_t> ids = {c[0].second.comm_id, c[6].second.comm_id, c[7].second.comm_id,
                                    c[8].second.comm_id, c[9].second.comm_id, c[11].second.comm_id,
-                                   c[14].second.comm_id, c[15].second.comm_id};
-    EXPECT_EQ(ids.size(), 8u) << "every communicator has an id of its own";
+                                   c[14].second.comm_id, c[17].second.comm_id, c[18].second.comm_id};
+    EXPECT_EQ(ids.size(), 9u) << "every communicator has an id of its own";
     comm_ids.push_back(c[0].second.comm_id);
     split_ids.push_back(c[6].second.comm_id);
     shrink_ids.push_back(c[7].second.comm_id);
     grouped_ids.push_back(c[8].second.comm_id);
     late_ids.push_back(c[11].second.comm_id);
-    scalable_ids.push_back(c[14].second.comm_id);
+    scalable_ids.push_back(c[17].second.comm_id);
     auto ev = t.event(0);
     ASSERT_TRUE(ev.isOk());
     EXPECT_EQ(ev->kind, db::EventKind::kCollective);

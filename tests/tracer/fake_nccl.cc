@@ -99,9 +99,19 @@ struct PendingP2p {
   const char* func;
   size_t count;
   int peer;
+  const void* buff;
 };
 thread_local int t_depth = 0;
 thread_local std::vector<PendingP2p> t_p2p;
+// Collectives inside the open group that NCCL makes on its own thread at the group end: the
+// first use of a non-blocking communicator, which connects its peers.
+struct PendingColl {
+  ncclComm_t comm;
+  size_t count;
+  const void* send;
+  const void* recv;
+};
+thread_local std::vector<PendingColl> t_async_colls;
 
 // Like NCCL, a split or shrink gives its handle only when the new communicator is ready: at the
 // call's return, at the outermost group end inside a group, or (a non-blocking parent: made with
@@ -145,6 +155,7 @@ void profileP2p(const PendingP2p& op) {
   put<uint64_t>(d, 0, 1u << 2);  // ncclProfileP2p
   put<int>(d, 16, op.comm->rank);
   put<const char*>(d, 24, op.func);
+  put<const void*>(d, 32, op.buff);
   put<const char*>(d, 40, "ncclFloat16");
   put<size_t>(d, 48, op.count);
   put<int>(d, 56, op.peer);
@@ -218,8 +229,12 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->n
 // ncclInProgress and makes the call on a thread of its own, which reports it to the profiler;
 // ncclCommGetAsyncError says when it is done. NCCL's thread may report before the call returns to
 // the program or after: a world made by ncclCommInitRankConfig reports before (the fake waits for
-// its thread), a split of it 20 ms after.
+// its thread), a split of it 20 ms after. Inside a group, the whole group is made so at its end.
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+  if (!comm->blocking && !comm->connected && t_depth > 0) {
+    t_async_colls.push_back({comm, count, send, recv});
+    return ncclSuccess;
+  }
   if (!comm->blocking && !comm->connected) {
     comm->connected = true;
     const bool early = !comm->split;
@@ -244,13 +259,13 @@ ncclResult_t ncclBroadcast(const void*, void*, size_t count, ncclDataType_t, int
   profileColl(comm, "Broadcast", count, "ncclInt32", root);
   return ncclSuccess;
 }
-ncclResult_t ncclSend(const void*, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
-  PendingP2p op{comm, "Send", count, peer};
+ncclResult_t ncclSend(const void* buff, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
+  PendingP2p op{comm, "Send", count, peer, buff};
   if (t_depth > 0) t_p2p.push_back(op); else profileP2p(op);
   return ncclSuccess;
 }
-ncclResult_t ncclRecv(void*, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
-  PendingP2p op{comm, "Recv", count, peer};
+ncclResult_t ncclRecv(void* buff, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
+  PendingP2p op{comm, "Recv", count, peer, buff};
   if (t_depth > 0) t_p2p.push_back(op); else profileP2p(op);
   return ncclSuccess;
 }
@@ -259,19 +274,34 @@ ncclResult_t ncclGroupStart() { ++t_depth; return ncclSuccess; }
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim) {
   const ncclSimInfo_t initialized = NCCL_SIM_INFO_INITIALIZER;
   if (sim == nullptr || sim->magic != initialized.magic) return ncclInvalidArgument;
-  if (t_depth > 0 && --t_depth == 0) t_p2p.clear();
+  if (t_depth > 0 && --t_depth == 0) {
+    t_p2p.clear();
+    t_async_colls.clear();
+  }
   sim->estimatedTime = 42.0f;
   return ncclSuccess;
 }
+// A group holding a non-blocking communicator's first use answers ncclInProgress, and the fake
+// makes the whole group on a thread of its own, which reports it 20 ms later.
 ncclResult_t ncclGroupEnd() {
-  if (t_depth > 0 && --t_depth == 0) {
-    for (const PendingP2p& op : t_p2p) profileP2p(op);
+  if (t_depth == 0 || --t_depth > 0) return ncclSuccess;
+  for (const PendingHandle& h : t_handles) *h.slot = h.comm;
+  t_handles.clear();
+  for (ncclComm_t c : t_unmade) c->made = true;
+  t_unmade.clear();
+  if (!t_async_colls.empty()) {
+    for (const PendingColl& c : t_async_colls) c.comm->connected = true;
+    g_async_work.emplace_back([colls = std::move(t_async_colls), p2p = std::move(t_p2p)] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (const PendingColl& c : colls) profileColl(c.comm, "AllReduce", c.count, "ncclFloat32", 0, c.send, c.recv);
+      for (const PendingP2p& op : p2p) profileP2p(op);
+    });
+    t_async_colls.clear();
     t_p2p.clear();
-    for (const PendingHandle& h : t_handles) *h.slot = h.comm;
-    t_handles.clear();
-    for (ncclComm_t c : t_unmade) c->made = true;
-    t_unmade.clear();
+    return ncclInProgress;
   }
+  for (const PendingP2p& op : t_p2p) profileP2p(op);
+  t_p2p.clear();
   return ncclSuccess;
 }
 }

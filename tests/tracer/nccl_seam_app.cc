@@ -90,6 +90,17 @@ int main(int argc, char** argv) {
   CHECK(waited(ncclAllReduce(buf, buf + 8, 19, ncclFloat32, ncclSum, moved, stream), moved));
   CHECK(ncclAllReduce(buf, buf + 8, 21, ncclFloat32, ncclSum, moved, stream));
   CHECK(ncclCommDestroy(moved));
+  // A group with a non-blocking communicator's first use: its end answers ncclInProgress, and NCCL
+  // makes the whole group (an all-reduce, a send and a receive) on its own thread.
+  ncclComm_t fresh = nullptr;
+  CHECK(ncclCommSplit(nb_world, 2, rank, &fresh, nullptr));
+  while (fresh == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
+  CHECK(ncclGroupStart());
+  CHECK(ncclAllReduce(buf, buf + 24, 27, ncclFloat32, ncclSum, fresh, stream));
+  CHECK(ncclSend(buf + 32, 8, ncclFloat16, (rank + 1) % 2, fresh, stream));
+  CHECK(ncclRecv(buf + 48, 8, ncclFloat16, (rank + 1) % 2, fresh, stream));
+  CHECK(waited(ncclGroupEnd(), fresh));
+  CHECK(ncclCommDestroy(fresh));
   CHECK(ncclCommDestroy(nb_world));
   ncclUniqueId roots[2];
   CHECK(ncclGetUniqueId(&roots[0]));
