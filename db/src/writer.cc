@@ -95,7 +95,21 @@ Status explainWriteFailure(Status st, const std::string& path, const std::string
   return cause.empty() ? st : makeError(ErrorCode::kIo, "{}: {}", st.message(), cause);
 }
 
+// Threads inside SQLite for a writer now (sqliteInUse()).
+std::atomic<int> g_sqlite_users{0};
+
+// Marks a stretch in which this thread may be inside SQLite.
+class SqliteUse {
+ public:
+  SqliteUse() { g_sqlite_users.fetch_add(1, std::memory_order_seq_cst); }
+  ~SqliteUse() { g_sqlite_users.fetch_sub(1, std::memory_order_seq_cst); }
+  SqliteUse(const SqliteUse&) = delete;
+  SqliteUse& operator=(const SqliteUse&) = delete;
+};
+
 }  // namespace
+
+bool sqliteInUse() noexcept { return g_sqlite_users.load(std::memory_order_seq_cst) > 0; }
 
 class TraceWriter::Impl {
  public:
@@ -178,6 +192,7 @@ Status TraceWriter::Impl::open() {
     }
     for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
   }
+  SqliteUse use;
   return explainWriteFailure(createFile(), path_, db_path_);
 }
 
@@ -388,7 +403,11 @@ void TraceWriter::Impl::run() {
     }
     lk.unlock();
 
-    Status st = failed ? Status::ok() : checkedWriteBatch(batch);
+    Status st = Status::ok();
+    if (!failed) {
+      SqliteUse use;
+      st = checkedWriteBatch(batch);
+    }
 
     lk.lock();
     if (failed || !st.isOk()) {
@@ -553,6 +572,7 @@ Status TraceWriter::Impl::writeStats(const std::map<std::string, int64_t>& stats
 
 Status TraceWriter::Impl::writeBatch(Batch& batch) {
   DETRACE_RETURN_IF_ERROR(step(kBegin, "BEGIN"));
+  if (options_.hold_in_batch.count() > 0) std::this_thread::sleep_for(options_.hold_in_batch);
   auto body = [&]() -> Status {
     for (ColdRecord& r : batch.cold) {
       if (!std::holds_alternative<Operand>(r)) DETRACE_RETURN_IF_ERROR(writeCold(r));
@@ -597,6 +617,7 @@ Status TraceWriter::Impl::close() {
   cv_space_.notify_all();
   if (thread_.joinable()) thread_.join();
   FileSizeSignalShield shield;  // the final commit and checkpoint write on the caller's thread
+  SqliteUse use;
   std::lock_guard lk(mu_);
   closed_ = true;
   // A number the program took stops the final writes here, with the reason (every call SQLite

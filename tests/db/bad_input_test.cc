@@ -346,7 +346,9 @@ TEST(BadInput, DeletedStringsAreDamageNamedWhenTheFileOpens) {
     for (int64_t i = 0; i < names; ++i) ids.push_back((*w)->intern(fmt::format("kernel_{}_{}", i, rng.u64())));
     for (int i = 0; i < 200; ++i) {
       (void)(*w)->append(testing::randomKernel(rng, ids[rng.range(0, names - 1)], -1));
-      if (i == 100) ASSERT_TRUE((*w)->flush().isOk());  // strings over more than one batch
+      if (i == 100) {
+        ASSERT_TRUE((*w)->flush().isOk());  // strings over more than one batch
+      }
     }
     (void)(*w)->intern(fmt::format("late_{}", rng.u64()));
     ASSERT_TRUE((*w)->close().isOk());

@@ -190,6 +190,61 @@ TEST(Record, ClearErrors) {
 
 // The real interposer records NCCL calls of a program linked against a fake libnccl: two ranks of
 // a 4-rank world, started by one shell, each writing its own file.
+// The all-reduce counts of each process's trace file in a run, by pid.
+std::map<int64_t, std::vector<int64_t>> allReduceCountsByPid(const std::string& run) {
+  std::map<int64_t, std::vector<int64_t>> by_pid;
+  for (const auto& entry : std::filesystem::directory_iterator(run)) {
+    if (entry.path().extension() != ".dtrace") continue;
+    auto reader = db::TraceReader::open(entry.path().string());
+    EXPECT_TRUE(reader.isOk()) << entry.path() << ": " << reader.status().message();
+    if (!reader.isOk()) continue;
+    auto colls = (*reader)->collectives();
+    EXPECT_TRUE(colls.isOk()) << colls.status().message();
+    if (!colls.isOk()) continue;
+    std::vector<int64_t>& counts = by_pid[(*reader)->rank().pid];
+    for (const auto& [seq, c] : *colls) counts.push_back(c.count);
+  }
+  return by_pid;
+}
+
+// A child forked from a recorded process that goes on making calls without exec records them
+// into a file of its own, and the parent's trace stays its own.
+TEST(RecordSeam, AForkedChildRecordsIntoItsOwnFile) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/fork_seam_app 0", detrace(), run,
+                            DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  ASSERT_NE(o.out.find("fork_seam_app: parent"), std::string::npos) << o.out;
+  auto by_pid = allReduceCountsByPid(run);
+  ASSERT_EQ(by_pid.size(), 2u) << o.out;
+  std::set<std::vector<int64_t>> traces;
+  for (const auto& [pid, counts] : by_pid) traces.insert(counts);
+  EXPECT_EQ(traces, (std::set<std::vector<int64_t>>{{101, 303}, {202, 202}})) << o.out;
+}
+
+// A child forked while the parent's trace writer is inside SQLite must never call SQLite: the
+// parent's writer thread may have held SQLite's process-wide locks, which no thread of the child
+// can release, so its first SQLite call could wait forever. The writer is made to hold inside its
+// first batch for 1.5 s (DETRACE_DIAG_WRITER_HOLD_MS) and the program forks 400 ms in: the child
+// runs on unrecorded, says so, and ends; the parent's trace is whole.
+TEST(RecordSeam, AChildForkedWhileTheWriterIsInsideSqliteRunsUnrecorded) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("DETRACE_DIAG_WRITER_HOLD_MS=1500 timeout 60 {} record -o {} -- {}/tests/fork_seam_app 400",
+                            detrace(), run, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("fork_seam_app: child"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("fork_seam_app: parent"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("not recording this process: it was forked while its parent's trace writer was "
+                       "inside SQLite"),
+            std::string::npos)
+      << o.out;
+  auto by_pid = allReduceCountsByPid(run);
+  ASSERT_EQ(by_pid.size(), 1u) << o.out;
+  EXPECT_EQ(by_pid.begin()->second, (std::vector<int64_t>{101, 303})) << o.out;
+}
+
 TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   TempDir tmp;
   std::string run = tmp.file("run");

@@ -183,13 +183,18 @@ Session& Session::get() {
 
 void Session::resetAfterFork() {
   // The parent's writer thread does not exist here and its mutexes may be held: leak the old
-  // session and begin again (the child records into its own proc-<pid>.dtrace).
+  // session and begin again (the child records into its own proc-<pid>.dtrace), unless that
+  // thread was inside SQLite at the fork: then SQLite's own process-wide locks may be held too,
+  // and the child's first SQLite call would wait for them forever.
+  const bool mid_write = db::sqliteInUse();
   resetControlAfterFork();
   resetSignalsAfterFork();
   resetCommitThreadAfterFork();
   resetNvmlAfterFork();
   Fingerprinter::resetAfterFork();
-  g_session.store(new Session(), std::memory_order_release);
+  auto* s = new Session();
+  s->forked_mid_write_ = mid_write;
+  g_session.store(s, std::memory_order_release);
 }
 
 Session::Session()
@@ -229,7 +234,16 @@ db::TraceWriter* Session::writer() {
 
 bool Session::startLocked() {
   if (!enabled() || finished_) return false;
+  if (forked_mid_write_) {
+    enabled_ = false;
+    logLine("not recording this process: it was forked while its parent's trace writer was inside "
+            "SQLite, whose locks no thread of this process can release; it runs on unrecorded");
+    return false;
+  }
   db::WriterOptions options;
+  // Tests only: the writer's thread waits inside every batch's transaction (a fork then finds it
+  // inside SQLite).
+  options.hold_in_batch = std::chrono::milliseconds(std::max<int64_t>(0, envInt("DETRACE_DIAG_WRITER_HOLD_MS", 0)));
   options.policy = db::OverflowPolicy::kDrop;
   // As `record --queue` allows: a hand-set DETRACE_QUEUE out of range is brought into it.
   options.queue_capacity =

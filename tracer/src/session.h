@@ -151,6 +151,9 @@ class Session {
   std::mutex finish_mu_;  // one finish at a time: a signal's waits for the exit's (bounded)
   std::atomic<bool> device_known_{false};
   bool finished_ = false;
+  // A child forked while its parent's writer was inside SQLite (db::sqliteInUse): SQLite's locks
+  // may be held by a thread that does not exist here, so this process never records.
+  bool forked_mid_write_ = false;
   std::string out_dir_;
   std::unique_ptr<db::TraceWriter> writer_;
   std::unique_ptr<WriterSink> sink_;

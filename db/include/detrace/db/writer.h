@@ -36,7 +36,15 @@ struct WriterOptions {
   bool overwrite = false;                          // replace an existing file at path
   int zstd_level = 3;                              // compression level of captured bytes
   int64_t max_pages = 0;  // if > 0, a cap on the file's 16 KiB pages: a quota (and full-disk tests)
+  // Tests only: the writer's thread waits this long inside every batch's transaction.
+  std::chrono::milliseconds hold_in_batch{0};
 };
+
+// Whether a thread of this process is inside SQLite for a trace writer now (creating its file,
+// writing a batch, closing it). A child forked at such a moment must never call SQLite: that
+// thread may have held SQLite's process-wide locks (its allocator's, its file layer's), and in the
+// child no thread exists to release them. Async-signal-safe (an atomic load).
+bool sqliteInUse() noexcept;
 
 struct WriterCounters {
   int64_t events_written = 0;
