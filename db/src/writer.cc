@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <variant>
@@ -121,7 +122,15 @@ class TraceWriter::Impl {
 
   Status open();        // checks the path, then createFile()
   Status createFile();  // the file, its settings, the schema and the prepared statements
-  void start() { thread_ = std::thread([this] { run(); }); }
+  // The writer's thread; `open` first makes the file (open_in_background).
+  void start(bool open) {
+    thread_ = std::thread([this, open] {
+      if (open) openInBackground();
+      run();
+    });
+  }
+  bool opened() const { return opened_.load(std::memory_order_acquire); }
+  void setOpened() { opened_.store(true, std::memory_order_release); }
 
   std::optional<int64_t> appendEvent(const Event& e, std::optional<ColdRecord> detail);
   bool appendCold(ColdRecord record, size_t bytes);
@@ -137,6 +146,7 @@ class TraceWriter::Impl {
 
  private:
   bool waitForSpaceLocked(std::unique_lock<std::mutex>& lk, bool cold, size_t bytes);
+  void openInBackground();
   void run();
   Status writeBatch(Batch& batch);
   Status writeBatchNoThrow(Batch& batch) noexcept;
@@ -171,6 +181,7 @@ class TraceWriter::Impl {
   bool closed_ = false;
   Status error_;
   std::atomic<bool> failed_{false};  // !error_.isOk(), readable without mu_
+  std::atomic<bool> opened_{false};  // the file exists, schema and all
   // The writer's first error: kept, and published to failed() for readers that take no lock.
   void failLocked(Status st) {
     error_ = std::move(st);
@@ -250,6 +261,7 @@ Status TraceWriter::Impl::createFile() {
     DETRACE_ASSIGN_OR_RETURN(stmts_[i], prepare(db_.get(), sql[i], /*persistent=*/true));
   }
   try {
+    std::lock_guard lk(mu_);  // producers may be queueing already (open_in_background)
     events_.reserve(options_.queue_capacity);
   } catch (const std::exception&) {  // bad_alloc or length_error: never past the writer's caller
     return makeError(ErrorCode::kIo, "cannot hold a queue of {} events in memory; ask for a smaller one",
@@ -351,6 +363,27 @@ std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
   s["strings_written"] = c.strings_written;
   s["batches"] = c.batches;
   return s;
+}
+
+// On the writer's thread, before run(): makes the file. If that fails, the error is the writer's:
+// run() then drops and counts every record, and answers flushes and close() as after any failure.
+void TraceWriter::Impl::openInBackground() {
+  blockFileSizeSignal();  // the schema's writes past `ulimit -f` fail; they never end the program
+  if (options_.hold_before_open.count() > 0) std::this_thread::sleep_for(options_.hold_before_open);
+  Status st = [&] {
+    try {
+      return open();
+    } catch (...) {  // out of memory for a statement or a message
+      return Status(ErrorCode::kIo, "out of memory while creating the trace");
+    }
+  }();
+  if (st.isOk()) {
+    setOpened();
+    return;
+  }
+  std::lock_guard lk(mu_);
+  failLocked(st.withContext(fmt::format("creating trace {}", path_)));
+  cv_space_.notify_all();
 }
 
 void TraceWriter::Impl::run() {
@@ -653,12 +686,19 @@ TraceWriter::~TraceWriter() = default;
 Result<std::unique_ptr<TraceWriter>> TraceWriter::create(const std::string& path,
                                                          const WriterOptions& options) {
   auto impl = std::make_unique<Impl>(path, options);
-  Status st = [&] {
-    FileSizeSignalShield shield;  // the schema is written on the caller's thread
-    return impl->open();
-  }();
-  if (!st.isOk()) return st.withContext(fmt::format("creating trace {}", path));
-  impl->start();
+  if (!options.open_in_background) {
+    Status st = [&] {
+      FileSizeSignalShield shield;  // the schema is written on the caller's thread
+      return impl->open();
+    }();
+    if (!st.isOk()) return st.withContext(fmt::format("creating trace {}", path));
+    impl->setOpened();
+  }
+  try {
+    impl->start(options.open_in_background);
+  } catch (const std::system_error& e) {  // no thread to be had
+    return makeError(ErrorCode::kIo, "creating trace {}: cannot start the writer's thread: {}", path, e.what());
+  }
   return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
 }
 
@@ -697,6 +737,7 @@ Status TraceWriter::flush(std::chrono::milliseconds limit) { return impl_->flush
 Status TraceWriter::close() { return impl_->close(); }
 Status TraceWriter::status() const { return impl_->status(); }
 bool TraceWriter::failed() const { return impl_->failed(); }
+bool TraceWriter::opened() const { return impl_->opened(); }
 WriterCounters TraceWriter::counters() const { return impl_->counters(); }
 const std::string& TraceWriter::path() const { return impl_->path(); }
 

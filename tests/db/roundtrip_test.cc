@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "detrace/db/reader.h"
@@ -301,6 +302,67 @@ TEST(Writer, BoundedFlushSaysWhenItGaveUpAndTheBatchStillLands) {
   auto r = TraceReader::open(dir.file("bounded.dtrace"));
   ASSERT_TRUE(r.isOk());
   EXPECT_EQ(*(*r)->eventCount(), 300'010);
+}
+
+// A tracer's writer makes its file on its own thread (open_in_background): create() returns
+// before the file exists (here held 400 ms), records appended meanwhile wait in the queue, and
+// every one of them is in the file once it closes, in order.
+TEST(Writer, RecordsAppendedBeforeABackgroundOpenMadeTheFileAreCommitted) {
+  testing::TempDir dir;
+  const std::string path = dir.file("background.dtrace");
+  WriterOptions o;
+  o.open_in_background = true;
+  o.hold_before_open = std::chrono::milliseconds(400);
+  auto w = TraceWriter::create(path, o);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_FALSE(std::filesystem::exists(path)) << "create() made the file itself";
+  EXPECT_FALSE((*w)->opened());
+  testing::Rng rng;
+  const int n = static_cast<int>(rng.range(500, 5000));
+  std::vector<std::string> names;
+  std::vector<Event> appended;
+  for (int i = 0; i < n; ++i) {
+    names.push_back(fmt::format("kernel_{}", rng.u64()));
+    appended.push_back(testing::randomKernel(rng, (*w)->intern(names.back()), -1));
+    ASSERT_EQ((*w)->append(appended.back()), std::optional<int64_t>(i));
+  }
+  EXPECT_FALSE((*w)->opened()) << "the test's hold did not outlast the appends";
+  ASSERT_TRUE((*w)->close().isOk()) << (*w)->status().message();
+  EXPECT_TRUE((*w)->opened());
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(*(*r)->eventCount(), n);
+  for (int i = 0; i < n; i += std::max(1, n / 50)) {
+    auto e = (*r)->event(i);
+    ASSERT_TRUE(e.isOk()) << e.status().message();
+    EXPECT_EQ((*r)->str(e->name), names[static_cast<size_t>(i)]);
+    EXPECT_EQ(e->gpu_start_ns, appended[static_cast<size_t>(i)].gpu_start_ns);
+  }
+}
+
+// A file the writer's thread cannot make (its directory does not exist) is the writer's error,
+// not create()'s: the records are dropped and counted, and flush() and close() answer with the
+// reason instead of waiting.
+TEST(Writer, AFileABackgroundOpenCannotMakeIsTheWritersError) {
+  testing::TempDir dir;
+  const std::string path = dir.file("missing/dir/t.dtrace");
+  WriterOptions o;
+  o.open_in_background = true;
+  auto w = TraceWriter::create(path, o);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  testing::Rng rng;
+  const int64_t name = (*w)->intern("k");
+  for (int i = 0; i < 100; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
+  const Status st = (*w)->flush();
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), ErrorCode::kIo);
+  EXPECT_NE(st.message().find("creating trace " + path), std::string::npos) << st.message();
+  EXPECT_TRUE((*w)->failed());
+  EXPECT_FALSE((*w)->opened());
+  EXPECT_FALSE((*w)->append(testing::randomKernel(rng, name, -1)).has_value());
+  EXPECT_EQ((*w)->close().message(), st.message());
+  EXPECT_EQ((*w)->counters().events_dropped, 101);
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

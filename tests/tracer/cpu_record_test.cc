@@ -208,11 +208,13 @@ std::map<int64_t, std::vector<int64_t>> allReduceCountsByPid(const std::string& 
 }
 
 // A child forked from a recorded process that goes on making calls without exec records them
-// into a file of its own, and the parent's trace stays its own.
+// into a file of its own, and the parent's trace stays its own. The fork comes 1 s after the
+// parent's first call, when its writer has long made the file and committed that call (500 ms
+// at most) and has nothing to write: not inside SQLite (the next test forks while it is).
 TEST(RecordSeam, AForkedChildRecordsIntoItsOwnFile) {
   TempDir tmp;
   std::string run = tmp.file("run");
-  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/fork_seam_app 0", detrace(), run,
+  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/fork_seam_app 1000", detrace(), run,
                             DETRACE_BINARY_DIR));
   ASSERT_EQ(o.status, 0) << o.out;
   ASSERT_NE(o.out.find("fork_seam_app: parent"), std::string::npos) << o.out;

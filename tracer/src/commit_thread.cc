@@ -31,7 +31,7 @@ std::atomic<bool> g_cupti_flusher{false};
 void commitOnce() {
   Session& s = Session::get();
   if (ReorderBuffer* rb = s.startedBuffer()) rb->poll(s.now());
-  if (Status st = s.writerStatus(); !st.isOk()) s.fail("the trace could not be written", st.message().c_str());
+  s.failIfWriterFailed();
 }
 
 void loopUntilStopped(CommitThread* c) {

@@ -815,9 +815,8 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
 // leaves CUPTI on: hence the writer's status, not startedWriter(). Both calls do nothing the
 // second time (fail() logs once; stopCapture() returns at once when not capturing).
 void failIfWriterStopped() {
-  Status st = Session::get().writerStatus();
-  if (st.isOk()) return;
-  Session::get().fail("the trace could not be written", st.message().c_str());
+  if (Session::get().writerStatus().isOk()) return;
+  Session::get().failIfWriterFailed();
   (void)Session::get().stopCapture();
 }
 

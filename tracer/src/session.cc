@@ -51,9 +51,7 @@ class WriterSink final : public EventSink {
  private:
   std::optional<int64_t> checked(std::optional<int64_t> seq) {
     if (seq.has_value() || !w_.failed()) return seq;  // a full queue drops often: no lock for it
-    if (Status st = w_.status(); !st.isOk()) {
-      Session::get().fail("the trace could not be written", st.message().c_str());
-    }
+    Session::get().failIfWriterFailed();
     return seq;
   }
 
@@ -241,6 +239,10 @@ bool Session::startLocked() {
     return false;
   }
   db::WriterOptions options;
+  // The file is made on the writer's thread: this call (the program's first recorded one, which
+  // other threads that record wait for) never waits on the file system. A file that cannot be made
+  // stops the recording a little later (failIfWriterFailed), or at the exit, with the reason.
+  options.open_in_background = true;
   // Tests only: the writer's thread waits inside every batch's transaction (a fork then finds it
   // inside SQLite).
   options.hold_in_batch = std::chrono::milliseconds(std::max<int64_t>(0, envInt("DETRACE_DIAG_WRITER_HOLD_MS", 0)));
@@ -400,6 +402,12 @@ void Session::updateRank() {
 
 void Session::addStat(const char* key, int64_t delta) {
   if (db::TraceWriter* w = writer()) w->addStat(key, delta);
+}
+
+void Session::failIfWriterFailed() noexcept {
+  Status st = writerStatus();
+  if (st.isOk()) return;
+  fail(writer_->opened() ? "the trace could not be written" : "cannot record this process", st.message().c_str());
 }
 
 void Session::fail(const char* what, const char* detail) noexcept {
@@ -612,7 +620,12 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   };
   for (const auto& [key, value] : counters) writer_->addStat(key, value);
   Status st = writer_->close();
-  if (!st.isOk()) logLine("the trace %s may be incomplete: %s", writer_->path().c_str(), st.message().c_str());
+  if (st.isOk()) return;
+  if (writer_->opened()) {
+    logLine("the trace %s may be incomplete: %s", writer_->path().c_str(), st.message().c_str());
+  } else if (!reason_set_.load(std::memory_order_acquire)) {  // not said yet (failIfWriterFailed)
+    logLine("cannot record this process (%s); it ran unrecorded", st.message().c_str());
+  }
 }
 
 }  // namespace detrace::tracer

@@ -38,6 +38,13 @@ struct WriterOptions {
   int64_t max_pages = 0;  // if > 0, a cap on the file's 16 KiB pages: a quota (and full-disk tests)
   // Tests only: the writer's thread waits this long inside every batch's transaction.
   std::chrono::milliseconds hold_in_batch{0};
+  // Create the file on the writer's thread, not the caller's: create() then touches no file, and
+  // records queue (within the bounds above) until the file exists. A file that cannot be made is
+  // then an error of status(), with opened() false. What a tracer inside someone else's program
+  // uses: its first recorded call never waits on the file system.
+  bool open_in_background = false;
+  // Tests only: with open_in_background, the writer's thread waits this long before making it.
+  std::chrono::milliseconds hold_before_open{0};
 };
 
 // Whether a thread of this process is inside SQLite for a trace writer now (creating its file,
@@ -61,7 +68,8 @@ struct WriterCounters {
 class TraceWriter {
  public:
   // Creates a new trace file at `path` (schema version kSchemaVersion) and starts the writer
-  // thread. Fails if the file exists unless options.overwrite.
+  // thread. Fails if the file exists unless options.overwrite (with options.open_in_background
+  // the writer's thread creates it, and such a failure comes from status()).
   static Result<std::unique_ptr<TraceWriter>> create(const std::string& path,
                                                      const WriterOptions& options = {});
   ~TraceWriter();  // close()s, ignoring the result
@@ -106,6 +114,8 @@ class TraceWriter {
   Status status() const;
   // Whether status() is an error, without taking the writer's lock (for a check on every drop).
   bool failed() const;
+  // Whether the file was created (always, once create() returned, unless open_in_background).
+  bool opened() const;
   WriterCounters counters() const;
   const std::string& path() const;
 
