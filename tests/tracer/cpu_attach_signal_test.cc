@@ -253,13 +253,15 @@ TEST(Commits, GemmsAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
   EXPECT_FALSE((*r)->finished()) << "a killed process's trace reads as closed";
 }
 
-// Where /proc does not give the NVIDIA driver's version (this machine has no driver; some VMs and
+// Where neither /proc nor sysfs gives the NVIDIA driver's version (this machine has no driver; some VMs and
 // containers hide /proc/driver) the tracer asks NVML, whose nvmlInit can take seconds. It does so
 // on a thread of its own (nvml_query.h): the program's thread that starts the recording (here, at
 // its first NCCL call, before "ready") does not wait for it, the version still reaches the trace,
 // and an exit while NVML is still starting does not wait for it either (at most 1 s).
 TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
-  if (std::ifstream("/proc/driver/nvidia/version")) GTEST_SKIP() << "/proc gives the version here";
+  if (std::ifstream("/proc/driver/nvidia/version") || std::ifstream("/sys/module/nvidia/version")) {
+    GTEST_SKIP() << "/proc or sysfs gives the version here";
+  }
   auto nvml = [](int init_ms) {
     return std::vector<std::string>{"LD_LIBRARY_PATH=" + binDir() + "/tests/fake_nvml",
                                     "FAKE_NVML_INIT_MS=" + std::to_string(init_ms),
@@ -298,7 +300,9 @@ TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
 // The commits do not wait for NVML either: GEMMs made while nvmlInit takes 5 s are committed
 // within the commit period, so a SIGKILL in those seconds keeps them.
 TEST(Commits, GoOnWhileNvmlIsStarting) {
-  if (std::ifstream("/proc/driver/nvidia/version")) GTEST_SKIP() << "/proc gives the version here";
+  if (std::ifstream("/proc/driver/nvidia/version") || std::ifstream("/sys/module/nvidia/version")) {
+    GTEST_SKIP() << "/proc or sysfs gives the version here";
+  }
   TempDir tmp;
   TracedApp app(tmp, /*paused=*/false, {},
                 {"LD_LIBRARY_PATH=" + binDir() + "/tests/fake_nvml", "FAKE_NVML_INIT_MS=5000",

@@ -3,6 +3,10 @@
 // NVML's own threads and descriptors in a program that may not use CUDA at all: both kernel
 // modules' texts must be read. The texts below have the shape of the H100 machine's (open module,
 // driver 580.159.04) and of the proprietary module's; the numbers are drawn fresh.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -44,6 +48,39 @@ TEST(DriverVersion, TextsWithoutOneGiveNothing) {
             "");
   EXPECT_EQ(driverVersionFromProc("some other file\n"), "");
   EXPECT_EQ(driverVersionFromProc("NVRM version: Kernel Module 580. Release\n"), "");
+}
+
+// Where a container hides /proc/driver, the kernel module's own sysfs entry gives the version
+// alone on its line: read it (and only a version), before NVML would be loaded.
+TEST(DriverVersion, SysfsGivesTheVersionWhereProcIsHidden) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  SCOPED_TRACE(seed);
+  std::mt19937 rng(seed);
+  const std::string v = randomVersion(rng), other = randomVersion(rng);
+  EXPECT_EQ(driverVersionFromSysfs(v + "\n"), v);
+  EXPECT_EQ(driverVersionFromSysfs(v), v);
+  EXPECT_EQ(driverVersionFromSysfs(""), "");
+  EXPECT_EQ(driverVersionFromSysfs("\n"), "");
+  EXPECT_EQ(driverVersionFromSysfs("580\n"), "");
+  EXPECT_EQ(driverVersionFromSysfs("580.95 beta\n"), "");
+
+  char dir_template[] = "/tmp/detrace-driver-version-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template, proc = dir + "/proc-version", sysfs = dir + "/sys-version";
+  auto put = [](const std::string& path, const std::string& text) { std::ofstream(path) << text; };
+  EXPECT_EQ(driverVersionFromFiles(proc, sysfs), "") << "neither file exists";
+  put(sysfs, v + "\n");
+  EXPECT_EQ(driverVersionFromFiles(proc, sysfs), v) << "/proc hidden: sysfs tells";
+  put(proc, fmt::format("NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Sat Aug 19 2023\n", other));
+  EXPECT_EQ(driverVersionFromFiles(proc, sysfs), other) << "/proc comes first";
+  put(proc, "not the driver's text\n");
+  EXPECT_EQ(driverVersionFromFiles(proc, sysfs), v) << "/proc without a version: sysfs tells";
+  put(sysfs, "garbage\n");
+  EXPECT_EQ(driverVersionFromFiles(proc, sysfs), "");
+  std::remove(proc.c_str());
+  std::remove(sysfs.c_str());
+  rmdir(dir.c_str());
 }
 
 }  // namespace

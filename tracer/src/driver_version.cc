@@ -1,5 +1,8 @@
-// The driver's version from /proc's text. See detrace/tracer/driver_version.h.
+// The driver's version from /proc's or sysfs's text. See detrace/tracer/driver_version.h.
 #include "detrace/tracer/driver_version.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -19,7 +22,29 @@ bool isVersion(std::string_view w) {
   return dot;
 }
 
+// At most 4 KiB of a small file (the kernel's version files are one or two lines); "" if absent.
+std::string readHead(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "";
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
 }  // namespace
+
+std::string driverVersionFromSysfs(std::string_view text) {
+  const size_t end = text.find_last_not_of(" \t\n");
+  if (end == std::string_view::npos) return "";
+  text = text.substr(0, end + 1);
+  return isVersion(text) ? std::string(text) : "";
+}
+
+std::string driverVersionFromFiles(const std::string& proc, const std::string& sysfs) {
+  if (std::string v = driverVersionFromProc(readHead(proc)); !v.empty()) return v;
+  return driverVersionFromSysfs(readHead(sysfs));
+}
 
 std::string driverVersionFromProc(std::string_view text) {
   text = text.substr(0, text.find('\n'));  // the NVRM line: the GCC line has versions too

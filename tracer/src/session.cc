@@ -110,10 +110,10 @@ std::string commandLine() {
   return all;
 }
 
-// The NVIDIA kernel driver's version from /proc/driver/nvidia/version, where the kernel module
-// exposes it; "" where it does not (some VMs and containers hide /proc/driver).
+// The NVIDIA kernel driver's version from /proc/driver/nvidia/version, or from the module's
+// sysfs entry where a container hides /proc/driver; "" where neither tells.
 std::string procDriverVersion() {
-  return driverVersionFromProc(readSmallFile("/proc/driver/nvidia/version"));
+  return driverVersionFromFiles("/proc/driver/nvidia/version", "/sys/module/nvidia/version");
 }
 
 // The same from NVML. nvmlInit may take seconds, so this runs on a thread of the tracer's
