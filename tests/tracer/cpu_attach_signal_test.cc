@@ -297,6 +297,41 @@ TEST(Commits, ASlowNvmlIsAskedOffTheProgramsThreads) {
   }
 }
 
+// Where a container hides /proc/driver but shows the kernel module's sysfs entry, the version
+// comes from /sys/module/nvidia/version and NVML is never asked: a stand-in NVML that would answer
+// 999.12.34 is on the library path. /proc/driver is hidden by a tmpfs mounted over it in a private
+// mount namespace. Runs where the NVIDIA driver is loaded (the GPU machine) and such a namespace is
+// allowed; the program is the stand-in NCCL's, so it needs no GPU.
+TEST(Commits, SysfsGivesTheDriverVersionWhereProcDriverIsHidden) {
+  std::string sysfs;
+  std::getline(std::ifstream("/sys/module/nvidia/version"), sysfs);
+  if (sysfs.empty()) GTEST_SKIP() << "no NVIDIA kernel module here (/sys/module/nvidia/version)";
+  std::string unshare;
+  for (const char* u : {"unshare -m", "unshare -rm"}) {
+    if (testing::runShell(fmt::format("{} sh -c 'mount -t tmpfs none /proc/driver && ! test -e /proc/driver/nvidia/version'", u))
+            .status == 0) {
+      unshare = u;
+      break;
+    }
+  }
+  if (unshare.empty()) GTEST_SKIP() << "no private mount namespace here to hide /proc/driver in";
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  auto o = testing::runShell(fmt::format(
+      "{} sh -c 'mount -t tmpfs none /proc/driver && LD_LIBRARY_PATH={}/tests/fake_nvml "
+      "FAKE_NVML_VERSION=999.12.34 {} record -o {} -- {}/tests/nccl_seam_app 0'",
+      unshare, binDir(), detrace(), run, binDir()));
+  ASSERT_EQ(o.status, 0) << o.out;
+  std::string trace;
+  for (const auto& e : std::filesystem::directory_iterator(run)) {
+    if (e.path().extension() == ".dtrace") trace = e.path().string();
+  }
+  ASSERT_FALSE(trace.empty()) << o.out;
+  auto r = db::TraceReader::open(trace);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ((*r)->metaValue("driver_version"), sysfs) << o.out;
+}
+
 // The commits do not wait for NVML either: GEMMs made while nvmlInit takes 5 s are committed
 // within the commit period, so a SIGKILL in those seconds keeps them.
 TEST(Commits, GoOnWhileNvmlIsStarting) {
