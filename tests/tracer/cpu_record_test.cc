@@ -190,6 +190,42 @@ TEST(Record, ClearErrors) {
 
 // The real interposer records NCCL calls of a program linked against a fake libnccl: two ranks of
 // a 4-rank world, started by one shell, each writing its own file.
+// A program that calls NCCL only through dlsym on a handle of its own (Python's ctypes, as vLLM's
+// and SGLang's pynccl do) is recorded like one linked to it: the tracer's dlsym hands out its
+// wrappers for NCCL's entry points. dlsym(RTLD_NEXT, ...) still searches after the program, not
+// after the tracer (the wrapper comes next, not NCCL).
+TEST(RecordSeam, NcclCalledThroughDlsymOnItsOwnHandleIsRecorded) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/dlopen_nccl_app {}/tests/libnccl_detrace_fake.so",
+                            detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("ncclAllReduce through the handle: " + std::string(DETRACE_BINARY_DIR) +
+                       "/tracer/libdetrace_tracer.so"),
+            std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("ncclAllReduce through RTLD_NEXT: " + std::string(DETRACE_BINARY_DIR) +
+                       "/tracer/libdetrace_tracer.so"),
+            std::string::npos)
+      << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  ASSERT_EQ(colls->size(), 2u) << o.out;
+  for (size_t i = 0; i < 2; ++i) {
+    const db::Collective& c = (*colls)[i].second;
+    EXPECT_EQ(c.op, db::CollOp::kAllReduce);
+    EXPECT_EQ(c.count, i == 0 ? 31 : 37);
+    EXPECT_EQ(c.comm_seq, static_cast<int64_t>(i));
+    EXPECT_EQ(c.comm_rank, 1);
+    EXPECT_EQ(c.comm_nranks, 4);
+    EXPECT_GE(c.comm_id, 0);
+    EXPECT_EQ((*reader)->str(c.algo), "Ring");  // NCCL's choice, through the profiler plugin
+  }
+  EXPECT_EQ((*reader)->rank().world_size, 4);
+}
+
 // The all-reduce counts of each process's trace file in a run, by pid.
 std::map<int64_t, std::vector<int64_t>> allReduceCountsByPid(const std::string& run) {
   std::map<int64_t, std::vector<int64_t>> by_pid;
@@ -724,7 +760,8 @@ namespace detrace {
 namespace {
 
 // The interposer exports only what it means to: the CUDA injection entry point, the NCCL and
-// cuBLAS functions it wraps, NCCL's profiler plugin table and the annotation API. Anything else could clash with
+// cuBLAS functions it wraps (and dlsym, which hands those wrappers to lookups through NCCL's
+// handle), NCCL's profiler plugin table and the annotation API. Anything else could clash with
 // the host program's own symbols.
 TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
   std::string lib = fmt::format("{}/tracer/libdetrace_tracer.so", DETRACE_BINARY_DIR);
@@ -740,7 +777,7 @@ TEST(TracerLibrary, ExportsOnlyItsEntryPoints) {
     ++symbols;
     injection |= name == "InitializeInjection";
     plugin |= name == "ncclProfiler_v5";
-    bool allowed = name == "InitializeInjection" || name.rfind("nccl", 0) == 0 ||
+    bool allowed = name == "InitializeInjection" || name == "dlsym" || name.rfind("nccl", 0) == 0 ||
                    name.rfind("cublas", 0) == 0 || name == "detrace_collective_begin" ||
                    name == "detrace_collective_end";
     EXPECT_TRUE(allowed) << "unexpected exported symbol: " << l;

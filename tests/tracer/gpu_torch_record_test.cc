@@ -183,6 +183,58 @@ TEST(TracerTorch, Qwen2WithAllReduceMatchesWhatTheProgramDid) {
   EXPECT_EQ((*stats)["fingerprints_lost"], 0);
 }
 
+// NCCL called the way vLLM's and SGLang's pynccl call it (tests/tracer/pynccl_app.py: ctypes.CDLL,
+// then every function looked up on that handle, never linked) is recorded like NCCL called through
+// torch: its calls, communicator and numbers, and fingerprints of what each call read and wrote
+// equal to the CPU twin's digests of the bytes the program saved (receive buffers poisoned before).
+TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  DETRACE_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string dir = tmp.path().string(), expect_dir = dir + "/expect";
+  const int64_t count = 3000 + static_cast<int64_t>(rng.seed() % 6000);
+  std::string log;
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/pynccl_app.py "
+                             "--expect-dir {3} --seed {4} --count {5}",
+                             DETRACE_BINARY_DIR, dir, DETRACE_SOURCE_DIR, expect_dir, rng.seed() % 100000, count),
+                 log);
+  ASSERT_EQ(rc, 0) << log;
+  std::ifstream in(expect_dir + "/expect.json");
+  ASSERT_TRUE(in.good()) << log;
+  const nlohmann::json expect = nlohmann::json::parse(in);
+  auto reader = testing::openOnlyRank(dir + "/run");
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << log;
+  db::TraceReader& t = **reader;
+  auto colls = t.collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  const auto& calls = expect["calls"];
+  ASSERT_EQ(colls->size(), calls.size()) << "NCCL through " << expect["library"] << "\n" << log;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    const auto& [seq, c] = (*colls)[i];
+    EXPECT_EQ(c.op, calls[i]["op"] == "allgather" ? db::CollOp::kAllGather : db::CollOp::kAllReduce);
+    EXPECT_EQ(c.count, calls[i]["count"].get<int64_t>());
+    EXPECT_EQ(c.comm_seq, static_cast<int64_t>(i));
+    EXPECT_EQ(c.comm_nranks, 1);
+    EXPECT_EQ(c.comm_id, (*colls)[0].second.comm_id);
+    auto ops = t.operands(seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    int checked = 0;
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      const std::vector<uint8_t> bytes = readFile(fmt::format("{}/{}-{}.bin", expect_dir, i, name));
+      ASSERT_FALSE(bytes.empty()) << name;
+      ASSERT_TRUE(o.has_digest) << name;
+      ASSERT_EQ(static_cast<size_t>(o.bytes), bytes.size()) << name;
+      EXPECT_EQ(cpuDigest(o, bytes), o.digest) << name;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 2) << "a send and a receive digest";
+  }
+}
+
 // Under the default --row-digests tokens, eager attention's batched GEMMs (a matrix of keys or
 // values per sequence and head as cuBLAS's A) keep A's rows, which are tokens, while the linear
 // layers' A (the weight) gets its whole digest alone. Every operand's digest, and its row digests,

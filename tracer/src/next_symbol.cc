@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "dlsym_hook.h"
+
 namespace detrace::tracer {
 namespace {
 
@@ -48,7 +50,7 @@ void* fromLoadedLibrary(const char* name, const char* hint) {
   if (!s.found) return nullptr;
   void* handle = dlopen(s.path, RTLD_NOLOAD | RTLD_LAZY);
   if (handle == nullptr) return nullptr;
-  void* sym = dlsym(handle, name);
+  void* sym = realDlsym(handle, name);
   dlclose(handle);  // drops the reference NOLOAD took; the library stays loaded
   return isSelf(sym) ? nullptr : sym;
 }
@@ -56,15 +58,28 @@ void* fromLoadedLibrary(const char* name, const char* hint) {
 }  // namespace
 
 void* nextSymbol(const char* name, const char* lib_hint) {
-  void* sym = dlsym(RTLD_NEXT, name);
+  void* sym = realDlsym(RTLD_NEXT, name);
   if (sym != nullptr && !isSelf(sym)) return sym;
   return lib_hint ? fromLoadedLibrary(name, lib_hint) : nullptr;
 }
 
 void* loadedSymbol(const char* name, const char* lib_hint) {
-  void* sym = dlsym(RTLD_DEFAULT, name);
+  void* sym = realDlsym(RTLD_DEFAULT, name);
   if (sym != nullptr && !isSelf(sym)) return sym;
   return nextSymbol(name, lib_hint);
+}
+
+bool isOwnSymbol(void* sym) { return isSelf(sym); }
+
+void* ownSymbol(const char* name) {
+  static void* const self = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&selfBase), &info) == 0 || info.dli_fname == nullptr) return static_cast<void*>(nullptr);
+    return dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);  // kept: this library stays loaded
+  }();
+  if (self == nullptr) return nullptr;
+  void* sym = realDlsym(self, name);
+  return isSelf(sym) ? sym : nullptr;
 }
 
 }  // namespace detrace::tracer

@@ -13,6 +13,10 @@ namespace detrace::tracer {
 void* nextSymbol(const char* name, const char* lib_hint);
 // `name` from an already loaded library (any, then one whose file name contains lib_hint).
 void* loadedSymbol(const char* name, const char* lib_hint);
+// Whether `sym` lies in this library.
+bool isOwnSymbol(void* sym);
+// This library's own exported definition of `name` (a wrapper), or nullptr.
+void* ownSymbol(const char* name);
 
 // Resolves once, thread-safely (a function-local static), and casts to the wrapper's type:
 //   static auto real = nextFn<decltype(&ncclAllReduce)>("ncclAllReduce", "libnccl");

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Calls NCCL the way vLLM's and SGLang's pynccl do, recorded by tests/tracer/gpu_torch_record_test.cc.
+
+The library is loaded with ctypes.CDLL (RTLD_LOCAL) and every function is looked up on its handle
+(ctypes' getattr: dlsym(handle, name)); nothing links to it. The NCCL is torch's where torch has
+loaded one, else "libnccl.so.2", as vLLM finds it. A world of one rank; the buffers are torch
+tensors on the current stream: an out-of-place all-reduce (the receive buffer poisoned first), an
+in-place one and an all-gather. What each call read and wrote goes to --expect-dir:
+
+  expect.json   the calls: op, count, and the files holding their bytes
+  N-send.bin    the N-th call's send buffer, taken before the call
+  N-recv.bin    its receive buffer, taken after it (after a synchronize)
+"""
+import argparse
+import ctypes
+import json
+import os
+
+import torch
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_byte * 128)]
+
+
+def nccl_path() -> str:
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libnccl.so"):
+                return path
+    return "libnccl.so.2"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--expect-dir", required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--count", type=int, default=6000)
+    args = p.parse_args()
+    os.makedirs(args.expect_dir, exist_ok=True)
+    torch.cuda.init()
+    nccl = ctypes.CDLL(nccl_path())
+    for name in ("ncclGetUniqueId", "ncclCommInitRank", "ncclAllReduce", "ncclAllGather", "ncclCommDestroy"):
+        getattr(nccl, name).restype = ctypes.c_int
+    uid = UniqueId()
+    assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
+    comm = ctypes.c_void_p()
+    assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    n = args.count
+    calls = []
+
+    def record(op, send, recv, run):
+        index = len(calls)
+        send.cpu().numpy().tofile(f"{args.expect_dir}/{index}-send.bin")
+        torch.cuda.synchronize()
+        assert run() == 0, op
+        torch.cuda.synchronize()
+        recv.cpu().numpy().tofile(f"{args.expect_dir}/{index}-recv.bin")
+        calls.append({"op": op, "count": send.numel()})
+
+    ncclFloat32, ncclSum = 7, 0
+    send = torch.randn(n, device="cuda", generator=gen)
+    recv = torch.full((n,), float("nan"), device="cuda")
+    record("allreduce", send, recv, lambda: nccl.ncclAllReduce(
+        ctypes.c_void_p(send.data_ptr()), ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(n),
+        ncclFloat32, ncclSum, comm, stream))
+    inplace = torch.randn(n // 2, device="cuda", generator=gen)
+    record("allreduce", inplace, inplace, lambda: nccl.ncclAllReduce(
+        ctypes.c_void_p(inplace.data_ptr()), ctypes.c_void_p(inplace.data_ptr()),
+        ctypes.c_size_t(n // 2), ncclFloat32, ncclSum, comm, stream))
+    part = torch.randn(n // 3, device="cuda", generator=gen)
+    gathered = torch.full((n // 3,), float("nan"), device="cuda")
+    record("allgather", part, gathered, lambda: nccl.ncclAllGather(
+        ctypes.c_void_p(part.data_ptr()), ctypes.c_void_p(gathered.data_ptr()),
+        ctypes.c_size_t(n // 3), ncclFloat32, comm, stream))
+    assert nccl.ncclCommDestroy(comm) == 0
+    with open(f"{args.expect_dir}/expect.json", "w") as f:
+        json.dump({"calls": calls, "library": nccl_path()}, f)
+    print(f"pynccl_app: {len(calls)} calls through {nccl_path()}, done")
+
+
+if __name__ == "__main__":
+    main()
