@@ -186,7 +186,9 @@ TEST(TracerTorch, Qwen2WithAllReduceMatchesWhatTheProgramDid) {
 // NCCL called the way vLLM's and SGLang's pynccl call it (tests/tracer/pynccl_app.py: ctypes.CDLL,
 // then every function looked up on that handle, never linked) is recorded like NCCL called through
 // torch: its calls, communicator and numbers, and fingerprints of what each call read and wrote
-// equal to the CPU twin's digests of the bytes the program saved (receive buffers poisoned before).
+// equal to the CPU twin's digests of the bytes the program saved (receive buffers poisoned
+// before); and an all-reduce captured into a CUDA graph gets one replayed op per replay, each
+// with that replay's fingerprints.
 TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   DETRACE_REQUIRE_GPU();
   DETRACE_REQUIRE_TORCH();
@@ -210,7 +212,10 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   auto colls = t.collectives();
   ASSERT_TRUE(colls.isOk()) << colls.status().message();
   const auto& calls = expect["calls"];
-  ASSERT_EQ(colls->size(), calls.size()) << "NCCL through " << expect["library"] << "\n" << log;
+  const int replays = expect["replays"];
+  // The eager calls, the captured call, and one replayed op per replay.
+  ASSERT_EQ(colls->size(), calls.size() + 1 + static_cast<size_t>(replays))
+      << "NCCL through " << expect["library"] << "\n" << log;
   for (size_t i = 0; i < calls.size(); ++i) {
     SCOPED_TRACE(i);
     const auto& [seq, c] = (*colls)[i];
@@ -233,6 +238,33 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
     }
     EXPECT_EQ(checked, 2) << "a send and a receive digest";
   }
+  std::vector<db::GraphOp> rows;
+  ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
+                 rows.push_back(g);
+                 return Status::ok();
+               }).isOk());
+  ASSERT_EQ(rows.size(), static_cast<size_t>(replays)) << log;
+  std::set<uint64_t> send_digests;
+  for (const db::GraphOp& g : rows) {
+    SCOPED_TRACE(fmt::format("replay {}", g.replay));
+    auto coll = t.collective(g.seq);
+    ASSERT_TRUE(coll.isOk() && coll->has_value());
+    EXPECT_EQ((*coll)->op, db::CollOp::kAllReduce);
+    EXPECT_EQ((*coll)->count, expect["replay_count"].get<int64_t>());
+    EXPECT_EQ((*coll)->comm_id, (*colls)[0].second.comm_id);
+    auto ops = t.operands(g.seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    ASSERT_EQ(ops->size(), 2u);
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      const std::vector<uint8_t> bytes = readFile(fmt::format("{}/replay{}-{}.bin", expect_dir, g.replay, name));
+      ASSERT_FALSE(bytes.empty()) << name;
+      ASSERT_TRUE(o.has_digest) << name;
+      EXPECT_EQ(cpuDigest(o, bytes), o.digest) << name;
+      if (name == "send") send_digests.insert(o.digest);
+    }
+  }
+  EXPECT_EQ(send_digests.size(), static_cast<size_t>(replays)) << "each replay its own data";
 }
 
 // Under the default --row-digests tokens, eager attention's batched GEMMs (a matrix of keys or

@@ -5,11 +5,14 @@ The library is loaded with ctypes.CDLL (RTLD_LOCAL) and every function is looked
 (ctypes' getattr: dlsym(handle, name)); nothing links to it. The NCCL is torch's where torch has
 loaded one, else "libnccl.so.2", as vLLM finds it. A world of one rank; the buffers are torch
 tensors on the current stream: an out-of-place all-reduce (the receive buffer poisoned first), an
-in-place one and an all-gather. What each call read and wrote goes to --expect-dir:
+in-place one and an all-gather; then, as vLLM decodes, an all-reduce captured into a CUDA graph
+and the graph replayed three times with new data. What each call read and wrote goes to
+--expect-dir:
 
-  expect.json   the calls: op, count, and the files holding their bytes
-  N-send.bin    the N-th call's send buffer, taken before the call
-  N-recv.bin    its receive buffer, taken after it (after a synchronize)
+  expect.json      the calls: op, count; the replays and their count
+  N-send.bin       the N-th call's send buffer, taken before the call
+  N-recv.bin       its receive buffer, taken after it (after a synchronize)
+  replayR-*.bin    the same for replay R of the graph
 """
 import argparse
 import ctypes
@@ -76,9 +79,31 @@ def main() -> None:
     record("allgather", part, gathered, lambda: nccl.ncclAllGather(
         ctypes.c_void_p(part.data_ptr()), ctypes.c_void_p(gathered.data_ptr()),
         ctypes.c_size_t(n // 3), ncclFloat32, comm, stream))
+    # As vLLM runs it in a decode step: the all-reduce captured into a CUDA graph on torch's
+    # capture stream, the graph replayed with new data each time.
+    m = n // 4
+    static_in = torch.zeros(m, device="cuda")
+    static_out = torch.zeros(m, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        capture_stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        assert nccl.ncclAllReduce(ctypes.c_void_p(static_in.data_ptr()), ctypes.c_void_p(static_out.data_ptr()),
+                                  ctypes.c_size_t(m), ncclFloat32, ncclSum, comm, capture_stream) == 0
+    replays = 3
+    for r in range(replays):
+        static_in.copy_(torch.randn(m, device="cuda", generator=gen))
+        static_out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        static_in.cpu().numpy().tofile(f"{args.expect_dir}/replay{r}-send.bin")
+        graph.replay()
+        torch.cuda.synchronize()
+        static_out.cpu().numpy().tofile(f"{args.expect_dir}/replay{r}-recv.bin")
+    del graph
+    torch.cuda.synchronize()
     assert nccl.ncclCommDestroy(comm) == 0
     with open(f"{args.expect_dir}/expect.json", "w") as f:
-        json.dump({"calls": calls, "library": nccl_path()}, f)
+        json.dump({"calls": calls, "library": nccl_path(), "replays": replays, "replay_count": m}, f)
     print(f"pynccl_app: {len(calls)} calls through {nccl_path()}, done")
 
 
