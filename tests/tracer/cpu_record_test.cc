@@ -226,6 +226,32 @@ TEST(RecordSeam, NcclCalledThroughDlsymOnItsOwnHandleIsRecorded) {
   EXPECT_EQ((*reader)->rank().world_size, 4);
 }
 
+// cuBLAS loaded by the program itself and called through dlsym on its handle (XLA's loader,
+// Python's ctypes) is recorded like a linked call: the tracer's dlsym hands out its wrapper.
+TEST(RecordSeam, CublasCalledThroughDlsymOnItsOwnHandleIsRecorded) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/dlopen_cublas_app {}/tests/libcublas_detrace_fake.so",
+                            detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("cublasSgemm_v2 through the handle: " + std::string(DETRACE_BINARY_DIR) +
+                       "/tracer/libdetrace_tracer.so"),
+            std::string::npos)
+      << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto gemms = (*reader)->gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  ASSERT_EQ(gemms->size(), 1u) << o.out;
+  const db::Gemm& g = gemms->front().second;
+  EXPECT_EQ((*reader)->str(g.api), "cublasSgemm");
+  EXPECT_EQ(g.m, 3);
+  EXPECT_EQ(g.n, 5);
+  EXPECT_EQ(g.k, 7);
+  EXPECT_EQ(g.lda, 3);
+  EXPECT_EQ(g.ldb, 7);
+}
+
 // The all-reduce counts of each process's trace file in a run, by pid.
 std::map<int64_t, std::vector<int64_t>> allReduceCountsByPid(const std::string& run) {
   std::map<int64_t, std::vector<int64_t>> by_pid;

@@ -267,6 +267,52 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   EXPECT_EQ(send_digests.size(), static_cast<size_t>(replays)) << "each replay its own data";
 }
 
+// cuBLAS called through ctypes (tests/tracer/ctypes_cublas_app.py: torch's libcublas loaded again
+// with ctypes.CDLL, every function looked up on that handle) is recorded like a linked call: the
+// GEMM's shape, and its operands' fingerprints equal to the CPU twin's digests of the bytes the
+// program saved (C poisoned before the call).
+TEST(TracerTorch, CublasCalledThroughCtypesIsRecordedWithFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  DETRACE_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string dir = tmp.path().string(), expect_dir = dir + "/expect";
+  const int64_t m = 32 + static_cast<int64_t>(rng.seed() % 97), n = 8 + static_cast<int64_t>(rng.seed() % 41),
+                k = 16 + static_cast<int64_t>(rng.seed() % 57);
+  std::string log;
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/ctypes_cublas_app.py "
+                             "--expect-dir {3} --seed {4} --m {5} --n {6} --k {7}",
+                             DETRACE_BINARY_DIR, dir, DETRACE_SOURCE_DIR, expect_dir, rng.seed() % 100000, m, n, k),
+                 log);
+  ASSERT_EQ(rc, 0) << log;
+  auto reader = testing::openOnlyRank(dir + "/run");
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << log;
+  db::TraceReader& t = **reader;
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  int found = 0;
+  for (const auto& [seq, g] : *gemms) {
+    if (g.m != m || g.n != n || g.k != k) continue;  // torch's own warm-up GEMM is 8 x 8 x 8
+    ++found;
+    EXPECT_EQ(t.str(g.api), "cublasSgemm");
+    auto ops = t.operands(seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    std::set<std::string> checked;
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      const std::vector<uint8_t> bytes = readFile(fmt::format("{}/{}.bin", expect_dir, name));
+      ASSERT_FALSE(bytes.empty()) << name;
+      ASSERT_TRUE(o.has_digest) << name;
+      ASSERT_EQ(static_cast<size_t>(o.bytes), bytes.size()) << name;
+      EXPECT_EQ(cpuDigest(o, bytes), o.digest) << name;
+      checked.insert(name);
+    }
+    EXPECT_EQ(checked, (std::set<std::string>{"A", "B", "D"}));  // C is D
+  }
+  EXPECT_EQ(found, 1) << "the ctypes GEMM (" << m << " x " << n << " x " << k << ")\n" << log;
+}
+
 // Under the default --row-digests tokens, eager attention's batched GEMMs (a matrix of keys or
 // values per sequence and head as cuBLAS's A) keep A's rows, which are tokens, while the linear
 // layers' A (the weight) gets its whole digest alone. Every operand's digest, and its row digests,

@@ -28,8 +28,8 @@
 namespace detrace::tracer {
 namespace {
 
-constexpr const char* kLt = "libcublasLt";
-constexpr const char* kBlas = "libcublas.";
+constexpr const char* kLt = kCublasLtLibrary;
+constexpr const char* kBlas = kCublasLibrary;
 
 // cuBLAS calls cuBLASLt internally: only the outermost GEMM call on a thread is recorded.
 thread_local int t_gemm_depth = 0;

@@ -1,12 +1,12 @@
-// dlsym as the program calls it. The NCCL entry points the tracer wraps, looked up through a
-// handle of NCCL's library (Python's ctypes does this: ctypes.CDLL, then getattr, as vLLM's and
-// SGLang's pynccl call NCCL), are answered with the tracer's wrappers; everything else gets
-// glibc's own answer.
+// dlsym as the program calls it. The NCCL and cuBLAS entry points the tracer wraps, looked up
+// through a handle of their library (Python's ctypes does this: ctypes.CDLL, then getattr, as
+// vLLM's and SGLang's pynccl call NCCL; so do programs that load cuBLAS themselves, as XLA does),
+// are answered with the tracer's wrappers; everything else gets glibc's own answer.
 //
 // LD_PRELOAD puts the wrappers first in the global scope, where calls through a program's own
-// links to NCCL are resolved. dlsym(handle, name) looks only in the handle's object and its
-// dependencies, so without this hook such calls would reach NCCL unseen (their kernels recorded,
-// the collectives not).
+// links to NCCL and cuBLAS are resolved. dlsym(handle, name) looks only in the handle's object and
+// its dependencies, so without this hook such calls would reach the library unseen (their kernels
+// recorded, the collectives and GEMMs not).
 //
 // The special handles depend on who calls: RTLD_NEXT searches the objects after the caller's. So
 // the exported dlsym is a stub that jumps (does not call) to glibc's for them, and glibc sees the
@@ -50,7 +50,7 @@ extern "C" {
 
 [[gnu::visibility("hidden"), gnu::used]] void* detrace_dlsym_handle(void* handle, const char* name) {
   void* sym = reinterpret_cast<detrace::tracer::DlsymFn>(detrace_dlsym_init())(handle, name);
-  if (sym == nullptr || name == nullptr || std::strncmp(name, "nccl", 4) != 0) return sym;
+  if (sym == nullptr || name == nullptr || (name[0] != 'n' && name[0] != 'c')) return sym;
   return detrace::tracer::wrapperFor(name, sym);
 }
 }
@@ -101,19 +101,32 @@ void* realDlsym(void* handle, const char* name) {
   return reinterpret_cast<DlsymFn>(detrace_dlsym_init())(handle, name);
 }
 
+namespace {
+
+// The library whose functions `name` names, as the wrappers look for it; nullptr for others.
+const char* wrappedLibrary(const char* name) {
+  if (std::strncmp(name, "nccl", 4) == 0) return kNcclLibrary;
+  if (std::strncmp(name, "cublasLt", 8) == 0) return kCublasLtLibrary;
+  if (std::strncmp(name, "cublas", 6) == 0) return kCublasLibrary;
+  return nullptr;
+}
+
+}  // namespace
+
 void* wrapperFor(const char* name, void* sym) noexcept {
-  if (std::strncmp(name, "ncclProfiler_", 13) == 0 || isOwnSymbol(sym)) return sym;
+  const char* library = wrappedLibrary(name);
+  if (library == nullptr || std::strncmp(name, "ncclProfiler_", 13) == 0 || isOwnSymbol(sym)) return sym;
   void* wrapper = ownSymbol(name);
-  if (wrapper == nullptr) return sym;  // an NCCL function the tracer does not wrap
+  if (wrapper == nullptr) return sym;  // a function the tracer does not wrap
   // The wrapper forwards to what nextSymbol finds (RealFn): hand it out only where that is the
-  // very function the program asked for, never a second copy of NCCL's.
-  if (nextSymbol(name, "libnccl") == sym) return wrapper;
+  // very function the program asked for, never a second copy of the library's.
+  if (nextSymbol(name, library) == sym) return wrapper;
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) {
     Dl_info info{};
     const char* where = dladdr(sym, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "?";
-    logLine("NCCL calls looked up through dlsym in %s are not recorded: it is not the NCCL the "
-            "tracer forwards to (a second copy of NCCL in the process)", where);
+    logLine("%s and the other calls looked up through dlsym in %s are not recorded: it is not the "
+            "library the tracer forwards to (a second copy of it in the process)", name, where);
   }
   return sym;
 }

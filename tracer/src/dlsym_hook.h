@@ -1,5 +1,5 @@
-// The tracer's dlsym (dlsym_hook.cc): NCCL entry points looked up through a handle of NCCL's
-// library get the tracer's wrappers, as calls through the program's links do.
+// The tracer's dlsym (dlsym_hook.cc): NCCL and cuBLAS entry points looked up through a handle of
+// their library get the tracer's wrappers, as calls through the program's links do.
 #pragma once
 
 namespace detrace::tracer {

@@ -26,7 +26,7 @@
 namespace detrace::tracer {
 namespace {
 
-constexpr const char* kNccl = "libnccl";
+constexpr const char* kNccl = kNcclLibrary;
 
 db::DType ncclDType(ncclDataType_t t) {
   switch (t) {

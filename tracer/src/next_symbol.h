@@ -9,6 +9,11 @@
 
 namespace detrace::tracer {
 
+// Where the wrappers' real functions live (the lib_hint below): the start of the file's name.
+inline constexpr const char* kNcclLibrary = "libnccl";
+inline constexpr const char* kCublasLtLibrary = "libcublasLt";
+inline constexpr const char* kCublasLibrary = "libcublas.";
+
 // The next definition of `name` after this library, or nullptr.
 void* nextSymbol(const char* name, const char* lib_hint);
 // `name` from an already loaded library (any, then one whose file name contains lib_hint).
