@@ -183,6 +183,20 @@ TEST(TracerTorch, Qwen2WithAllReduceMatchesWhatTheProgramDid) {
   EXPECT_EQ((*stats)["fingerprints_lost"], 0);
 }
 
+// Records `python3 tests/tracer/SCRIPT --expect-dir DIR/expect ARGS` into DIR/run: the process's
+// trace, with the command's output in `log`.
+void recordScript(const std::string& dir, const std::string& script, const std::string& args,
+                  std::unique_ptr<db::TraceReader>& out, std::string& log) {
+  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/{3} "
+                             "--expect-dir {1}/expect {4}",
+                             DETRACE_BINARY_DIR, dir, DETRACE_SOURCE_DIR, script, args),
+                 log);
+  ASSERT_EQ(rc, 0) << log;
+  auto reader = testing::openOnlyRank(dir + "/run");
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << log;
+  out = std::move(*reader);
+}
+
 // NCCL called the way vLLM's and SGLang's pynccl call it (tests/tracer/pynccl_app.py: ctypes.CDLL,
 // then every function looked up on that handle, never linked) is recorded like NCCL called through
 // torch: its calls, communicator and numbers, and fingerprints of what each call read and wrote
@@ -198,17 +212,13 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   const std::string dir = tmp.path().string(), expect_dir = dir + "/expect";
   const int64_t count = 3000 + static_cast<int64_t>(rng.seed() % 6000);
   std::string log;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/pynccl_app.py "
-                             "--expect-dir {3} --seed {4} --count {5}",
-                             DETRACE_BINARY_DIR, dir, DETRACE_SOURCE_DIR, expect_dir, rng.seed() % 100000, count),
-                 log);
-  ASSERT_EQ(rc, 0) << log;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordScript(
+      dir, "pynccl_app.py", fmt::format("--seed {} --count {}", rng.seed() % 100000, count), reader, log));
   std::ifstream in(expect_dir + "/expect.json");
   ASSERT_TRUE(in.good()) << log;
   const nlohmann::json expect = nlohmann::json::parse(in);
-  auto reader = testing::openOnlyRank(dir + "/run");
-  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << log;
-  db::TraceReader& t = **reader;
+  db::TraceReader& t = *reader;
   auto colls = t.collectives();
   ASSERT_TRUE(colls.isOk()) << colls.status().message();
   const auto& calls = expect["calls"];
@@ -281,14 +291,11 @@ TEST(TracerTorch, CublasCalledThroughCtypesIsRecordedWithFingerprints) {
   const int64_t m = 32 + static_cast<int64_t>(rng.seed() % 97), n = 8 + static_cast<int64_t>(rng.seed() % 41),
                 k = 16 + static_cast<int64_t>(rng.seed() % 57);
   std::string log;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1}/run -- python3 {2}/tests/tracer/ctypes_cublas_app.py "
-                             "--expect-dir {3} --seed {4} --m {5} --n {6} --k {7}",
-                             DETRACE_BINARY_DIR, dir, DETRACE_SOURCE_DIR, expect_dir, rng.seed() % 100000, m, n, k),
-                 log);
-  ASSERT_EQ(rc, 0) << log;
-  auto reader = testing::openOnlyRank(dir + "/run");
-  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << log;
-  db::TraceReader& t = **reader;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordScript(
+      dir, "ctypes_cublas_app.py", fmt::format("--seed {} --m {} --n {} --k {}", rng.seed() % 100000, m, n, k),
+      reader, log));
+  db::TraceReader& t = *reader;
   auto gemms = t.gemms();
   ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
   int found = 0;
