@@ -815,9 +815,7 @@ void CUPTIAPI bufferCompleted(CUcontext ctx, uint32_t stream_id, uint8_t* buffer
 // leaves CUPTI on: hence the writer's status, not startedWriter(). Both calls do nothing the
 // second time (fail() logs once; stopCapture() returns at once when not capturing).
 void failIfWriterStopped() {
-  if (Session::get().writerStatus().isOk()) return;
-  Session::get().failIfWriterFailed();
-  (void)Session::get().stopCapture();
+  if (Session::get().failIfWriterFailed()) (void)Session::get().stopCapture();
 }
 
 void flusherLoop() {

@@ -9,8 +9,8 @@
 // recorded, the collectives and GEMMs not).
 //
 // The special handles depend on who calls: RTLD_NEXT searches the objects after the caller's. So
-// the exported dlsym is a stub that jumps (does not call) to glibc's for them, and glibc sees the
-// program's return address, not the tracer's. Only explicit handles, whose lookup does not depend
+// for them the exported dlsym, a few instructions of assembly, jumps to glibc's rather than
+// calling it, and glibc sees the program's return address, not the tracer's. Only explicit handles, whose lookup does not depend
 // on the caller, come through the code below. x86-64 only; elsewhere the tracer exports no dlsym.
 #include "dlsym_hook.h"
 
@@ -33,7 +33,7 @@ void* noSymbol(void*, const char*) { return nullptr; }
 }  // namespace
 }  // namespace detrace::tracer
 
-// Named from the stub's assembly: hidden, so its references bind inside this library.
+// Referenced by name from the assembly below: hidden, so those references bind inside this library.
 extern "C" {
 [[gnu::visibility("hidden"), gnu::used]] void* detrace_dlsym_real = nullptr;
 

@@ -1,10 +1,12 @@
-// The driver's version from /proc's or sysfs's text. See detrace/tracer/driver_version.h.
+// The driver's version from /proc's or sysfs's text, and the reading of such small files. See
+// detrace/tracer/driver_version.h.
 #include "detrace/tracer/driver_version.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 namespace detrace::tracer {
 namespace {
@@ -22,17 +24,22 @@ bool isVersion(std::string_view w) {
   return dot;
 }
 
-// At most 4 KiB of a small file (the kernel's version files are one or two lines); "" if absent.
-std::string readHead(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return "";
-  char buf[4096];
-  const ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-}
-
 }  // namespace
+
+std::string readSmallFile(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  char buf[4096];
+  while (out.size() < 65536) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
 
 std::string driverVersionFromSysfs(std::string_view text) {
   const size_t end = text.find_last_not_of(" \t\n");
@@ -42,8 +49,8 @@ std::string driverVersionFromSysfs(std::string_view text) {
 }
 
 std::string driverVersionFromFiles(const std::string& proc, const std::string& sysfs) {
-  if (std::string v = driverVersionFromProc(readHead(proc)); !v.empty()) return v;
-  return driverVersionFromSysfs(readHead(sysfs));
+  if (std::string v = driverVersionFromProc(readSmallFile(proc.c_str())); !v.empty()) return v;
+  return driverVersionFromSysfs(readSmallFile(sysfs.c_str()));
 }
 
 std::string driverVersionFromProc(std::string_view text) {

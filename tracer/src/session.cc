@@ -83,23 +83,6 @@ std::string hostName() {
   return buf;
 }
 
-// A small file's bytes (at most 64 KiB), read with the descriptor close-on-exec: the program may
-// fork and exec on another thread meanwhile. "" if it cannot be read.
-std::string readSmallFile(const char* path) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string out;
-  char buf[4096];
-  while (out.size() < 65536) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 // /proc/self/cmdline, arguments joined by spaces.
 std::string commandLine() {
   std::string all = readSmallFile("/proc/self/cmdline");
@@ -404,10 +387,11 @@ void Session::addStat(const char* key, int64_t delta) {
   if (db::TraceWriter* w = writer()) w->addStat(key, delta);
 }
 
-void Session::failIfWriterFailed() noexcept {
+bool Session::failIfWriterFailed() noexcept {
   Status st = writerStatus();
-  if (st.isOk()) return;
+  if (st.isOk()) return false;
   fail(writer_->opened() ? "the trace could not be written" : "cannot record this process", st.message().c_str());
+  return true;
 }
 
 void Session::fail(const char* what, const char* detail) noexcept {

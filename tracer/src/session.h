@@ -125,8 +125,8 @@ class Session {
   // can be called from a handler of std::bad_alloc.
   void fail(const char* what, const char* detail = nullptr) noexcept;
   // fail()s if the writer failed (a full disk, the file-size limit, a trace file that could not be
-  // made), saying which.
-  void failIfWriterFailed() noexcept;
+  // made), saying which; whether it had.
+  bool failIfWriterFailed() noexcept;
   // Flushes everything pending, writes the counters and closes the file. Idempotent. Kernels
   // still running are waited for until `gpu_deadline` (their records come when they end); past
   // it, what they would have added is lost and the rest is still committed.

@@ -21,6 +21,10 @@ std::string driverVersionFromProc(std::string_view text);
 // "580.159.04" from sysfs's text (the version and a newline), or "" if it is not one.
 std::string driverVersionFromSysfs(std::string_view text);
 
+// A small file's bytes (at most 64 KiB), read with the descriptor close-on-exec: the program may
+// fork and exec on another thread meanwhile. "" if it cannot be read.
+std::string readSmallFile(const char* path);
+
 // The version from the file at `proc` (/proc's text), else from the one at `sysfs`; "" if neither
 // names one (a missing or unreadable file reads as empty).
 std::string driverVersionFromFiles(const std::string& proc, const std::string& sysfs);
