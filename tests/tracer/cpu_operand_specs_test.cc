@@ -1,6 +1,7 @@
 // Which bytes the tracer fingerprints for a GEMM or collective: layout rules on random shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -189,6 +190,74 @@ TEST(OperandSpecs, TokenRowsKeepABatchedAsAttentionIs) {
   }
 }
 
+// cuBLASLt layouts (GemmLayouts): a row-major matrix's extent is its rows, `ld` elements apart,
+// and those rows are its stored lines; tiled orders and arrays of pointers get no digests at all
+// (their bytes are no strided extent, and reading one as if it were reads past the allocation);
+// C is left out where beta is 0. Random shapes with padded leading dimensions.
+TEST(OperandSpecs, CublasLtLayoutsGiveEachMatrixItsOwnExtent) {
+  std::mt19937 rng(std::random_device{}());
+  const MatrixOrder kOrders[] = {MatrixOrder::kColumn, MatrixOrder::kRow, MatrixOrder::kUnreadable};
+  for (int trial = 0; trial < 200; ++trial) {
+    db::Gemm g;
+    g.trans_a = static_cast<int>(rng() % 2);
+    g.trans_b = static_cast<int>(rng() % 2);
+    g.m = 1 + rng() % 300; g.n = 1 + rng() % 300; g.k = 1 + rng() % 300;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
+    g.a_addr = 0x10000000; g.b_addr = 0x20000000; g.c_addr = 0x30000000; g.d_addr = 0x40000000;
+    GemmLayouts l;
+    for (auto& o : l.order) o = kOrders[rng() % 3];
+    l.c_unread = rng() % 4 == 0;
+    // Each matrix's logical rows x cols, and its ld: the line length of its order plus padding.
+    const int64_t dims[4][2] = {{g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k},
+                                {g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n},
+                                {g.m, g.n},
+                                {g.m, g.n}};
+    int64_t* lds[4] = {&g.lda, &g.ldb, &g.ldc, &g.ldd};
+    for (int i = 0; i < 4; ++i) {
+      const int64_t line = l.order[i] == MatrixOrder::kRow ? dims[i][1] : dims[i][0];
+      *lds[i] = line + static_cast<int64_t>(rng() % 3) * 8;
+    }
+    const auto specs = gemmOperandSpecs(g, RowDigests::kAll, l);
+    const char* names[4] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; ++i) {
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const OperandSpec& s) { return s.name == names[i]; });
+      const bool expected = l.order[i] != MatrixOrder::kUnreadable && !(i == 2 && l.c_unread);
+      ASSERT_EQ(it != specs.end(), expected) << names[i] << ", trial " << trial;
+      if (!expected) continue;
+      const bool row_major = l.order[i] == MatrixOrder::kRow;
+      const int64_t lines = row_major ? dims[i][0] : dims[i][1];
+      const int64_t per_line = row_major ? dims[i][1] : dims[i][0];
+      EXPECT_EQ(it->bytes, static_cast<uint64_t>(((lines - 1) * *lds[i] + per_line) * 2)) << names[i];
+      EXPECT_EQ(it->shape.toVector(), (std::vector<int64_t>{lines, per_line})) << names[i];
+      EXPECT_EQ(it->rows, lines) << names[i];
+      EXPECT_EQ(it->row_bytes, per_line * 2) << names[i];
+      EXPECT_EQ(it->row_stride, *lds[i] * 2) << names[i];
+    }
+  }
+}
+
+// --row-digests tokens with row-major matrices (a caller computing D = x W by rows): D's and an
+// untransposed A's stored lines are tokens and keep their rows; B (the weight) has none.
+TEST(OperandSpecs, TokenRowsOfRowMajorMatricesAreDsAndAs) {
+  db::Gemm g;
+  g.m = 5; g.n = 64; g.k = 32;  // x: 5 tokens x 32, W: 32 x 64, D: 5 x 64, all row-major
+  g.lda = 32; g.ldb = 64; g.ldc = g.ldd = 64;
+  g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+  g.a_addr = 0x1000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x900000;
+  GemmLayouts rows;
+  rows.order.fill(MatrixOrder::kRow);
+  auto specs = gemmOperandSpecs(g, RowDigests::kTokens, rows);
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs[0].rows, 5) << "A = x: a row per token";
+  EXPECT_EQ(specs[1].rows, 0) << "B = W: whole digest only";
+  EXPECT_EQ(specs[1].bytes, static_cast<uint64_t>(32 * 64 * 2));
+  EXPECT_EQ(specs[2].rows, 5) << "D: a row per token";
+  g.trans_a = 1;
+  g.lda = 5;
+  specs = gemmOperandSpecs(g, RowDigests::kTokens, rows);
+  EXPECT_EQ(specs[0].rows, 0) << "a transposed A's lines run along the tokens";
+}
+
 TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
   std::mt19937 rng(std::random_device{}());
   for (int trial = 0; trial < 200; ++trial) {
@@ -249,6 +318,33 @@ TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
   EXPECT_EQ(ag[1].bytes, 4 * ag[0].bytes);
   c.op = db::CollOp::kSend;
   EXPECT_EQ(collectiveOperandSpecs(c, 0).size(), 1u);
+}
+
+// NCCL ignores a broadcast's send buffer and a reduce's receive buffer on ranks other than the
+// root: they are not fingerprinted there (a caller may pass a stale or small buffer). The root, a
+// rank the tracer does not know (-1) and every other collective keep both buffers.
+TEST(OperandSpecs, BuffersNcclIgnoresOffTheRootAreLeftOut) {
+  std::mt19937 rng(std::random_device{}());
+  using db::CollOp;
+  for (int trial = 0; trial < 100; ++trial) {
+    db::Collective c;
+    const CollOp ops[] = {CollOp::kAllReduce, CollOp::kBroadcast, CollOp::kReduce, CollOp::kAllGather};
+    c.op = ops[rng() % 4];
+    c.dtype = db::DType::kF32;
+    c.count = 1 + static_cast<int64_t>(rng() % 4096);
+    c.comm_nranks = 1 + static_cast<int32_t>(rng() % 8);
+    c.comm_rank = static_cast<int32_t>(rng() % (c.comm_nranks + 1)) - 1;  // -1: not known
+    c.root = c.op == CollOp::kBroadcast || c.op == CollOp::kReduce ? static_cast<int32_t>(rng() % c.comm_nranks) : -1;
+    c.send_addr = 0x10000;
+    c.recv_addr = 0x900000;
+    const bool off_root = c.comm_rank >= 0 && c.root >= 0 && c.comm_rank != c.root;
+    std::vector<std::string> names;
+    for (const OperandSpec& s : collectiveOperandSpecs(c, 0)) names.push_back(s.name);
+    std::vector<std::string> expected = {"send", "recv"};
+    if (off_root && c.op == CollOp::kBroadcast) expected = {"recv"};
+    if (off_root && c.op == CollOp::kReduce) expected = {"send"};
+    EXPECT_EQ(names, expected) << collOpName(c.op) << " rank " << c.comm_rank << " root " << c.root;
+  }
 }
 
 }  // namespace

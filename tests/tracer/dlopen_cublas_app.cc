@@ -8,9 +8,17 @@
 
 namespace {
 
+// As dlsym(3) tells callers to: clear dlerror(), look up, and take any error dlerror() then
+// reports as the lookup's failure, even with a pointer in hand.
 template <typename Fn>
 Fn lookup(void* handle, const char* name) {
-  return reinterpret_cast<Fn>(dlsym(handle, name));
+  dlerror();
+  void* sym = dlsym(handle, name);
+  if (const char* error = dlerror()) {
+    std::fprintf(stderr, "dlopen_cublas_app: dlsym(%s): %s\n", name, error);
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(sym);
 }
 
 }  // namespace

@@ -201,8 +201,9 @@ void recordScript(const std::string& dir, const std::string& script, const std::
 // then every function looked up on that handle, never linked) is recorded like NCCL called through
 // torch: its calls, communicator and numbers, and fingerprints of what each call read and wrote
 // equal to the CPU twin's digests of the bytes the program saved (receive buffers poisoned
-// before); and an all-reduce captured into a CUDA graph gets one replayed op per replay, each
-// with that replay's fingerprints.
+// before); an all-reduce captured into a CUDA graph gets one replayed op per replay, each with
+// that replay's fingerprints; and a call NCCL refuses keeps its send digest and gets no receive
+// digest (it wrote nothing).
 TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   DETRACE_REQUIRE_GPU();
   DETRACE_REQUIRE_TORCH();
@@ -223,9 +224,21 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   ASSERT_TRUE(colls.isOk()) << colls.status().message();
   const auto& calls = expect["calls"];
   const int replays = expect["replays"];
-  // The eager calls, the captured call, and one replayed op per replay.
-  ASSERT_EQ(colls->size(), calls.size() + 1 + static_cast<size_t>(replays))
+  // The eager calls, the captured call, one replayed op per replay, and the refused call.
+  ASSERT_EQ(colls->size(), calls.size() + 1 + static_cast<size_t>(replays) + 1)
       << "NCCL through " << expect["library"] << "\n" << log;
+  {
+    SCOPED_TRACE(fmt::format("the refused call (NCCL said {})", expect["refused_result"].get<int>()));
+    const auto& [seq, c] = colls->back();
+    EXPECT_EQ(c.count, expect["refused_count"].get<int64_t>());
+    auto ops = t.operands(seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    ASSERT_EQ(ops->size(), 1u) << "a refused call's receive buffer was fingerprinted";
+    const db::Operand& o = ops->front();
+    EXPECT_EQ(t.str(o.name), "send");
+    ASSERT_TRUE(o.has_digest);
+    EXPECT_EQ(cpuDigest(o, readFile(expect_dir + "/refused-send.bin")), o.digest);
+  }
   for (size_t i = 0; i < calls.size(); ++i) {
     SCOPED_TRACE(i);
     const auto& [seq, c] = (*colls)[i];
@@ -318,6 +331,64 @@ TEST(TracerTorch, CublasCalledThroughCtypesIsRecordedWithFingerprints) {
     EXPECT_EQ(checked, (std::set<std::string>{"A", "B", "D"}));  // C is D
   }
   EXPECT_EQ(found, 1) << "the ctypes GEMM (" << m << " x " << n << " x " << k << ")\n" << log;
+}
+
+// cublasLtMatmul with every matrix stored row-major (tests/tracer/ctypes_cublaslt_app.py, through
+// ctypes on torch's cuBLASLt, padded leading dimensions): each operand's fingerprint covers its own
+// extent, rows ld apart (not the column-major extent, which reads past the matrix), equal to the
+// CPU twin's digests of the bytes the program saved; under the default --row-digests tokens, A's,
+// C's and D's rows (the tokens of a row-major x W) have digests and B's do not. With beta = 0 the
+// C pointer (16 bytes: cuBLASLt does not read it) is not fingerprinted at all.
+TEST(TracerTorch, CublasLtRowMajorMatricesAreFingerprintedByTheirOwnExtent) {
+  DETRACE_REQUIRE_GPU();
+  DETRACE_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const std::string dir = tmp.path().string(), expect_dir = dir + "/expect";
+  const int64_t m = 8 + static_cast<int64_t>(rng.seed() % 57), n = 16 + static_cast<int64_t>(rng.seed() % 97),
+                k = 16 + static_cast<int64_t>(rng.seed() % 61), pad = 4 * static_cast<int64_t>(1 + rng.seed() % 5);
+  std::string log;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordScript(
+      dir, "ctypes_cublaslt_app.py",
+      fmt::format("--seed {} --m {} --n {} --k {} --pad {}", rng.seed() % 100000, m, n, k, pad), reader, log));
+  db::TraceReader& t = *reader;
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  int call = 0;
+  for (const auto& [seq, g] : *gemms) {
+    if (g.m != m || g.n != n || g.k != k) continue;  // torch's own warm-up GEMM is 8 x 8 x 8
+    SCOPED_TRACE(fmt::format("call {}", call));
+    EXPECT_EQ(t.str(g.api), "cublasLtMatmul");
+    EXPECT_EQ(g.lda, k + pad);
+    auto ops = t.operands(seq);
+    ASSERT_TRUE(ops.isOk()) << ops.status().message();
+    std::set<std::string> checked;
+    for (const db::Operand& o : *ops) {
+      const std::string name = t.str(o.name);
+      SCOPED_TRACE(name);
+      const std::vector<uint8_t> bytes = readFile(fmt::format("{}/{}-{}.bin", expect_dir, call, name));
+      ASSERT_FALSE(bytes.empty());
+      ASSERT_TRUE(o.has_digest);
+      ASSERT_EQ(static_cast<size_t>(o.bytes), bytes.size()) << "not the row-major extent";
+      EXPECT_EQ(o.rows, name == "B" ? 0 : m);
+      EXPECT_EQ(cpuDigest(o, bytes), o.digest) << "GPU digest != CPU twin";
+      if (o.rows > 0) {
+        EXPECT_EQ(o.row_stride, (name == "A" ? k + pad : n + pad) * 4);
+        std::vector<uint64_t> rows(static_cast<size_t>(o.rows));
+        kernels::digestRowsCpu(bytes.data(), static_cast<uint32_t>(o.rows), o.row_bytes, o.row_stride,
+                               rows.data());
+        EXPECT_EQ(rows, o.row_digests);
+      }
+      checked.insert(name);
+    }
+    const std::set<std::string> expected = call == 0 ? std::set<std::string>{"A", "B", "D"}
+                                                     : std::set<std::string>{"A", "B", "C", "D"};
+    EXPECT_EQ(checked, expected);
+    ++call;
+  }
+  EXPECT_EQ(call, 2) << "the two row-major matmuls (" << m << " x " << n << " x " << k << ")\n" << log;
 }
 
 // Under the default --row-digests tokens, eager attention's batched GEMMs (a matrix of keys or

@@ -101,9 +101,21 @@ def main() -> None:
         static_out.cpu().numpy().tofile(f"{args.expect_dir}/replay{r}-recv.bin")
     del graph
     torch.cuda.synchronize()
+    # A call NCCL refuses (a reduction operator it does not have): it wrote nothing, so the trace
+    # keeps its send digest and takes none of its receive buffer.
+    refused_send = torch.randn(n // 5, device="cuda", generator=gen)
+    refused_recv = torch.full((n // 5,), float("nan"), device="cuda")
+    torch.cuda.synchronize()
+    refused_send.cpu().numpy().tofile(f"{args.expect_dir}/refused-send.bin")
+    bad_op = 99
+    refused = nccl.ncclAllReduce(ctypes.c_void_p(refused_send.data_ptr()), ctypes.c_void_p(refused_recv.data_ptr()),
+                                 ctypes.c_size_t(n // 5), ncclFloat32, bad_op, comm, stream)
+    assert refused != 0, "NCCL took a reduction operator it does not have"
+    torch.cuda.synchronize()
     assert nccl.ncclCommDestroy(comm) == 0
     with open(f"{args.expect_dir}/expect.json", "w") as f:
-        json.dump({"calls": calls, "library": nccl_path(), "replays": replays, "replay_count": m}, f)
+        json.dump({"calls": calls, "library": nccl_path(), "replays": replays, "replay_count": m,
+                   "refused_count": n // 5, "refused_result": refused}, f)
     print(f"pynccl_app: {len(calls)} calls through {nccl_path()}, done")
 
 

@@ -12,6 +12,7 @@
 #include <cublasLt.h>
 #include <cublas_api.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -178,6 +179,53 @@ bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtM
   return true;
 }
 
+// How one cuBLASLt matrix is stored: see GemmLayouts. An attribute this cuBLASLt does not know
+// (BATCH_MODE before CUDA 13) reads as its default.
+MatrixOrder layoutOrder(cublasLtMatrixLayout_t l) {
+  if (l == nullptr) return MatrixOrder::kColumn;
+  const auto mode = layoutAttr<uint32_t>(l, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, CUBLASLT_BATCH_MODE_STRIDED);
+  if (mode != CUBLASLT_BATCH_MODE_STRIDED) return MatrixOrder::kUnreadable;  // arrays of pointers
+  switch (layoutAttr<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_ORDER, CUBLASLT_ORDER_COL)) {
+    case CUBLASLT_ORDER_COL: return MatrixOrder::kColumn;
+    case CUBLASLT_ORDER_ROW: return MatrixOrder::kRow;
+    default: return MatrixOrder::kUnreadable;  // tiled (COL32, COL4_4R2_8C, ...)
+  }
+}
+
+// Whether cublasLtMatmul's beta is known to be 0, so that it never reads C: with host pointers
+// (the default) the value is read here, in the descriptor's scale type.
+bool betaIsZero(cublasLtMatmulDesc_t desc, const void* beta) {
+  const int32_t mode = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_HOST);
+  if (mode == CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) return true;
+  if (beta == nullptr || (mode != CUBLASLT_POINTER_MODE_HOST &&
+                          mode != CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST)) {
+    return false;
+  }
+  auto zero = [beta](auto type, int parts) {
+    const auto* v = static_cast<const decltype(type)*>(beta);
+    return std::all_of(v, v + parts, [](auto x) { return x == 0; });
+  };
+  switch (descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, CUDA_R_32F)) {
+    case CUDA_R_32F: return zero(float{}, 1);
+    case CUDA_C_32F: return zero(float{}, 2);
+    case CUDA_R_64F: return zero(double{}, 1);
+    case CUDA_C_64F: return zero(double{}, 2);
+    case CUDA_R_32I: return zero(int32_t{}, 1);
+    case CUDA_R_16F:
+    case CUDA_R_16BF: return (*static_cast<const uint16_t*>(beta) & 0x7fff) == 0;  // +0 or -0
+    default: return false;
+  }
+}
+
+// The layouts of a cublasLtMatmul's matrices (read only where they are fingerprinted).
+GemmLayouts ltLayouts(cublasLtMatmulDesc_t desc, const void* beta, cublasLtMatrixLayout_t Ad,
+                      cublasLtMatrixLayout_t Bd, cublasLtMatrixLayout_t Cd, cublasLtMatrixLayout_t Dd) {
+  GemmLayouts l;
+  l.order = {layoutOrder(Ad), layoutOrder(Bd), layoutOrder(Cd), layoutOrder(Dd ? Dd : Cd)};
+  l.c_unread = betaIsZero(desc, beta);
+  return l;
+}
+
 // Records a cublasLtMatmul call.
 uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* A,
                   cublasLtMatrixLayout_t Ad, const void* B, cublasLtMatrixLayout_t Bd, const void* C,
@@ -242,6 +290,9 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
   }, true, "cublasLtMatmul");
 }
 
+// Classic cuBLAS stores every matrix column-major and reads C (its D) whatever beta is.
+GemmLayouts columnMajor() { return {}; }
+
 // Records a classic cuBLAS GEMM (algorithm not exposed: algo_source 0).
 struct BlasGemm {
   const char* api;
@@ -294,7 +345,8 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
 // op's kernels at every replay.
 class GemmFingerprints {
  public:
-  GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream) noexcept
+  template <typename Layouts>
+  GemmFingerprints(uint64_t token, const db::Gemm& g, cudaStream_t stream, Layouts&& layouts) noexcept
       : token_(token), stream_(reinterpret_cast<CUstream>(stream)) {
     // At --capture meta nothing is fingerprinted: no operand specs either (their vectors cost a
     // GEMM's thread about a microsecond), and no row width for the next collective's digests.
@@ -304,7 +356,7 @@ class GemmFingerprints {
         token_ = 0;
         return;
       }
-      specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests);
+      specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests, layouts());
     } catch (...) {  // out of memory: this GEMM stays recorded, without fingerprints
       token_ = 0;
       return;
@@ -384,11 +436,12 @@ class GemmGap {
 };
 
 // One interposed GEMM call: `record(g, stream)` records it (outermost GEMM call of the thread
-// only) and returns its token, `call()` forwards it; fingerprints around the forwarded call. With
+// only) and returns its token, `call()` forwards it; fingerprints around the forwarded call, of
+// the matrices as `layouts()` says they are stored (asked only when they are fingerprinted). With
 // DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
 // one inside it: their difference is everything the tracer does on a GEMM's thread.
-template <typename Record, typename Call>
-cublasStatus_t tracedGemm(Record&& record, Call&& call) {
+template <typename Record, typename Call, typename Layouts>
+cublasStatus_t tracedGemm(Record&& record, Call&& call, Layouts&& layouts) {
   const bool outermost = t_gemm_depth == 0;
   GemmGap gap(outermost && diagTimingOn());  // destroyed last: its exit time ends the whole call
   std::optional<DiagScope> whole;
@@ -397,7 +450,7 @@ cublasStatus_t tracedGemm(Record&& record, Call&& call) {
   db::Gemm g;
   cudaStream_t stream = nullptr;
   if (outermost) token = record(g, stream);
-  GemmFingerprints prints(token, g, stream);
+  GemmFingerprints prints(token, g, stream, layouts);
   cublasStatus_t st;
   {
     DepthScope depth;
@@ -433,7 +486,8 @@ DETRACE_EXPORT cublasStatus_t cublasLtMatmul(
       [&] {
         return fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc,
                   algo, workspace, workspaceSizeInBytes, stream);
-      });
+      },
+      [&] { return ltLayouts(computeDesc, beta, Adesc, Bdesc, Cdesc, Ddesc); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -459,7 +513,8 @@ DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperatio
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
                   Ctype, ldc, computeType, algo);
-      });
+      },
+      columnMajor);
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -486,7 +541,8 @@ DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
                   strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
-      });
+      },
+      columnMajor);
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -506,7 +562,8 @@ DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperat
       },
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-      });
+      },
+      columnMajor);
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -528,5 +585,6 @@ DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
                   C, ldc, strideC, batchCount);
-      });
+      },
+      columnMajor);
 }

@@ -301,13 +301,14 @@ void settleInProgress(ncclComm_t comm, bool outputs) noexcept {
 
 // After the real call (or outermost group end) returned: completes the recorded calls, with NCCL's
 // algorithm, protocol and channels where the plugin reported them; defers them if NCCL is still
-// making them (ncclInProgress).
+// making them (ncclInProgress). A call NCCL refused (any other error) wrote nothing, and its
+// buffers may be what it refused: no output digests then.
 void settle(ncclResult_t result) noexcept {
   if (result == ncclInProgress) {
     deferInProgress();
   } else {
     ChoiceCursor choices;
-    for (const Pending& p : t_pending) complete(p, choices.next(p.p2p), /*outputs=*/true);
+    for (const Pending& p : t_pending) complete(p, choices.next(p.p2p), /*outputs=*/result == ncclSuccess);
   }
   t_pending.clear();
   t_choices.clear();

@@ -10,6 +10,15 @@
 namespace detrace::tracer {
 namespace {
 
+// A lookup of the tracer's own that leaves no error behind for the program's next dlerror():
+// the program's own lookups (through the dlsym hook) succeeded, and those of a wrapper's first
+// call are none of its business.
+void* quietDlsym(void* handle, const char* name) {
+  void* sym = realDlsym(handle, name);
+  if (sym == nullptr) dlerror();
+  return sym;
+}
+
 // Base address of this library, to skip our own definitions.
 const void* selfBase() {
   static const void* base = [] {
@@ -17,6 +26,26 @@ const void* selfBase() {
     return dladdr(reinterpret_cast<void*>(&selfBase), &info) != 0 ? info.dli_fbase : nullptr;
   }();
   return base;
+}
+
+// A handle of this library, for its own exported definitions.
+void* selfHandle() {
+  static void* const self = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&selfBase), &info) == 0 || info.dli_fname == nullptr) return static_cast<void*>(nullptr);
+    void* handle = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);  // kept: this library stays loaded
+    if (handle == nullptr) dlerror();
+    return handle;
+  }();
+  return self;
+}
+
+// Both made while the library loads, on the loading thread: made at first use instead, a thread
+// holding the static's guard would wait for the loader's lock inside dladdr or dlopen while a
+// library constructor, holding that lock, looks up an NCCL or cuBLAS name and waits for the guard.
+[[gnu::constructor]] void initSelf() {
+  selfBase();
+  selfHandle();
 }
 
 bool isSelf(void* sym) {
@@ -49,8 +78,11 @@ void* fromLoadedLibrary(const char* name, const char* hint) {
   dl_iterate_phdr(visit, &s);  // no dlopen while iterating: it holds the loader lock
   if (!s.found) return nullptr;
   void* handle = dlopen(s.path, RTLD_NOLOAD | RTLD_LAZY);
-  if (handle == nullptr) return nullptr;
-  void* sym = realDlsym(handle, name);
+  if (handle == nullptr) {
+    dlerror();
+    return nullptr;
+  }
+  void* sym = quietDlsym(handle, name);
   dlclose(handle);  // drops the reference NOLOAD took; the library stays loaded
   return isSelf(sym) ? nullptr : sym;
 }
@@ -58,13 +90,13 @@ void* fromLoadedLibrary(const char* name, const char* hint) {
 }  // namespace
 
 void* nextSymbol(const char* name, const char* lib_hint) {
-  void* sym = realDlsym(RTLD_NEXT, name);
+  void* sym = quietDlsym(RTLD_NEXT, name);
   if (sym != nullptr && !isSelf(sym)) return sym;
   return lib_hint ? fromLoadedLibrary(name, lib_hint) : nullptr;
 }
 
 void* loadedSymbol(const char* name, const char* lib_hint) {
-  void* sym = realDlsym(RTLD_DEFAULT, name);
+  void* sym = quietDlsym(RTLD_DEFAULT, name);
   if (sym != nullptr && !isSelf(sym)) return sym;
   return nextSymbol(name, lib_hint);
 }
@@ -72,13 +104,9 @@ void* loadedSymbol(const char* name, const char* lib_hint) {
 bool isOwnSymbol(void* sym) { return isSelf(sym); }
 
 void* ownSymbol(const char* name) {
-  static void* const self = [] {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&selfBase), &info) == 0 || info.dli_fname == nullptr) return static_cast<void*>(nullptr);
-    return dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);  // kept: this library stays loaded
-  }();
+  void* self = selfHandle();
   if (self == nullptr) return nullptr;
-  void* sym = realDlsym(self, name);
+  void* sym = quietDlsym(self, name);
   return isSelf(sym) ? sym : nullptr;
 }
 

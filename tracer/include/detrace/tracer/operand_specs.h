@@ -35,6 +35,20 @@ class OperandShape {
   uint8_t n_ = 0;
 };
 
+// How a cuBLASLt matrix is stored (CUBLASLT_MATRIX_LAYOUT_ORDER, _BATCH_MODE).
+enum class MatrixOrder : uint8_t {
+  kColumn,     // column-major, `ld` elements from one column to the next (cuBLAS's only layout)
+  kRow,        // row-major, `ld` elements from one row to the next
+  kUnreadable  // a tiled order (COL32, ...) or an array of pointers: not one strided extent
+};
+
+// The layouts of a GEMM's A, B, C and D, and whether C is read at all.
+struct GemmLayouts {
+  std::array<MatrixOrder, 4> order{MatrixOrder::kColumn, MatrixOrder::kColumn,
+                                   MatrixOrder::kColumn, MatrixOrder::kColumn};
+  bool c_unread = false;  // beta is known to be 0
+};
+
 struct OperandSpec {
   int32_t slot = 0;
   std::string name;  // "A", "B", "C", "D", "send", "recv"
@@ -56,10 +70,20 @@ struct OperandSpec {
 // not batched with a matrix of its own per batch (a linear layer's weight, whose stored columns
 // are weight rows) get no rows: their whole digest alone. A batched A (eager attention's keys or
 // values) keeps its rows, which are tokens.
-std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows);
+//
+// cuBLASLt describes each matrix with a layout of its own (`layouts`; classic cuBLAS has only the
+// default): a row-major matrix is stored as rows of `ld` elements, and rows are then its stored
+// lines (under kTokens: D's and an untransposed A's, the tokens of a row-major caller's x W).
+// Matrices in a tiled order (COL32 and the like) or given as arrays of pointers get no digests:
+// their bytes are not one strided extent. Nor does C when beta is known to be 0 (cuBLASLt does
+// not read it, and the caller may pass any pointer).
+std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& gemm, RowDigests rows,
+                                          const GemmLayouts& layouts = {});
 
 // NCCL operands: the send and receive buffers, with rows of `row_bytes` (the hidden width of the
 // last GEMM output on this thread) when it divides the buffer; 0 = whole buffers only.
+// A broadcast's send buffer and a reduce's receive buffer are left out on ranks other than the
+// root (where the rank is known): NCCL ignores them there, and they may point anywhere.
 std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t row_bytes);
 
 // Whether the op's call may change what its inputs hold: an operand is both read and written
