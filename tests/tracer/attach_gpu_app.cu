@@ -8,6 +8,8 @@
 //                  and "cpu <C>", the calling thread's CPU time in those calls
 //   gemm N         N cuBLASLt matmuls (64x64 fp32, the algorithm left to cuBLASLt), then a device
 //                  synchronize -> "ok"
+//   busy N MS      N launches of busy_kernel, each spinning MS ms on the GPU, not waited for
+//                  -> "ok" (the kernels still run: a signal now finds the GPU busy)
 //   reset-exit     cudaDeviceReset() then _exit(0): no atexit, only context teardown commits
 //   exit           normal exit
 #include <time.h>
@@ -35,6 +37,19 @@ __global__ void phase_c_kernel(int* x) { x[0] += 3; }
 __global__ void phase_d_kernel(int* x) { x[0] += 4; }
 __global__ void phase_e_kernel(int* x) { x[0] += 5; }
 __global__ void tiny_kernel(int* x) { x[1] += 1; }
+
+__device__ long long globalTimerNs() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins for `ns` nanoseconds of the GPU's clock.
+__global__ void busy_kernel(long long ns) {
+  const long long start = globalTimerNs();
+  while (globalTimerNs() - start < ns) {
+  }
+}
 
 // N matmuls D = A B of 64x64 fp32 matrices (A, B filled once with small integers).
 bool gemms(int n) {
@@ -115,6 +130,11 @@ int main() {
       int n = 0;
       std::cin >> n;
       std::printf(gemms(n) ? "ok\n" : "failed\n");
+    } else if (cmd == "busy") {
+      int n = 0, ms = 0;
+      std::cin >> n >> ms;
+      for (int i = 0; i < n; ++i) busy_kernel<<<1, 1>>>(static_cast<long long>(ms) * 1000000);
+      std::printf(cudaGetLastError() == cudaSuccess ? "ok\n" : "failed\n");
     } else if (cmd == "reset-exit") {
       cudaDeviceReset();
       _exit(0);

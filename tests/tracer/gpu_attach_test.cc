@@ -212,5 +212,25 @@ TEST(AttachGpu, SigtermCommitsKernelsAndKillsTheProgram) {
   EXPECT_EQ(k["phase_b_kernel"].with_gpu_times, 3);
 }
 
+// A SIGTERM while the GPU is still running the program's kernels: the signal is finished on a
+// thread of the tracer's, which has no CUDA context of its own, and the finish still waits for
+// the program's context (up to half its time limit), so every kernel is in the trace with its
+// GPU times. The program never synchronizes: 3 kernels of 400 ms each are still queued or
+// running when the signal comes.
+TEST(AttachGpu, SigtermWhileKernelsRunWaitsForThem) {
+  DETRACE_REQUIRE_GPU();
+  TempDir tmp;
+  GpuApp app(tmp, Tracer::kRecording);
+  ASSERT_TRUE(app.ready);
+  EXPECT_EQ(app.child.send("busy 3 400"), "ok");
+  ASSERT_EQ(kill(app.child.pid(), SIGTERM), 0);
+  int status = app.child.wait();
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  auto k = kernels(app.trace());
+  EXPECT_EQ(k["busy_kernel"].n, 3);
+  EXPECT_EQ(k["busy_kernel"].with_gpu_times, 3);
+}
+
 }  // namespace
 }  // namespace detrace

@@ -250,8 +250,23 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
   DETRACE_RETURN_IF_ERROR(impl->bindSocket());
   Impl* raw = impl.get();
   try {
+    // Made with every signal blocked, so that it starts with them blocked: a signal for the
+    // program must not land on it before loop() blocks them (it would run the program's handler
+    // on the tracer's thread).
+    struct AllSignalsBlocked {
+      sigset_t saved;
+      AllSignalsBlocked() {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &saved);
+      }
+      ~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &saved, nullptr); }
+    } blocked;
     impl->thread = std::thread([raw] {
-      raw->loop();
+      try {
+        raw->loop();
+      } catch (...) {  // out of memory in a log line: the socket stops, the program goes on
+      }
       raw->markExited();
     });
   } catch (const std::exception& e) {

@@ -169,8 +169,10 @@ uint8_t* newBuffer() {
 }
 
 // ---- flusher thread ----
-std::mutex g_flush_mu;
-std::condition_variable g_flush_cv;
+// Never destroyed either: where Session::finish() never stops the flusher (a process paused and
+// never started), it is still waiting on them while the program's static destructors run.
+std::mutex& g_flush_mu = *new std::mutex;
+std::condition_variable& g_flush_cv = *new std::condition_variable;
 bool g_flush_stop = false;
 // On the heap, never destroyed: a process that exits without Session::finish() (paused and never
 // started, or recording failed) must not meet a joinable std::thread's destructor (std::terminate).
@@ -183,6 +185,10 @@ std::unordered_map<uint32_t, int32_t>& g_context_device =
     *new std::unordered_map<uint32_t, int32_t>();  // context uid -> device
 std::unordered_map<uint64_t, int32_t>& g_graph_records =
     *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> records per launch
+// The contexts the program has launched into (until destroyed): an exit or signal finished from a
+// thread with no current context still waits for their work (awaitContextWork).
+std::vector<CUcontext>& g_contexts = *new std::vector<CUcontext>();
+constexpr size_t kMaxContexts = 1024;
 
 // ---- per-thread launch state ----
 // Which launch a callback belongs to (launch_nesting.h), and the graph launch opened for the
@@ -325,6 +331,10 @@ int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid) {
   int32_t device = ctx && g_cupti.device_id(ctx, &dev) == CUPTI_SUCCESS ? static_cast<int32_t>(dev) : -1;
   std::lock_guard lk(g_cache_mu);
   if (g_context_device.size() < 1024) g_context_device[context_uid] = device;
+  if (ctx != nullptr && g_contexts.size() < kMaxContexts &&
+      std::find(g_contexts.begin(), g_contexts.end(), ctx) == g_contexts.end()) {
+    g_contexts.push_back(ctx);  // a context new to the process: the first launch into it
+  }
   return device;
 }
 
@@ -605,6 +615,10 @@ void onContextTeardown(CUcontext context) {
   diagTeardown("after the forced flush and the buffers in hand");
   Fingerprinter::get().forgetContext(context);  // its result memory dies with it
   forgetOwnStream(context);                      // and the tracer's own stream
+  {
+    std::lock_guard lk(g_cache_mu);
+    std::erase(g_contexts, context);
+  }
   Session::get().commit();
   g_torn_down.store(true);
   diagTeardown("committed");
@@ -843,43 +857,78 @@ void flusherLoop() {
   }
 }
 
-// Kernels still running at exit have no activity record yet: wait for the current context's work,
-// until `deadline` at most. An event recorded for the whole context (cuCtxRecordEvent) is polled,
-// so a kernel that never ends costs the wait, not the exit, and leaves no thread of ours inside
-// the driver; without that call (drivers before CUDA 12.5), cuCtxSynchronize.
-void awaitContextWork(std::chrono::steady_clock::time_point deadline) {
+// The driver calls that wait for a context's work at exit (each null where the driver lacks it).
+struct ContextWaitApi {
   using CtxGet = CUresult (*)(CUcontext*);
+  using CtxSet = CUresult (*)(CUcontext);
   using EventCreate = CUresult (*)(CUevent*, unsigned int);
   using CtxRecordEvent = CUresult (*)(CUcontext, CUevent);
   using EventQuery = CUresult (*)(CUevent);
   using EventDestroy = CUresult (*)(CUevent);
   using CtxSync = CUresult (*)();
-  static const auto ctx_get = reinterpret_cast<CtxGet>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
-  static const auto create = reinterpret_cast<EventCreate>(loadedSymbol("cuEventCreate", "libcuda.so"));
-  static const auto record = reinterpret_cast<CtxRecordEvent>(loadedSymbol("cuCtxRecordEvent", "libcuda.so"));
-  static const auto query = reinterpret_cast<EventQuery>(loadedSymbol("cuEventQuery", "libcuda.so"));
-  static const auto destroy = reinterpret_cast<EventDestroy>(loadedSymbol("cuEventDestroy_v2", "libcuda.so"));
-  static const auto sync = reinterpret_cast<CtxSync>(loadedSymbol("cuCtxSynchronize", "libcuda.so"));
-  CUcontext ctx = nullptr;
-  if (ctx_get == nullptr || ctx_get(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
-  if (record == nullptr || create == nullptr || query == nullptr || destroy == nullptr) {
-    if (sync != nullptr) (void)sync();
-    return;
+  CtxGet get = reinterpret_cast<CtxGet>(loadedSymbol("cuCtxGetCurrent", "libcuda.so"));
+  CtxSet set = reinterpret_cast<CtxSet>(loadedSymbol("cuCtxSetCurrent", "libcuda.so"));
+  EventCreate create = reinterpret_cast<EventCreate>(loadedSymbol("cuEventCreate", "libcuda.so"));
+  CtxRecordEvent record = reinterpret_cast<CtxRecordEvent>(loadedSymbol("cuCtxRecordEvent", "libcuda.so"));
+  EventQuery query = reinterpret_cast<EventQuery>(loadedSymbol("cuEventQuery", "libcuda.so"));
+  EventDestroy destroy = reinterpret_cast<EventDestroy>(loadedSymbol("cuEventDestroy_v2", "libcuda.so"));
+  CtxSync sync = reinterpret_cast<CtxSync>(loadedSymbol("cuCtxSynchronize", "libcuda.so"));
+};
+
+// Waits for the work of the thread's current context, until `deadline` at most. An event recorded
+// for the whole context (cuCtxRecordEvent) is polled, so a kernel that never ends costs the wait,
+// not the exit, and leaves no thread of ours inside the driver; without that call (drivers before
+// CUDA 12.5), cuCtxSynchronize. False if the GPU was still busy at the deadline.
+bool awaitCurrentContext(const ContextWaitApi& api, CUcontext ctx,
+                         std::chrono::steady_clock::time_point deadline) {
+  if (api.record == nullptr || api.create == nullptr || api.query == nullptr || api.destroy == nullptr) {
+    if (api.sync != nullptr) (void)api.sync();
+    return true;
   }
   CUevent ev = nullptr;
-  if (create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
-  if (record(ctx, ev) == CUDA_SUCCESS) {
-    CUresult r = query(ev);
+  if (api.create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return true;
+  CUresult r = api.record(ctx, ev);
+  if (r == CUDA_SUCCESS) {
+    r = api.query(ev);
     while (r == CUDA_ERROR_NOT_READY && std::chrono::steady_clock::now() < deadline && !finishAbandoned()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      r = query(ev);
-    }
-    if (r == CUDA_ERROR_NOT_READY) {
-      logLine("the GPU was still busy when the trace was finished; kernels still running have no "
-              "GPU times in it");
+      r = api.query(ev);
     }
   }
-  (void)destroy(ev);  // an event not yet reached is released when it is
+  (void)api.destroy(ev);  // an event not yet reached is released when it is
+  return r != CUDA_ERROR_NOT_READY;
+}
+
+// Kernels still running at exit have no activity record yet: wait for their work, until
+// `deadline` at most. The current context's, or where the finishing thread has none (a signal
+// is finished on a thread of the tracer's; exit() may be called from a thread that never used
+// CUDA), every context the program launched into.
+void awaitContextWork(std::chrono::steady_clock::time_point deadline) {
+  static const ContextWaitApi api;
+  if (api.get == nullptr) return;
+  CUcontext current = nullptr;
+  if (api.get(&current) != CUDA_SUCCESS) return;
+  std::vector<CUcontext> contexts;
+  try {
+    if (current != nullptr) {
+      contexts.push_back(current);
+    } else if (api.set != nullptr) {
+      std::lock_guard lk(g_cache_mu);
+      contexts = g_contexts;
+    }
+  } catch (...) {
+    return;
+  }
+  bool idle = true;
+  for (CUcontext ctx : contexts) {
+    if (ctx != current && api.set(ctx) != CUDA_SUCCESS) continue;
+    idle = awaitCurrentContext(api, ctx, deadline) && idle;
+  }
+  if (current == nullptr && !contexts.empty()) (void)api.set(nullptr);
+  if (!idle) {
+    logLine("the GPU was still busy when the trace was finished; kernels still running have no "
+            "GPU times in it");
+  }
 }
 
 // At exit (Session::finish): stop the flusher, collect every record, stop callbacks.

@@ -234,21 +234,52 @@ bool armThread() {
   return true;
 }
 
-void installHandlers() {
-  for (size_t i = 0; i < kCount; ++i) {
-    struct sigaction old {};
-    if (sigaction(kSignals[i], nullptr, &old) != 0) continue;
-    bool ignored = (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_IGN;
-    if (ignored) continue;  // the program ignores it: nothing to commit for
+bool isIgnored(const struct sigaction& a) {
+  return (a.sa_flags & SA_SIGINFO) == 0 && a.sa_handler == SIG_IGN;
+}
+
+// The same handler with the same flags.
+bool sameAction(const struct sigaction& a, const struct sigaction& b) {
+  const bool info = (a.sa_flags & SA_SIGINFO) != 0;
+  if (info != ((b.sa_flags & SA_SIGINFO) != 0) || a.sa_flags != b.sa_flags) return false;
+  return info ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
+}
+
+// Ours in front of `old`, the program's action.
+struct sigaction wrapping(const struct sigaction& old) {
+  struct sigaction sa {};
+  sa.sa_sigaction = onSignal;
+  sa.sa_mask = old.sa_mask;
+  // Keep the program's restart semantics (an interpreter may rely on EINTR to see its signal).
+  sa.sa_flags = SA_SIGINFO | (old.sa_flags & SA_ONSTACK);  // the program's stack choice
+  sa.sa_flags |= isDefault(old) ? SA_RESTART : (old.sa_flags & (SA_RESTART | SA_NODEFER));
+  return sa;
+}
+
+// Installs ours in front of the program's action for signal i. The action it replaced is what
+// the swap itself returns: a program thread that set its own between the read and the swap is
+// chained to (or, if it chose to ignore the signal, given that back), never lost.
+void installHandler(size_t i) {
+  struct sigaction old {};
+  if (sigaction(kSignals[i], nullptr, &old) != 0) return;
+  bool ours_installed = false;
+  for (int tries = 0; tries < 4; ++tries) {
+    if (isIgnored(old)) {  // the program ignores it: nothing to commit for
+      if (ours_installed) (void)sigaction(kSignals[i], &old, nullptr);
+      return;
+    }
     g_old[i] = old;
-    struct sigaction sa {};
-    sa.sa_sigaction = onSignal;
-    sa.sa_mask = old.sa_mask;
-    // Keep the program's restart semantics (an interpreter may rely on EINTR to see its signal).
-    sa.sa_flags = SA_SIGINFO | (old.sa_flags & SA_ONSTACK);  // the program's stack choice
-    sa.sa_flags |= isDefault(old) ? SA_RESTART : (old.sa_flags & (SA_RESTART | SA_NODEFER));
-    (void)sigaction(kSignals[i], &sa, nullptr);
+    const struct sigaction sa = wrapping(old);
+    struct sigaction replaced {};
+    if (sigaction(kSignals[i], &sa, &replaced) != 0) return;
+    ours_installed = true;
+    if (sameAction(replaced, old)) return;
+    old = replaced;
   }
+}
+
+void installHandlers() {
+  for (size_t i = 0; i < kCount; ++i) installHandler(i);
 }
 
 }  // namespace
