@@ -3,7 +3,9 @@
 // NCCL with a non-blocking communicator whose first collective connects peers, its first
 // all-reduce answers ncclInProgress at once and enqueues the kernel later, from a thread of its
 // own; ncclCommGetAsyncError says when it has. The kernel writes 2 * send (as two ranks holding
-// the same data would sum), so an output fingerprint taken before it would see other bytes.
+// the same data would sum), so an output fingerprint taken before it would see other bytes. A
+// blocking communicator's all-reduce is made at once, in the stream's context whichever is current.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -30,9 +32,17 @@ __global__ void twice(const float* send, float* recv, size_t n) {
   }
 }
 
+// As NCCL does, in the communicator's context (here: the stream's) whichever is current.
 cudaError_t launch(const void* send, void* recv, size_t count, cudaStream_t stream) {
+  CUcontext caller = nullptr, own = nullptr;
+  if (cuCtxGetCurrent(&caller) != CUDA_SUCCESS || cuStreamGetCtx(stream, &own) != CUDA_SUCCESS ||
+      cuCtxSetCurrent(own) != CUDA_SUCCESS) {
+    return cudaErrorInvalidResourceHandle;
+  }
   twice<<<64, 256, 0, stream>>>(static_cast<const float*>(send), static_cast<float*>(recv), count);
-  return cudaGetLastError();
+  const cudaError_t error = cudaGetLastError();
+  cuCtxSetCurrent(caller);
+  return error;
 }
 
 }  // namespace

@@ -459,6 +459,47 @@ TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
   EXPECT_EQ((*stats)["nccl_calls_in_progress"], 1);
 }
 
+// One thread driving several GPUs calls each communicator's collective with another device's
+// context current (NCCL's group of one communicator per device, without cudaSetDevice between):
+// here a second context of the one GPU is current while the all-reduce (the stand-in, which like
+// NCCL launches in its stream's context) runs on a stream of the primary one. The digests are
+// taken in the stream's context, so both buffers have them, equal to the CPU twin's.
+TEST(TracerGpu, AnOpOnAStreamOfAnotherContextIsFingerprintedInThatContext) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  const size_t n = 3000 + rng.seed() % 5000;
+  const uint64_t seed = rng.seed();
+  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/nccl_async_gpu_app {2} {3} other-context",
+                             DETRACE_BINARY_DIR, run, n, seed),
+                 out);
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(contains(out, "the all-reduce returned 0, done")) << out;
+  std::vector<float> send(n), recv(n);
+  for (size_t i = 0; i < n; ++i) {
+    send[i] = static_cast<float>((i * 2654435761ull + seed) % 1000) * 0.25f;
+    recv[i] = 2.0f * send[i];
+  }
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk()) << colls.status().message();
+  ASSERT_EQ(colls->size(), 1u) << out;
+  auto operands = (*reader)->operands(colls->front().first);
+  ASSERT_TRUE(operands.isOk()) << operands.status().message();
+  std::map<std::string, db::Operand> by_name;
+  for (const db::Operand& o : *operands) by_name[(*reader)->str(o.name)] = o;
+  ASSERT_EQ(by_name.count("send"), 1u) << "no input digest: taken in the current context, not the stream's\n" << out;
+  ASSERT_EQ(by_name.count("recv"), 1u) << out;
+  EXPECT_EQ(by_name["send"].digest, kernels::digestCpu(send.data(), n * sizeof(float)));
+  EXPECT_EQ(by_name["recv"].digest, kernels::digestCpu(recv.data(), n * sizeof(float)));
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk()) << stats.status().message();
+  EXPECT_EQ((*stats)["fingerprints_skipped_error"], 0);
+}
+
 // GEMMs called from a thread on which no context is current when the call begins (its first CUDA
 // work) get every operand's fingerprint, taken after the call: inputs too, not only the output.
 TEST(TracerGpu, GemmsOfAThreadsFirstCudaWorkHaveTheirInputsFingerprinted) {

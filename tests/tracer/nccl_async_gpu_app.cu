@@ -2,12 +2,17 @@
 // (tests/tracer/fake_nccl_async.cu stands in for NCCL). argv[1]: the count, argv[2]: a seed. The
 // send buffer holds send(i) = ((i * 2654435761 + seed) % 1000) * 0.25 (the test computes the same),
 // the receive buffer is poisoned with 0xff bytes first; the all-reduce writes 2 * send.
+// argv[3] == "other-context": the communicator is a blocking one, and the all-reduce is called
+// with a second context of the device current (made with cuCtxCreate), its stream and buffers
+// the primary context's, as when one thread drives several GPUs' communicators in turn.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(call)                                                           \
@@ -32,11 +37,23 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ncclUniqueId id;
   CK(ncclGetUniqueId(&id));
+  const bool other_context = argc > 3 && std::strcmp(argv[3], "other-context") == 0;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = other_context ? 1 : 0;
   ncclComm_t comm = nullptr;
   CK(ncclCommInitRankConfig(&comm, 1, id, 0, &config));
+  CUcontext primary = nullptr, second = nullptr;
+  if (other_context) {
+    CK(cuCtxGetCurrent(&primary));
+    CUdevice dev = 0;
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuCtxCreate(&second, nullptr, 0, dev));  // and current
+  }
   const ncclResult_t first = ncclAllReduce(send, recv, n, ncclFloat32, ncclSum, comm, stream);
+  if (other_context) {
+    CK(cuCtxSetCurrent(primary));
+    CK(cuCtxDestroy(second));
+  }
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) CK(ncclCommGetAsyncError(comm, &state));
   CK(state);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -65,6 +66,7 @@ const Driver& Driver::get() {
     // CUDA 12.3+ (the edge data argument); older drivers: no graph fingerprints.
     x.capture_info = reinterpret_cast<CaptureInfo>(sym("cuStreamGetCaptureInfo_v3"));
     x.stream_wait_event = reinterpret_cast<StreamWaitEvent>(sym("cuStreamWaitEvent"));
+    x.stream_get_ctx = reinterpret_cast<StreamGetCtx>(sym("cuStreamGetCtx"));
     x.ok = x.ctx_get && x.ctx_set && x.mem_alloc && x.memset_d8_async && x.stream_sync &&
            x.host_alloc &&
            x.host_dev_ptr && x.event_create && x.event_record && x.event_query && x.is_capturing;
@@ -645,22 +647,52 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
 
 namespace {
 
+// The context of the stream an op was enqueued on: the thread's current one (`current`), unless
+// the stream is a stream of another context, as when one thread drives several GPUs without
+// switching (NCCL's group of one communicator per device). The last stream asked about is
+// remembered per thread until a stream is destroyed (its handle may come back in another context).
+CUcontext streamContext(const Driver& d, CUcontext current, CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD ||
+      d.stream_get_ctx == nullptr) {
+    return current;  // the special handles mean the current context's
+  }
+  thread_local CUstream t_stream = nullptr;
+  thread_local uint64_t t_epoch = 0;
+  thread_local CUcontext t_ctx = nullptr;
+  const uint64_t epoch = streamEpoch();
+  if (stream == t_stream && epoch == t_epoch) return t_ctx;
+  CUcontext ctx = nullptr;
+  if (d.stream_get_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return current;
+  t_stream = stream;
+  t_epoch = epoch;
+  t_ctx = ctx;
+  return ctx;
+}
+
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
-// (`inputs`) or outputs.
+// (`inputs`) or outputs. The digests run in the stream's context, made current meanwhile where
+// the thread's is another.
 void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
                   bool inputs, bool deep, bool known_uncaptured = false,
                   const CallNodes* nodes = nullptr) {
   const Driver& d = Driver::get();
   State& s = state();
-  CUcontext ctx = nullptr;
+  CUcontext current = nullptr;
+  if (d.ctx_get(&current) != CUDA_SUCCESS) return;
+  const CUcontext ctx = streamContext(d, current, stream);
+  if (ctx == nullptr) return;
+  std::optional<fp::ContextScope> switched;
+  if (ctx != current && !switched.emplace(ctx).ok()) {
+    std::lock_guard lk(s.mu);
+    ++s.skipped_error;
+    return;
+  }
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   bool checked = false;
   {
     DiagScope timing(DiagSite::kFingerprintCheck);
-    checked = d.ctx_get(&ctx) == CUDA_SUCCESS && ctx != nullptr &&
-              (known_uncaptured || d.is_capturing(stream, &capture) == CUDA_SUCCESS);
+    checked = known_uncaptured || d.is_capturing(stream, &capture) == CUDA_SUCCESS;
   }
-  if (ctx == nullptr) return;
   if (!checked || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     // Captured into a CUDA graph: the digests are captured with the op and run at every replay.
     std::lock_guard lk(s.mu);

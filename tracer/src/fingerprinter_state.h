@@ -66,6 +66,7 @@ struct Driver {
   using CaptureInfo = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
                                    const CUgraphNode**, const CUgraphEdgeData**, size_t*);
   using StreamWaitEvent = CUresult (*)(CUstream, CUevent, unsigned int);
+  using StreamGetCtx = CUresult (*)(CUstream, CUcontext*);
   CtxGet ctx_get = nullptr;
   CtxGet ctx_set = nullptr;  // cuCtxSetCurrent(CUcontext): same shape, by value
   MemAlloc mem_alloc = nullptr;
@@ -80,12 +81,35 @@ struct Driver {
   CopyDtoH copy_dtoh = nullptr;        // optional: only full capture needs it
   CaptureInfo capture_info = nullptr;  // optional: only CUDA graphs need these two
   StreamWaitEvent stream_wait_event = nullptr;
+  StreamGetCtx stream_get_ctx = nullptr;  // optional: ops on streams of the current context only
   bool ok = false;
 
   static const Driver& get();
   CUresult setCurrent(CUcontext c) const {
     return reinterpret_cast<CUresult (*)(CUcontext)>(ctx_set)(c);
   }
+};
+
+// Makes `ctx` the thread's current context for the scope (where it is not already), and the one
+// that was current again at its end. ok(): `ctx` is current.
+class ContextScope {
+ public:
+  explicit ContextScope(CUcontext ctx) {
+    const Driver& d = Driver::get();
+    if (ctx == nullptr || d.ctx_get(&saved_) != CUDA_SUCCESS) return;
+    ok_ = saved_ == ctx || d.setCurrent(ctx) == CUDA_SUCCESS;
+    restore_ = ok_ && saved_ != ctx;
+  }
+  ~ContextScope() {
+    if (restore_) (void)Driver::get().setCurrent(saved_);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool ok_ = false, restore_ = false;
 };
 
 // Per-context digest machinery and result memory, created on first use in that context.

@@ -597,28 +597,6 @@ void holdGateLocked(fp::ExecInfo& e, std::shared_ptr<fp::Replay> holder) {
   t_launch.gate = std::move(holder);
 }
 
-// Makes the executable graph's context current on this thread for its scope (a runtime launch's
-// enter may come before the runtime made its context current), and puts the thread's back after.
-class ExecContextScope {
- public:
-  explicit ExecContextScope(CUcontext ctx) {
-    const fp::Driver& d = fp::Driver::get();
-    if (ctx == nullptr || d.ctx_get(&saved_) != CUDA_SUCCESS) return;
-    ok_ = saved_ == ctx || d.setCurrent(ctx) == CUDA_SUCCESS;
-    restore_ = ok_ && saved_ != ctx;
-  }
-  ~ExecContextScope() {
-    if (restore_) (void)fp::Driver::get().setCurrent(saved_);
-  }
-  ExecContextScope(const ExecContextScope&) = delete;
-  ExecContextScope& operator=(const ExecContextScope&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  CUcontext saved_ = nullptr;
-  bool ok_ = false, restore_ = false;
-};
-
 // Whether the executable graph's context is still the tracer's (not destroyed meanwhile).
 bool contextAliveLocked(State& s, const fp::Context* cx) {
   if (cx == nullptr) return false;
@@ -871,7 +849,9 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     std::unique_lock lk(s.mu);
     fp::ExecInfo& e = *plan.exec;
     if (!contextAliveLocked(s, e.ctx)) return;
-    ExecContextScope scope(e.ctx->ctx);
+    // The executable graph's context (a runtime launch's enter may come before the runtime made
+    // its context current), the thread's own again after.
+    fp::ContextScope scope(e.ctx->ctx);
     if (!scope.ok()) {
       giveUpLocked(*e.order, e.serial, "its context could not be made current to order a launch", true);
       ++s.graph_replays_unsupported;
@@ -959,7 +939,7 @@ bool Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexce
     if (it == s.execs.end()) return false;  // no captured digests: nothing reads a cell
     std::shared_ptr<fp::ExecInfo> e = it->second;  // kept while the gate's wait lets go of mu
     if (!contextAliveLocked(s, e->ctx)) return false;
-    ExecContextScope scope(e->ctx->ctx);
+    fp::ContextScope scope(e->ctx->ctx);
     if (!scope.ok()) {
       giveUpLocked(*e->order, e->serial, "its context could not be made current to order a launch", true);
       return false;
@@ -1012,7 +992,7 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
       return;
     }
     fp::Context& cx = *e.ctx;
-    ExecContextScope scope(cx.ctx);
+    fp::ContextScope scope(cx.ctx);
     if (!scope.ok()) {
       giveUpLocked(*e.order, e.serial, "its context could not be made current to end a launch", true);
       if (r != nullptr) r->failed = r->leak = r->ended = true;
