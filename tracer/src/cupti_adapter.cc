@@ -185,8 +185,8 @@ std::unordered_map<uint32_t, int32_t>& g_context_device =
     *new std::unordered_map<uint32_t, int32_t>();  // context uid -> device
 std::unordered_map<uint64_t, int32_t>& g_graph_records =
     *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> records per launch
-// The contexts the program has launched into (until destroyed): an exit or signal finished from a
-// thread with no current context still waits for their work (awaitContextWork).
+// The process's contexts (from their creation to their teardown): an exit or signal finished
+// from a thread with no current context still waits for their work (awaitContextWork).
 std::vector<CUcontext>& g_contexts = *new std::vector<CUcontext>();
 constexpr size_t kMaxContexts = 1024;
 
@@ -331,10 +331,6 @@ int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid) {
   int32_t device = ctx && g_cupti.device_id(ctx, &dev) == CUPTI_SUCCESS ? static_cast<int32_t>(dev) : -1;
   std::lock_guard lk(g_cache_mu);
   if (g_context_device.size() < 1024) g_context_device[context_uid] = device;
-  if (ctx != nullptr && g_contexts.size() < kMaxContexts &&
-      std::find(g_contexts.begin(), g_contexts.end(), ctx) == g_contexts.end()) {
-    g_contexts.push_back(ctx);  // a context new to the process: the first launch into it
-  }
   return device;
 }
 
@@ -677,6 +673,9 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     if (deep::enabled()) deep::onModuleUnload();
   } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
+  } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+    std::lock_guard lk(g_cache_mu);
+    if (data->context != nullptr && g_contexts.size() < kMaxContexts) g_contexts.push_back(data->context);
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
     g_context_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back
     onContextTeardown(data->context);
@@ -894,7 +893,11 @@ bool awaitCurrentContext(const ContextWaitApi& api, CUcontext ctx,
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       r = api.query(ev);
     }
+  } else {
+    logLine("cannot wait for the GPU's work at the end of the recording (cuCtxRecordEvent: error "
+            "%d); kernels still running may have no GPU times in the trace", static_cast<int>(r));
   }
+  if (g_diag_teardown) logLine("teardown: %.3f ms: context %p waited for: %d", diagMs(), static_cast<void*>(ctx), static_cast<int>(r));
   (void)api.destroy(ev);  // an event not yet reached is released when it is
   return r != CUDA_ERROR_NOT_READY;
 }
@@ -918,6 +921,10 @@ void awaitContextWork(std::chrono::steady_clock::time_point deadline) {
     }
   } catch (...) {
     return;
+  }
+  if (g_diag_teardown) {
+    logLine("teardown: %.3f ms: waiting for %zu context(s), current %p", diagMs(), contexts.size(),
+            static_cast<void*>(current));
   }
   bool idle = true;
   for (CUcontext ctx : contexts) {
@@ -1099,7 +1106,7 @@ void activitiesOff() {
 
 // The callbacks that stay on whatever the capture switch says (they are rare, and none is in the
 // runtime or driver API domains but deep mode's allocation callbacks): graph instantiation (to
-// count a graph's records), context teardown and NVTX. The driver-API callbacks that every
+// count a graph's records), contexts' creation and teardown, and NVTX. The driver-API callbacks that every
 // capture needs are turned on at the first start (enableGraphUpdateCallbacks,
 // enableOwnMemoryCallbacks).
 bool enableCallbacks() {
@@ -1111,8 +1118,9 @@ bool enableCallbacks() {
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id),
                        "graph callback");
   }
-  DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                             CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING), "context callback");
+  for (CUpti_CallbackId id : {CUPTI_CBID_RESOURCE_CONTEXT_CREATED, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING}) {
+    DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE, id), "context callback");
+  }
   DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                              CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING), "stream callback");
   // Graph nodes created inside a plain launch's call: the launch was captured (see onLaunch); and
