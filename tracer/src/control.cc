@@ -27,7 +27,9 @@ std::atomic<bool> g_tried{false};
 // Heap-allocated so a forked child can replace a mutex another parent thread held at fork time.
 std::mutex* g_mu = new std::mutex;
 ControlServer* g_server = nullptr;  // never deleted: see stopControl()
-std::string& g_pointer = *new std::string;  // RUN_DIR/proc-<pid>.dtrace-control; leaked (exit)
+// RUN_DIR/proc-<pid>.dtrace-control, once written (on the server's thread); leaked (exit).
+std::string& g_pointer = *new std::string;
+std::mutex* g_pointer_mu = new std::mutex;  // heap: replaced in a forked child, as g_mu
 
 control::Reply statusReply() {
   Session::CaptureState st = Session::get().captureState();
@@ -84,6 +86,7 @@ void writePointer(const std::string& socket) {
   bool ok = std::fprintf(f, "socket=%s\n", socket.c_str()) > 0;
   ok = std::fclose(f) == 0 && ok;
   if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) {
+    std::lock_guard lk(*g_pointer_mu);
     g_pointer = path;
   } else {
     std::remove(tmp.c_str());
@@ -97,6 +100,7 @@ Result<std::unique_ptr<ControlServer>> startServer() {
   o.pid = getpid();
   o.allowed_uid = geteuid();
   o.handler = handle;
+  o.on_start = writePointer;  // the run directory may be on a slow file system
   Status first;
   for (const std::string& dir :
        control::controlDirectories(geteuid(), std::getenv("XDG_RUNTIME_DIR"))) {
@@ -124,7 +128,6 @@ void startControl() noexcept {
       return;
     }
     g_server = server->release();
-    writePointer(g_server->path());
     std::atexit(stopAtExit);
     installSignalHandlers();  // a paused process killed by SIGTERM also removes its socket
   } catch (...) {
@@ -141,6 +144,7 @@ void stopControl() noexcept {
     if (g_server != nullptr && !g_server->stop(kStopLimit)) {
       logLine("`detrace attach`'s last request was still being answered at exit; left to end by itself");
     }
+    std::lock_guard pointer_lk(*g_pointer_mu);
     if (!g_pointer.empty()) ::unlink(g_pointer.c_str());
     g_pointer.clear();
   } catch (...) {
@@ -149,6 +153,7 @@ void stopControl() noexcept {
 
 void resetControlAfterFork() noexcept {
   g_mu = new std::mutex;  // the parent's may have been held by a thread that is gone here
+  g_pointer_mu = new std::mutex;
   if (g_server != nullptr) g_server->abandonAfterFork();  // and leaked: its thread is the parent's
   g_server = nullptr;
   g_pointer = std::string();
