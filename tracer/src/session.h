@@ -90,9 +90,12 @@ class Session {
     int32_t rank = -1, world_size = -1;
   };
   CaptureState captureState();
-  // Commits what has been recorded so far without ending the recording (context teardown, a
-  // signal the program handles itself). Never throws.
-  void commit() noexcept;
+  enum class Held { kSettle, kKeep };
+  // Commits what has been recorded so far without ending the recording. At a context's teardown
+  // (kSettle) the records held back for ordering are written too: no more records will come for
+  // them. On a signal the program handles itself (kKeep) the recording goes on, and they stay
+  // held, so that records still on their way keep their places and parents. Never throws.
+  void commit(Held held = Held::kSettle) noexcept;
   // The buffer and writer if recording has started, starting nothing and ignoring the capture
   // switch: for delivering the GPU records of launches made while capturing.
   ReorderBuffer* startedBuffer();

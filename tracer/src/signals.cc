@@ -190,7 +190,7 @@ void flushLoop(int rd, FdIdentity rd_id) {
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof value)) return;
     if ((value & kCommitOnly) != 0) {
-      Session::get().commit();
+      Session::get().commit(Session::Held::kKeep);  // the program goes on, and so does the recording
       continue;
     }
     int sig = value & 0xff;
