@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +31,15 @@ ControlServer* g_server = nullptr;  // never deleted: see stopControl()
 // RUN_DIR/proc-<pid>.dtrace-control, once written (on the server's thread); leaked (exit).
 std::string& g_pointer = *new std::string;
 std::mutex* g_pointer_mu = new std::mutex;  // heap: replaced in a forked child, as g_mu
+
+// The server's thread says when it has written the pointer file: startControl waits for that,
+// but no longer than kPointerWait (a stalled run directory costs the program that, not more).
+constexpr auto kPointerWait = std::chrono::milliseconds(250);
+struct PointerWritten {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
 
 control::Reply statusReply() {
   Session::CaptureState st = Session::get().captureState();
@@ -100,13 +110,27 @@ Result<std::unique_ptr<ControlServer>> startServer() {
   o.pid = getpid();
   o.allowed_uid = geteuid();
   o.handler = handle;
-  o.on_start = writePointer;  // the run directory may be on a slow file system
+  // Leaked: the server's thread may still be writing when the program ends.
+  auto* written = new PointerWritten;
+  o.on_start = [written](const std::string& socket) {  // the run directory may be a slow one
+    writePointer(socket);
+    std::lock_guard lk(written->mu);
+    written->done = true;
+    written->cv.notify_all();
+  };
   Status first;
   for (const std::string& dir :
        control::controlDirectories(geteuid(), std::getenv("XDG_RUNTIME_DIR"))) {
     o.dir = dir;
     auto server = ControlServer::start(o);
-    if (server.isOk()) return server;
+    if (server.isOk()) {
+      std::unique_lock lk(written->mu);
+      if (!written->cv.wait_for(lk, kPointerWait, [written] { return written->done; })) {
+        logLine("the run directory is slow: `detrace attach RUN_DIR` may not find this process "
+                "for a while (`detrace attach %d` works)", static_cast<int>(getpid()));
+      }
+      return server;
+    }
     if (first.isOk()) first = server.status();
   }
   return first;
