@@ -411,24 +411,26 @@ TEST(TracerGpu, CommunicatorsFromScalableInitAndShrinkAreFollowed) {
   EXPECT_EQ((*reader)->rank().world_size, 1);
 }
 
-// A non-blocking communicator's collective that NCCL makes on its own thread after answering
-// ncclInProgress (its first, which connects peers; tests/tracer/fake_nccl_async.cu stands in for
-// NCCL and launches a real kernel late): its output is fingerprinted once NCCL says the
-// communicator is ready, after the kernel, not when the call returned, when the receive buffer
-// still held the program's poison.
-TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
-  DETRACE_REQUIRE_GPU();
+// Records tests/nccl_async_gpu_app (one all-reduce of random length through the stand-in of
+// tests/tracer/fake_nccl_async.cu; `mode`: its third argument) and checks the one collective and
+// its send and receive digests against the CPU twin's digests of what the program wrote (the
+// receive buffer poisoned first); `returned`: what the all-reduce call must have answered.
+struct AsyncAllReduce {
+  std::map<std::string, int64_t> stats;
+};
+
+void recordAsyncAllReduce(const std::string& mode, int returned, AsyncAllReduce& r) {
   testing::TempDir tmp;
   std::string run = tmp.file("run"), out;
   testing::Rng rng;
   SCOPED_TRACE(rng.seed());
   const size_t n = 3000 + rng.seed() % 5000;
   const uint64_t seed = rng.seed();
-  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/nccl_async_gpu_app {2} {3}",
-                             DETRACE_BINARY_DIR, run, n, seed),
+  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/nccl_async_gpu_app {2} {3} {4}",
+                             DETRACE_BINARY_DIR, run, n, seed, mode),
                  out);
   ASSERT_EQ(rc, 0) << out;
-  ASSERT_TRUE(contains(out, "the all-reduce returned 7, done")) << out;  // ncclInProgress
+  ASSERT_TRUE(contains(out, fmt::format("the all-reduce returned {}, done", returned).c_str())) << out;
   std::vector<float> send(n), recv(n);
   for (size_t i = 0; i < n; ++i) {
     send[i] = static_cast<float>((i * 2654435761ull + seed) % 1000) * 0.25f;
@@ -447,16 +449,26 @@ TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
   ASSERT_TRUE(operands.isOk()) << operands.status().message();
   std::map<std::string, db::Operand> by_name;
   for (const db::Operand& o : *operands) by_name[(*reader)->str(o.name)] = o;
-  ASSERT_EQ(by_name.count("send"), 1u);
-  ASSERT_EQ(by_name.count("recv"), 1u);
-  ASSERT_TRUE(by_name["send"].has_digest);
-  ASSERT_TRUE(by_name["recv"].has_digest) << out;
+  ASSERT_EQ(by_name.count("send"), 1u) << "no input digest\n" << out;
+  ASSERT_EQ(by_name.count("recv"), 1u) << "no output digest\n" << out;
   EXPECT_EQ(by_name["send"].digest, kernels::digestCpu(send.data(), n * sizeof(float)));
   EXPECT_EQ(by_name["recv"].digest, kernels::digestCpu(recv.data(), n * sizeof(float)))
-      << "the output was fingerprinted before NCCL's thread enqueued the kernel";
+      << "the output was fingerprinted before the kernel that writes it";
   auto stats = (*reader)->stats();
   ASSERT_TRUE(stats.isOk()) << stats.status().message();
-  EXPECT_EQ((*stats)["nccl_calls_in_progress"], 1);
+  r.stats = *stats;
+}
+
+// A non-blocking communicator's collective that NCCL makes on its own thread after answering
+// ncclInProgress (its first, which connects peers; tests/tracer/fake_nccl_async.cu stands in for
+// NCCL and launches a real kernel late): its output is fingerprinted once NCCL says the
+// communicator is ready, after the kernel, not when the call returned, when the receive buffer
+// still held the program's poison.
+TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
+  DETRACE_REQUIRE_GPU();
+  AsyncAllReduce r;
+  ASSERT_NO_FATAL_FAILURE(recordAsyncAllReduce("", 7, r));  // ncclInProgress
+  EXPECT_EQ(r.stats["nccl_calls_in_progress"], 1);
 }
 
 // One thread driving several GPUs calls each communicator's collective with another device's
@@ -466,38 +478,9 @@ TEST(TracerGpu, InProgressCollectivesAreFingerprintedAfterNcclMakesThem) {
 // taken in the stream's context, so both buffers have them, equal to the CPU twin's.
 TEST(TracerGpu, AnOpOnAStreamOfAnotherContextIsFingerprintedInThatContext) {
   DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  std::string run = tmp.file("run"), out;
-  testing::Rng rng;
-  SCOPED_TRACE(rng.seed());
-  const size_t n = 3000 + rng.seed() % 5000;
-  const uint64_t seed = rng.seed();
-  int rc = shell(fmt::format("timeout 120 {0}/replay/detrace record -o {1} -- {0}/tests/nccl_async_gpu_app {2} {3} other-context",
-                             DETRACE_BINARY_DIR, run, n, seed),
-                 out);
-  ASSERT_EQ(rc, 0) << out;
-  ASSERT_TRUE(contains(out, "the all-reduce returned 0, done")) << out;
-  std::vector<float> send(n), recv(n);
-  for (size_t i = 0; i < n; ++i) {
-    send[i] = static_cast<float>((i * 2654435761ull + seed) % 1000) * 0.25f;
-    recv[i] = 2.0f * send[i];
-  }
-  auto reader = testing::openOnlyRank(run);
-  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
-  auto colls = (*reader)->collectives();
-  ASSERT_TRUE(colls.isOk()) << colls.status().message();
-  ASSERT_EQ(colls->size(), 1u) << out;
-  auto operands = (*reader)->operands(colls->front().first);
-  ASSERT_TRUE(operands.isOk()) << operands.status().message();
-  std::map<std::string, db::Operand> by_name;
-  for (const db::Operand& o : *operands) by_name[(*reader)->str(o.name)] = o;
-  ASSERT_EQ(by_name.count("send"), 1u) << "no input digest: taken in the current context, not the stream's\n" << out;
-  ASSERT_EQ(by_name.count("recv"), 1u) << out;
-  EXPECT_EQ(by_name["send"].digest, kernels::digestCpu(send.data(), n * sizeof(float)));
-  EXPECT_EQ(by_name["recv"].digest, kernels::digestCpu(recv.data(), n * sizeof(float)));
-  auto stats = (*reader)->stats();
-  ASSERT_TRUE(stats.isOk()) << stats.status().message();
-  EXPECT_EQ((*stats)["fingerprints_skipped_error"], 0);
+  AsyncAllReduce r;
+  ASSERT_NO_FATAL_FAILURE(recordAsyncAllReduce("other-context", 0, r));
+  EXPECT_EQ(r.stats["fingerprints_skipped_error"], 0);
 }
 
 // GEMMs called from a thread on which no context is current when the call begins (its first CUDA
