@@ -236,14 +236,14 @@ TEST_F(ViaDigestTest, WriteWhereTheirCellPointsWhenTheyRun) {
   }
 }
 
-TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
-  DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r));
+// Checks a recording of `tracer_gpu_app graph`: every replayed op's fingerprints equal the CPU
+// twin's of that launch's bytes, placed among its own kernels, from one capture of the GEMMs (or,
+// recaptured, one per launch) and one of the all-reduce.
+void checkEveryReplay(Recording& r) {
   db::TraceReader& t = *r.reader;
   const int replays = r.app["replays"];
   const bool nccl = r.app["nccl"] == 1;
+  const bool recaptured = r.app["recaptured"] == 1;
   if (!nccl) {
     std::printf(
         "note: libnccl.so.2 was not loadable or NCCL could not be captured; only the GEMMs "
@@ -336,9 +336,11 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
       ++checked[op + " " + name];
     }
   }
-  // One template per captured op, replayed `replays` times, each replay with its own data.
-  EXPECT_EQ(templates["cublasLtMatmul"].size(), 1u);
-  EXPECT_EQ(templates["cublasGemmEx"].size(), 1u);
+  // One template per captured op, replayed `replays` times (or once each, recaptured before
+  // every launch), each replay with its own data.
+  const size_t gemm_captures = recaptured ? static_cast<size_t>(replays) : 1u;
+  EXPECT_EQ(templates["cublasLtMatmul"].size(), gemm_captures);
+  EXPECT_EQ(templates["cublasGemmEx"].size(), gemm_captures);
   EXPECT_EQ(templates["AllReduce"].size(), nccl ? 1u : 0u);
   for (const auto& [op, digests] : x_digests) {
     EXPECT_EQ(std::set<uint64_t>(digests.begin(), digests.end()).size(),
@@ -379,8 +381,9 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   const int64_t launches = replays * (nccl ? 2 : 1);
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
   // The all-reduce's call may have been captured even where its graph failed (nccl 0).
-  EXPECT_GE((*stats)["graph_fingerprint_ops_captured"], static_cast<int64_t>(ops_per_replay));
-  EXPECT_LE((*stats)["graph_fingerprint_ops_captured"], 3);
+  const int64_t gemm_ops = 2 * static_cast<int64_t>(gemm_captures);
+  EXPECT_GE((*stats)["graph_fingerprint_ops_captured"], gemm_ops + (nccl ? 1 : 0));
+  EXPECT_LE((*stats)["graph_fingerprint_ops_captured"], gemm_ops + 1);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_shared"], 0);
@@ -396,6 +399,33 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   // the all-reduce, whose kernel NCCL may launch outside its call, is placed between its digests.
   EXPECT_EQ((*stats)["tracer_graph_ops_placed_by_count"], nccl ? replays : 0);
   EXPECT_EQ((*stats)["events_dropped"], 0);
+  EXPECT_EQ((*stats)["fingerprints_skipped_ring_full"], 0);
+  if (recaptured) {
+    EXPECT_GE((*stats)["graph_captures_reclaimed"], 1) << "no destroyed graph's capture was reclaimed";
+  }
+}
+
+TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r));
+  ASSERT_EQ(r.app["recaptured"], 0);
+  checkEveryReplay(r);
+}
+
+// A program that destroys its graph and captures it again before every launch (700 ms apart):
+// the destroyed captures are reclaimed a second after their graph went (their device cells and
+// DigestSlots given back to the pool, their bookkeeping freed), and the last launch's capture,
+// made after the first was reclaimed, takes its memory again; every launch's fingerprints still
+// equal the CPU twin's.
+TEST(TracerGraph, RecapturedGraphsGiveTheirMemoryBackAndKeepEveryReplaysFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "GRAPH_APP_RECAPTURE_MS=700"));
+  ASSERT_EQ(r.app["recaptured"], 1);
+  checkEveryReplay(r);
 }
 
 // --graph-weights-every 2, with the app giving A and W new values before every launch: replays 0

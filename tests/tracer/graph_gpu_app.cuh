@@ -11,7 +11,10 @@
 // at the wrong moment cannot match. After every launch the program copies X, D1, Y and Z back and
 // writes them to DIR/replay<r>_<name>.bin (A and W, constant, to DIR/A.bin and DIR/W.bin), and
 // DIR/graph.txt says what ran. With GRAPH_APP_NEW_WEIGHTS=1 in the environment A and W get new
-// values before every launch too, written to DIR/replay<r>_A.bin and DIR/replay<r>_W.bin. cuBLAS
+// values before every launch too, written to DIR/replay<r>_A.bin and DIR/replay<r>_W.bin. With
+// GRAPH_APP_RECAPTURE_MS=T, before every launch but the first the app waits T ms, destroys the
+// GEMMs' executable graph and graph and captures them again (as programs that recapture do): each
+// launch then replays a capture of its own, and graph.txt says "recaptured 1". cuBLAS
 // and NCCL are loaded with dlopen(RTLD_GLOBAL) and called through the global scope, so the
 // tracer's LD_PRELOAD wrappers see the calls (the app links only cudart and cuBLASLt).
 #pragma once
@@ -193,7 +196,18 @@ inline int graphMain(const std::string& dir) {
 
   if (!dump(dir, "A", g.A, kM * kK) || !dump(dir, "W", g.W, kM2 * kM)) return 1;
   const char* new_weights = std::getenv("GRAPH_APP_NEW_WEIGHTS");
+  const char* recapture = std::getenv("GRAPH_APP_RECAPTURE_MS");
+  const int recapture_ms = recapture != nullptr ? std::atoi(recapture) : 0;
   for (int r = 0; r < kReplays; ++r) {
+    if (recapture_ms > 0 && r > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(recapture_ms));
+      GK(cudaGraphExecDestroy(gemm_exec));
+      GK(cudaGraphDestroy(gemm_graph));
+      GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
+      if (g.run() != 0) return 1;
+      GK(cudaStreamEndCapture(g.s, &gemm_graph));
+      GK(cudaGraphInstantiate(&gemm_exec, gemm_graph, 0));
+    }
     if (new_weights != nullptr && std::strcmp(new_weights, "1") == 0) {
       fill<<<(kM * kK + 255) / 256, 256, 0, g.s>>>(g.A, kM * kK, 3 + r, 5 * r + 2, 19, 9);
       fill<<<(kM2 * kM + 255) / 256, 256, 0, g.s>>>(g.W, kM2 * kM, 2 + r, 3 * r + 1, 23, 11);
@@ -218,7 +232,7 @@ inline int graphMain(const std::string& dir) {
   }
   FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
   if (f == nullptr) return 1;
-  std::fprintf(f, "replays %d\nnccl %d\n", kReplays, nccl_graph ? 1 : 0);
+  std::fprintf(f, "replays %d\nnccl %d\nrecaptured %d\n", kReplays, nccl_graph ? 1 : 0, recapture_ms > 0 ? 1 : 0);
   std::fclose(f);
   GK(cudaGraphExecDestroy(gemm_exec));
   GK(cudaGraphDestroy(gemm_graph));

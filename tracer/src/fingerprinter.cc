@@ -1084,6 +1084,7 @@ void Fingerprinter::poll() noexcept {
     {
       std::lock_guard lk(s.mu);
       budget = s.pending.size() + s.pending_params.size();
+      s.reclaimCapturesLocked();  // destroyed graphs' captures, once their replays are drained
     }
     std::vector<const Pending*> ready;
     ready.reserve(kBatch);
@@ -1144,6 +1145,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_settled_at_teardown", s.graph_replays_settled_at_teardown);
       w->addStat("graph_replays_waited", s.graph_replays_waited);
       w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);
+      w->addStat("graph_captures_reclaimed", s.graph_captures_reclaimed);
       if (Session::get().policy().graph_weights_every > 1) {
         w->addStat("graph_weight_digests_carried", s.graph_weights_carried);
         w->addStat("graph_weight_digests_missing", s.graph_weights_missing);

@@ -11,6 +11,7 @@
 // and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -140,6 +141,10 @@ struct Context {
   // CUDA graphs (graph_fingerprints.cc).
   CUdeviceptr graph_pool = 0;  // device, kGraphPoolBytes, zeroed once: cells and DigestSlots
   uint64_t graph_pool_used = 0;
+  // Cells and DigestSlots of reclaimed captures (State::reclaimCapturesLocked), zero again and
+  // handed out before the untouched rest of the pool.
+  std::vector<CUdeviceptr> free_cells, free_slots;
+  bool graph_leaked = false;  // a replay's kernels may still write somewhere: recycle nothing
   volatile uint64_t* graph_results = nullptr;  // mapped host ring of replays' digests (words)
   CUdeviceptr graph_results_dev = 0;
   uint64_t graph_words = 0, graph_head = 0, graph_used = 0;
@@ -213,7 +218,25 @@ struct Capture {
   uint32_t words = 0;       // results of one replay
   std::vector<std::unique_ptr<CapturedOp>> ops;  // in call order
   int32_t execs = 0;                             // live executable graphs that contain it
+  int32_t graphs = 0;                            // graphs (the one captured into, clones) it is in
+  std::vector<CUdeviceptr> slots;                // the pool's DigestSlots its digests use
+  int64_t retired_ns = 0;                        // when its last graph and executable graph went
   std::shared_ptr<LaunchOrder> order;            // its executable graphs' (from the first one)
+};
+
+// Counts the ExecInfo objects alive, wherever they are held (State::execs, replays queued or
+// being drained, a launch between its begin and end): when that is State::execs' size, nothing
+// outside the map can reach a capture (reclaimCapturesLocked).
+class LiveExecCount {
+ public:
+  LiveExecCount() { count_.fetch_add(1, std::memory_order_relaxed); }
+  LiveExecCount(const LiveExecCount&) : LiveExecCount() {}
+  LiveExecCount& operator=(const LiveExecCount&) { return *this; }
+  ~LiveExecCount() { count_.fetch_sub(1, std::memory_order_acq_rel); }
+  static int64_t now() { return count_.load(std::memory_order_acquire); }
+
+ private:
+  static inline std::atomic<int64_t> count_{0};
 };
 
 // An executable graph holding captured digests.
@@ -238,6 +261,7 @@ struct ExecInfo {
   // Orders of other executable graphs whose captures this one also holds (made from several
   // graphs' captures): their last launches' ends are waited for too.
   std::vector<std::shared_ptr<LaunchOrder>> also_after;
+  LiveExecCount live;
 };
 
 // One launch of an executable graph whose replayed ops' digests land in the graph results ring.
@@ -399,6 +423,10 @@ class State {
   std::condition_variable replay_ended;  // LaunchOrder::gate's waiters (with mu)
   int64_t graph_weights_carried = 0, graph_weights_missing = 0;  // --graph-weights-every
   uint64_t exec_serials = 0;  // ExecInfo::serial's last value
+  // Captures whose graphs and executable graphs are all destroyed (by id), reclaimed once
+  // nothing can reach them any more; and how many were.
+  std::vector<uint64_t> retired;
+  int64_t graph_captures_reclaimed = 0;
 
   Context* contextLocked(CUcontext c);
   bool reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& off, uint64_t& skip);
@@ -465,6 +493,13 @@ class State {
                                               const volatile uint64_t* op_words);
   void releaseReplayLocked(Pending& p);
   void forgetGraphsLocked(Context* cx);
+  // A capture lost a graph or an executable graph: retired if it has neither left.
+  void maybeRetireLocked(Capture& c);
+  // Frees the retired captures that nothing can reach any more (no ExecInfo outside `execs`,
+  // none in it holding them), their ops' entries in captured_ops and node_ops, and gives their
+  // cells and slots back to their context's pool (a second after retirement at the earliest,
+  // and never after a replay leaked).
+  void reclaimCapturesLocked();
 };
 
 State& state();

@@ -67,8 +67,17 @@ int64_t monotonicNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// `bytes` of the context's graph pool (8-byte aligned), or 0 when it is used up.
+// `bytes` of the context's graph pool (8-byte aligned), or 0 when it is used up: a reclaimed
+// cell or slot of that size first.
 CUdeviceptr poolTake(Context& cx, uint64_t bytes) {
+  std::vector<CUdeviceptr>* reclaimed = bytes == sizeof(uint64_t)              ? &cx.free_cells
+                                        : bytes == sizeof(kernels::DigestSlot) ? &cx.free_slots
+                                                                               : nullptr;
+  if (reclaimed != nullptr && !reclaimed->empty()) {
+    const CUdeviceptr p = reclaimed->back();
+    reclaimed->pop_back();
+    return p;
+  }
   uint64_t at = (std::max(cx.graph_pool_used, kPoolFirstFree) + 7) & ~uint64_t{7};
   if (cx.graph_pool == 0 || at + bytes > kGraphPoolBytes) return 0;
   cx.graph_pool_used = at + bytes;
@@ -271,6 +280,7 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
     made->ctx = &cx;
     made->graph = graph;
     made->cell = cell;
+    made->graphs = 1;
     cap = made.get();
     captures.emplace(id, std::move(made));
     graph_captures[graph].push_back(cap);
@@ -359,6 +369,7 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
         ++skipped_full;
         continue;
       }
+      if (slot != cx.graph_pool + kPoolDummySlot) cap->slots.push_back(slot);
       r.slot = reinterpret_cast<kernels::DigestSlot*>(slot);
     }
     if (weight && weights_every > 1) {
@@ -412,6 +423,54 @@ void State::forgetGraphsLocked(Context* cx) {
       ++it;
     }
   }
+}
+
+void State::maybeRetireLocked(Capture& c) {
+  if (c.graphs > 0 || c.execs > 0 || c.retired_ns != 0) return;
+  c.retired_ns = monotonicNs();
+  retired.push_back(c.id);
+}
+
+void State::reclaimCapturesLocked() {
+  // Anything outside `execs` that holds an executable graph's bookkeeping (a queued replay, a
+  // launch between its begin and end) may still reach its captures: wait until nothing does.
+  if (retired.empty() || LiveExecCount::now() != static_cast<int64_t>(execs.size())) return;
+  constexpr int64_t kRecycleAfterNs = 1'000'000'000;
+  const int64_t now = monotonicNs();
+  std::vector<uint64_t> later;
+  for (uint64_t id : retired) {
+    auto it = captures.find(id);
+    if (it == captures.end()) continue;  // its context was torn down
+    Capture& c = *it->second;
+    if (c.graphs > 0 || c.execs > 0) {  // taken up again (a handle reused)
+      c.retired_ns = 0;
+      continue;
+    }
+    if (now - c.retired_ns < kRecycleAfterNs) {  // a destroyed graph may still be running
+      later.push_back(id);
+      continue;
+    }
+    for (const std::unique_ptr<CapturedOp>& op : c.ops) {
+      for (uint64_t node : op->node_ids) {
+        if (auto n = node_ops.find(node); n != node_ops.end() && n->second == op.get()) node_ops.erase(n);
+      }
+      if (auto t = captured_ops.find(op->token); t != captured_ops.end() && t->second == op.get()) {
+        captured_ops.erase(t);
+      }
+    }
+    Context& cx = *c.ctx;
+    if (!cx.graph_leaked && !cx.graph_broken) {  // every replay's reset ran: cells and slots are zero
+      cx.free_cells.push_back(c.cell);
+      if (c.weights_cell != 0) cx.free_cells.push_back(c.weights_cell);
+      cx.free_slots.insert(cx.free_slots.end(), c.slots.begin(), c.slots.end());
+      if (c.order != nullptr && c.order.use_count() == 1 && c.order->done != nullptr) {
+        cx.free_events.push_back(c.order->done);
+      }
+    }
+    captures.erase(it);
+    ++graph_captures_reclaimed;
+  }
+  retired = std::move(later);
 }
 
 // ---- replays: results ----
@@ -526,6 +585,7 @@ std::optional<uint64_t> State::sampledWeightLocked(const CapturedOperand& c, con
 void State::releaseReplayLocked(Pending& p) {
   Replay& r = *p.replay;
   Context& cx = *r.ctx;
+  if (r.leak) cx.graph_leaked = true;
   if (r.len > 0 && !r.leak) cx.graph_used -= r.skip + r.len;
   if (r.event != nullptr && !r.leak) cx.free_events.push_back(r.event);
   --pending_replays;
@@ -613,6 +673,7 @@ void giveUpLocked(fp::LaunchOrder& o, uint64_t serial, const char* why, bool uno
   if (std::shared_ptr<fp::Replay> last = o.last.lock(); unordered && last != nullptr && last->ended) {
     last->failed = true;
     last->leak = true;
+    if (last->ctx != nullptr) last->ctx->graph_leaked = true;
   }
   if (!o.given_up) {
     logLine("CUDA graph %llu: %s; the launches of its captured calls get no more fingerprints",
@@ -711,7 +772,13 @@ void Fingerprinter::noteGraphCloned(CUgraph original, CUgraph clone) noexcept {
     auto it = s.graph_captures.find(original);
     if (it == s.graph_captures.end() || original == clone) return;
     std::vector<fp::Capture*> caps = it->second;
-    s.graph_captures[clone] = std::move(caps);
+    for (fp::Capture* c : caps) ++c->graphs;
+    std::vector<fp::Capture*>& was = s.graph_captures[clone];  // a reused handle: that one is gone
+    for (fp::Capture* c : was) {
+      --c->graphs;
+      s.maybeRetireLocked(*c);
+    }
+    was = std::move(caps);
   } catch (...) {
   }
 }
@@ -735,7 +802,10 @@ void Fingerprinter::noteExec(uint64_t exec, CUcontext ctx,
     State& s = state();
     std::lock_guard lk(s.mu);
     if (auto old = s.execs.find(exec); old != s.execs.end()) {  // a reused handle
-      for (fp::Capture* c : old->second->captures) --c->execs;
+      for (fp::Capture* c : old->second->captures) {
+        --c->execs;
+        s.maybeRetireLocked(*c);
+      }
       s.execs.erase(old);
     }
     auto e = std::make_shared<fp::ExecInfo>();
@@ -771,7 +841,10 @@ void Fingerprinter::noteExecUpdated(uint64_t exec, CUgraph graph) noexcept {
     State& s = state();
     std::lock_guard lk(s.mu);
     if (auto old = s.execs.find(exec); old != s.execs.end()) {
-      for (fp::Capture* c : old->second->captures) --c->execs;
+      for (fp::Capture* c : old->second->captures) {
+        --c->execs;
+        s.maybeRetireLocked(*c);
+      }
       s.execs.erase(old);
     }
     auto it = s.graph_captures.find(graph);
@@ -796,8 +869,12 @@ void Fingerprinter::forgetExec(uint64_t exec) noexcept {
     std::lock_guard lk(s.mu);
     auto it = s.execs.find(exec);
     if (it == s.execs.end()) return;
-    for (fp::Capture* c : it->second->captures) --c->execs;
+    for (fp::Capture* c : it->second->captures) {
+      --c->execs;
+      s.maybeRetireLocked(*c);
+    }
     s.execs.erase(it);
+    s.reclaimCapturesLocked();
   } catch (...) {
   }
 }
@@ -806,7 +883,14 @@ void Fingerprinter::forgetGraph(CUgraph graph) noexcept {
   try {
     State& s = state();
     std::lock_guard lk(s.mu);
-    s.graph_captures.erase(graph);
+    auto it = s.graph_captures.find(graph);
+    if (it == s.graph_captures.end()) return;
+    for (fp::Capture* c : it->second) {
+      --c->graphs;
+      s.maybeRetireLocked(*c);
+    }
+    s.graph_captures.erase(it);
+    s.reclaimCapturesLocked();
   } catch (...) {
   }
 }
