@@ -1146,6 +1146,9 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_waited", s.graph_replays_waited);
       w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);
       w->addStat("graph_captures_reclaimed", s.graph_captures_reclaimed);
+      int64_t reused = 0;  // of the contexts still alive
+      for (const auto& [ctx, cx] : s.contexts) reused += cx->graph_pool_reused;
+      w->addStat("graph_pool_reused", reused);
       if (Session::get().policy().graph_weights_every > 1) {
         w->addStat("graph_weight_digests_carried", s.graph_weights_carried);
         w->addStat("graph_weight_digests_missing", s.graph_weights_missing);

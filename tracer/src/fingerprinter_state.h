@@ -45,9 +45,10 @@ inline constexpr uint64_t kArenaDigests = 1u << 21;
 inline constexpr int64_t kMaxRows = 1 << 16;
 // CUDA graphs: device memory for captured ops (each capture's result pointer, and a DigestSlot per
 // whole-buffer digest of more than 64 KiB), allocated with the context; the replays' results go to
-// a pinned ring allocated at the first instantiation of a graph holding captured digests. Never
-// reclaimed while the context lives: 8 MiB hold about 1,500 captures of a 32-layer model's decode
-// step (224 weights' slots each), and more of vLLM's piecewise ones (about 7 GEMMs a capture).
+// a pinned ring allocated at the first instantiation of a graph holding captured digests. A
+// destroyed graph's cells and slots come back (State::reclaimCapturesLocked); 8 MiB hold about
+// 1,500 live captures of a 32-layer model's decode step (224 weights' slots each), and more of
+// vLLM's piecewise ones (about 7 GEMMs a capture).
 inline constexpr uint64_t kGraphPoolBytes = uint64_t{8} << 20;
 inline constexpr uint64_t kGraphResultsMinBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kGraphResultsMaxBytes = uint64_t{1} << 30;
@@ -145,6 +146,7 @@ struct Context {
   // handed out before the untouched rest of the pool.
   std::vector<CUdeviceptr> free_cells, free_slots;
   bool graph_leaked = false;  // a replay's kernels may still write somewhere: recycle nothing
+  int64_t graph_pool_reused = 0;  // cells and slots handed out again
   volatile uint64_t* graph_results = nullptr;  // mapped host ring of replays' digests (words)
   CUdeviceptr graph_results_dev = 0;
   uint64_t graph_words = 0, graph_head = 0, graph_used = 0;

@@ -76,6 +76,7 @@ CUdeviceptr poolTake(Context& cx, uint64_t bytes) {
   if (reclaimed != nullptr && !reclaimed->empty()) {
     const CUdeviceptr p = reclaimed->back();
     reclaimed->pop_back();
+    ++cx.graph_pool_reused;
     return p;
   }
   uint64_t at = (std::max(cx.graph_pool_used, kPoolFirstFree) + 7) & ~uint64_t{7};
