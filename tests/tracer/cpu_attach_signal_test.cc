@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -42,12 +43,16 @@ Output sh(const std::string& cmd) { return testing::runShell(cmd); }
 class TracedApp {
  public:
   // `file_blocks` > 0: started by sh under `ulimit -f file_blocks` (512-byte blocks), exec'ed.
+  // `prelude`: shell commands sh runs first, in the process that becomes the app ($$ is its pid,
+  // $DETRACE_OUT_DIR its run directory).
   TracedApp(const TempDir& tmp, bool paused, const std::vector<std::string>& args = {},
-            const std::vector<std::string>& extra_env = {}, int file_blocks = 0)
+            const std::vector<std::string>& extra_env = {}, int file_blocks = 0,
+            const std::string& prelude = "")
       : run_(tmp.file("run")),
         xdg_(tmp.file("xdg")),
-        child_(file_blocks > 0 ? "/bin/sh" : binDir() + "/tests/control_app",
-               file_blocks > 0 ? underLimit(file_blocks, args) : args, environment(paused, extra_env)) {
+        child_(file_blocks > 0 || !prelude.empty() ? "/bin/sh" : binDir() + "/tests/control_app",
+               file_blocks > 0 || !prelude.empty() ? underShell(file_blocks, prelude, args) : args,
+               environment(paused, extra_env)) {
     std::string ready = child_.line();
     EXPECT_EQ(ready, "ready " + std::to_string(child_.pid()));
   }
@@ -65,8 +70,11 @@ class TracedApp {
   std::string attach(const std::string& args) const { return detrace() + " attach " + args; }
 
  private:
-  static std::vector<std::string> underLimit(int blocks, const std::vector<std::string>& args) {
-    std::string cmd = "ulimit -f " + std::to_string(blocks) + "; exec " + binDir() + "/tests/control_app";
+  static std::vector<std::string> underShell(int blocks, const std::string& prelude,
+                                             const std::vector<std::string>& args) {
+    std::string cmd = prelude.empty() ? "" : prelude + " && ";
+    if (blocks > 0) cmd += "ulimit -f " + std::to_string(blocks) + "; ";
+    cmd += "exec " + binDir() + "/tests/control_app";
     for (const std::string& a : args) cmd += " " + a;
     return {"-c", cmd};
   }
@@ -204,6 +212,48 @@ TEST(Attach, RefusalsNameTheirCauseAndTheFix) {
   Output dead = sh(app.attach(app.run() + " status"));
   EXPECT_EQ(dead.status, 2);
   EXPECT_NE(dead.out.find("has exited"), std::string::npos) << dead.out;
+}
+
+// A run directory that stalls (an NFS server gone away) holds the program up 250 ms at most: the
+// pointer file is written on the control server's thread. Here its temporary file is a FIFO no
+// one reads (made by the shell that becomes the program, so it has the program's pid), so that
+// thread blocks in fopen until the test reads it; the program still comes up and answers at once,
+// and `detrace attach PID` works. Once the test reads the FIFO, the pointer is put in place.
+TEST(Attach, AStalledRunDirectoryHoldsTheProgramUpAQuarterSecondAtMost) {
+  TempDir tmp;
+  const auto begun = std::chrono::steady_clock::now();
+  TracedApp app(tmp, /*paused=*/true, {}, {}, 0,
+                "mkfifo -m 600 \"$DETRACE_OUT_DIR/proc-$$.dtrace-control.tmp\"");
+  app.call(1);
+  EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::milliseconds(3000))
+      << "the program waited for the run directory";
+  const std::string pointer = tracer::control::pointerPath(app.run(), app.pid());
+  const std::string fifo = pointer + ".tmp";
+  ASSERT_TRUE(fs::is_fifo(fifo));
+  EXPECT_FALSE(fs::exists(pointer));
+  Output status = sh(app.attach(std::to_string(app.pid()) + " status"));
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_NE(status.out.find("paused"), std::string::npos) << status.out;
+  // The file system comes back: the server's thread writes through the FIFO and renames it.
+  std::string written;
+  {
+    const int fd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the writer's fopen return
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    char buf[512];
+    for (int i = 0; i < 100 && written.find('\n') == std::string::npos; ++i) {  // 5 s at most
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0) written.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+  }
+  EXPECT_EQ(written.rfind("socket=", 0), 0u) << written;
+  for (int i = 0; i < 100 && !fs::exists(pointer); ++i) usleep(20'000);
+  EXPECT_TRUE(fs::exists(pointer));
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_FALSE(fs::exists(pointer)) << "removed at exit";
 }
 
 TEST(Record, PausedFlagReachesTheChildAndTheManifest) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
 
@@ -32,8 +33,9 @@ ControlServer* g_server = nullptr;  // never deleted: see stopControl()
 std::string& g_pointer = *new std::string;
 std::mutex* g_pointer_mu = new std::mutex;  // heap: replaced in a forked child, as g_mu
 
-// The server's thread says when it has written the pointer file: startControl waits for that,
-// but no longer than kPointerWait (a stalled run directory costs the program that, not more).
+// The pointer file is written by a thread of its own, which says when it is done: startControl
+// waits for that, but no longer than kPointerWait (a stalled run directory costs the program that,
+// not more, and the control socket answers meanwhile).
 constexpr auto kPointerWait = std::chrono::milliseconds(250);
 struct PointerWritten {
   std::mutex mu;
@@ -110,30 +112,41 @@ Result<std::unique_ptr<ControlServer>> startServer() {
   o.pid = getpid();
   o.allowed_uid = geteuid();
   o.handler = handle;
-  // Leaked: the server's thread may still be writing when the program ends.
-  auto* written = new PointerWritten;
-  o.on_start = [written](const std::string& socket) {  // the run directory may be a slow one
-    writePointer(socket);
-    std::lock_guard lk(written->mu);
-    written->done = true;
-    written->cv.notify_all();
-  };
   Status first;
   for (const std::string& dir :
        control::controlDirectories(geteuid(), std::getenv("XDG_RUNTIME_DIR"))) {
     o.dir = dir;
     auto server = ControlServer::start(o);
-    if (server.isOk()) {
-      std::unique_lock lk(written->mu);
-      if (!written->cv.wait_for(lk, kPointerWait, [written] { return written->done; })) {
-        logLine("the run directory is slow: `detrace attach RUN_DIR` may not find this process "
-                "for a while (`detrace attach %d` works)", static_cast<int>(getpid()));
-      }
-      return server;
-    }
+    if (server.isOk()) return server;
     if (first.isOk()) first = server.status();
   }
   return first;
+}
+
+// Writes the pointer file on a thread of its own (the run directory may be on a network file
+// system that stalls) and waits for it kPointerWait at most.
+void announce(const std::string& socket) {
+  auto* written = new PointerWritten;  // leaked: the thread may still be writing at exit
+  try {
+    SignalsBlockedScope blocked;  // the program's signals stay with the program's threads
+    std::thread([written, socket] {
+      try {
+        writePointer(socket);
+      } catch (...) {
+      }
+      std::lock_guard lk(written->mu);
+      written->done = true;
+      written->cv.notify_all();
+    }).detach();
+  } catch (...) {  // no thread: write it here
+    writePointer(socket);
+    return;
+  }
+  std::unique_lock lk(written->mu);
+  if (!written->cv.wait_for(lk, kPointerWait, [written] { return written->done; })) {
+    logLine("the run directory is slow: `detrace attach RUN_DIR` may not find this process for a "
+            "while (`detrace attach %d` works)", static_cast<int>(getpid()));
+  }
 }
 
 }  // namespace
@@ -152,6 +165,7 @@ void startControl() noexcept {
       return;
     }
     g_server = server->release();
+    announce(g_server->path());
     std::atexit(stopAtExit);
     installSignalHandlers();  // a paused process killed by SIGTERM also removes its socket
   } catch (...) {

@@ -7,8 +7,8 @@
 // it cannot start (no private directory), one line says so and recording goes on.
 //
 // Files: the socket (control_protocol.h says where) and RUN_DIR/proc-<pid>.dtrace-control, one
-// line "socket=<path>", so `detrace attach RUN_DIR` finds the process; written by the server's
-// thread, which startControl waits for 250 ms at most (the run directory may be on a stalled
+// line "socket=<path>", so `detrace attach RUN_DIR` finds the process; written by a thread of its
+// own, which startControl waits for 250 ms at most (the run directory may be on a stalled
 // network file system, which must not hold up cuInit or the program's first recorded call for
 // longer). Both are removed at exit (a SIGKILLed process leaves them; the client recognises a
 // dead pid).

@@ -205,7 +205,6 @@ class ControlServer::Impl {
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, nullptr);
-    if (opts.on_start) opts.on_start(path);
     while (!stopped.load(std::memory_order_acquire)) {
       if (!descriptorsIntact()) return;
       pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};

@@ -30,10 +30,6 @@ struct ControlServerOptions {
   std::function<control::Reply(const control::Request&)> handler;
   // Where refusals and failures are reported (one line each); default: stderr with "detrace:".
   std::function<void(const std::string&)> log;
-  // Runs first on the server's thread, with the socket's path: work that may wait on a slow file
-  // system (announcing the socket in the run directory) never holds up the thread that started
-  // the server (the program's, inside cuInit or its first recorded call).
-  std::function<void(const std::string& socket)> on_start;
 };
 
 class ControlServer {
