@@ -6,22 +6,7 @@
 
 #include <cstdio>
 
-namespace {
-
-// As dlsym(3) tells callers to: clear dlerror(), look up, and take any error dlerror() then
-// reports as the lookup's failure, even with a pointer in hand.
-template <typename Fn>
-Fn lookup(void* handle, const char* name) {
-  dlerror();
-  void* sym = dlsym(handle, name);
-  if (const char* error = dlerror()) {
-    std::fprintf(stderr, "dlopen_cublas_app: dlsym(%s): %s\n", name, error);
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(sym);
-}
-
-}  // namespace
+#include "dl_lookup.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -30,9 +15,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen_cublas_app: %s\n", dlerror());
     return 2;
   }
-  auto create = lookup<decltype(&cublasCreate_v2)>(blas, "cublasCreate_v2");
-  auto set_stream = lookup<decltype(&cublasSetStream_v2)>(blas, "cublasSetStream_v2");
-  auto sgemm = lookup<decltype(&cublasSgemm_v2)>(blas, "cublasSgemm_v2");
+  auto create = lookup<decltype(&cublasCreate_v2)>(blas, "cublasCreate_v2", "dlopen_cublas_app");
+  auto set_stream = lookup<decltype(&cublasSetStream_v2)>(blas, "cublasSetStream_v2", "dlopen_cublas_app");
+  auto sgemm = lookup<decltype(&cublasSgemm_v2)>(blas, "cublasSgemm_v2", "dlopen_cublas_app");
   if (create == nullptr || set_stream == nullptr || sgemm == nullptr) return 3;
   Dl_info info{};
   std::printf("dlopen_cublas_app: cublasSgemm_v2 through the handle: %s\n",

@@ -8,20 +8,10 @@
 
 #include <cstdio>
 
+#include "dl_lookup.h"
+
 namespace {
 
-// As dlsym(3) tells callers to: clear dlerror(), look up, and take any error dlerror() then
-// reports as the lookup's failure, even with a pointer in hand.
-template <typename Fn>
-Fn lookup(void* handle, const char* name) {
-  dlerror();
-  void* sym = dlsym(handle, name);
-  if (const char* error = dlerror()) {
-    std::fprintf(stderr, "dlopen_nccl_app: dlsym(%s): %s\n", name, error);
-    return nullptr;
-  }
-  return reinterpret_cast<Fn>(sym);
-}
 
 const char* objectOf(void* sym) {
   Dl_info info{};
@@ -37,10 +27,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen_nccl_app: %s\n", dlerror());
     return 2;
   }
-  auto get_id = lookup<decltype(&ncclGetUniqueId)>(nccl, "ncclGetUniqueId");
-  auto init = lookup<decltype(&ncclCommInitRank)>(nccl, "ncclCommInitRank");
-  auto all_reduce = lookup<decltype(&ncclAllReduce)>(nccl, "ncclAllReduce");
-  auto destroy = lookup<decltype(&ncclCommDestroy)>(nccl, "ncclCommDestroy");
+  auto get_id = lookup<decltype(&ncclGetUniqueId)>(nccl, "ncclGetUniqueId", "dlopen_nccl_app");
+  auto init = lookup<decltype(&ncclCommInitRank)>(nccl, "ncclCommInitRank", "dlopen_nccl_app");
+  auto all_reduce = lookup<decltype(&ncclAllReduce)>(nccl, "ncclAllReduce", "dlopen_nccl_app");
+  auto destroy = lookup<decltype(&ncclCommDestroy)>(nccl, "ncclCommDestroy", "dlopen_nccl_app");
   if (get_id == nullptr || init == nullptr || all_reduce == nullptr || destroy == nullptr) return 3;
   std::printf("dlopen_nccl_app: ncclAllReduce through the handle: %s\n", objectOf(reinterpret_cast<void*>(all_reduce)));
   std::printf("dlopen_nccl_app: ncclAllReduce through RTLD_NEXT: %s\n", objectOf(dlsym(RTLD_NEXT, "ncclAllReduce")));
