@@ -502,6 +502,25 @@ TEST(Signals, AHandlerTheProgramInstallsLaterWins) {
   EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
 }
 
+// A program thread that sets its own SIGINT handler while the tracer installs its handlers,
+// between the tracer's read of the old action and its write (made deterministic by a preloaded
+// sigaction, tests/tracer/race_sigaction.c). The tracer's swap returns that handler: the tracer
+// chains to it, so a SIGINT runs the program's handler once, and the program and its recording go on.
+TEST(Signals, AHandlerSetDuringTheTracersInstallIsChainedTo) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false, {}, {}, 0,
+                "export LD_PRELOAD=\"$LD_PRELOAD " + binDir() + "/tests/librace_sigaction.so\"");
+  app.call(1);
+  ASSERT_EQ(kill(app.pid(), SIGINT), 0);
+  EXPECT_EQ(app.line(), "raced sigint") << "the program's handler ran";
+  app.call(2);  // once only (a second line would be read here instead of "ok")
+  app.send("exit");
+  int status = app.wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
+}
+
 // A program that, mid-recording, puts a file of its own on every descriptor above stderr opened
 // since main began (as a daemon closing what it did not open and reopening its log might; those
 // open before main are inherited or a preloaded library's, never the tracer's, which opens its own

@@ -238,10 +238,14 @@ bool isIgnored(const struct sigaction& a) {
   return (a.sa_flags & SA_SIGINFO) == 0 && a.sa_handler == SIG_IGN;
 }
 
-// The same handler with the same flags.
+// The same handler with the same flags. Only the flags a program chooses are compared: the C
+// library adds its own (SA_RESTORER on x86-64) to every action it installs, so an action read back
+// differs from the one given in those.
 bool sameAction(const struct sigaction& a, const struct sigaction& b) {
+  constexpr int kChosen = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_NODEFER | SA_RESETHAND |
+                          SA_NOCLDSTOP | SA_NOCLDWAIT;
   const bool info = (a.sa_flags & SA_SIGINFO) != 0;
-  if (info != ((b.sa_flags & SA_SIGINFO) != 0) || a.sa_flags != b.sa_flags) return false;
+  if ((a.sa_flags & kChosen) != (b.sa_flags & kChosen)) return false;
   return info ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
 }
 
@@ -258,10 +262,12 @@ struct sigaction wrapping(const struct sigaction& old) {
 
 // Installs ours in front of the program's action for signal i. The action it replaced is what
 // the swap itself returns: a program thread that set its own between the read and the swap is
-// chained to (or, if it chose to ignore the signal, given that back), never lost.
+// chained to (or, if it chose to ignore the signal, given that back), never lost. Each swap is
+// checked against what should be there: the program's action read first, then our own last one.
 void installHandler(size_t i) {
   struct sigaction old {};
   if (sigaction(kSignals[i], nullptr, &old) != 0) return;
+  struct sigaction expected = old;
   bool ours_installed = false;
   for (int tries = 0; tries < 4; ++tries) {
     if (isIgnored(old)) {  // the program ignores it: nothing to commit for
@@ -273,8 +279,9 @@ void installHandler(size_t i) {
     struct sigaction replaced {};
     if (sigaction(kSignals[i], &sa, &replaced) != 0) return;
     ours_installed = true;
-    if (sameAction(replaced, old)) return;
-    old = replaced;
+    if (sameAction(replaced, expected)) return;
+    old = replaced;  // the program's, set in between: chain to it instead
+    expected = sa;
   }
 }
 
