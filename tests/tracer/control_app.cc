@@ -11,6 +11,9 @@
 //                 with "ping" sent to the taken end                                       -> "ok N"
 //   check-socket  bytes that reached the program's end, and bytes still unread on a taken
 //                 number                                                 -> "received N unread M"
+//   block-term    blocks SIGTERM on this thread (as a program with a thread for its signals
+//                 does: then a SIGTERM stays pending until it is waited for)            -> "ok"
+//   take-term     waits up to 10 s for a SIGTERM with sigtimedwait -> "waited term" or "timeout"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
 // "sigint" and the program goes on (--own-sigint-once: a one-shot handler, SA_RESETHAND, so a
@@ -26,6 +29,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -183,6 +187,16 @@ int main(int argc, char** argv) {
       ssize_t unread = recv(g_taken, buf, sizeof buf, MSG_DONTWAIT);
       say(("received " + std::to_string(got < 0 ? 0 : got) + " unread " +
            std::to_string(unread < 0 ? 0 : unread)).c_str());
+    } else if (line == "block-term" || line == "take-term") {
+      sigset_t term;
+      sigemptyset(&term);
+      sigaddset(&term, SIGTERM);
+      if (line == "block-term") {
+        say(pthread_sigmask(SIG_BLOCK, &term, nullptr) == 0 ? "ok" : "failed");
+        continue;
+      }
+      struct timespec limit {10, 0};
+      say(sigtimedwait(&term, nullptr, &limit) == SIGTERM ? "waited term" : "timeout");
     } else if (line == "exit") {
       break;
     } else {

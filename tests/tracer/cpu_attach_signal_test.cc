@@ -4,6 +4,7 @@
 // calls, each identified by its element count.
 #include <array>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -514,6 +515,28 @@ TEST(Signals, AHandlerSetDuringTheTracersInstallIsChainedTo) {
   ASSERT_EQ(kill(app.pid(), SIGINT), 0);
   EXPECT_EQ(app.line(), "raced sigint") << "the program's handler ran";
   app.call(2);  // once only (a second line would be read here instead of "ok")
+  app.send("exit");
+  int status = app.wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2}));
+}
+
+// A program that blocks SIGTERM and takes it later with sigtimedwait (as one with a thread for its
+// signals does) gets it. The kernel gives a signal sent to the process to any thread that does not
+// block it, so every thread the tracer made before (control server, commit, signal and writer
+// threads) must block it: one that did not would take the signal into the tracer's handler and
+// end the program while the signal waits. (Not sent during the wait: a thread in sigtimedwait
+// takes the signals it waits for, whichever other thread does not block them.)
+TEST(Signals, ASignalTheProgramWaitsForIsNeverTakenByATracerThread) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/false);
+  app.call(1);  // recording: the tracer's threads run
+  ASSERT_EQ(app.send("block-term"), "ok");
+  ASSERT_EQ(kill(app.pid(), SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // pending, or taken by a thread
+  ASSERT_EQ(app.send("take-term"), "waited term");
+  app.call(2);
   app.send("exit");
   int status = app.wait();
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
