@@ -289,6 +289,60 @@ TEST(TracerGpu, ADeviceResetBetweenGemmsLeavesTheProgramWhole) {
   }
 }
 
+// A driver error at the event that says when an op's digests end. Digests launched one by one
+// (DETRACE_DIAG_DIGEST_MANY=0) take an event per op rather than a completion word; a matmul's
+// operands are all digested after its call, in one enqueue, so the Nth event the tracer records
+// is matmul N-1's. When the fourth fails, matmul 3's digests are queued but their end can never be
+// known, and they may still write into their ring entries: the context's rings are never handed
+// out again, so its later matmuls are recorded without fingerprints, said once, and counted. The
+// program runs on, and after its cudaDeviceReset the new context fingerprints again. Every digest
+// written equals every other of the same matrix (the program repeats one matmul on fixed
+// inputs), so none was overwritten by a late digest.
+TEST(TracerGpu, ADigestsDriverErrorGivesUpItsContextsRingsNotTheProgram) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::string run = tmp.file("run"), out;
+  constexpr int kFailAt = 4;
+  constexpr size_t kFailed = kFailAt - 1;  // the matmul whose event fails
+  int rc = shell(fmt::format("DETRACE_DIAG_DIGEST_MANY=0 DETRACE_TEST_FAIL_EVENT_RECORD_AT={2} "
+                             "LD_PRELOAD={0}/tests/libfail_event_record.so {0}/replay/detrace record "
+                             "-o {1} -- {0}/tests/tracer_gpu_app reset",
+                             DETRACE_BINARY_DIR, run, kFailAt),
+                 out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "tracer_gpu_app reset: done")) << out;
+  ASSERT_TRUE(contains(out, "cuEventRecord number 4 fails")) << "the fault was never injected\n" << out;
+  EXPECT_TRUE(contains(out, "fingerprints are off in one CUDA context from here on")) << out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
+  auto gemms = (*reader)->gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  ASSERT_EQ(gemms->size(), 100u) << out;
+  // Per matmul in call order: the names of its digested operands; per name, the digests seen.
+  std::vector<std::set<std::string>> digested;
+  std::map<std::string, std::set<uint64_t>> digests;
+  for (const auto& [seq, g] : *gemms) {
+    auto operands = (*reader)->operands(seq);
+    ASSERT_TRUE(operands.isOk()) << operands.status().message();
+    digested.emplace_back();
+    for (const db::Operand& o : *operands) {
+      if (!o.has_digest) continue;
+      digested.back().insert((*reader)->str(o.name));
+      digests[(*reader)->str(o.name)].insert(o.digest);
+    }
+  }
+  const std::set<std::string> all = {"A", "B", "D"};
+  for (size_t i = 0; i < kFailed; ++i) EXPECT_EQ(digested[i], all) << "matmul " << i << " before the error";
+  for (size_t i = kFailed; i < 50; ++i) EXPECT_TRUE(digested[i].empty()) << "matmul " << i << " from the error on";
+  for (size_t i = 50; i < 100; ++i) EXPECT_EQ(digested[i], all) << "matmul " << i << " in the new context";
+  for (const auto& [name, seen] : digests) EXPECT_EQ(seen.size(), 1u) << name << " has differing digests";
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["fingerprint_contexts_rings_lost"], 1);
+  EXPECT_EQ((*stats)["fingerprints_skipped_error"], 3) << "the failed matmul's A, B and D";
+  EXPECT_EQ((*stats)["fingerprints_skipped_rings_lost"], static_cast<int64_t>(3 * (50 - kFailed - 1)));
+}
+
 // A program that holds CUPTI itself (a profiler subscribed before its first CUDA call): the
 // tracer says so, records its GEMMs through the LD_PRELOAD layer (committed by the tracer's own
 // commit thread, beside the program's CUPTI), and records no kernels and no fingerprints.

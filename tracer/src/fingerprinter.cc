@@ -263,6 +263,15 @@ bool State::reserveLocked(Context& cx, int64_t rows, uint32_t& entry, uint64_t& 
   return true;
 }
 
+void State::loseRingsLocked(Context& cx) {
+  if (cx.rings_lost) return;
+  cx.rings_lost = true;
+  ++contexts_rings_lost;
+  logLine("fingerprints are off in one CUDA context from here on: a driver error left digests or "
+          "copies queued whose end cannot be known, and their memory cannot be handed out again "
+          "(fingerprint_contexts_rings_lost)");
+}
+
 void State::releaseHeadLocked() {
   Pending& p = pending.front();
   if (p.replay) {
@@ -273,9 +282,11 @@ void State::releaseHeadLocked() {
   Context& cx = *p.ctx;
   --cx.used_entries;
   cx.arena_used -= p.arena_skip + p.arena_len;
-  // A copy queued on a stream whose completion we cannot observe (the entry failed) may still be
-  // writing into its range: keep that range reserved for good rather than hand it out again.
-  if (!(p.failed && p.copied)) cx.staging_used -= p.copy_reserved;
+  cx.staging_used -= p.copy_reserved;
+  // A copy queued ahead of a digest that failed to launch is released without waiting for it:
+  // it may still be writing into its staging range. A FIFO ring cannot keep one range out of
+  // use (its free space is counted, not mapped), so the context's rings are given up instead.
+  if (p.failed && p.copied) loseRingsLocked(cx);
   if (p.owns_event && p.event) cx.free_events.push_back(p.event);
   pending.pop_front();
 }
@@ -414,6 +425,8 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop
       if (r == CUDA_ERROR_NOT_READY && !final) return false;
       p.done = r == CUDA_SUCCESS;
       if (!p.done) {  // an error or exit: the results will never come
+        // An error, not the exit: whether the digests ended is unknown (Context::rings_lost).
+        if (r != CUDA_ERROR_NOT_READY) loseRingsLocked(*p.ctx);
         ++lost;
         releaseHeadLocked();
         continue;
@@ -515,6 +528,10 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
   if (cx == nullptr) return;
+  if (cx->rings_lost) {
+    skipped_rings_lost += static_cast<int64_t>(specs.size());
+    return;
+  }
   // Deep window: while the ring cannot take the whole batch, let the flusher write what is done
   // (it polls every 100 ms), under one deadline. Nothing of this batch is queued yet, so nothing
   // refers to the state the unlocked wait lets others change.
@@ -636,9 +653,16 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     ev = nullptr;
   }
   if (ev == nullptr || d.event_record(ev, stream) != CUDA_SUCCESS) {
-    // No way to know when the results land: drop this op's operands from the trace.
-    for (size_t i = first; i < pending.size(); ++i) pending[i].failed = true;
-    skipped_error += static_cast<int64_t>(pending.size() - first);
+    if (ev != nullptr) cx->free_events.push_back(ev);
+    // No way to know when the results land: drop this op's operands from the trace. Those whose
+    // digests (or copies) were queued may still write into their ranges: give the rings up.
+    bool queued = false;
+    for (size_t i = first; i < pending.size(); ++i) {
+      queued = queued || !pending[i].failed || pending[i].copied;
+      if (!pending[i].failed) ++skipped_error;
+      pending[i].failed = true;
+    }
+    if (queued) loseRingsLocked(*cx);
     return;
   }
   for (size_t i = first; i < pending.size(); ++i) pending[i].event = ev;
@@ -1133,6 +1157,10 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
     w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
     w->addStat("fingerprints_skipped_error", s.skipped_error);
+    if (s.contexts_rings_lost > 0) {
+      w->addStat("fingerprint_contexts_rings_lost", s.contexts_rings_lost);
+      w->addStat("fingerprints_skipped_rings_lost", s.skipped_rings_lost);
+    }
     if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
       w->addStat("graph_fingerprint_ops_captured", s.graph_ops_captured);
       w->addStat("graph_fingerprint_operands_captured", s.graph_operands_captured);

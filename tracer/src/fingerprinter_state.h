@@ -139,6 +139,11 @@ struct Context {
   uint8_t* staging = nullptr;  // pinned host memory for full capture (nullptr: none)
   bool staging_tried = false;  // allocateStagingLocked ran (once per context, failed or not)
   uint64_t staging_size = 0, staging_head = 0, staging_used = 0;
+  // A driver error left digests or a copy queued whose end cannot be known (their event could
+  // not be recorded or queried): they may still write into result entries, arena rows or staging
+  // bytes the rings would hand out again. Nothing more is taken from this context's rings; what
+  // is in flight already drains as usual.
+  bool rings_lost = false;
   // CUDA graphs (graph_fingerprints.cc).
   CUdeviceptr graph_pool = 0;  // device, kGraphPoolBytes, zeroed once: cells and DigestSlots
   uint64_t graph_pool_used = 0;
@@ -393,6 +398,8 @@ class State {
   TemplateSeqs template_seqs;
   bool disabled = false;
   int64_t skipped_full = 0, skipped_capture = 0, skipped_error = 0, written = 0, lost = 0;
+  int64_t skipped_rings_lost = 0, contexts_rings_lost = 0;  // Context::rings_lost
+  void loseRingsLocked(Context& cx);  // sets cx.rings_lost, counts and logs it once
   int64_t discarded = 0;  // results of ops that never ran (kSeqDiscarded): not written, not lost
   // A result that will not be written, its op's number being `seq` (kSeqDropped, kSeqForgotten,
   // kSeqDiscarded, or unknown at exit).
