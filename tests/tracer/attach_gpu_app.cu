@@ -8,15 +8,22 @@
 //                  and "cpu <C>", the calling thread's CPU time in those calls
 //   gemm N         N cuBLASLt matmuls (64x64 fp32, the algorithm left to cuBLASLt), then a device
 //                  synchronize -> "ok"
+//   gemm-int N     N such matmuls, then raise(SIGINT) before the synchronize: the program's own
+//                  handler (--own-sigint) runs while their kernels' records are still on their
+//                  way -> "ok" (its handler ran) or "no sigint"
 //   busy N MS      N launches of busy_kernel, each spinning MS ms on the GPU, not waited for
 //                  -> "ok" (the kernels still run: a signal now finds the GPU busy)
 //   reset-exit     cudaDeviceReset() then _exit(0): no atexit, only context teardown commits
 //   exit           normal exit
+// With --own-sigint the program installs a SIGINT handler of its own first (before its first
+// CUDA call, so before the tracer's, which then chains to it).
+#include <signal.h>
 #include <time.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 
@@ -51,8 +58,12 @@ __global__ void busy_kernel(long long ns) {
   }
 }
 
-// N matmuls D = A B of 64x64 fp32 matrices (A, B filled once with small integers).
-bool gemms(int n) {
+volatile sig_atomic_t g_sigint = 0;
+void onSigint(int) { g_sigint = 1; }
+
+// N matmuls D = A B of 64x64 fp32 matrices (A, B filled once with small integers); `raise_sigint`:
+// a SIGINT raised before the synchronize.
+bool gemms(int n, bool raise_sigint = false) {
   constexpr int kDim = 64;
   static cublasLtHandle_t handle = nullptr;
   static float* m = nullptr;  // A, B, D
@@ -75,10 +86,17 @@ bool gemms(int n) {
   }
   if (layout) cublasLtMatrixLayoutDestroy(layout);
   if (desc) cublasLtMatmulDescDestroy(desc);
+  if (raise_sigint) raise(SIGINT);
   return ok && cudaDeviceSynchronize() == cudaSuccess;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--own-sigint") == 0) {
+    struct sigaction sa {};
+    sa.sa_handler = onSigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+  }
   int* x = nullptr;
   if (cudaMalloc(&x, 2 * sizeof(int)) != cudaSuccess) {
     std::printf("cuda init failed\n");
@@ -130,6 +148,12 @@ int main() {
       int n = 0;
       std::cin >> n;
       std::printf(gemms(n) ? "ok\n" : "failed\n");
+    } else if (cmd == "gemm-int") {
+      int n = 0;
+      std::cin >> n;
+      g_sigint = 0;
+      const bool ok = gemms(n, /*raise_sigint=*/true);
+      std::printf(!ok ? "failed\n" : g_sigint ? "ok\n" : "no sigint\n");
     } else if (cmd == "busy") {
       int n = 0, ms = 0;
       std::cin >> n >> ms;

@@ -63,10 +63,11 @@ std::vector<std::string> appEnvironment(Tracer tracer, const std::string& run,
 }
 
 struct GpuApp {
-  GpuApp(const TempDir& tmp, Tracer tracer, const std::string& name = "run")
+  GpuApp(const TempDir& tmp, Tracer tracer, const std::string& name = "run",
+         const std::vector<std::string>& args = {})
       : run(tmp.file(name)),
         xdg(tmp.file(name + "-xdg")),
-        child(binDir() + "/tests/attach_gpu_app", {}, prepare(tracer)) {
+        child(binDir() + "/tests/attach_gpu_app", args, prepare(tracer)) {
     ready = child.line() == "ready " + std::to_string(child.pid());
   }
   std::vector<std::string> prepare(Tracer tracer) {
@@ -230,6 +231,44 @@ TEST(AttachGpu, SigtermWhileKernelsRunWaitsForThem) {
   auto k = kernels(app.trace());
   EXPECT_EQ(k["busy_kernel"].n, 3);
   EXPECT_EQ(k["busy_kernel"].with_gpu_times, 3);
+}
+
+// A signal the program handles itself (its own SIGINT handler, installed before the tracer's)
+// commits what is recorded and the recording goes on. The records held for ordering stay held:
+// the matmuls just called, whose kernels' records are still on their way when the signal comes,
+// get them as children when they arrive, as do the matmuls after it. (Settling them at the
+// signal, as a context's teardown does, would write those matmuls without their kernels.)
+TEST(AttachGpu, ASignalTheProgramHandlesKeepsHeldMatmulsWaitingForTheirKernels) {
+  DETRACE_REQUIRE_GPU();
+  TempDir tmp;
+  GpuApp app(tmp, Tracer::kRecording, "run", {"--own-sigint"});
+  ASSERT_TRUE(app.ready);
+  for (int round = 0; round < 3; ++round) EXPECT_EQ(app.child.send("gemm-int 20"), "ok");
+  EXPECT_EQ(app.child.send("gemm 20"), "ok");
+  app.child.say("exit");
+  int status = app.child.wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto gemms = (*r)->gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  EXPECT_EQ(gemms->size(), 80u);
+  std::map<int64_t, int> children;  // by matmul
+  for (const auto& [seq, g] : *gemms) children[seq] = 0;
+  auto cursor = (*r)->events();
+  ASSERT_TRUE(cursor.isOk());
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    const db::Event& e = cursor->event();
+    if (e.kind != db::EventKind::kKernel) continue;
+    if (auto c = children.find(e.parent_seq); c != children.end()) ++c->second;
+  }
+  int childless = 0;
+  for (const auto& [seq, n] : children) childless += n == 0;
+  EXPECT_EQ(childless, 0) << "matmuls written without their kernels";
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["tracer_records_placed_late"], 0);
+  EXPECT_EQ((*stats)["tracer_activities_unmatched"], 0);
 }
 
 }  // namespace
