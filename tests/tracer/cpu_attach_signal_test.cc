@@ -257,6 +257,24 @@ TEST(Attach, AStalledRunDirectoryHoldsTheProgramUpAQuarterSecondAtMost) {
   EXPECT_FALSE(fs::exists(pointer)) << "removed at exit";
 }
 
+// A run directory others may write to: one of them puts a symlink where the pointer's temporary
+// file goes, to a file the program's user owns. The tracer does not write through it (the
+// pointer is not written, and says so); the file keeps its bytes.
+TEST(Attach, ASymlinkWhereThePointerIsWrittenIsNotFollowed) {
+  TempDir tmp;
+  const std::string victim = tmp.file("victim");
+  std::ofstream(victim) << "mine\n";
+  TracedApp app(tmp, /*paused=*/true, {}, {}, 0,
+                "ln -s " + victim + " \"$DETRACE_OUT_DIR/proc-$$.dtrace-control.tmp\"");
+  app.call(1);
+  usleep(300'000);  // the pointer's thread has tried
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "mine\n") << "written through the symlink";
+  EXPECT_FALSE(fs::exists(tracer::control::pointerPath(app.run(), app.pid())));
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+}
+
 TEST(Record, PausedFlagReachesTheChildAndTheManifest) {
   TempDir tmp;
   Output o = sh(detrace() + " record --paused -o " + tmp.file("run") +

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "detrace/tracer/control_protocol.h"
@@ -81,13 +83,31 @@ control::Reply handle(const control::Request& request) {
   return statusReply();
 }
 
+// Opens `path` for writing, emptied, without following a symlink and only if the file is this
+// user's (a run directory others may write to must not let them point the write elsewhere, or
+// at a file of theirs hard-linked there). Not made exclusive: what is there is ours to replace.
+std::FILE* openOwnFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_uid != ::geteuid()) {
+    ::close(fd);
+    errno = EPERM;
+    return nullptr;
+  }
+  if (S_ISREG(st.st_mode)) (void)::ftruncate(fd, 0);
+  std::FILE* f = ::fdopen(fd, "w");
+  if (f == nullptr) ::close(fd);
+  return f;
+}
+
 // RUN_DIR/proc-<pid>.dtrace-control names the socket (written whole, then renamed into place).
 void writePointer(const std::string& socket) {
   const char* run_dir = std::getenv("DETRACE_OUT_DIR");
   if (run_dir == nullptr || *run_dir == '\0') return;
   std::string path = control::pointerPath(run_dir, getpid());
   std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "we");
+  std::FILE* f = openOwnFile(tmp);
   if (f == nullptr) {
     logLine(
         "cannot write %s (%s); `detrace attach %d` still works, `detrace attach RUN_DIR` will "

@@ -3,7 +3,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -186,7 +188,19 @@ std::string formatReply(const Reply& reply) {
     out = "ok";
     for (const auto& [k, v] : reply.fields) out += " " + k + "=" + encodeValue(v);
   }
-  if (out.size() >= kMaxLineBytes) out.resize(kMaxLineBytes - 1);
+  if (out.size() >= kMaxLineBytes && !reply.ok) {
+    out.resize(kMaxLineBytes - 1);  // an error's text may be cut
+  } else if (out.size() >= kMaxLineBytes) {
+    // Never cut inside a field (the client would read a broken one as an error): the fields that
+    // fit, in order, and a mark that some were left out.
+    const std::string mark = " truncated=1";
+    out = "ok";
+    for (const auto& [k, v] : reply.fields) {
+      std::string field = " " + k + "=" + encodeValue(v);
+      if (out.size() + field.size() + mark.size() < kMaxLineBytes) out += field;
+    }
+    out += mark;
+  }
   out += '\n';
   return out;
 }
@@ -225,9 +239,18 @@ std::string controlDirectory(uid_t uid, const char* xdg_runtime_dir) {
   return fmt::format("/tmp/detrace-{}", uid);
 }
 
+bool runtimeDirectoryUsable(const char* dir, uid_t uid) {
+  struct stat st {};
+  if (dir == nullptr || dir[0] != '/' || ::stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  // Another user's (a shell from su without -, sudo -E): they could swap our directory in it.
+  if (st.st_uid != uid && st.st_uid != 0) return false;
+  return (st.st_mode & 022) == 0 || (st.st_mode & S_ISVTX) != 0;  // or writable, but sticky
+}
+
 std::vector<std::string> controlDirectories(uid_t uid, const char* xdg_runtime_dir) {
-  std::vector<std::string> dirs = {controlDirectory(uid, xdg_runtime_dir)};
   std::string tmp = controlDirectory(uid, nullptr);
+  if (!runtimeDirectoryUsable(xdg_runtime_dir, uid)) return {tmp};
+  std::vector<std::string> dirs = {controlDirectory(uid, xdg_runtime_dir)};
   if (dirs[0] != tmp) dirs.push_back(tmp);
   return dirs;
 }
@@ -247,29 +270,43 @@ pid_t pidOfPointerName(std::string_view name) {
     return -1;
   }
   std::string_view digits = name.substr(5, name.size() - 5 - suffix.size());
-  long pid = 0;
+  if (digits.size() > 10) return -1;  // more than any pid_t
+  int64_t pid = 0;
   for (char c : digits) {
-    if (c < '0' || c > '9' || pid > 1'000'000'000) return -1;
+    if (c < '0' || c > '9') return -1;
     pid = pid * 10 + (c - '0');
   }
-  return pid > 0 ? static_cast<pid_t>(pid) : -1;
+  return pid > 0 && pid <= std::numeric_limits<pid_t>::max() ? static_cast<pid_t>(pid) : -1;
 }
 
 Status ensurePrivateDirectory(const std::string& dir, uid_t uid) {
-  if (::mkdir(dir.c_str(), 0700) == 0) {
-    // mkdir's mode is masked by the umask; make it exactly 0700.
-    if (::chmod(dir.c_str(), 0700) != 0) {
-      return makeError(ErrorCode::kIo, "cannot set the mode of {}: {}", dir, std::strerror(errno));
-    }
-  } else if (errno != EEXIST) {
+  const bool made = ::mkdir(dir.c_str(), 0700) == 0;
+  if (!made && errno != EEXIST) {
     return makeError(ErrorCode::kIo, "cannot create {}: {}", dir, std::strerror(errno));
   }
+  // Inspected and changed through one descriptor, never by path again: whoever can write the
+  // parent could swap the name for a symlink in between.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return makeError(ErrorCode::kIo, "{} is not a directory (a symlink or a file); remove it", dir);
+    }
+    return makeError(ErrorCode::kIo, "cannot open {}: {}", dir, std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
+  if (::fstat(fd, &st) != 0) {
     return makeError(ErrorCode::kIo, "cannot inspect {}: {}", dir, std::strerror(errno));
   }
-  if (!S_ISDIR(st.st_mode)) {
-    return makeError(ErrorCode::kIo, "{} is not a directory (a symlink or a file); remove it", dir);
+  // mkdir's mode is masked by the umask: make a directory we just made exactly 0700.
+  if (made && st.st_uid == uid && (st.st_mode & 0777) != 0700) {
+    if (::fchmod(fd, 0700) != 0) {
+      return makeError(ErrorCode::kIo, "cannot set the mode of {}: {}", dir, std::strerror(errno));
+    }
+    st.st_mode = (st.st_mode & ~07777) | 0700;
   }
   if (st.st_uid != uid) {
     return makeError(ErrorCode::kIo,

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -51,11 +52,15 @@ Result<sockaddr_un> unixAddress(const std::string& path) {
   return addr;
 }
 
-// True if a live server answers at `path` (a socket file left by a dead process does not).
+// True if a live server answers at `path` (a socket file left by a dead process does not). Never
+// waits: this runs on the program's thread, and a listener whose queue is full (a stopped process,
+// or one filling it on purpose) would hold a blocking connect for good. A full queue means that
+// someone listens.
 bool someoneListens(const sockaddr_un& addr) {
-  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return false;
-  return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return true;
+  return errno == EAGAIN || errno == EINPROGRESS;
 }
 
 // Sends all of `data` while `client` is still the connection it was (the program may have closed
@@ -134,26 +139,37 @@ class ControlServer::Impl {
     return Status::ok();
   }
 
-  // Reads one line (up to kMaxLineBytes) before the deadline; false on timeout, EOF or error.
-  bool readLine(const HeldFd& client, std::string& line) const {
+  enum class Read { kLine, kTooLong, kNone };
+  // Reads one line (up to kMaxLineBytes) before the deadline; kNone on timeout, EOF, error, or a
+  // stop (the wake pipe: the process is ending, and a silent client must not hold its exit up).
+  Read readLine(const HeldFd& client, std::string& line) const {
     const int fd = client.get();
     int64_t deadline = monotonicMs() + opts.read_timeout_ms;
     char buf[512];
     while (line.find('\n') == std::string::npos) {
-      if (line.size() > control::kMaxLineBytes || !client.intact()) return false;
+      if (line.size() > control::kMaxLineBytes) return Read::kTooLong;
+      if (!client.intact() || stopped.load(std::memory_order_acquire)) return Read::kNone;
       int64_t left = deadline - monotonicMs();
-      if (left <= 0) return false;
-      pollfd p{fd, POLLIN, 0};
-      int r = ::poll(&p, 1, static_cast<int>(left));
+      if (left <= 0) return Read::kNone;
+      pollfd p[2] = {{fd, POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
+      int r = ::poll(p, wake_rd.intact() ? 2 : 1, static_cast<int>(std::min<int64_t>(left, kPollMs)));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
+      if (r < 0) return Read::kNone;
+      if (r == 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return !line.empty();  // a last line without its newline still counts
+      if (n <= 0) return line.empty() ? Read::kNone : Read::kLine;  // a last line without its newline counts
       line.append(buf, static_cast<size_t>(n));
     }
     line.resize(line.find('\n'));
-    return true;
+    return Read::kLine;
+  }
+
+  // True once the client has hung up (it gave up waiting, e.g. while this process was stopped):
+  // its request is then not carried out, since nobody would learn that it was.
+  static bool clientGone(int fd) {
+    pollfd p{fd, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
   }
 
   void serve(const HeldFd& client) {
@@ -172,7 +188,14 @@ class ControlServer::Impl {
       return;
     }
     std::string line;
-    if (!readLine(client, line)) return;
+    const Read read = readLine(client, line);
+    if (read == Read::kTooLong) {
+      sendAll(client, control::formatReply(control::Reply::failure(
+                          "request too long (more than " + std::to_string(control::kMaxLineBytes) +
+                          " bytes); shorten its arguments (--window)")));
+      return;
+    }
+    if (read != Read::kLine || stopped.load(std::memory_order_acquire) || clientGone(fd)) return;
     control::Reply reply;
     auto request = control::parseRequest(line);
     if (!request.isOk()) {

@@ -84,7 +84,12 @@ PeerDecision checkPeer(uid_t peer_uid, pid_t peer_pid, uid_t own_uid);
 // The private directory for the sockets of user `uid`: $XDG_RUNTIME_DIR/detrace when
 // `xdg_runtime_dir` is set and absolute, else /tmp/detrace-<uid>.
 std::string controlDirectory(uid_t uid, const char* xdg_runtime_dir);
-// Both places a socket of `uid` may be, the XDG one first (when set), without duplicates.
+// Whether `dir` may hold the private directory of `uid`'s sockets: an absolute directory of its
+// own (or root's) that no other user may write to, unless sticky. Not another user's
+// XDG_RUNTIME_DIR, kept by `su` without `-` or `sudo -E`: its owner could swap names in it.
+bool runtimeDirectoryUsable(const char* dir, uid_t uid);
+// Every place a socket of `uid` may be, without duplicates: the XDG one first (when set and
+// usable), then /tmp/detrace-<uid>.
 std::vector<std::string> controlDirectories(uid_t uid, const char* xdg_runtime_dir);
 // <dir>/<pid>.sock
 std::string socketPath(const std::string& dir, pid_t pid);
