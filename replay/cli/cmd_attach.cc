@@ -1,5 +1,6 @@
 // detrace attach PID|RUN_DIR start|stop|status [--capture meta|digest|full] [--window UNIT:A:B]
 // [--json]
+#include <charconv>
 #include <cstdio>
 #include <string>
 
@@ -75,7 +76,11 @@ nlohmann::json toJson(const Reply& r) {
   for (const auto& [k, v] : r.fields) {
     bool number = k == "pid" || k == "events" || k == "dropped" || k == "rank" ||
                   k == "world_size" || k == "protocol";
-    j[k] = number ? nlohmann::json(std::stoll(v.empty() ? "0" : v)) : nlohmann::json(v);
+    long long n = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    // A field that should be a number and is not (another program's reply) stays text.
+    const bool parsed = ec == std::errc() && end == v.data() + v.size() && !v.empty();
+    j[k] = number && parsed ? nlohmann::json(n) : nlohmann::json(v);
   }
   return j;
 }

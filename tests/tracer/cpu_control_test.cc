@@ -3,6 +3,10 @@
 // (libdetrace_tracer.so preloaded into a fake-NCCL program, tests/tracer/control_app.cc) paused,
 // started, stopped and signalled.
 #include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -31,6 +35,7 @@
 #include "detrace/tracer/control_server.h"
 
 #include "../db/test_util.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
@@ -125,7 +130,7 @@ TEST(ControlAccess, SocketDirectories) {
   EXPECT_EQ(control::controlDirectory(1000, "/run/user/1000/"), "/run/user/1000/detrace");
   EXPECT_EQ(control::controlDirectory(1000, nullptr), "/tmp/detrace-1000");
   EXPECT_EQ(control::controlDirectory(1000, "relative"), "/tmp/detrace-1000");
-  EXPECT_EQ(control::controlDirectories(7, "/x").size(), 2u);
+  EXPECT_EQ(control::controlDirectories(7, "/nonexistent").size(), 1u);
   EXPECT_EQ(control::controlDirectories(7, nullptr).size(), 1u);
   EXPECT_EQ(control::socketPath("/d", 41), "/d/41.sock");
   EXPECT_EQ(control::pointerPath("/run", 41), "/run/proc-41.dtrace-control");
@@ -133,6 +138,33 @@ TEST(ControlAccess, SocketDirectories) {
   EXPECT_EQ(control::pidOfPointerName("proc-41.dtrace"), -1);
   EXPECT_EQ(control::pidOfPointerName("proc-.dtrace-control"), -1);
   EXPECT_EQ(control::pidOfPointerName("proc-4x.dtrace-control"), -1);
+  EXPECT_EQ(control::pidOfPointerName("proc-4294967297.dtrace-control"), -1) << "2^32 + 1 is not pid 1";
+  EXPECT_EQ(control::pidOfPointerName("proc-99999999999.dtrace-control"), -1);
+}
+
+// A runtime directory holds the socket directory only where no other user can swap names in it:
+// the user's own (or root's), not writable by others unless sticky. Another user's, as kept by
+// `su` without `-`, is passed over for /tmp/detrace-<uid>.
+TEST(ControlAccess, AnotherUsersOrAnOpenRuntimeDirectoryIsPassedOver) {
+  TempDir tmp;
+  const std::string own = tmp.file("xdg");
+  ASSERT_EQ(::mkdir(own.c_str(), 0700), 0);
+  const uid_t me = ::geteuid();
+  EXPECT_EQ(control::controlDirectories(me, own.c_str()),
+            (std::vector<std::string>{own + "/detrace", control::controlDirectory(me, nullptr)}));
+  ASSERT_EQ(::chmod(own.c_str(), 0777), 0);
+  EXPECT_EQ(control::controlDirectories(me, own.c_str()).size(), 1u) << "writable by anyone";
+  ASSERT_EQ(::chmod(own.c_str(), 01777), 0);
+  EXPECT_EQ(control::controlDirectories(me, own.c_str()).size(), 2u) << "sticky, as /tmp";
+  ASSERT_EQ(::chmod(own.c_str(), 0700), 0);
+  // Another user's: as root, give it away; else ask for a user it does not belong to.
+  uid_t asker = me + 1;
+  if (me == 0) {
+    ASSERT_EQ(::chown(own.c_str(), 4242, static_cast<gid_t>(-1)), 0);
+    asker = 7;
+  }
+  EXPECT_EQ(control::controlDirectories(asker, own.c_str()),
+            std::vector<std::string>{control::controlDirectory(asker, nullptr)});
 }
 
 mode_t modeOf(const std::string& path) {
@@ -447,6 +479,119 @@ TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
   ::close(write_end);
 }
 
+// A listening socket at `path` whose queue is full (a stopped process, or one filling it on
+// purpose): connects until the kernel refuses more. Returns the listener and the connections.
+std::vector<int> fullListenerAt(const std::string& path) {
+  std::vector<int> fds;
+  int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  if (::bind(l, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(l, 0) != 0) return {};
+  fds.push_back(l);
+  for (int i = 0; i < 64; ++i) {
+    int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(c);
+      break;
+    }
+    fds.push_back(c);
+  }
+  return fds;
+}
+
+// Runs `work` on a thread of its own and says whether it ended within `limit` (a thread stuck in
+// a blocking call is left behind, detached, so that the test fails instead of hanging).
+bool endsWithin(std::chrono::milliseconds limit, std::function<void()> work) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([work = std::move(work), done] {
+    work();
+    done->store(true);
+  }).detach();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done->load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done->load();
+}
+
+// Something listens at the process's socket path with a full queue: the server's check for a
+// live listener runs on the program's thread (its first recorded call) and must not wait for a
+// place in that queue. It finds the path in use at once.
+TEST(ControlServer, AListenerWithAFullQueueAtItsPathIsInUseAndNotWaitedFor) {
+  ServerFixture f;
+  ASSERT_TRUE(control::ensurePrivateDirectory(f.tmp.file("ctl"), ::geteuid()).isOk());
+  std::vector<int> squatter = fullListenerAt(f.tmp.file("ctl") + "/4242.sock");
+  ASSERT_GE(squatter.size(), 2u);
+  auto result = std::make_shared<Status>();
+  auto opts = f.options(::geteuid());
+  ASSERT_TRUE(endsWithin(std::chrono::seconds(5), [opts, result] {
+    auto server = ControlServer::start(opts);
+    *result = server.isOk() ? Status::ok() : server.status();
+  })) << "ControlServer::start waited for the full listener";
+  EXPECT_NE(result->message().find("in use"), std::string::npos) << result->message();
+  for (int fd : squatter) ::close(fd);
+}
+
+// At the process's exit the server stops at once even while a client that connected says
+// nothing (before, it waited out the client's read timeout); a request that did come from a
+// client that has hung up since (it gave up waiting) is not carried out.
+TEST(ControlServer, ASilentClientDoesNotHoldTheStopUpAndAGoneOnesRequestIsDropped) {
+  ServerFixture f;
+  auto opts = f.options(::geteuid());
+  opts.read_timeout_ms = 20000;
+  auto server = ControlServer::start(opts);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  int silent = connectTo((*server)->path());  // the server waits for its line
+  int gone = connectTo((*server)->path());    // queued behind it
+  ASSERT_EQ(::send(gone, "start\n", 6, MSG_NOSIGNAL), 6);
+  ::close(gone);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::close(silent);  // the server moves on to the gone client's request
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  {
+    std::lock_guard lk(f.mu);
+    EXPECT_TRUE(f.seen.empty()) << "the request of a client that had hung up was carried out";
+  }
+  int silent2 = connectTo((*server)->path());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE((*server)->stop(std::chrono::milliseconds(1500)))
+      << "the stop waited for the silent client";
+  ::close(silent2);
+}
+
+TEST(ControlServer, ARequestTooLongIsAnsweredWithAnError) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  auto reply = control::parseReply(talk((*server)->path(), "start window=" + std::string(6000, 'x') + "\n"));
+  ASSERT_TRUE(reply.isOk()) << reply.status().message();
+  EXPECT_FALSE(reply->ok);
+  EXPECT_NE(reply->error.find("request too long"), std::string::npos) << reply->error;
+}
+
+// A reply longer than a line may be (a long window echoed back, %-escaped) keeps whole fields:
+// those that fit, in order, and truncated=1; never a field cut in two, which the client would
+// take for a malformed reply.
+TEST(ControlProtocol, ALongReplyKeepsWholeFields) {
+  control::Reply r;
+  r.set("state", "capturing");
+  r.set("window", std::string(1400, '<'));  // 3 bytes each once escaped
+  r.set("pid", "42");
+  const std::string line = control::formatReply(r);
+  EXPECT_LE(line.size(), control::kMaxLineBytes);
+  auto back = control::parseReply(line);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back->ok);
+  EXPECT_EQ(back->get("state"), "capturing");
+  EXPECT_EQ(back->get("pid"), "42");
+  EXPECT_EQ(back->get("window"), "");
+  EXPECT_EQ(back->get("truncated"), "1");
+  auto error = control::parseReply(control::formatReply(control::Reply::failure(std::string(5000, 'e'))));
+  ASSERT_TRUE(error.isOk());
+  EXPECT_FALSE(error->ok) << "an error stays an error when cut";
+}
+
 // ---------------------------------------------------------------- the attach client
 
 TEST(AttachClient, ClearErrors) {
@@ -495,6 +640,87 @@ TEST(AttachClient, TalksToAServerThroughARunDirectory) {
   ASSERT_FALSE(after.isOk());
   EXPECT_NE(after.status().message().find("is gone"), std::string::npos)
       << after.status().message();
+}
+
+// A process whose queue is full (stopped with SIGSTOP; every client that gave up stays queued):
+// the client gives up at its deadline with a message that says why, instead of waiting in
+// connect for good.
+TEST(AttachClient, AProcessThatTakesNoConnectionsIsGivenUpOnAtTheDeadline) {
+  TempDir tmp;
+  const std::string path = tmp.file("full.sock");
+  std::vector<int> squatter = fullListenerAt(path);
+  ASSERT_GE(squatter.size(), 2u);
+  auto result = std::make_shared<Status>();
+  ASSERT_TRUE(endsWithin(std::chrono::seconds(10), [path, result] {
+    control::Request status;
+    status.verb = control::Verb::kStatus;
+    auto reply = tracer::sendControlRequest(tracer::AttachTarget{getpid(), path}, status, 500);
+    *result = reply.isOk() ? Status::ok() : reply.status();
+  })) << "the client waited in connect";
+  EXPECT_NE(result->message().find("takes no connections"), std::string::npos) << result->message();
+  for (int fd : squatter) ::close(fd);
+}
+
+// A pointer file of a run directory names a socket of a process that has exited; its pid is now
+// a process of another run (its DETRACE_OUT_DIR says so), or the name is a FIFO, which would
+// block a read. Neither is taken for a live process of this run, and nothing hangs.
+TEST(AttachClient, APointerOfAnotherRunsProcessOrAFifoIsNotALiveTarget) {
+  ServerFixture f;
+  auto opts = f.options(::geteuid());
+  opts.pid = getpid();
+  auto server = ControlServer::start(opts);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  const std::string run = f.tmp.file("run"), other = f.tmp.file("other");
+  fs::create_directories(run);
+  fs::create_directories(other);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string env = "DETRACE_OUT_DIR=" + other;
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("30"), nullptr};
+    char* const envp[] = {const_cast<char*>(env.c_str()), nullptr};
+    execve("/bin/sleep", argv, envp);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its environment is sleep's now
+  std::ofstream(control::pointerPath(run, child)) << "socket=" << (*server)->path() << "\n";
+  ASSERT_EQ(::mkfifo(control::pointerPath(run, 999999998).c_str(), 0600), 0);
+  auto targets = std::make_shared<std::optional<Result<tracer::AttachTargets>>>();
+  ASSERT_TRUE(endsWithin(std::chrono::seconds(10), [run, targets] { targets->emplace(tracer::findAttachTargets(run)); }))
+      << "reading the run directory hung";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const Result<tracer::AttachTargets>& found = **targets;
+  ASSERT_FALSE(found.isOk()) << "a process of another run was taken for this run's";
+  EXPECT_NE(found.status().message().find("has exited"), std::string::npos) << found.status().message();
+}
+
+// `detrace attach PID status --json` turns the reply's numeric fields into JSON numbers; one that
+// is not a number (another program answering on the socket) stays text instead of aborting the CLI.
+TEST(AttachClient, AReplysFieldThatIsNotANumberStaysText) {
+  ServerFixture f;
+  auto opts = f.options(::geteuid());
+  opts.pid = getpid();
+  opts.dir = control::controlDirectories(::geteuid(), std::getenv("XDG_RUNTIME_DIR"))[0];
+  ASSERT_TRUE(control::ensurePrivateDirectory(opts.dir, ::geteuid()).isOk());
+  opts.handler = [](const control::Request&) {
+    control::Reply reply;
+    reply.set("protocol", std::to_string(control::kProtocolVersion));
+    reply.set("pid", "abc");
+    reply.set("events", "12");
+    reply.set("state", "paused");
+    return reply;
+  };
+  auto server = ControlServer::start(opts);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  testing::ShellOutput o = testing::runShell(std::string(DETRACE_BINARY_DIR) + "/replay/detrace attach " +
+                                             std::to_string(getpid()) + " status --json");
+  (*server)->stop();
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out.substr(o.out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.out;
+  EXPECT_EQ(j["processes"][0]["pid"], "abc") << o.out;
+  EXPECT_EQ(j["processes"][0]["events"], 12) << o.out;
 }
 
 }  // namespace

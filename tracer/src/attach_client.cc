@@ -60,8 +60,11 @@ std::map<std::string, std::string> environOf(pid_t pid) {
   return env;
 }
 
-// The socket a pointer file (RUN_DIR/proc-<pid>.dtrace-control) names, "" if unreadable.
+// The socket a pointer file (RUN_DIR/proc-<pid>.dtrace-control) names, "" if unreadable. Only a
+// regular file is read: a FIFO put there would block the open for good.
 std::string socketFromPointer(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -73,6 +76,18 @@ std::string socketFromPointer(const std::string& path) {
 bool isSocket(const std::string& path) {
   struct stat st {};
   return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// False when process `pid` records into another run directory than `dir`: a pointer file left by
+// a process that has exited may name a pid that a process of another run has now. Its
+// DETRACE_OUT_DIR says; a process without one (or whose environment cannot be read) is not
+// refused here (without a tracer it has no socket to answer on).
+bool recordsInto(pid_t pid, const std::string& dir) {
+  const std::map<std::string, std::string> env = environOf(pid);
+  auto it = env.find("DETRACE_OUT_DIR");
+  if (it == env.end()) return true;
+  std::error_code ec;
+  return fs::equivalent(it->second, dir, ec) && !ec;
 }
 
 Result<AttachTargets> targetsOfPid(pid_t pid) {
@@ -127,7 +142,7 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
     pid_t pid = control::pidOfPointerName(entry.path().filename().string());
     if (pid <= 0) continue;
     std::string socket = socketFromPointer(entry.path().string());
-    if (!alive(pid) || !isSocket(socket)) {
+    if (!alive(pid) || !isSocket(socket) || !recordsInto(pid, dir)) {
       t.exited.push_back(pid);
     } else {
       t.live.push_back({pid, socket});
@@ -159,18 +174,53 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   return t;
 }
 
-// Connects to the socket; the error names the likely cause.
-Result<ScopedFd> connectTo(const AttachTarget& target) {
+// The process at the other end of a connected socket is `target.pid` (a pointer file may name
+// any socket).
+Status checkServer(int fd, const AttachTarget& target) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return makeError(ErrorCode::kIo, "process {}: cannot identify the process behind {}: {}",
+                     target.pid, target.socket, std::strerror(errno));
+  }
+  if (cred.pid != target.pid) {
+    return makeError(ErrorCode::kNotFound,
+                     "{} is not process {}'s control socket (process {} listens there); the "
+                     "process has exited",
+                     target.socket, target.pid, cred.pid);
+  }
+  return Status::ok();
+}
+
+// Connects to the socket before the deadline; the error names the likely cause. Never blocks:
+// a stopped process's queue fills up (each client that gave up stays queued), and a blocking
+// connect would then wait for good.
+Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (target.socket.size() >= sizeof addr.sun_path) {
     return makeError(ErrorCode::kInvalidArgument, "socket path too long: {}", target.socket);
   }
   std::memcpy(addr.sun_path, target.socket.c_str(), target.socket.size() + 1);
-  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  int err = errno;
+  int err = 0;
+  for (;;) {
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+      DETRACE_RETURN_IF_ERROR(checkServer(fd.get(), target));
+      return fd;
+    }
+    err = errno;
+    if (err == EINTR) continue;
+    if (err != EAGAIN) break;
+    if (monotonicMs() >= deadline_ms) {
+      return makeError(ErrorCode::kUnavailable,
+                       "process {} takes no connections (its queue is full): it may be stopped "
+                       "(SIGSTOP, a debugger) or busy; try again once it runs",
+                       target.pid);
+    }
+    ::usleep(20'000);
+  }
   switch (err) {
     case ENOENT:
       return makeError(ErrorCode::kNotFound, "process {}: its control socket {} is gone; {}",
@@ -202,7 +252,8 @@ Result<AttachTargets> findAttachTargets(const std::string& pid_or_run_dir) {
 
 Result<control::Reply> sendControlRequest(const AttachTarget& target,
                                           const control::Request& request, int timeout_ms) {
-  DETRACE_ASSIGN_OR_RETURN(ScopedFd fd, connectTo(target));
+  const int64_t deadline = monotonicMs() + timeout_ms;
+  DETRACE_ASSIGN_OR_RETURN(ScopedFd fd, connectTo(target, deadline));
   std::string line = control::formatRequest(request);
   if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(line.size())) {
@@ -210,7 +261,6 @@ Result<control::Reply> sendControlRequest(const AttachTarget& target,
                      std::strerror(errno));
   }
   std::string reply;
-  int64_t deadline = monotonicMs() + timeout_ms;
   char buf[1024];
   while (reply.find('\n') == std::string::npos && reply.size() <= control::kMaxLineBytes) {
     int64_t left = deadline - monotonicMs();
