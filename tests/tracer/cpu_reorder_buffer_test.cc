@@ -301,6 +301,45 @@ TEST(ReorderBuffer, GraphLaunchExpandsInGpuOrderAndLearnsItsSize) {
   EXPECT_EQ(rb.stats().timed_out, 1);
 }
 
+// A graph with no kernel, copy or memset node (host or event nodes only, or empty) gives no
+// record: its launch is complete when it is taken, and holds nothing behind it. A graph destroyed
+// takes the record count learnt for its address with it (forgetGraph): a new graph made there
+// learns its own.
+TEST(ReorderBuffer, AGraphOfNoRecordsHoldsNothingBackAndAForgottenGraphsCountGoes) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  ApiLaunch g = launch(20, 100);
+  g.is_graph = true;
+  g.graph_key = 0xabc;
+  g.expected_activities = 0;
+  rb.addLaunch(g);
+  rb.addLaunch(launch(21, 101));
+  rb.addActivity(kernel(21, 500));
+  EXPECT_EQ(sink.rows.size(), 2u) << "the kernel after the graph waited for it";
+  EXPECT_EQ(rb.stats().timed_out, 0);
+
+  // Learn a count for 0xdef at a timeout (2 records), then forget it: the next launch of a graph
+  // at that address (3 records) is not cut after its first 2.
+  ApiLaunch h = launch(30, 200);
+  h.is_graph = true;
+  h.graph_key = 0xdef;
+  h.expected_activities = -1;
+  rb.addLaunch(h);
+  for (int64_t start : {3000, 3001}) rb.addActivity(kernel(30, start));
+  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
+  ASSERT_EQ(rb.stats().timed_out, 1);
+  const size_t before = sink.rows.size();
+  rb.forgetGraph(0xdef);
+  h.correlation_id = 31;
+  h.cpu_ns = ReorderOptions{}.timeout_ns + 1000;
+  rb.addLaunch(h);
+  for (int64_t start : {9000, 9001, 9002}) rb.addActivity(kernel(31, start));
+  EXPECT_EQ(sink.rows.size(), before) << "written before its third record came";
+  rb.flush();
+  EXPECT_EQ(sink.rows.size(), before + 3);
+  EXPECT_EQ(rb.stats().unmatched, 0);
+}
+
 TEST(ReorderBuffer, TimeoutWritesWithoutGpuTimesAndLateRecordsAreCounted) {
   FakeSink sink;
   ReorderOptions o;

@@ -146,6 +146,26 @@ TEST(ReorderPlacement, TurningPlacementOffWritesWhatIsHeld) {
 // windows (a GEMM inside an annotated range), records delivered in random batches and order,
 // polls at random times. The trace must list every kernel and op in correlation order, each
 // kernel under its innermost enclosing op.
+// A library call under way when capture stops: the stop turns placement off before the call
+// returns, so its window's closing edge never comes. The stop's flush closes it: after the next
+// start, a kernel of its stream outside any call has no parent.
+TEST(ReorderPlacement, AWindowLeftOpenByAStopParentsNothingAfterTheNextStart) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  const uint64_t g = rb.addLibraryOp(gemmAt(10, 100));
+  rb.addWindowEdge(g, 10, true, /*stream=*/1);
+  rb.addActivity(kernelOn(1, 11, 150));
+  rb.flush();  // the stop
+  ASSERT_EQ(sink.rows.size(), 2u);
+  EXPECT_EQ(sink.rows[1].e.parent_seq, sink.rows[0].e.seq) << "its own kernel keeps it";
+  rb.setPlaceRecords(false);
+  rb.setPlaceRecords(true);  // the next start
+  rb.addActivity(kernelOn(1, 500, 10'000));
+  rb.poll(10'000 + kHold);
+  ASSERT_EQ(sink.rows.size(), 3u);
+  EXPECT_EQ(sink.rows[2].e.parent_seq, db::kUnset) << "a kernel after the restart took the old call as parent";
+}
+
 TEST(ReorderPlacement, RandomProgramsComeOutInProgramOrderWithTheirParents) {
   std::mt19937_64 rng(std::random_device{}());
   for (int trial = 0; trial < 200; ++trial) {

@@ -41,6 +41,7 @@
 #include "own_stream.h"
 #include "nvtx_markers.h"
 #include "placement.h"
+#include "detrace/tracer/correlation_ids.h"
 #include "detrace/tracer/cupti_decode.h"
 #include "detrace/tracer/flush_settle.h"
 #include "detrace/tracer/launch_nesting.h"
@@ -220,7 +221,7 @@ int64_t cuptiNow() {
 
 // ---- placement by correlation id (placement.h) ----
 std::atomic<bool> g_placement{false};
-thread_local uint32_t t_marker_correlation = 0;  // set by the marker's API-enter callback
+thread_local uint64_t t_marker_correlation = 0;  // set by the marker's API-enter callback
 
 // ---- CUPTI's ids of the streams library calls name (opStreamId) ----
 // Bumped when a stream is destroyed: its handle may then name another stream, so every thread's
@@ -366,9 +367,9 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
 void onDriverHalfEnter(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, Session& s) {
   const uint64_t runtime_token = t_nesting.runtimeToken();
   if (t_in_flight.active && t_in_flight.runtime) {
-    if (t_in_flight.alias == 0) t_in_flight.alias = cb->correlationId;
+    if (t_in_flight.alias == 0) t_in_flight.alias = unwrapCorrelation(cb->correlationId);
   } else if (ReorderBuffer* b = s.buffer(); b && runtime_token != 0) {
-    b->addAlias(runtime_token, cb->correlationId);
+    b->addAlias(runtime_token, unwrapCorrelation(cb->correlationId));
   }
   deep::driverEnter(cbid, cb->functionParams, runtime_token);  // its CUfunction and parameters
 }
@@ -397,7 +398,7 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     return;
   }
   ApiLaunch launch;
-  launch.correlation_id = cb->correlationId;
+  launch.correlation_id = unwrapCorrelation(cb->correlationId);
   launch.api = kind.api;
   {
     DiagScope timing(DiagSite::kEnterClock);
@@ -417,13 +418,20 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   }();
   const bool fast_path = !kind.graph && !deep;
   bool capturing = false;
-  if (!kind.graph && (!fast_path || always_check)) {
+  if (kind.graph) {
+    // A graph launched into a capture becomes a node of the graph being captured: its kernels
+    // run, and are recorded, with that graph's launches. (A per-thread default stream is asked
+    // about as itself: 0 would ask the legacy stream.)
+    DiagScope timing(DiagSite::kCaptureCheck);
+    capturing = isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream)));
+  } else if (!fast_path || always_check) {
     DiagScope timing(DiagSite::kCaptureCheck);
     capturing = isCapturing(stream);
   }
   if (capturing) {
     // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
     s.addStat("launches_captured", 1);
+    if (kind.graph) t_nesting.enter(runtime, 0, kind.graph);  // its exit finds no slot
     return;
   }
   {
@@ -442,9 +450,7 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     launch.expected_activities = expectedGraphRecords(exec);
     launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
     // Library ops captured into the graph with their digests: this launch replays them.
-    // (A per-thread default stream is asked about as itself: 0 would ask the legacy stream.)
-    replays = !isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream))) &&
-              Fingerprinter::get().planReplay(exec, replay);
+    replays = Fingerprinter::get().planReplay(exec, replay);
     if (replays) {
       launch.graph_ops = replay.ops;
       launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
@@ -661,7 +667,15 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr) return;
-    Fingerprinter::get().forgetExec(reinterpret_cast<uint64_t>(g->graphExec));
+    const uint64_t exec = reinterpret_cast<uint64_t>(g->graphExec);
+    Fingerprinter::get().forgetExec(exec);
+    // Its record count goes with it: a graph made later at its address has its own, and the
+    // table stays bounded by the executable graphs alive rather than by all ever made.
+    {
+      std::lock_guard lk(g_cache_mu);
+      g_graph_records.erase(exec);
+    }
+    if (ReorderBuffer* b = Session::get().startedBuffer()) b->forgetGraph(exec);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g != nullptr) Fingerprinter::get().noteGraphCloned(g->originalGraph, g->graph);
@@ -718,7 +732,9 @@ bool isOwnMemoryCallback(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
 void onOwnMemoryApi(const CUpti_CallbackData* cb) {
   if (cb->callbackSite != CUPTI_API_ENTER || !selfLaunchFlag()) return;
   // startedBuffer(): never starts anything from here, and still there while a stop drains.
-  if (ReorderBuffer* b = Session::get().startedBuffer()) b->ignoreCorrelation(cb->correlationId, cuptiNow());
+  if (ReorderBuffer* b = Session::get().startedBuffer()) {
+    b->ignoreCorrelation(unwrapCorrelation(cb->correlationId), cuptiNow());
+  }
 }
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
@@ -738,7 +754,7 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
       onGraphExecUpdate(static_cast<const CUpti_CallbackData*>(data));
     } else if (marker) {
       const auto* cb = static_cast<const CUpti_CallbackData*>(data);
-      if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = cb->correlationId;
+      if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = unwrapCorrelation(cb->correlationId);
     } else if (isOwnMemoryCallback(domain, cbid)) {
       onOwnMemoryApi(static_cast<const CUpti_CallbackData*>(data));
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && deep::isMemoryCallback(cbid)) {

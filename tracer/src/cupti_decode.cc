@@ -1,6 +1,8 @@
 // Reading CUPTI's callback parameters and activity records (cupti_decode.h).
 #include "detrace/tracer/cupti_decode.h"
 
+#include "detrace/tracer/correlation_ids.h"
+
 #include <cxxabi.h>
 
 #include <atomic>
@@ -187,12 +189,12 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
         // where the captured ops ran (reorder_buffer.h). The tracer's other kernels are dropped.
         if (k->graphId == 0) return false;
         a.own = true;
-        a.correlation_id = k->correlationId;
+        a.correlation_id = unwrapCorrelation(k->correlationId);
         a.gpu_start_ns = static_cast<int64_t>(k->start);
         a.gpu_end_ns = static_cast<int64_t>(k->end);
         return true;
       }
-      a.correlation_id = k->correlationId;
+      a.correlation_id = unwrapCorrelation(k->correlationId);
       a.kind = db::EventKind::kKernel;
       a.name = kernelName(w, k->name);
       a.stream = activityStream(w, k->streamId, k->deviceId);
@@ -218,7 +220,7 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-      a.correlation_id = m->correlationId;
+      a.correlation_id = unwrapCorrelation(m->correlationId);
       a.kind = db::EventKind::kMemcpy;
       a.name = w.intern(memcpyName(m->copyKind));
       a.stream = activityStream(w, m->streamId, m->deviceId);
@@ -233,7 +235,7 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-      a.correlation_id = m->correlationId;
+      a.correlation_id = unwrapCorrelation(m->correlationId);
       a.kind = db::EventKind::kMemset;
       a.name = w.intern("memset");
       a.stream = activityStream(w, m->streamId, m->deviceId);

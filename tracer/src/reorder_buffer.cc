@@ -183,6 +183,8 @@ void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
     auto it = graph_records_.find(slot.launch.graph_key);
     if (it != graph_records_.end()) slot.launch.expected_activities = it->second;
   }
+  // A graph of no kernel, copy or memset node (host, event or empty graphs): no record will come.
+  if (slot.launch.is_graph && slot.launch.expected_activities == 0) slot.state = State::kComplete;
   if (cell.failed) {
     ++stats_.failed_launches;
     slot.state = State::kComplete;
@@ -415,6 +417,11 @@ void ReorderBuffer::flush() {
   if (!early_.empty()) resolveEarlyLocked(kSettleAll);  // matched if its slot is in, else unmatched
   while (!pending_.empty()) writeHeadLocked(Reason::kFlush);
   writeHeldBeforeLocked(UINT64_MAX);
+  // Every record placed so far is written: a window still open now belongs to a call under way
+  // at a capture's stop, whose closing edge will not come (the stop turned placement off); kept,
+  // it would parent every later record of its stream after the next start.
+  window_edges_.clear();
+  open_windows_.clear();
 }
 
 void ReorderBuffer::settle() {
@@ -921,6 +928,11 @@ std::optional<int64_t> ReorderBuffer::seqOfLocked(uint64_t token) const {
 void ReorderBuffer::setDropUnmatched(bool on) {
   std::lock_guard lk(mu_);
   options_.drop_unmatched = on;
+}
+
+void ReorderBuffer::forgetGraph(uint64_t graph_key) {
+  std::lock_guard lk(mu_);
+  graph_records_.erase(graph_key);
 }
 
 void ReorderBuffer::setPlaceRecords(bool on) {

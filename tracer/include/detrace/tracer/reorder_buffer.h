@@ -272,7 +272,8 @@ class ReorderBuffer {
   static constexpr int64_t kIgnoreForNs = 600'000'000'000;
   // Writes head slots older than the timeout, measured against `now_ns` (CUPTI's clock).
   void poll(int64_t now_ns);
-  // Writes every pending slot, complete or not (at exit, or before a checkpoint).
+  // Writes every pending slot, complete or not (at exit, or at a capture's stop), and closes
+  // the windows of library calls still open.
   void flush();
   // Writes what is complete now, whatever the hold of placement by correlation id: the held
   // records and the complete slots before the first incomplete one, in order (a commit at context
@@ -282,6 +283,9 @@ class ReorderBuffer {
   void setDropUnmatched(bool on);
   // ReorderOptions::place_records, changed at a capture start (held records are written first).
   void setPlaceRecords(bool on);
+  // An executable graph is destroyed: the record count learnt for its key is forgotten (a new
+  // graph may be made at its address).
+  void forgetGraph(uint64_t graph_key);
   // A library call's window opens (open = true) or closes at the marker call whose correlation id
   // is `position` (placement by correlation id: held records inside it take `op_token` as their
   // parent). `stream` (opening edges): the streams.id its kernels' records carry, so that records
