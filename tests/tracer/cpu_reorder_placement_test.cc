@@ -166,6 +166,26 @@ TEST(ReorderPlacement, AWindowLeftOpenByAStopParentsNothingAfterTheNextStart) {
   EXPECT_EQ(sink.rows[2].e.parent_seq, db::kUnset) << "a kernel after the restart took the old call as parent";
 }
 
+// More records than may be held arrive while the head is an op still waiting (an NCCL call before
+// its choices come): the op is written first, as at its timeout, so that its own kernels, forced
+// out after it, keep it as parent.
+TEST(ReorderPlacement, RecordsForcedOutPastAWaitingOpKeepItAsParent) {
+  FakeSink sink;
+  ReorderOptions o = placing();
+  o.max_held_records = 2;
+  ReorderBuffer rb(sink, o);
+  const uint64_t op = rb.addLibraryOp(gemmAt(10, 100), 0, /*complete=*/false);
+  rb.addWindowEdge(op, 10, true);
+  rb.addWindowEdge(op, 20, false);
+  for (uint64_t c : {11u, 12u, 13u}) rb.addActivity(kernel(c, 150));
+  ASSERT_EQ(sink.rows.size(), 1u) << "the cap forced one thing out";
+  EXPECT_EQ(sink.rows[0].e.kind, EventKind::kGemm) << "a kernel was written before its op";
+  rb.flush();
+  ASSERT_EQ(sink.rows.size(), 4u);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(sink.rows[i].e.parent_seq, sink.rows[0].e.seq) << "kernel " << i;
+  EXPECT_EQ(rb.stats().placed_with_parent, 3);
+}
+
 TEST(ReorderPlacement, RandomProgramsComeOutInProgramOrderWithTheirParents) {
   std::mt19937_64 rng(std::random_device{}());
   for (int trial = 0; trial < 200; ++trial) {

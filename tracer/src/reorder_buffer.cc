@@ -463,7 +463,13 @@ void ReorderBuffer::holdRecordLocked(const Activity& activity) {
   }
   if (held_.size() > std::max<size_t>(options_.max_held_records, 1)) {
     ++stats_.placed_forced;
-    writeHeldFrontLocked();
+    // A head placed before the oldest record (an op still waiting, e.g. for NCCL's choices) goes
+    // first, as at its timeout: written after it, its own kernels would lose it as parent.
+    if (!pending_.empty() && positionOf(pending_.front()) < held_.front().first) {
+      writeHeadLocked(Reason::kOverflow);
+    } else {
+      writeHeldFrontLocked();
+    }
   }
 }
 

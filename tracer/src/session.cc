@@ -582,6 +582,8 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
       {"tracer_launches", s.launches},
       {"tracer_library_ops", s.library_ops},
       {"tracer_activities", s.activities},
+      {"tracer_activities_matched", s.matched},
+      {"tracer_sink_dropped", s.sink_dropped},
       {"tracer_activities_unmatched", s.unmatched},
       {"tracer_activities_matched_by_alias", s.matched_by_alias},
       {"tracer_activities_late", s.late},
