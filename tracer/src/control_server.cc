@@ -1,10 +1,10 @@
 // ControlServer: the socket end of `detrace attach`. See control_server.h.
 #include "detrace/tracer/control_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -155,6 +155,7 @@ class ControlServer::Impl {
       int r = ::poll(p, wake_rd.intact() ? 2 : 1, static_cast<int>(std::min<int64_t>(left, kPollMs)));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Read::kNone;
+      if (p[1].revents != 0) return Read::kNone;  // a stop (or the pipe is gone: as the loop does)
       if (r == 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;

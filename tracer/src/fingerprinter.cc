@@ -426,7 +426,7 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop
       p.done = r == CUDA_SUCCESS;
       if (!p.done) {  // an error or exit: the results will never come
         // An error, not the exit: whether the digests ended is unknown (Context::rings_lost).
-        if (r != CUDA_ERROR_NOT_READY) loseRingsLocked(*p.ctx);
+        if (!final && r != CUDA_ERROR_NOT_READY) loseRingsLocked(*p.ctx);
         ++lost;
         releaseHeadLocked();
         continue;
