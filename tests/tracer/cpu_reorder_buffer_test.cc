@@ -361,19 +361,22 @@ TEST(ReorderBuffer, TimeoutWritesWithoutGpuTimesAndLateRecordsAreCounted) {
   EXPECT_EQ(rb.stats().timed_out, 1);
 }
 
-// A record is late (dropped) when its slot is among the last 4096 written without their records;
-// older ones are forgotten, and their records are then written as records with no slot.
+// A record is late (dropped) when its slot is among the last max(4096, capacity) written without
+// their records; older ones are forgotten, and their records are then written as records with no
+// slot. (A buffer of 1024 slots: 4096 remembered.)
 TEST(ReorderBuffer, LateRecordsAreRememberedForTheLast4096IncompleteSlots) {
   FakeSink sink;
-  ReorderBuffer rb(sink);
+  ReorderOptions o;
+  o.capacity = 1024;
+  ReorderBuffer rb(sink, o);
   rb.addLaunch(launch(1, 100));
   rb.flush();  // written without its record
   rb.addActivity(kernel(1, 5));
   EXPECT_EQ(rb.stats().late, 1);
   constexpr uint64_t kMore = 4096;
   for (uint64_t i = 0; i < kMore; ++i) rb.addLaunch(launch(1000 + i, 200));
-  rb.flush();  // 4096 more: slot 1 falls out of what is remembered
-  EXPECT_EQ(rb.stats().flushed_incomplete, static_cast<int64_t>(1 + kMore));
+  rb.flush();  // 4096 more (most overflowing the 1024 slots): slot 1 falls out of what is remembered
+  EXPECT_EQ(rb.stats().flushed_incomplete + rb.stats().overflowed, static_cast<int64_t>(1 + kMore));
   const size_t rows = sink.rows.size();
   rb.addActivity(kernel(1, 6));  // forgotten: written, with no slot
   EXPECT_EQ(rb.stats().late, 1);
@@ -384,6 +387,25 @@ TEST(ReorderBuffer, LateRecordsAreRememberedForTheLast4096IncompleteSlots) {
   rb.addActivity(kernel(1000 + kMore - 1, 8));  // the newest
   EXPECT_EQ(rb.stats().late, 3);
   EXPECT_EQ(sink.rows.size(), rows + 1);
+}
+
+// A stall (the GPU waits seconds on a collective while the program launches on): every slot of
+// a full buffer goes out without its record (overflow). When the GPU moves on, the records of
+// all of them come, and each is late, not written a second time as a record with no slot.
+TEST(ReorderBuffer, AfterAStallAsManyIncompleteSlotsAsTheBufferHoldsAreRemembered) {
+  FakeSink sink;
+  ReorderOptions o;
+  o.capacity = 16384;
+  ReorderBuffer rb(sink, o);
+  constexpr uint64_t kLaunches = 3 * 16384;
+  for (uint64_t i = 1; i <= kLaunches; ++i) rb.addLaunch(launch(i, 100));
+  ASSERT_EQ(rb.stats().overflowed, static_cast<int64_t>(kLaunches - 16384));
+  const size_t rows = sink.rows.size();
+  // The records of the last 16384 overflowed slots, oldest first.
+  for (uint64_t i = kLaunches - 2 * 16384 + 1; i <= kLaunches - 16384; ++i) rb.addActivity(kernel(i, 500));
+  EXPECT_EQ(rb.stats().late, 16384);
+  EXPECT_EQ(rb.stats().unmatched, 0) << "records of slots already written were written again";
+  EXPECT_EQ(sink.rows.size(), rows);
 }
 
 TEST(ReorderBuffer, UnmatchedRecordsAreWrittenOnArrival) {

@@ -19,7 +19,7 @@ ReorderBuffer::ReorderBuffer(EventSink& sink, ReorderOptions options)
     : sink_(sink),
       options_(options),
       seq_ring_(kRing, {0, db::kUnset}),
-      written_incomplete_(kRing, 0) {
+      max_incomplete_(std::max(kRing, options.capacity)) {
   const size_t cells = roundUpPow2(options_.ingress_cells);
   cells_ = std::make_unique<Cell[]>(cells);
   cell_mask_ = cells - 1;
@@ -596,15 +596,16 @@ void ReorderBuffer::closeOpenWindowLocked(uint64_t token) {
 }
 
 void ReorderBuffer::rememberIncompleteLocked(uint64_t correlation_id) {
-  uint64_t& cell = written_incomplete_[written_incomplete_next_];
-  if (cell != 0) {
-    if (auto it = written_incomplete_ids_.find(cell); it != written_incomplete_ids_.end()) {
-      written_incomplete_ids_.erase(it);  // one copy: the id may be in the ring twice
-    }
+  // As many as the buffer holds: after a stall (a GPU waiting seconds on a collective) every slot
+  // may have gone out incomplete, and their records all come once the GPU moves on. Memory is
+  // taken only as slots go out so.
+  if (written_incomplete_.size() >= max_incomplete_) {
+    auto it = written_incomplete_ids_.find(written_incomplete_.front());
+    if (it != written_incomplete_ids_.end()) written_incomplete_ids_.erase(it);  // one copy of a repeated id
+    written_incomplete_.pop_front();
   }
-  cell = correlation_id;
+  written_incomplete_.push_back(correlation_id);
   written_incomplete_ids_.insert(correlation_id);
-  written_incomplete_next_ = (written_incomplete_next_ + 1) % written_incomplete_.size();
 }
 
 void ReorderBuffer::writeHeadLocked(Reason reason) {

@@ -385,14 +385,15 @@ class ReorderBuffer {
   std::unordered_map<uint64_t, int32_t> graph_records_;    // graph key -> records per launch
   static constexpr size_t kRing = 4096;
   std::vector<std::pair<uint64_t, int64_t>> seq_ring_;  // token % kRing -> (token, seq)
-  // Correlation ids of the last kRing slots written without (all) their GPU records: a record
-  // that comes for one later is late (dropped). The ring keeps the order, the multiset the lookup
-  // (a record with no slot is checked against it: every launch a recording window leaves out).
-  std::vector<uint64_t> written_incomplete_;
+  // Correlation ids of the last max_incomplete_ (max(kRing, capacity)) slots written without
+  // (all) their GPU records: a record that comes for one later is late (dropped). The deque keeps
+  // the order, the multiset the lookup (a record with no slot is checked against it: every launch
+  // a recording window leaves out).
+  size_t max_incomplete_;
+  std::deque<uint64_t> written_incomplete_;
   std::unordered_multiset<uint64_t> written_incomplete_ids_;
   std::unordered_set<uint64_t> ignored_;  // the tracer's own memset/memcpy calls (bounded FIFO)
   std::deque<std::pair<uint64_t, int64_t>> ignored_order_;  // (id, API time), oldest first
-  size_t written_incomplete_next_ = 0;
   // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
   // clock: poll's now, or a record's kernel end), the largest position written so far.
   std::deque<std::pair<uint64_t, Activity>> held_;  // sorted by correlation id, stable
