@@ -418,20 +418,13 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   }();
   const bool fast_path = !kind.graph && !deep;
   bool capturing = false;
-  if (kind.graph) {
-    // A graph launched into a capture becomes a node of the graph being captured: its kernels
-    // run, and are recorded, with that graph's launches. (A per-thread default stream is asked
-    // about as itself: 0 would ask the legacy stream.)
-    DiagScope timing(DiagSite::kCaptureCheck);
-    capturing = isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream)));
-  } else if (!fast_path || always_check) {
+  if (!kind.graph && (!fast_path || always_check)) {
     DiagScope timing(DiagSite::kCaptureCheck);
     capturing = isCapturing(stream);
   }
   if (capturing) {
     // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
     s.addStat("launches_captured", 1);
-    if (kind.graph) t_nesting.enter(runtime, 0, kind.graph);  // its exit finds no slot
     return;
   }
   {
@@ -449,8 +442,12 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     launch.graph_key = exec;
     launch.expected_activities = expectedGraphRecords(exec);
     launch.name = w->intern(runtime ? "cudaGraphLaunch" : "cuGraphLaunch");
-    // Library ops captured into the graph with their digests: this launch replays them.
-    replays = Fingerprinter::get().planReplay(exec, replay);
+    // Library ops captured into the graph with their digests: this launch replays them. A graph
+    // launch into a stream being captured is refused by the driver (580, CUDA 13: probed on the
+    // H200): it fails, and is recorded as a failed launch. (A per-thread default stream is asked
+    // about as itself: 0 would ask the legacy stream.)
+    replays = !isCapturing(reinterpret_cast<int64_t>(launchStream(domain, cbid, stream))) &&
+              Fingerprinter::get().planReplay(exec, replay);
     if (replays) {
       launch.graph_ops = replay.ops;
       launch.graph_op_comm_seqs = std::move(replay.comm_seqs);
