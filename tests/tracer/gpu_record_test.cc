@@ -558,41 +558,6 @@ TEST(TracerGpu, GemmsOfAThreadsFirstCudaWorkHaveTheirInputsFingerprinted) {
   }
 }
 
-// A graph launched into a stream being captured does not run: it becomes a child of the captured
-// graph, whose launches run its kernels. That launch takes no slot (counted in launches_captured):
-// with one, no record would ever come for it (a phantom event, held until its timeout or the exit).
-TEST(TracerGpu, AGraphLaunchedIntoACaptureTakesNoSlot) {
-  DETRACE_REQUIRE_GPU();
-  testing::TempDir tmp;
-  std::string run = tmp.file("run"), out;
-  int rc = shell(fmt::format("{0}/replay/detrace record -o {1} -- {0}/tests/tracer_gpu_app graph-in-capture",
-                             DETRACE_BINARY_DIR, run),
-                 out);
-  ASSERT_EQ(rc, 0) << out;
-  if (contains(out, "graph-in-capture: unsupported")) GTEST_SKIP() << "this driver refuses it: " << out;
-  ASSERT_TRUE(contains(out, "graph-in-capture: done")) << out;
-  auto reader = testing::openOnlyRank(run);
-  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << out;
-  auto cursor = (*reader)->events();
-  ASSERT_TRUE(cursor.isOk());
-  int first = 0, second = 0;
-  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
-    const db::Event& e = cursor->event();
-    if (e.kind != db::EventKind::kKernel) continue;
-    const std::string name = (*reader)->str(e.name);
-    first += contains(name, "graph_first_kernel");
-    second += contains(name, "graph_second_kernel");
-  }
-  EXPECT_EQ(first, 3);
-  EXPECT_EQ(second, 3);
-  auto stats = (*reader)->stats();
-  ASSERT_TRUE(stats.isOk());
-  EXPECT_EQ((*stats)["tracer_launches"], 3) << "the launch into the capture took a slot";
-  EXPECT_GE((*stats)["launches_captured"], 1);
-  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
-  EXPECT_EQ((*stats)["tracer_slots_incomplete_at_exit"], 0);
-}
-
 TEST(TracerGpu, RecordsKernelsGraphsAndGemmsInLaunchOrder) {
   DETRACE_REQUIRE_GPU();
   checkRecordedApp(/*callbacks=*/false);

@@ -12,8 +12,7 @@
 // `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
 // `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
 // `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would;
-// `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain);
-// `tracer_gpu_app graph-in-capture` launches a graph into a stream being captured (graphInCaptureMain).
+// `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
@@ -343,48 +342,11 @@ int ncclCommsMain() {
   return 0;
 }
 
-// A two-kernel graph launched once as itself, then launched into a stream being captured (where it
-// becomes a child graph of the captured one, and does not run), and the captured graph launched
-// twice: its kernels run three times, from three graph launches. A driver that refuses a graph
-// launch inside a capture prints "unsupported".
-int graphInCaptureMain() {
-  const int n = 1 << 16;
-  float* b = nullptr;
-  CK(cudaMalloc(&b, n * sizeof(float)));
-  CK(cudaMemset(b, 0, n * sizeof(float)));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t inner, outer;
-  cudaGraphExec_t inner_exec, outer_exec;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  graph_first_kernel<<<n / 256, 256, 0, s>>>(b, n);
-  graph_second_kernel<<<n / 512, 512, 0, s>>>(b, n);
-  CK(cudaStreamEndCapture(s, &inner));
-  CK(cudaGraphInstantiate(&inner_exec, inner, 0));
-  CK(cudaGraphLaunch(inner_exec, s));
-  CK(cudaStreamSynchronize(s));
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  const cudaError_t launched = cudaGraphLaunch(inner_exec, s);
-  const cudaError_t ended = cudaStreamEndCapture(s, &outer);
-  if (launched != cudaSuccess || ended != cudaSuccess) {
-    std::printf("tracer_gpu_app graph-in-capture: unsupported (%d, %d)\n", static_cast<int>(launched),
-                static_cast<int>(ended));
-    (void)cudaGetLastError();
-    return 0;
-  }
-  CK(cudaGraphInstantiate(&outer_exec, outer, 0));
-  for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(outer_exec, s));
-  CK(cudaStreamSynchronize(s));
-  std::printf("tracer_gpu_app graph-in-capture: done\n");
-  return 0;
-}
-
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "held-cupti") == 0) return heldCuptiMain(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
   if (argc >= 2 && std::strcmp(argv[1], "nccl-comms") == 0) return ncclCommsMain();
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
-  if (argc >= 2 && std::strcmp(argv[1], "graph-in-capture") == 0) return graphInCaptureMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";
