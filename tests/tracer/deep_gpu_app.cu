@@ -16,7 +16,16 @@
 //                                    "nonzero_after_realloc N" as above;
 //   deep_gpu_app --ipc-export FILE   allocates 1 MiB, fills it with pattern_bytes, writes its CUDA
 //                                    IPC handle to FILE and waits (30 s at most) for FILE.done;
-//   deep_gpu_app --ipc-import FILE   opens that handle and runs sum_bytes over the peer's memory.
+//   deep_gpu_app --ipc-import FILE   opens that handle and runs sum_bytes over the peer's memory;
+//   deep_gpu_app --vmm MODE          mapped memory (cuMemCreate, cuMemMap, cuMemSetAccess): one
+//                                    piece mapped at A, given access and filled with 0xAB, then
+//                                    alias: the same handle mapped again at another address;
+//                                    move: A unmapped and the same handle mapped at A again;
+//                                    neighbour: another handle mapped right after A, without
+//                                    access, and fill_bytes run on A;
+//                                    prints "vmm_sync R" (the synchronize's result) and
+//                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -185,7 +194,50 @@ int ipcImport(const std::string& file) {
   return 0;
 }
 
+int vmmMode(const std::string& mode) {
+  CK(cudaFree(nullptr));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CK(cudaGetDevice(&prop.location.id));
+  size_t g = 0;
+  CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUmemGenericAllocationHandle h = 0, other = 0;
+  CK(cuMemCreate(&h, g, &prop, 0));
+  CK(cuMemCreate(&other, g, &prop, 0));
+  CUdeviceptr a = 0, b = 0;
+  CK(cuMemAddressReserve(&a, 2 * g, 0, 0, 0));
+  CK(cuMemAddressReserve(&b, g, 0, 0, 0));
+  CUmemAccessDesc rw{};
+  rw.location = prop.location;
+  rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CK(cuMemMap(a, g, 0, h, 0));
+  CK(cuMemSetAccess(a, g, &rw, 1));
+  CK(cuMemsetD8(a, 0xAB, g));
+  CK(cuCtxSynchronize());
+  if (mode == "alias") {
+    CK(cuMemMap(b, g, 0, h, 0));
+    CK(cuMemSetAccess(b, g, &rw, 1));
+  } else if (mode == "move") {
+    CK(cuMemUnmap(a, g));
+    CK(cuMemMap(a, g, 0, h, 0));
+    CK(cuMemSetAccess(a, g, &rw, 1));
+  } else if (mode == "neighbour") {
+    CK(cuMemMap(a + g, g, 0, other, 0));  // no access given: reading it faults
+    fill_bytes<<<1, 32>>>(reinterpret_cast<uint8_t*>(a), 1, 0xAB);
+  } else {
+    std::fprintf(stderr, "deep_gpu_app: unknown --vmm mode %s\n", mode.c_str());
+    return 2;
+  }
+  std::printf("vmm_sync %d\n", static_cast<int>(cudaDeviceSynchronize()));
+  unsigned char byte = 0;
+  CK(cuMemcpyDtoH(&byte, a + 5, 1));
+  std::printf("vmm_byte %#x\n", byte);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "--vmm") == 0) return vmmMode(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-import") == 0) return ipcImport(argv[2]);

@@ -189,6 +189,22 @@ TEST(DeepGpu, StreamOrderedAllocationsAreTrackedAndZeroFilledOnTheirStream) {
   EXPECT_GE((*stats)["deep_frees_seen"], 1);
 }
 
+// Mapped memory under the deep window. The zero fill takes a handle's memory at its first mapping
+// only: mapped again (an alias, or unmapped and mapped back, as KV-cache page managers move pages),
+// it holds the program's data. A piece mapped next to another is read by a digest only once this
+// device has access to it: before, reading it faults the program's context (illegal address).
+TEST(DeepGpu, MappedMemoryKeepsItsDataAndAPieceWithoutAccessIsNeverRead) {
+  DETRACE_REQUIRE_GPU();
+  for (const char* mode : {"alias", "move", "neighbour"}) {
+    SCOPED_TRACE(mode);
+    DeepRun run;
+    ASSERT_NO_FATAL_FAILURE(recordApp(std::string("vmm-") + mode, "launches:0:", run, std::string("--vmm ") + mode));
+    EXPECT_NE(run.app_out.find("vmm_sync 0\n"), std::string::npos) << run.app_out;
+    EXPECT_NE(run.app_out.find("vmm_byte 0xab\n"), std::string::npos)
+        << "the program's data in mapped memory was overwritten:\n" << run.app_out;
+  }
+}
+
 TEST(DeepGpu, IpcImportedMemoryIsTrackedAndNeverZeroFilled) {
   DETRACE_REQUIRE_GPU();
   std::string base = tempDir("ipc");

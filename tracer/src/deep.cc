@@ -258,9 +258,15 @@ void zeroFill(CUdeviceptr base, size_t size, CUstream stream, bool ordered) {
 // Mapped memory (cuMemCreate + cuMemMap, as PyTorch's expandable segments use) becomes usable at
 // cuMemSetAccess, which a program may call again on ranges in use (e.g. to give a peer access): so
 // only pieces mapped from this process's own fresh handles, not yet filled, are zero-filled, once.
+// A handle is fresh until its first mapping: mapped again (an alias, or moved to another address,
+// as KV-cache page managers do) its memory holds the program's data, never to be filled.
 std::mutex g_mapped_mu;
-std::unordered_map<CUmemGenericAllocationHandle, bool>* g_own_handles = nullptr;  // handle -> seen
+std::unordered_map<CUmemGenericAllocationHandle, bool>* g_own_handles = nullptr;  // handle -> fresh
 std::map<CUdeviceptr, size_t>* g_unfilled = nullptr;                            // base -> size
+// Mapped pieces (any handle) not yet given to the allocation map: a piece joins it when access is
+// granted to this device, since only then may a digest read it (a mapped piece without access
+// faults the program's context when read).
+std::map<CUdeviceptr, size_t>* g_unreadable = nullptr;  // base -> size
 
 void ownHandle(CUmemGenericAllocationHandle h, bool created) {
   std::lock_guard lk(g_mapped_mu);
@@ -274,16 +280,25 @@ void ownHandle(CUmemGenericAllocationHandle h, bool created) {
 
 void mapped(CUdeviceptr ptr, size_t size, CUmemGenericAllocationHandle h) {
   std::lock_guard lk(g_mapped_mu);
-  if (g_own_handles == nullptr || g_own_handles->count(h) == 0) return;  // imported: not ours
+  if (g_unreadable == nullptr) g_unreadable = new std::map<CUdeviceptr, size_t>();
+  if (g_unreadable->size() < (size_t{1} << 20)) (*g_unreadable)[ptr] = size;
+  if (g_own_handles == nullptr) return;
+  auto own = g_own_handles->find(h);
+  if (own == g_own_handles->end() || !own->second) return;  // imported, or mapped before
+  own->second = false;
   if (g_unfilled == nullptr) g_unfilled = new std::map<CUdeviceptr, size_t>();
   if (g_unfilled->size() < (size_t{1} << 20)) (*g_unfilled)[ptr] = size;
 }
 
+void eraseRange(std::map<CUdeviceptr, size_t>* pieces, CUdeviceptr ptr, size_t size) {
+  if (pieces == nullptr) return;
+  for (auto it = pieces->lower_bound(ptr); it != pieces->end() && it->first < ptr + size;) it = pieces->erase(it);
+}
+
 void unmapped(CUdeviceptr ptr, size_t size) {
   std::lock_guard lk(g_mapped_mu);
-  if (g_unfilled == nullptr) return;
-  for (auto it = g_unfilled->lower_bound(ptr); it != g_unfilled->end() && it->first < ptr + size;)
-    it = g_unfilled->erase(it);
+  eraseRange(g_unfilled, ptr, size);
+  eraseRange(g_unreadable, ptr, size);
 }
 
 // Whether `desc` gives the current device read-write access.
@@ -299,18 +314,31 @@ bool grantsCurrentDevice(const CUmemAccessDesc* desc, size_t count) {
   return false;
 }
 
-// Access was set on [ptr, ptr+size): fill the fresh pieces inside it.
+// The pieces of `pieces` inside [ptr, ptr+size), taken out of it.
+std::vector<std::pair<CUdeviceptr, size_t>> takeInside(std::map<CUdeviceptr, size_t>* pieces, CUdeviceptr ptr,
+                                                       size_t size) {
+  std::vector<std::pair<CUdeviceptr, size_t>> out;
+  if (pieces == nullptr) return out;
+  auto it = pieces->lower_bound(ptr);
+  while (it != pieces->end() && it->first + it->second <= ptr + size) {
+    out.emplace_back(it->first, it->second);
+    it = pieces->erase(it);
+  }
+  return out;
+}
+
+// Access was set on [ptr, ptr+size): its pieces become readable (the allocation map takes them),
+// and the fresh ones are filled.
 void accessible(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   if (!grantsCurrentDevice(desc, count)) return;
-  std::vector<std::pair<CUdeviceptr, size_t>> fill;
+  std::vector<std::pair<CUdeviceptr, size_t>> readable, fill;
   {
     std::lock_guard lk(g_mapped_mu);
-    if (g_unfilled == nullptr) return;
-    auto it = g_unfilled->lower_bound(ptr);
-    while (it != g_unfilled->end() && it->first + it->second <= ptr + size) {
-      fill.emplace_back(it->first, it->second);
-      it = g_unfilled->erase(it);
-    }
+    readable = takeInside(g_unreadable, ptr, size);
+    fill = takeInside(g_unfilled, ptr, size);
+  }
+  for (const auto& [base, n] : readable) {
+    if (allocations().add(base, n, AllocKind::kMapped)) counters().maps_seen += 1;
   }
   for (const auto& [base, n] : fill) zeroFill(base, n, nullptr, false);
 }
@@ -419,8 +447,7 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       return;
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
       auto& p = as<cuMemMap_params>(cb);
-      if (allocations().add(p.ptr, p.size, AllocKind::kMapped)) counters().maps_seen += 1;
-      mapped(p.ptr, p.size, p.handle);  // not accessible yet: zero-filled at cuMemSetAccess
+      mapped(p.ptr, p.size, p.handle);  // not accessible yet: mapped and filled at cuMemSetAccess
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess: {
