@@ -165,7 +165,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
           "SIZE"));
   cmd->add_option("--window", opts->window,
                   "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
-                  "or launches:A:B (kernel launches and library calls); default: everything");
+                  "or launches:A:B (kernel launches; a library call in range is recorded too); default: "
+                  "everything");
   cmd->add_option("--deep", opts->deep,
                   "Deep window: fingerprint the memory each launch in WINDOW can reach, before and "
                   "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[-B][+K]); zero-fills "

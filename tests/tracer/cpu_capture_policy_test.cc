@@ -1,5 +1,7 @@
 // The capture options (levels, --capture-ops, --capture-range, --window) and the recording
 // window's decisions, launch by launch.
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -152,6 +154,28 @@ TEST(CapturePolicy, ReadsTheEnvironmentAndReportsBadValues) {
   EXPECT_NE(typo_problems[0].find("did you mean AllReduce?"), std::string::npos) << typo_problems[0];
   EXPECT_FALSE(typo.capturesOp(0, true, "cublasLtMatmul"));
   EXPECT_FALSE(typo.capturesOp(0, false, "AllReduce"));
+}
+
+// A kernel window whose launch number and span would pass INT64_MAX is refused (the end was
+// computed as N + K + 1, a signed overflow); the largest that fits is taken.
+TEST(CapturePolicy, AKernelWindowPastTheLargestCountIsRefused) {
+  EXPECT_FALSE(parseWindow("kernel:x@9223372036854775807").isOk());
+  EXPECT_FALSE(parseWindow("kernel:x@9223372036854775000+1000").isOk());
+  auto edge = parseWindow("kernel:x@9223372036854775806+0");
+  ASSERT_TRUE(edge.isOk()) << edge.status().message();
+  EXPECT_EQ(edge->range.end, std::numeric_limits<int64_t>::max());
+}
+
+// DETRACE_WINDOW set by hand with a look-back (-B), which only the deep window can do: refused
+// with a problem that says so, as `record --window` refuses it, and everything is recorded.
+TEST(CapturePolicy, ALookBackInDetraceWindowIsRefused) {
+  setenv("DETRACE_WINDOW", "kernel:gemm@3-2", 1);
+  std::vector<std::string> problems;
+  CapturePolicy p = CapturePolicy::fromEnvironment(problems);
+  unsetenv("DETRACE_WINDOW");
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("cannot look back"), std::string::npos) << problems[0];
+  EXPECT_EQ(p.window.unit, RecordWindow::Unit::kAll);
 }
 
 // --row-digests: tokens (the default) or all, read back from DETRACE_ROW_DIGESTS; anything else

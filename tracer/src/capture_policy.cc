@@ -147,7 +147,7 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
       (!parseIndex(nb.substr(minus + 1), w.before) || w.before > kMaxKernelWindowBefore))
     return bad();
   if (plus != std::string::npos && !parseIndex(nk.substr(plus + 1), k)) return bad();
-  if (k > (int64_t{1} << 40)) return bad();
+  if (k > (int64_t{1} << 40) || n > std::numeric_limits<int64_t>::max() - k - 1) return bad();
   w.range.begin = n;
   w.range.end = n + k + 1;
   return w;
@@ -191,7 +191,7 @@ Result<RecordWindow> parseWindow(const std::string& raw) {
   } else {
     return makeError(ErrorCode::kInvalidArgument,
                      "window '{}': write steps:A:B (NVTX steps), ops:A:B (GEMMs and collectives), "
-                     "launches:A:B (kernel launches and library calls), A <= i < B, or "
+                     "launches:A:B (kernel launches, library calls not counted), A <= i < B, or "
                      "kernel:NAME@N[+K] (from the Nth launch of kernel NAME)",
                      raw);
   }
@@ -329,7 +329,14 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
     else problems.push_back(std::string("DETRACE_MAX_CAPTURE_BYTES=") + v + " is not a byte count");
   }
   if (const char* v = env("DETRACE_WINDOW")) {
-    if (auto w = parseWindow(v); w.isOk()) p.window = *w; else note(w.status());
+    if (auto w = parseWindow(v); !w.isOk()) {
+      note(w.status());
+    } else if (w->before > 0) {  // as `record --window` refuses it
+      problems.push_back(std::string("DETRACE_WINDOW=") + v +
+                         ": a recording window cannot look back; only DETRACE_DEEP can");
+    } else {
+      p.window = *w;
+    }
   }
   if (const char* v = env("DETRACE_DEEP")) {
     if (auto w = parseWindow(v); w.isOk()) {

@@ -1,7 +1,7 @@
 // WindowGate: decides, call by call, whether the tracer records it, for `--window`. It counts
-// every kernel launch (memcpy and memset included) and every library op (GEMM, collective) in call
-// order whether recorded or not, so indices mean the same in every run of a program, and it
-// follows NVTX step ranges. Lock-free; plain C++ so CPU tests drive it. The deep window
+// every kernel and graph launch and every library op (GEMM, collective), each in a count of its
+// own, in call order whether recorded or not, so indices mean the same in every run of a program,
+// and it follows NVTX step ranges. Lock-free; plain C++ so CPU tests drive it. The deep window
 // (`--deep`) is a second gate fed the same calls.
 #pragma once
 
