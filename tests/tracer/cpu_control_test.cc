@@ -203,13 +203,19 @@ TEST(ControlAccess, PrivateDirectoryIsMadeAndChecked) {
 
 // ---------------------------------------------------------------- the server, for real
 
-// Connects to a Unix socket, sends `line` and returns the reply line ("" if none).
-std::string talk(const std::string& path, const std::string& line) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// The address of the Unix socket at `path`.
+sockaddr_un unixAddress(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  return addr;
+}
+
+// Connects to a Unix socket, sends `line` and returns the reply line ("" if none).
+std::string talk(const std::string& path, const std::string& line) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const sockaddr_un addr = unixAddress(path);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
     return "";
   }
@@ -271,10 +277,8 @@ TEST(ControlServer, ServesItsOwnUserWithA0600SocketInA0700Directory) {
 
   // A client that connects and says nothing is dropped after the read timeout; the next is served.
   int idle = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const sockaddr_un addr = unixAddress(path);
+  ASSERT_EQ(::connect(idle, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
   EXPECT_EQ(control::parseReply(talk(path, "status\n"))->get("state"), "paused");
   ::close(idle);
 
@@ -311,10 +315,8 @@ TEST(ControlServer, ReplacesAStaleSocketButNotALiveOne) {
   std::string path = f.tmp.file("ctl") + "/4242.sock";
   {  // a socket file whose process is gone
     int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const sockaddr_un addr = unixAddress(path);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
     ::close(fd);
   }
   auto first = ControlServer::start(f.options(::geteuid()));
@@ -349,21 +351,17 @@ int socketFdOf(const std::string& path, const std::string& state = "01") {
   return -1;
 }
 
-int listenAt(const std::string& path) {
+int listenAt(const std::string& path, int backlog = 4) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 4) != 0) return -1;
+  const sockaddr_un addr = unixAddress(path);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, backlog) != 0) return -1;
   return fd;
 }
 
 int connectTo(const std::string& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  const sockaddr_un addr = unixAddress(path);
+  (void)::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   return fd;
 }
 
@@ -482,16 +480,13 @@ TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
 // A listening socket at `path` whose queue is full (a stopped process, or one filling it on
 // purpose): connects until the kernel refuses more. Returns the listener and the connections.
 std::vector<int> fullListenerAt(const std::string& path) {
-  std::vector<int> fds;
-  int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  if (::bind(l, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(l, 0) != 0) return {};
-  fds.push_back(l);
+  const int l = listenAt(path, /*backlog=*/0);
+  if (l < 0) return {};
+  std::vector<int> fds = {l};
+  const sockaddr_un addr = unixAddress(path);
   for (int i = 0; i < 64; ++i) {
     int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (::connect(c, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
       ::close(c);
       break;
     }
