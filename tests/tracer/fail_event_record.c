@@ -6,6 +6,8 @@
  * every call from elsewhere, goes to the real driver. The program's CUDA runtime takes its entry
  * points from the driver itself, never through this symbol. */
 #define _GNU_SOURCE
+#include "from_tracer.h"
+
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,12 +29,6 @@ static EventRecord realEventRecord(void) {
     atomic_store(&real, f);
   }
   return f;
-}
-
-static int fromTracer(const void* caller) {
-  Dl_info info;
-  return dladdr(caller, &info) != 0 && info.dli_fname != NULL &&
-         strstr(info.dli_fname, "libdetrace_tracer") != NULL;
 }
 
 CUresult cuEventRecord(void* event, void* stream) {

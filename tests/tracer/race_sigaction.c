@@ -6,6 +6,8 @@
  * tracer gets the action as it was before. The handler writes "raced sigint" to stdout. Every call
  * goes to libc's sigaction. */
 #define _GNU_SOURCE
+#include "from_tracer.h"
+
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -20,12 +22,6 @@ static void onSigint(int sig) {
   (void)sig;
   static const char line[] = "raced sigint\n";
   (void)!write(1, line, sizeof line - 1);
-}
-
-static int fromTracer(const void* caller) {
-  Dl_info info;
-  return dladdr(caller, &info) != 0 && info.dli_fname != NULL &&
-         strstr(info.dli_fname, "libdetrace_tracer") != NULL;
 }
 
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
