@@ -124,6 +124,9 @@ class ControlServer::Impl {
       return makeError(ErrorCode::kIo, "cannot bind {}: {}", path, std::strerror(errno));
     }
     // The directory is already 0700; the socket itself is made 0600 before anyone may connect.
+    // By path, and safely so: only this uid can change entries in the directory
+    // (ensurePrivateDirectory), and no other user can move the directory itself, its parent
+    // being this uid's or root's and sticky if others may write it (runtimeDirectoryUsable).
     if (::chmod(path.c_str(), 0600) != 0 || ::listen(listen_fd.get(), 4) != 0) {
       Status st2 = makeError(ErrorCode::kIo, "cannot set up {}: {}", path, std::strerror(errno));
       ::unlink(path.c_str());
