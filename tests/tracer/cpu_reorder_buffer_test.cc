@@ -340,6 +340,55 @@ TEST(ReorderBuffer, AGraphOfNoRecordsHoldsNothingBackAndAForgottenGraphsCountGoe
   EXPECT_EQ(rb.stats().unmatched, 0);
 }
 
+// A graph with conditional nodes (kRecordsVary: a while loop's body runs as often as the GPU
+// decides) gives each launch its own number of records. No launch's count is learnt for the next:
+// each launch keeps all its records, more or fewer than the launch before, and none is split off
+// as a record with no slot (an orphan has no launch CPU time). Its kernels come 300 ms apart, so
+// that with placement a launch's hold is over before its last records come. Both ways of placing.
+TEST(ReorderBuffer, AGraphWhoseRecordCountVariesKeepsEveryLaunchsRecords) {
+  constexpr int64_t kApart = 300'000'000;
+  for (bool place : {false, true}) {
+    SCOPED_TRACE(place ? "placed by correlation id" : "launch callbacks");
+    FakeSink sink;
+    ReorderOptions o;
+    o.place_records = place;
+    ReorderBuffer rb(sink, o);
+    ApiLaunch g = launch(0, 0);
+    g.is_graph = true;
+    g.graph_key = 0xdef;
+    g.api = db::LaunchApi::kGraph;
+    g.expected_activities = kRecordsVary;
+    int64_t now = 200;
+    uint64_t corr = 30;
+    for (int kernels : {2, 4, 1}) {  // the while loop's kernels at each launch
+      const size_t before = sink.rows.size();
+      g.correlation_id = corr;
+      g.cpu_ns = now;
+      rb.addLaunch(g);
+      for (int node = 0; node < kernels; ++node) {
+        Activity a = kernel(corr, now + 100 + node * kApart);
+        a.graph_id = 6;
+        a.graph_node_id = node;
+        rb.addActivity(a);
+      }
+      now += o.timeout_ns + kernels * kApart + 1000;
+      rb.poll(now);
+      EXPECT_EQ(sink.rows.size(), before + static_cast<size_t>(kernels)) << "launch " << corr;
+      for (size_t r = before; r < sink.rows.size(); ++r) {
+        EXPECT_EQ(sink.rows[r].e.correlation_id, static_cast<int64_t>(corr));
+        EXPECT_EQ(sink.rows[r].e.cpu_ns, g.cpu_ns) << "record " << r << " split off its launch";
+        EXPECT_EQ(sink.rows[r].e.launch.api, db::LaunchApi::kGraph);
+      }
+      ++corr;
+    }
+    const ReorderStats s = rb.stats();
+    EXPECT_EQ(s.unmatched, 0);
+    EXPECT_EQ(s.placed, 0) << "records placed as if they had no slot";
+    EXPECT_EQ(s.late, 0);
+    EXPECT_EQ(s.timed_out, 3) << "each launch is written at its timeout";
+  }
+}
+
 TEST(ReorderBuffer, TimeoutWritesWithoutGpuTimesAndLateRecordsAreCounted) {
   FakeSink sink;
   ReorderOptions o;

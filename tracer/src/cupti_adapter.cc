@@ -185,7 +185,7 @@ std::mutex g_cache_mu;
 std::unordered_map<uint32_t, int32_t>& g_context_device =
     *new std::unordered_map<uint32_t, int32_t>();  // context uid -> device
 std::unordered_map<uint64_t, int32_t>& g_graph_records =
-    *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> records per launch
+    *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> countGraphRecords
 // The process's contexts (from their creation to their teardown): an exit or signal finished
 // from a thread with no current context still waits for their work (awaitContextWork).
 std::vector<CUcontext>& g_contexts = *new std::vector<CUcontext>();
@@ -335,10 +335,12 @@ int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid) {
   return device;
 }
 
+// kRecordsUnknown for a graph not counted (the table was full); kRecordsVary for one whose count
+// changes from launch to launch.
 int32_t expectedGraphRecords(uint64_t exec) {
   std::lock_guard lk(g_cache_mu);
   auto it = g_graph_records.find(exec);
-  return it == g_graph_records.end() ? -1 : it->second;
+  return it == g_graph_records.end() ? kRecordsUnknown : it->second;
 }
 
 // True if `stream` is being captured into a CUDA graph (launches on it do not run now).
@@ -561,8 +563,10 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
 }
 
 // Activity records expected from one launch of a graph: its kernel, memcpy and memset nodes,
-// child graphs included; -1 if it has nodes we cannot count (conditional nodes). The child graphs
-// met on the way are added to `children` (where captured digests may hide).
+// child graphs included. kRecordsVary if it has a conditional node anywhere (a while loop's or an
+// if's body runs as often as the GPU decides at each launch: no count holds for the next launch),
+// else kRecordsUnknown if some nodes cannot be read. The child graphs met on the way are added to
+// `children` (where captured digests may hide).
 int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& children) {
   using GetNodes = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
   using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
@@ -570,33 +574,41 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
   static auto get_nodes = reinterpret_cast<GetNodes>(loadedSymbol("cuGraphGetNodes", "libcuda.so"));
   static auto get_type = reinterpret_cast<GetType>(loadedSymbol("cuGraphNodeGetType", "libcuda.so"));
   static auto child = reinterpret_cast<ChildGraph>(loadedSymbol("cuGraphChildGraphNodeGetGraph", "libcuda.so"));
-  if (!get_nodes || !get_type || !child || depth > 8) return -1;
+  if (!get_nodes || !get_type || !child || depth > 8) return kRecordsUnknown;
   size_t n = 0;
-  if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n > 100000) return -1;
+  if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n > 100000) return kRecordsUnknown;
   std::vector<CUgraphNode> nodes(n);
-  if (n > 0 && get_nodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return -1;
+  if (n > 0 && get_nodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return kRecordsUnknown;
   int32_t total = 0;
+  bool unknown = false;  // kept looking: a conditional node after it still makes the count vary
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type;
-    if (get_type(node, &type) != CUDA_SUCCESS) return -1;
+    if (get_type(node, &type) != CUDA_SUCCESS) {
+      unknown = true;
+      continue;
+    }
     switch (type) {
       case CU_GRAPH_NODE_TYPE_KERNEL:
       case CU_GRAPH_NODE_TYPE_MEMCPY:
       case CU_GRAPH_NODE_TYPE_MEMSET: ++total; break;
       case CU_GRAPH_NODE_TYPE_GRAPH: {
         CUgraph sub = nullptr;
-        if (child(node, &sub) != CUDA_SUCCESS) return -1;
+        if (child(node, &sub) != CUDA_SUCCESS) {
+          unknown = true;
+          break;
+        }
         if (children.size() < 1024) children.push_back(sub);
-        int32_t c = countGraphRecords(sub, depth + 1, children);
-        if (c < 0) return -1;
-        total += c;
+        const int32_t c = countGraphRecords(sub, depth + 1, children);
+        if (c == kRecordsVary) return kRecordsVary;
+        if (c < 0) unknown = true;
+        total += std::max(c, 0);
         break;
       }
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return -1;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return kRecordsVary;
       default: break;
     }
   }
-  return total;
+  return unknown ? kRecordsUnknown : total;
 }
 
 // The context's records must be collected while it still exists; then they are committed, so a

@@ -179,9 +179,12 @@ void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
   cell.launch = ApiLaunch{};
   slot.correlation_ids[0] = slot.launch.correlation_id;
   slot.correlation_ids[1] = cell.alias;
-  if (slot.launch.is_graph && slot.launch.expected_activities < 0) {
+  if (slot.launch.is_graph && slot.launch.expected_activities == kRecordsUnknown) {
     auto it = graph_records_.find(slot.launch.graph_key);
     if (it != graph_records_.end()) slot.launch.expected_activities = it->second;
+  }
+  if (slot.launch.is_graph && slot.launch.expected_activities == kRecordsVary) {
+    ++stats_.varying_graph_launches;
   }
   // A graph of no kernel, copy or memset node (host, event or empty graphs): no record will come.
   if (slot.launch.is_graph && slot.launch.expected_activities == 0) slot.state = State::kComplete;
@@ -620,9 +623,10 @@ void ReorderBuffer::writeHeadLocked(Reason reason) {
     if (reason == Reason::kTimeout) ++stats_.timed_out;
     if (reason == Reason::kFlush) ++stats_.flushed_incomplete;
     if (reason == Reason::kOverflow) ++stats_.overflowed;
-    // A graph whose record count was unknown: remember what arrived for its next launch.
-    if (head.launch.is_graph && head.launch.expected_activities < 0 && head.received > 0 &&
-        graph_records_.size() < options_.max_remembered_graphs) {
+    // A graph whose record count was unknown: remember what arrived for its next launch. (Not
+    // one whose count varies: the next launch may run more kernels, or fewer.)
+    if (head.launch.is_graph && head.launch.expected_activities == kRecordsUnknown &&
+        head.received > 0 && graph_records_.size() < options_.max_remembered_graphs) {
       graph_records_.emplace(head.launch.graph_key, static_cast<int32_t>(head.received));
     }
     for (uint64_t id : head.correlation_ids) {

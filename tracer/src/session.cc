@@ -588,6 +588,7 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
       {"tracer_activities_matched_by_alias", s.matched_by_alias},
       {"tracer_activities_late", s.late},
       {"tracer_slots_timed_out", s.timed_out},
+      {"tracer_graph_launches_varying", s.varying_graph_launches},
       {"tracer_slots_incomplete_at_exit", s.flushed_incomplete},
       {"tracer_slots_overflowed", s.overflowed},
       {"tracer_launches_failed", s.failed_launches},

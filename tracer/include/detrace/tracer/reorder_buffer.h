@@ -11,8 +11,9 @@
 //  - A graph launch is a group slot: every kernel/memcpy/memset replayed from the graph carries
 //    the launch's correlation id. The group completes when it holds the number of records the
 //    caller expects (counted from the graph's nodes) or, when that is unknown, at the timeout or
-//    flush; the count seen then is remembered for the next launch of the same executable graph.
-//    Its records are written in GPU start order.
+//    flush; the count seen then is remembered for the next launch of the same executable graph,
+//    unless the caller said the count varies from launch to launch (conditional nodes): then
+//    every launch waits for its timeout. Its records are written in GPU start order.
 //  - A graph launch may replay library ops captured into the graph (GEMMs, collectives recorded
 //    once, at capture, as templates): the launch carries them (GraphOpTemplate) and takes one
 //    token per op after its own, and each is written as an event of its own kind among the
@@ -121,6 +122,15 @@ struct GraphOpTemplate {
 };
 using GraphOpTemplates = std::vector<GraphOpTemplate>;
 
+// ApiLaunch::expected_activities of a graph launch whose graph's record count is not known (its
+// nodes could not be counted): the count its first launch gets by the timeout is learnt for the
+// next launches of the same executable graph.
+inline constexpr int32_t kRecordsUnknown = -1;
+// ... and of one whose count changes from launch to launch (conditional nodes: a while loop's or an
+// if's body runs as often as the GPU decides): never learnt, so every launch waits for its
+// timeout (or a flush or settle) and keeps all its records, however many.
+inline constexpr int32_t kRecordsVary = -2;
+
 // A launch seen at API time (CUPTI callback): its place in the order and what the API knows.
 struct ApiLaunch {
   uint64_t correlation_id = 0;
@@ -132,7 +142,8 @@ struct ApiLaunch {
   int32_t device = -1;
   bool is_graph = false;
   uint64_t graph_key = 0;            // the executable graph (to remember its record count)
-  int32_t expected_activities = -1;  // graph launches: records to wait for; -1 unknown
+  // Graph launches: records to wait for; kRecordsUnknown or kRecordsVary (above).
+  int32_t expected_activities = kRecordsUnknown;
   bool notify_written = false;       // call on_written with its seq (deep-window launches)
   // Graph launches: the library ops the graph replays, in capture order (null: none). Op i takes
   // the token after the launch's + i, and on_written reports its seq.
@@ -215,6 +226,8 @@ struct ReorderStats {
   int64_t placed_forced = 0;       // ... before their hold was over (max_held_records)
   int64_t placed_with_parent = 0;  // ... inside a library call's window (given it as parent)
   int64_t discarded_ops = 0;       // library ops discarded before they were written (never ran)
+  // Launches of graphs whose record count varies (kRecordsVary): each waits for its timeout.
+  int64_t varying_graph_launches = 0;
 };
 
 class ReorderBuffer {
