@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
@@ -383,6 +384,115 @@ TEST(ReorderPlacement, InterleavedThreadsOnTheirOwnStreamsKeepTheirOwnParents) {
       ++checked;
     }
     ASSERT_EQ(checked, static_cast<int>(records.size())) << "trial " << trial;
+  }
+}
+
+// Two threads' GEMMs: A takes its marker (100) before B takes its (105), but B's op is published
+// first (filling an op and finding its stream take their time between the marker and the
+// publication). The ops are written in marker order all the same, so that A's kernel (103) comes
+// after A and names it as parent.
+TEST(ReorderPlacement, OpsPublishedOutOfMarkerOrderAreWrittenInMarkerOrder) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  const uint64_t b = rb.addLibraryOp(gemmAt(105, 110));  // thread B
+  rb.addWindowEdge(b, 105, true, /*stream=*/2);
+  const uint64_t a = rb.addLibraryOp(gemmAt(100, 100));  // thread A
+  rb.addWindowEdge(a, 100, true, /*stream=*/1);
+  rb.addWindowEdge(a, 110, false);
+  rb.addWindowEdge(b, 111, false);
+  rb.addActivity(kernelOn(1, 103, 150));
+  rb.addActivity(kernelOn(2, 107, 160));
+  rb.poll(160 + kHold);
+  ASSERT_EQ(sink.rows.size(), 4u);
+  const auto& r = sink.rows;
+  EXPECT_EQ(r[0].e.cpu_ns, 100) << "op A first";
+  EXPECT_EQ(r[1].e.correlation_id, 103);
+  EXPECT_EQ(r[1].e.parent_seq, r[0].e.seq) << "A's kernel lost its parent";
+  EXPECT_EQ(r[2].e.cpu_ns, 110) << "then op B";
+  EXPECT_EQ(r[3].e.correlation_id, 107);
+  EXPECT_EQ(r[3].e.parent_seq, r[2].e.seq);
+  EXPECT_EQ(rb.stats().placed_late, 0);
+  EXPECT_EQ(rb.stats().placed_with_parent, 2);
+}
+
+// Random programs of two threads, each on its own stream, whose publications (an op with its
+// window's opening edge, a closing edge) reach the buffer in any interleaving that keeps each
+// thread's own order, so ops come in out of marker order. Once the hold is over (or at flush)
+// everything is written in correlation order, each kernel under its own thread's GEMM.
+TEST(ReorderPlacement, OpsPublishedInAnyOrderAcrossThreadsComeOutInMarkerOrder) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    FakeSink sink;
+    ReorderBuffer rb(sink, placing());
+    uint64_t corr = 1;
+    int64_t clock = 0;
+    struct Thread {
+      int64_t stream;
+      int open = -1;  // its GEMM whose call is under way (index into tokens), -1: none
+      int kernels_left = 0;
+      std::vector<std::function<void()>> publications;  // in the thread's order
+    };
+    Thread threads[2] = {{1, -1, 0, {}}, {2, -1, 0, {}}};
+    std::vector<uint64_t> tokens;                 // op index -> token (once published)
+    std::map<int64_t, uint64_t> position_of_cpu;  // op cpu_ns -> marker
+    std::map<uint64_t, int> want_parent_op;       // kernel correlation id -> op index, -1: none
+    std::vector<Activity> records;
+    const int steps = 10 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < steps; ++i) {
+      Thread& t = threads[rng() % 2];
+      clock += 10;
+      if (t.open < 0 && rng() % 3 == 0) {  // a GEMM's call begins
+        const int op = static_cast<int>(tokens.size());
+        tokens.push_back(0);
+        const uint64_t pos = corr++;
+        const int64_t cpu = clock, stream = t.stream;
+        position_of_cpu[cpu] = pos;
+        t.publications.push_back([&rb, &tokens, op, pos, cpu, stream] {
+          tokens[op] = rb.addLibraryOp(gemmAt(pos, cpu));
+          rb.addWindowEdge(tokens[op], pos, true, stream);
+        });
+        t.open = op;
+        t.kernels_left = 1 + static_cast<int>(rng() % 3);
+      } else if (t.open >= 0 && t.kernels_left == 0) {  // ... and ends
+        const int op = t.open;
+        const uint64_t pos = corr++;
+        t.publications.push_back(
+            [&rb, &tokens, op, pos] { rb.addWindowEdge(tokens[op], pos, false); });
+        t.open = -1;
+      } else {  // a kernel: the GEMM's, or a plain one
+        want_parent_op[corr] = t.open;
+        records.push_back(kernelOn(t.stream, corr++, clock));
+        if (t.kernels_left > 0) --t.kernels_left;
+      }
+    }
+    // Any interleaving of the two threads' publications.
+    size_t next[2] = {0, 0};
+    while (next[0] < threads[0].publications.size() || next[1] < threads[1].publications.size()) {
+      int pick = static_cast<int>(rng() % 2);
+      if (next[pick] == threads[pick].publications.size()) pick = 1 - pick;
+      threads[pick].publications[next[pick]++]();
+    }
+    std::shuffle(records.begin(), records.end(), rng);
+    for (const Activity& r : records) rb.addActivity(r);
+    if (rng() % 2) rb.poll(clock + 10 + kHold);
+    rb.flush();
+    ASSERT_EQ(sink.rows.size(), records.size() + tokens.size()) << "trial " << trial;
+    std::vector<int64_t> seq_of_op;
+    for (uint64_t token : tokens) seq_of_op.push_back(rb.seqOf(token).value_or(-1));
+    uint64_t last = 0;
+    for (const auto& row : sink.rows) {
+      const bool op = row.e.kind == EventKind::kGemm;
+      const uint64_t id =
+          op ? position_of_cpu.at(row.e.cpu_ns) : static_cast<uint64_t>(row.e.correlation_id);
+      EXPECT_GT(id, last) << "trial " << trial << ": out of correlation order";
+      last = id;
+      if (op) continue;
+      const int parent_op = want_parent_op.at(id);
+      const int64_t want =
+          parent_op < 0 ? db::kUnset : seq_of_op.at(static_cast<size_t>(parent_op));
+      EXPECT_EQ(row.e.parent_seq, want) << "trial " << trial << " kernel " << id;
+    }
+    EXPECT_EQ(rb.stats().placed_late, 0) << "trial " << trial;
   }
 }
 

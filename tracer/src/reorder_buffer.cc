@@ -202,17 +202,39 @@ void ReorderBuffer::pushLocked(Slot slot) {
   for (uint64_t id : slot.correlation_ids) {
     if (id != 0) by_correlation_[id] = slot.token;
   }
+  if (options_.place_records) placeSlotLocked(slot);
   pending_.push_back(std::move(slot));
 }
 
-ReorderBuffer::Slot* ReorderBuffer::findLocked(uint64_t token) {
-  if (pending_.empty() || token < pending_.front().token) return nullptr;
-  // Tokens increase along the FIFO; they are dense unless a graph launch replays library ops.
-  uint64_t index = token - pending_.front().token;
-  if (index < pending_.size() && pending_[index].token == token) return &pending_[index];
+std::deque<ReorderBuffer::Slot>::iterator ReorderBuffer::findItLocked(uint64_t token) {
+  if (pending_.empty() || token < pending_.front().token) return pending_.end();
+  // Tokens increase along the FIFO; they are dense unless a graph launch replays library ops, or
+  // placement wrote a slot from the middle.
+  const uint64_t index = token - pending_.front().token;
+  if (index < pending_.size() && pending_[index].token == token) {
+    return pending_.begin() + static_cast<std::ptrdiff_t>(index);
+  }
   auto it = std::lower_bound(pending_.begin(), pending_.end(), token,
                              [](const Slot& s, uint64_t t) { return s.token < t; });
-  return it != pending_.end() && it->token == token ? &*it : nullptr;
+  return it != pending_.end() && it->token == token ? it : pending_.end();
+}
+
+ReorderBuffer::Slot* ReorderBuffer::findLocked(uint64_t token) {
+  auto it = findItLocked(token);
+  return it == pending_.end() ? nullptr : &*it;
+}
+
+// The slot written next: the FIFO's head or, with placement, the first placed (by_place_'s top).
+// Call only with pending_ not empty.
+std::deque<ReorderBuffer::Slot>::iterator ReorderBuffer::nextLocked() {
+  while (options_.place_records && !by_place_.empty()) {
+    auto it = findItLocked(by_place_.front().second);
+    if (it != pending_.end()) return it;
+    // Not pending (never so: every pending slot has its entry): skipped all the same.
+    std::pop_heap(by_place_.begin(), by_place_.end(), std::greater<>());
+    by_place_.pop_back();
+  }
+  return pending_.begin();
 }
 
 void ReorderBuffer::addAlias(uint64_t token, uint64_t correlation_id) {
@@ -407,8 +429,9 @@ void ReorderBuffer::poll(int64_t now_ns) {
   drainIngressLocked();
   if (!early_.empty()) resolveEarlyLocked(now_ns);
   drainLocked();
-  while (!pending_.empty() && pending_.front().launch.cpu_ns != db::kUnset &&
-         now_ns - pending_.front().launch.cpu_ns > options_.timeout_ns) {
+  while (!pending_.empty()) {
+    const int64_t cpu_ns = nextLocked()->launch.cpu_ns;
+    if (cpu_ns == db::kUnset || now_ns - cpu_ns <= options_.timeout_ns) break;
     writeHeadLocked(Reason::kTimeout);
     drainLocked();
   }
@@ -454,6 +477,16 @@ uint64_t ReorderBuffer::positionOf(const Slot& slot) {
   return slot.launch.correlation_id;
 }
 
+// A slot's place: its position, or for one of unknown position (0) the largest place given before
+// it (it came in after those slots: it is written just after them, as in ticket order).
+void ReorderBuffer::placeSlotLocked(Slot& slot) {
+  const uint64_t position = positionOf(slot);
+  slot.place = position != 0 ? position : last_place_;
+  last_place_ = std::max(last_place_, slot.place);
+  by_place_.emplace_back(slot.place, slot.token);
+  std::push_heap(by_place_.begin(), by_place_.end(), std::greater<>());
+}
+
 void ReorderBuffer::holdRecordLocked(const Activity& activity) {
   // Records come nearly in correlation order (per context and stream): most go at the back.
   const uint64_t id = activity.correlation_id;
@@ -468,7 +501,7 @@ void ReorderBuffer::holdRecordLocked(const Activity& activity) {
     ++stats_.placed_forced;
     // A head placed before the oldest record (an op still waiting, e.g. for NCCL's choices) goes
     // first, as at its timeout: written after it, its own kernels would lose it as parent.
-    if (!pending_.empty() && positionOf(pending_.front()) < held_.front().first) {
+    if (!pending_.empty() && nextLocked()->place < held_.front().first) {
       writeHeadLocked(Reason::kOverflow);
     } else {
       writeHeldFrontLocked();
@@ -484,11 +517,10 @@ void ReorderBuffer::placeLocked(bool final) {
     return final || t == db::kUnset || (now_ns_ != INT64_MIN && now_ns_ - t >= hold);
   };
   for (;;) {
-    const bool have_head = !pending_.empty();
+    const Slot* head = pending_.empty() ? nullptr : &*nextLocked();
     const bool have_held = !held_.empty();
-    if (have_head && (!have_held || positionOf(pending_.front()) < held_.front().first)) {
-      const Slot& head = pending_.front();
-      if (head.state != State::kComplete || !oldEnough(head.launch.cpu_ns)) return;
+    if (head != nullptr && (!have_held || head->place < held_.front().first)) {
+      if (head->state != State::kComplete || !oldEnough(head->launch.cpu_ns)) return;
       writeHeadLocked(Reason::kComplete);
     } else if (have_held) {
       if (!oldEnough(held_.front().second.gpu_start_ns)) return;
@@ -611,14 +643,17 @@ void ReorderBuffer::rememberIncompleteLocked(uint64_t correlation_id) {
   written_incomplete_ids_.insert(correlation_id);
 }
 
+// Writes the slot due next (nextLocked): the FIFO's head, or with placement the first placed.
 void ReorderBuffer::writeHeadLocked(Reason reason) {
   if (options_.place_records) {
     // Placement: the held records placed before the head go first (a no-op when placeLocked
     // writes it; the timeout, overflow and flush write heads without it).
-    writeHeldBeforeLocked(positionOf(pending_.front()));
-    written_position_ = std::max(written_position_, positionOf(pending_.front()));
+    const uint64_t place = nextLocked()->place;
+    writeHeldBeforeLocked(place);
+    written_position_ = std::max(written_position_, place);
   }
-  Slot& head = pending_.front();
+  const auto at = nextLocked();
+  Slot& head = *at;
   if (head.state != State::kComplete) {
     if (reason == Reason::kTimeout) ++stats_.timed_out;
     if (reason == Reason::kFlush) ++stats_.flushed_incomplete;
@@ -635,7 +670,11 @@ void ReorderBuffer::writeHeadLocked(Reason reason) {
   }
   forgetCorrelationsLocked(head);
   Slot slot = std::move(head);
-  pending_.pop_front();
+  if (options_.place_records && !by_place_.empty()) {
+    std::pop_heap(by_place_.begin(), by_place_.end(), std::greater<>());  // at's entry
+    by_place_.pop_back();
+  }
+  pending_.erase(at);  // near the front: the ops that came in before it, out of place
   writeSlotLocked(slot);
 }
 
@@ -952,6 +991,10 @@ void ReorderBuffer::setPlaceRecords(bool on) {
   if (!on && options_.place_records) {
     placeLocked(/*final=*/true);
     writeHeldBeforeLocked(UINT64_MAX);
+    by_place_.clear();  // what still waits goes in ticket order
+  }
+  if (on && !options_.place_records) {
+    for (Slot& slot : pending_) placeSlotLocked(slot);
   }
   options_.place_records = on;
   drainLocked();

@@ -33,9 +33,11 @@
 // that order, once `records_hold_ns` have passed since their kernel started (a record still to come
 // for a smaller id then belongs to a kernel that waited longer than that: it is written when it
 // comes, out of place, and counted as placed_late). A slot is written once complete and as old as
-// the hold. A held record's parent is the library op whose call window (open and close edges,
-// also marked by correlation ids: addWindowEdge) holds its id and whose stream, when the window
-// names one, is the record's: the innermost if several. So with several threads launching at once,
+// the hold, in the order of the positions, whatever order the slots came in (two threads' ops may
+// come in the other way round than their markers: the hold covers the moment between them). A
+// held record's parent is the library op whose call window (open and close edges, also marked by
+// correlation ids: addWindowEdge) holds its id and whose stream, when the window names one, is
+// the record's: the innermost if several. So with several threads launching at once,
 // a kernel another thread launched on another stream during a library call is not taken for that
 // call's; one launched on the call's own stream still is.
 //
@@ -324,6 +326,7 @@ class ReorderBuffer {
     std::vector<int64_t> own_starts;  // graphs: GPU starts of the tracer's own kernels
     int64_t received = 0;             // graphs: records that arrived (kept, dropped or own)
     std::optional<LibraryOp> op;
+    uint64_t place = 0;  // placement: where it goes among the records (placeSlotLocked)
   };
   enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
 
@@ -356,7 +359,9 @@ class ReorderBuffer {
   void resolveEarlyLocked(int64_t now_ns);
   void endInFlight(uint32_t generation);
   uint32_t inFlightLocked() const;
+  std::deque<Slot>::iterator findItLocked(uint64_t token);
   Slot* findLocked(uint64_t token);
+  std::deque<Slot>::iterator nextLocked();
   void drainLocked();
   void writeHeadLocked(Reason reason);
   void writeSlotLocked(Slot& slot);
@@ -370,6 +375,7 @@ class ReorderBuffer {
   void rememberIncompleteLocked(uint64_t correlation_id);
   // Placement by correlation id.
   static uint64_t positionOf(const Slot& slot);
+  void placeSlotLocked(Slot& slot);
   void holdRecordLocked(const Activity& activity);
   void placeLocked(bool final);
   void writeHeldBeforeLocked(uint64_t position);
@@ -410,6 +416,12 @@ class ReorderBuffer {
   // Placement by correlation id: held records by correlation id, the latest time seen (CUPTI's
   // clock: poll's now, or a record's kernel end), the largest position written so far.
   std::deque<std::pair<uint64_t, Activity>> held_;  // sorted by correlation id, stable
+  // The pending slots' (place, token), a min-heap: the slot written next is the first placed, not
+  // the FIFO's head. Ops come into the FIFO in ticket order, and each thread takes its ticket a
+  // moment after its marker (filling the op, finding its stream): another thread's op with a later
+  // marker may come in first. last_place_: the largest place given (an op with no marker's).
+  std::vector<std::pair<uint64_t, uint64_t>> by_place_;
+  uint64_t last_place_ = 0;
   int64_t now_ns_ = INT64_MIN;
   uint64_t written_position_ = 0;
   // Library calls' windows. Their edges (marker ids) come long before the records inside them
