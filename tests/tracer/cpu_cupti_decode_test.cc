@@ -211,6 +211,7 @@ TEST_F(CuptiRecords, AKernelRecordGivesItsLaunchTimesAndDemangledName) {
     k.end = k.start + (rng_() >> 40);
     k.streamId = static_cast<uint32_t>(rng_() % 1000);
     k.deviceId = static_cast<uint32_t>(rng_() % 8);
+    k.contextId = static_cast<uint32_t>(rng_() % 16 + 1);
     k.gridX = static_cast<int32_t>(rng_() % 65535 + 1);
     k.gridY = static_cast<int32_t>(rng_() % 64 + 1);
     k.gridZ = static_cast<int32_t>(rng_() % 4 + 1);
@@ -239,6 +240,7 @@ TEST_F(CuptiRecords, AKernelRecordGivesItsLaunchTimesAndDemangledName) {
     EXPECT_EQ(a.name, w().intern(fn + "(float*, int)"));
     EXPECT_EQ(a.stream, w().stream(k.streamId, static_cast<int32_t>(k.deviceId)));
     EXPECT_EQ(a.device, static_cast<int32_t>(k.deviceId));
+    EXPECT_EQ(a.context, k.contextId);
     EXPECT_EQ(a.gpu_start_ns, static_cast<int64_t>(k.start));
     EXPECT_EQ(a.gpu_end_ns, static_cast<int64_t>(k.end));
     ASSERT_TRUE(a.has_launch);
@@ -313,6 +315,7 @@ TEST_F(CuptiRecords, CopiesAndSetsAreNamedByTheirKind) {
     m.end = m.start + 5;
     m.streamId = static_cast<uint32_t>(rng_() % 100);
     m.deviceId = 1;
+    m.contextId = 5;
     const bool in_graph = copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD;
     m.graphId = in_graph ? 3 : 0;
     m.graphNodeId = in_graph ? 12345 : 0;
@@ -322,6 +325,7 @@ TEST_F(CuptiRecords, CopiesAndSetsAreNamedByTheirKind) {
     EXPECT_EQ(a.name, w().intern(name));
     EXPECT_EQ(static_cast<uint32_t>(a.correlation_id), m.correlationId);
     EXPECT_EQ(a.stream, w().stream(m.streamId, 1));
+    EXPECT_EQ(a.context, 5u);
     EXPECT_EQ(a.gpu_start_ns, static_cast<int64_t>(m.start));
     EXPECT_EQ(a.gpu_end_ns, static_cast<int64_t>(m.end));
     EXPECT_EQ(a.graph_id, in_graph ? 3 : db::kUnset);
@@ -335,6 +339,7 @@ TEST_F(CuptiRecords, CopiesAndSetsAreNamedByTheirKind) {
   s.end = 20;
   s.streamId = 4;
   s.deviceId = 0;
+  s.contextId = 6;
   s.graphId = 2;
   s.graphNodeId = 8;
   Activity a;
@@ -343,6 +348,7 @@ TEST_F(CuptiRecords, CopiesAndSetsAreNamedByTheirKind) {
   EXPECT_EQ(a.name, w().intern("memset"));
   EXPECT_EQ(static_cast<uint32_t>(a.correlation_id), s.correlationId);
   EXPECT_EQ(a.stream, w().stream(4, 0));
+  EXPECT_EQ(a.context, 6u);
   EXPECT_EQ(a.graph_id, 2);
   EXPECT_EQ(a.graph_node_id, 8);
 }

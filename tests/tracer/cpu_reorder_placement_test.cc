@@ -132,6 +132,38 @@ TEST(ReorderPlacement, SettleWritesWhatIsCompleteWithoutWaitingForTheHold) {
   EXPECT_EQ(sink.rows[4].e.correlation_id, 7);
 }
 
+// One context is torn down while another runs on (two GPUs): settle(context) writes the dying
+// context's held records at once, with what is placed before them, and leaves the rest held for
+// its hold, so that a record the live context's slower stream sends later still goes in its place.
+TEST(ReorderPlacement, SettlingAContextLeavesAnotherContextsLaterRecordsHeld) {
+  FakeSink sink;
+  ReorderBuffer rb(sink, placing());
+  auto in = [](uint32_t context, uint64_t corr, int64_t start) {
+    Activity a = kernelOn(static_cast<int64_t>(context), corr, start);
+    a.context = context;
+    return a;
+  };
+  rb.addActivity(in(1, 3, 10));  // context 1: torn down after kernel 5
+  rb.addActivity(in(2, 4, 12));  // context 2: runs on
+  rb.addActivity(in(1, 5, 14));
+  rb.addLibraryOp(gemmAt(6, 16));  // after context 1's last kernel
+  rb.addActivity(in(2, 8, 18));
+  rb.poll(20);
+  EXPECT_TRUE(sink.rows.empty()) << "within the hold";
+  rb.settle(/*context=*/9);
+  EXPECT_TRUE(sink.rows.empty()) << "a context with no records held settles nothing";
+  rb.settle(/*context=*/1);
+  ASSERT_EQ(sink.rows.size(), 3u) << "kernels 3, 4 and 5: the dying context's and those before";
+  EXPECT_EQ(sink.rows[2].e.correlation_id, 5);
+  rb.addActivity(in(2, 7, 15));  // context 2's slower stream
+  rb.poll(18 + kHold);
+  ASSERT_EQ(sink.rows.size(), 6u);
+  EXPECT_EQ(sink.rows[3].e.kind, EventKind::kGemm);
+  EXPECT_EQ(sink.rows[4].e.correlation_id, 7) << "context 2's kernel 7 came after 8 was written";
+  EXPECT_EQ(sink.rows[5].e.correlation_id, 8);
+  EXPECT_EQ(rb.stats().placed_late, 0);
+}
+
 TEST(ReorderPlacement, TurningPlacementOffWritesWhatIsHeld) {
   FakeSink sink;
   ReorderBuffer rb(sink, placing());

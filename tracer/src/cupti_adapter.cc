@@ -611,10 +611,21 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
   return unknown ? kRecordsUnknown : total;
 }
 
+// CUPTI's id of a context, as its activity records carry it; 0 if unknown.
+uint32_t cuptiContextId(CUcontext context) {
+  uint32_t id = 0;
+  if (context == nullptr || g_cupti.context_id == nullptr) return 0;
+  return g_cupti.context_id(context, &id) == CUPTI_SUCCESS ? id : 0;
+}
+
 // The context's records must be collected while it still exists; then they are committed, so a
-// program that dies after tearing its context down keeps them.
+// program that dies after tearing its context down keeps them. With placement, the records held
+// for ordering are written too: all of them where no other context is left, else the dying
+// context's and what is placed before them (another context, still running, may yet send records
+// placed before its own held ones).
 void onContextTeardown(CUcontext context) {
   diagTeardown("context destroy starting");
+  const uint32_t context_id = cuptiContextId(context);
   {
     // Waiting for the flusher's turn and for the records to settle overlap: together at most
     // max(kMaxWaitMs, the settle cap).
@@ -626,11 +637,13 @@ void onContextTeardown(CUcontext context) {
   diagTeardown("after the forced flush and the buffers in hand");
   Fingerprinter::get().forgetContext(context);  // its result memory dies with it
   forgetOwnStream(context);                      // and the tracer's own stream
+  bool others = false;
   {
     std::lock_guard lk(g_cache_mu);
     std::erase(g_contexts, context);
+    others = !g_contexts.empty();
   }
-  Session::get().commit();
+  Session::get().commit(Session::Held::kSettle, others ? context_id : 0);
   g_torn_down.store(true);
   diagTeardown("committed");
 }

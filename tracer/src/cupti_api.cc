@@ -65,6 +65,8 @@ bool CuptiApi::load(std::string& error) {
   get(version, "cuptiGetVersion");
   // Optional: without it captured library ops are placed among replayed kernels by their digests.
   graph_node_id = reinterpret_cast<decltype(graph_node_id)>(dlsym(h, "cuptiGetGraphNodeId"));
+  // Optional: without it a context's teardown writes every context's records held for ordering.
+  context_id = reinterpret_cast<decltype(context_id)>(dlsym(h, "cuptiGetContextId"));
   return ok;
 }
 

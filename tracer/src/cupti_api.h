@@ -31,6 +31,7 @@ struct CuptiApi {
   decltype(&cuptiGetStreamIdEx) stream_id = nullptr;
   decltype(&cuptiGetVersion) version = nullptr;
   decltype(&cuptiGetGraphNodeId) graph_node_id = nullptr;  // optional: nullptr if absent
+  decltype(&cuptiGetContextId) context_id = nullptr;       // optional: nullptr if absent
   std::string path;  // the file loaded
 
   // Loads CUPTI; false (with `error` set) if it cannot be found or lacks a function.

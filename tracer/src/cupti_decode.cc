@@ -199,6 +199,7 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
       a.name = kernelName(w, k->name);
       a.stream = activityStream(w, k->streamId, k->deviceId);
       a.device = static_cast<int32_t>(k->deviceId);
+      a.context = k->contextId;
       a.gpu_start_ns = static_cast<int64_t>(k->start);
       a.gpu_end_ns = static_cast<int64_t>(k->end);
       if (k->graphId != 0) {
@@ -225,6 +226,7 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
       a.name = w.intern(memcpyName(m->copyKind));
       a.stream = activityStream(w, m->streamId, m->deviceId);
       a.device = static_cast<int32_t>(m->deviceId);
+      a.context = m->contextId;
       a.gpu_start_ns = static_cast<int64_t>(m->start);
       a.gpu_end_ns = static_cast<int64_t>(m->end);
       if (m->graphId != 0) {
@@ -240,6 +242,7 @@ bool decodeActivity(db::TraceWriter& w, const CUpti_Activity* rec, Activity& a) 
       a.name = w.intern("memset");
       a.stream = activityStream(w, m->streamId, m->deviceId);
       a.device = static_cast<int32_t>(m->deviceId);
+      a.context = m->contextId;
       a.gpu_start_ns = static_cast<int64_t>(m->start);
       a.gpu_end_ns = static_cast<int64_t>(m->end);
       if (m->graphId != 0) {

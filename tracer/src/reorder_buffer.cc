@@ -450,19 +450,39 @@ void ReorderBuffer::flush() {
   open_windows_.clear();
 }
 
-void ReorderBuffer::settle() {
+void ReorderBuffer::settle(uint32_t context) {
   std::lock_guard lk(mu_);
   drainIngressLocked();
   if (options_.place_records) {
-    placeLocked(/*final=*/true);
+    placeLocked(context == 0 ? kSettleEverything : settleBeforeLocked(context));
   } else {
     drainLocked();
   }
 }
 
+// Just past the last place of the records of `context` held or gathered in a pending slot (a
+// graph launch's); kSettleNothing if it has none.
+uint64_t ReorderBuffer::settleBeforeLocked(uint32_t context) {
+  uint64_t last = 0;
+  bool any = false;
+  for (const auto& [id, record] : held_) {
+    if (record.context == context) {
+      last = std::max(last, id);
+      any = true;
+    }
+  }
+  for (const Slot& slot : pending_) {
+    if (!slot.records.empty() && slot.records.front().context == context) {
+      last = std::max(last, slot.place);
+      any = true;
+    }
+  }
+  return any ? last + 1 : kSettleNothing;
+}
+
 void ReorderBuffer::drainLocked() {
   if (options_.place_records) {
-    placeLocked(/*final=*/false);
+    placeLocked(kSettleNothing);
     return;
   }
   while (!pending_.empty() && pending_.front().state == State::kComplete) {
@@ -509,21 +529,23 @@ void ReorderBuffer::holdRecordLocked(const Activity& activity) {
   }
 }
 
-// Writes, in correlation order, the complete head slots and the held records whose hold is over
-// (with `final`, whatever the hold). An incomplete head still waits: the timeout and flush write it.
-void ReorderBuffer::placeLocked(bool final) {
+// Writes, in correlation order, the complete head slots and the held records whose hold is over,
+// and those placed before `settle_before` whatever their hold. An incomplete head still waits: the
+// timeout and flush write it.
+void ReorderBuffer::placeLocked(uint64_t settle_before) {
   const int64_t hold = options_.records_hold_ns;
-  auto oldEnough = [&](int64_t t) {
-    return final || t == db::kUnset || (now_ns_ != INT64_MIN && now_ns_ - t >= hold);
+  auto oldEnough = [&](int64_t t, uint64_t place) {
+    return place < settle_before || t == db::kUnset ||
+           (now_ns_ != INT64_MIN && now_ns_ - t >= hold);
   };
   for (;;) {
     const Slot* head = pending_.empty() ? nullptr : &*nextLocked();
     const bool have_held = !held_.empty();
     if (head != nullptr && (!have_held || head->place < held_.front().first)) {
-      if (head->state != State::kComplete || !oldEnough(head->launch.cpu_ns)) return;
+      if (head->state != State::kComplete || !oldEnough(head->launch.cpu_ns, head->place)) return;
       writeHeadLocked(Reason::kComplete);
     } else if (have_held) {
-      if (!oldEnough(held_.front().second.gpu_start_ns)) return;
+      if (!oldEnough(held_.front().second.gpu_start_ns, held_.front().first)) return;
       writeHeldFrontLocked();
     } else {
       return;
@@ -989,7 +1011,7 @@ void ReorderBuffer::setPlaceRecords(bool on) {
   std::lock_guard lk(mu_);
   drainIngressLocked();
   if (!on && options_.place_records) {
-    placeLocked(/*final=*/true);
+    placeLocked(kSettleEverything);
     writeHeldBeforeLocked(UINT64_MAX);
     by_place_.clear();  // what still waits goes in ticket order
   }

@@ -544,13 +544,13 @@ Session::CaptureState Session::captureState() {
   return st;
 }
 
-void Session::commit(Held held) noexcept {
+void Session::commit(Held held, uint32_t context) noexcept {
   try {
     ReorderBuffer* b = startedBuffer();
     db::TraceWriter* w = startedWriter();
     if (b == nullptr || w == nullptr) return;
     b->poll(now());
-    if (held == Held::kSettle) b->settle();  // the records still to come will not
+    if (held == Held::kSettle) b->settle(context);  // its records still to come will not
     // Bounded: this runs inside the program's own call (cuCtxDestroy, ...), and what is not
     // committed in time still is, by the writer's thread, a little later.
     (void)w->flush(std::chrono::milliseconds(2000));

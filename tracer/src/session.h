@@ -92,10 +92,12 @@ class Session {
   CaptureState captureState();
   enum class Held { kSettle, kKeep };
   // Commits what has been recorded so far without ending the recording. At a context's teardown
-  // (kSettle) the records held back for ordering are written too: no more records will come for
-  // them. On a signal the program handles itself (kKeep) the recording goes on, and they stay
-  // held, so that records still on their way keep their places and parents. Never throws.
-  void commit(Held held = Held::kSettle) noexcept;
+  // (kSettle) the records of `context` (CUPTI's context id; 0: of every context) held back for
+  // ordering are written too, with what is placed before them: no more records will come for
+  // them; other contexts' later records, still running, stay held. On a signal the program
+  // handles itself (kKeep) the recording goes on, and they stay held, so that records still on
+  // their way keep their places and parents. Never throws.
+  void commit(Held held = Held::kSettle, uint32_t context = 0) noexcept;
   // The buffer and writer if recording has started, starting nothing and ignoring the capture
   // switch: for delivering the GPU records of launches made while capturing.
   ReorderBuffer* startedBuffer();

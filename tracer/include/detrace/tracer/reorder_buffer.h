@@ -163,6 +163,7 @@ struct Activity {
   int64_t name = db::kUnset;    // strings.id of the demangled kernel name or "memcpy HtoD", ...
   int64_t stream = db::kUnset;  // streams.id
   int32_t device = -1;
+  uint32_t context = 0;  // CUPTI's id of the context it ran in (0: unknown)
   int64_t gpu_start_ns = db::kUnset;
   int64_t gpu_end_ns = db::kUnset;
   int64_t graph_id = db::kUnset;
@@ -290,10 +291,13 @@ class ReorderBuffer {
   // Writes every pending slot, complete or not (at exit, or at a capture's stop), and closes
   // the windows of library calls still open.
   void flush();
-  // Writes what is complete now, whatever the hold of placement by correlation id: the held
-  // records and the complete slots before the first incomplete one, in order (a commit at context
-  // teardown or on a signal, when records that would come before them no longer will).
-  void settle();
+  // Writes what is complete now, whatever the hold of placement by correlation id, in order up to
+  // the last held record of `context` (CUPTI's context id; 0: every context's records): the held
+  // records and the complete slots placed up to it, before the first incomplete slot. A commit
+  // at that context's teardown, when its records are all in: what is placed after them (another
+  // context's records, still running, whose slower streams' records may still come before them)
+  // keeps waiting for its hold.
+  void settle(uint32_t context = 0);
   // ReorderOptions::drop_unmatched, changed while recording (a window given to `detrace attach`).
   void setDropUnmatched(bool on);
   // ReorderOptions::place_records, changed at a capture start (held records are written first).
@@ -377,7 +381,11 @@ class ReorderBuffer {
   static uint64_t positionOf(const Slot& slot);
   void placeSlotLocked(Slot& slot);
   void holdRecordLocked(const Activity& activity);
-  void placeLocked(bool final);
+  // placeLocked's `settle_before`: nothing, or everything, is written whatever its hold.
+  static constexpr uint64_t kSettleNothing = 0;
+  static constexpr uint64_t kSettleEverything = UINT64_MAX;
+  void placeLocked(uint64_t settle_before);
+  uint64_t settleBeforeLocked(uint32_t context);
   void writeHeldBeforeLocked(uint64_t position);
   void writeHeldFrontLocked();
   uint64_t windowParentLocked(uint64_t correlation_id, int64_t stream);
