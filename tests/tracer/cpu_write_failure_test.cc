@@ -74,8 +74,9 @@ void expectCommittedCallsInOrder(const std::string& run) {
 TEST(WriteFailure, ATraceOverTheFileSizeLimitStopsTheRecordingNotTheProgram) {
   TempDir tmp;
   const std::string run = tmp.file("run");
-  // sh's `ulimit -f` counts 512-byte blocks: 1 MiB, about a third of what the calls need.
-  Output o = testing::runShell(callBursts(fmt::format("(ulimit -f 2048; {} record -o {} --", detrace(), run)) + ")");
+  // sh's `ulimit -f` counts 512-byte blocks: 2 MiB, about 8000 of the 20000 calls. (1 MiB, about
+  // 4000, failed 1 run in 10 to 20 on a loaded machine: the first commit, 100 ms in, came too late.)
+  Output o = testing::runShell(callBursts(fmt::format("(ulimit -f 4096; {} record -o {} --", detrace(), run)) + ")");
   expectProgramUnharmed(o, "file-size limit");
   Output info = testing::runShell(fmt::format("{} info {}", detrace(), run));
   EXPECT_EQ(info.status, 0) << info.out;
@@ -128,7 +129,7 @@ TEST(WriteFailure, DiffSaysWhereATraceCutShortEnds) {
   const std::string whole = tmp.file("whole"), cut = tmp.file("cut");
   Output a = testing::runShell(callBursts(fmt::format("{} record -o {} --", detrace(), whole)));
   ASSERT_EQ(a.status, 0) << a.out.substr(0, 2000);
-  Output b = testing::runShell(callBursts(fmt::format("(ulimit -f 2048; {} record -o {} --", detrace(), cut)) + ")");
+  Output b = testing::runShell(callBursts(fmt::format("(ulimit -f 4096; {} record -o {} --", detrace(), cut)) + ")");
   expectProgramUnharmed(b, "file-size limit");
   auto reader_b = testing::openOnlyRank(cut);
   ASSERT_TRUE(reader_b.isOk()) << reader_b.status().message();
