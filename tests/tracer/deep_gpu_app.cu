@@ -25,6 +25,13 @@
 //                                    access, and fill_bytes run on A;
 //                                    prints "vmm_sync R" (the synchronize's result) and
 //                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
+//   deep_gpu_app --lookback MODE     a look-back window's opening launch that is never
+//                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2), then
+//                                    opener (launch 3), then launches 4 and 5;
+//                                    capture: opener captured into a graph, the graph launched (4),
+//                                    fill_bytes v = 5 (5);
+//                                    plain: opener launched, fill_bytes v = 4 and v = 5 (4, 5);
+//                                    prints "lookback_byte 0xNN" (the buffer's byte after all).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -119,6 +126,8 @@ __global__ void consume(const float* bins, float* d, int n) {
   int i = threadIdx.x;
   if (i < n) d[i] = 2.0f * bins[i];
 }
+
+__global__ void opener(uint8_t* p) { p[0] = 0x0e; }
 
 bool writeFile(const std::string& path, const void* data, size_t n) {
   FILE* f = std::fopen(path.c_str(), "wb");
@@ -236,8 +245,46 @@ int vmmMode(const std::string& mode) {
   return 0;
 }
 
+int lookbackMode(const std::string& mode) {
+  constexpr size_t kBytes = 4096;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint8_t* p = nullptr;
+  CK(cudaMalloc(&p, kBytes));
+  for (uint8_t v = 1; v <= 3; ++v) fill_bytes<<<1, 32, 0, s>>>(p, kBytes, v);
+  if (mode == "capture") {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    opener<<<1, 1, 0, s>>>(p);
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, s));
+    fill_bytes<<<1, 32, 0, s>>>(p, kBytes, 5);
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+  } else if (mode == "plain") {
+    opener<<<1, 1, 0, s>>>(p);
+    fill_bytes<<<1, 32, 0, s>>>(p, kBytes, 4);
+    fill_bytes<<<1, 32, 0, s>>>(p, kBytes, 5);
+  } else {
+    std::fprintf(stderr, "deep_gpu_app: unknown --lookback mode %s\n", mode.c_str());
+    return 2;
+  }
+  CK(cudaGetLastError());
+  uint8_t byte = 0;
+  CK(cudaMemcpyAsync(&byte, p + 7, 1, cudaMemcpyDeviceToHost, s));
+  CK(cudaStreamSynchronize(s));
+  std::printf("lookback_byte %#x\n", byte);
+  CK(cudaFree(p));
+  CK(cudaStreamDestroy(s));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--vmm") == 0) return vmmMode(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--lookback") == 0) return lookbackMode(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-import") == 0) return ipcImport(argv[2]);

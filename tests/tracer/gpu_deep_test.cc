@@ -54,14 +54,16 @@ std::string tempDir(const std::string& tag) {
 void loadRun(DeepRun& out);
 
 // Records the app (`app_args`, default: the main mode writing into the test's directory) with
-// `deep` and loads its kernels with their deep records.
-void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, std::string app_args = "") {
+// `deep` (and `record_args`, more options of `detrace record`) and loads its kernels with their
+// deep records.
+void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, std::string app_args = "",
+               const std::string& record_args = "") {
   std::string base = tempDir(tag);
   out.dir = base + "/run";
   if (app_args.empty()) app_args = base + " --seed 12345";
   testing::ShellOutput o = testing::runShell(
-      fmt::format("{0}/replay/detrace record -o {1} --deep '{2}' -- {0}/tests/deep_gpu_app {3}",
-                  DETRACE_BINARY_DIR, out.dir, deep, app_args));
+      fmt::format("{0}/replay/detrace record -o {1} --deep '{2}' {4} -- {0}/tests/deep_gpu_app {3}",
+                  DETRACE_BINARY_DIR, out.dir, deep, app_args, record_args));
   ASSERT_EQ(o.status, 0) << o.out;
   out.app_out = o.out;
   loadRun(out);
@@ -283,6 +285,55 @@ TEST(DeepGpu, KernelWindowLooksBackAtTheLaunchesBeforeIt) {
   EXPECT_EQ((*stats)["deep_lookback_speculative"], 4);
   EXPECT_EQ((*stats)["deep_lookback_kept"], 2);
   EXPECT_GT((*stats)["deep_lookback_fingerprints_dropped"], 0);
+}
+
+// The launch that opens a look-back window may never be fingerprinted: captured into a CUDA graph,
+// or outside --window. The launches held before it are still decided when it comes (and counted
+// from it), not left held until the exit drops them.
+TEST(DeepGpu, ALookBackWindowKeepsItsLaunchesWhenTheOpeningLaunchIsNotFingerprinted) {
+  DETRACE_REQUIRE_GPU();
+  struct Case {
+    const char* mode;
+    const char* deep;
+    const char* record_args;
+    std::vector<int> deep_fills;  // the fill values (fill_bytes' third parameter) fingerprinted
+  };
+  // deep_gpu_app --lookback: fill_bytes v = 1, 2, 3 (launches 0-2), opener (3), then (capture) a
+  // graph launch and fill_bytes v = 5, or (plain) fill_bytes v = 4 and 5, which --window leaves out.
+  const Case cases[] = {
+      {"capture", "kernel:opener@0-2+2", "", {2, 3, 5}},
+      {"plain", "kernel:opener@0-2+1", "--window launches:0:3", {2, 3}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode);
+    DeepRun run;
+    ASSERT_NO_FATAL_FAILURE(recordApp(std::string("lookback-") + c.mode, c.deep, run,
+                                      std::string("--lookback ") + c.mode, c.record_args));
+    EXPECT_NE(run.app_out.find("lookback_byte 0x5\n"), std::string::npos) << run.app_out;
+    std::vector<int> deep_fills;
+    int fills = 0;
+    std::string listing;
+    for (const Launch& l : run.kernels) {
+      listing += fmt::format("  {} {}: {} deep rows, params {}\n", l.event.seq, l.name, l.operands.size(),
+                             l.params ? l.params->layout : "none");
+      if (l.name.find("fill_bytes") == std::string::npos) continue;
+      ++fills;
+      if (!l.params) {
+        EXPECT_TRUE(l.operands.empty());
+        continue;
+      }
+      ASSERT_EQ(l.params->bytes.size(), 17u);  // (uint8_t* p, size_t n, uint8_t v)
+      deep_fills.push_back(l.params->bytes[16]);
+      EXPECT_EQ(l.operands.size(), 2u);  // p's allocation, before and after
+    }
+    SCOPED_TRACE("kernels:\n" + listing);
+    EXPECT_EQ(fills, std::string(c.mode) == "capture" ? 4 : 3);
+    EXPECT_EQ(deep_fills, c.deep_fills);
+    auto stats = run.reader->stats();
+    ASSERT_TRUE(stats.isOk());
+    EXPECT_EQ((*stats)["deep_lookback_speculative"], 3);
+    EXPECT_EQ((*stats)["deep_lookback_kept"], 2);
+  }
 }
 
 TEST(DeepGpu, DiffNamesTheRacyKernelAsTheOrigin) {

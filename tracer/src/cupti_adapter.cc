@@ -392,6 +392,9 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   bool deep = false;
   if (WindowGate* deep_gate = s.deepGate()) {
     deep_ticket = deep_gate->admitLaunchTicket(cb->symbolName);
+    // Before the returns below: a look-back window opening at a launch that is captured, outside
+    // --window or a graph launch still decides what it keeps.
+    deep::noteTicket(deep_ticket);
     deep = deep_ticket.record && !kind.graph;
   }
   if (!s.gate().admitLaunch(cb->symbolName)) {  // outside the recording window

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -14,6 +13,7 @@
 #include "detrace/db/writer.h"
 #include "detrace/tracer/allocation_map.h"
 #include "detrace/tracer/launch_params.h"
+#include "detrace/tracer/look_back.h"
 #include "detrace/tracer/operand_specs.h"
 
 #include "fingerprinter.h"
@@ -477,54 +477,59 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
 
 namespace {
 
-// ---- look-back (kernel:NAME@N-B): the last B speculative launches, oldest first ----
+// ---- look-back (kernel:NAME@N-B): launches held until the window opens (look_back.h) ----
 
-std::mutex g_speculative_mu;
-std::deque<std::pair<uint64_t, int64_t>>* g_speculative = nullptr;  // token, launch index
-
-void speculate(uint64_t token, int64_t index, int64_t before) {
-  Fingerprinter& fp = Fingerprinter::get();
-  fp.hold(token);
-  counters().speculative += 1;
-  std::lock_guard lk(g_speculative_mu);
-  if (g_speculative == nullptr) g_speculative = new std::deque<std::pair<uint64_t, int64_t>>();
-  g_speculative->emplace_back(token, index);
-  while (static_cast<int64_t>(g_speculative->size()) > before) {
-    fp.dropHeld(g_speculative->front().first);
-    g_speculative->pop_front();
-  }
+// The look-back of the deep window, or nullptr when it has none.
+LookBack* lookBack() {
+  static LookBack* const lb = [] {
+    int64_t before = Session::get().policy().deep_window.before;
+    return before > 0 ? new LookBack(before) : nullptr;  // never destroyed: used from exit handlers
+  }();
+  return lb;
 }
 
-// The window opened at launch `opened_at`: keep the held launches less than B before it.
-void resolveSpeculation(int64_t opened_at, int64_t before) {
+void apply(const LookBack::Verdicts& v) {
   Fingerprinter& fp = Fingerprinter::get();
-  std::lock_guard lk(g_speculative_mu);
-  if (g_speculative == nullptr) return;
-  for (const auto& [token, index] : *g_speculative) {
-    if (index >= opened_at - before) {
-      fp.releaseHeld(token);
-      counters().speculative_kept += 1;
-    } else {
-      fp.dropHeld(token);
-    }
-  }
-  g_speculative->clear();
+  for (uint64_t token : v.keep) fp.releaseHeld(token);
+  for (uint64_t token : v.drop) fp.dropHeld(token);
+  counters().speculative_kept += static_cast<int64_t>(v.keep.size());
 }
 
 }  // namespace
 
-void beginLaunch(uint64_t token, int64_t index, bool speculative) {
-  t_pending = Pending{};
-  t_pending.token = token;
-  int64_t before = Session::get().policy().deep_window.before;
-  if (before <= 0) return;
-  if (speculative) {
-    speculate(token, index, before);
-  } else {
-    resolveSpeculation(index, before);
+void noteTicket(const WindowGate::LaunchTicket& ticket) {
+  if (ticket.speculative) return;  // (the common case while a look-back window waits: no call)
+  LookBack* lb = lookBack();
+  if (lb == nullptr) return;
+  try {
+    apply(lb->issued(ticket));
+  } catch (...) {  // (an allocation failed: the held launches wait for the exit, which drops them)
   }
 }
 
+void dropLookBack() {
+  LookBack* lb = lookBack();
+  if (lb == nullptr) return;
+  try {
+    apply(lb->dropAll());
+  } catch (...) {
+  }
+}
+
+void beginLaunch(uint64_t token, int64_t index, bool speculative) {
+  t_pending = Pending{};
+  t_pending.token = token;
+  LookBack* lb = lookBack();
+  if (!speculative || lb == nullptr) return;
+  // Held before its digests are queued (Fingerprinter::hold's rule), decided later or at once.
+  Fingerprinter::get().hold(token);
+  counters().speculative += 1;
+  try {
+    apply(lb->began(token, index));
+  } catch (...) {
+    Fingerprinter::get().dropHeld(token);
+  }
+}
 
 void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   Pending& p = t_pending;

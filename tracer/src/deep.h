@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "detrace/tracer/window_gate.h"
+
 namespace detrace::db {
 class TraceWriter;
 }
@@ -33,6 +35,13 @@ const CUpti_CallbackId* memoryCallbacks(size_t& count);
 bool isMemoryCallback(CUpti_CallbackId cbid);
 void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb);
 
+// The deep gate issued `ticket` for a launch, whatever becomes of that launch afterwards (captured
+// into a graph, outside --window, a graph launch): a look-back window (kernel:NAME@N-B) that has
+// just opened decides here which held launches to keep (look_back.h).
+void noteTicket(const WindowGate::LaunchTicket& ticket);
+// Recording stops (a capture stop): the look-back's held launches are dropped, so that the
+// results queued after them are written.
+void dropLookBack();
 // The launch with reorder-buffer token `token` (launch index `index`) is in the deep window (this
 // thread). `speculative`: a look-back window (kernel:NAME@N-B) has not opened yet; its results are
 // held, and kept only if the window opens within B launches.

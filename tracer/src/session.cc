@@ -493,6 +493,9 @@ Status Session::stopCapture() {
   std::lock_guard lk(capture_mu_);
   if (!capturing_.exchange(false, std::memory_order_acq_rel)) return Status::ok();
   if (hooks_.stop_launches) hooks_.stop_launches();
+  // A look-back deep window's held launches would keep every result queued after them from this
+  // stop's commit: they are dropped.
+  if (policy_.deep) deep::dropLookBack();
   if (ReorderBuffer* b = startedBuffer()) {
     // Launches already made still wait for their GPU records: collect them, for at most ~2 s.
     for (int i = 0; i < 200 && b->pending() > 0; ++i) {

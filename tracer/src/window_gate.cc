@@ -13,12 +13,14 @@ bool WindowGate::openForSteps() const {
 void WindowGate::admitKernelWindow(const char* name, LaunchTicket& t) {
   int64_t open = kernel_open_.load(std::memory_order_relaxed);
   if (open >= 0) {
+    t.opened_at = open;
     t.record = t.index - open < window_.range.end - window_.range.begin;
     return;
   }
   if (name != nullptr && std::strstr(name, window_.kernel.c_str()) != nullptr &&
       kernel_matches_.fetch_add(1, std::memory_order_relaxed) == window_.range.begin) {
     kernel_open_.store(t.index, std::memory_order_relaxed);
+    t.opened_at = t.index;
     t.record = true;
     return;
   }

@@ -25,6 +25,9 @@ class WindowGate {
     // speculatively: the caller keeps it only if the window opens within B launches after it.
     bool speculative = false;
     int64_t index = 0;  // the launch's index, counted from 0 in call order
+    // A kernel window: the index of the launch that opened it, once it has (-1: not yet, or
+    // another kind of window).
+    int64_t opened_at = -1;
   };
   LaunchTicket admitLaunchTicket(const char* name = nullptr);
   bool admitLaunch(const char* name = nullptr) { return admitLaunchTicket(name).record; }
