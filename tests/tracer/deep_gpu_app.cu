@@ -25,6 +25,8 @@
 //                                    access, and fill_bytes run on A;
 //                                    prints "vmm_sync R" (the synchronize's result) and
 //                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
+//   deep_gpu_app --realloc-after MS  one launch (the tracer starts recording at it), a pause of MS
+//                                    milliseconds, then step 1 alone ("nonzero_after_realloc N");
 //   deep_gpu_app --lookback MODE     a look-back window's opening launch that is never
 //                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2), then
 //                                    opener (launch 3), then launches 4 and 5;
@@ -282,9 +284,42 @@ int lookbackMode(const std::string& mode) {
   return 0;
 }
 
+// Step 1: a fresh 4 MiB allocation after a free of one filled with 0xAB; its nonzero bytes.
+int nonzeroAfterRealloc(unsigned long long& nonzero) {
+  uint8_t* scratch = nullptr;
+  CK(cudaMalloc(&scratch, kScratch));
+  fill_bytes<<<256, 256>>>(scratch, kScratch, 0xAB);
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(scratch));
+  CK(cudaMalloc(&scratch, kScratch));
+  unsigned long long* count = nullptr;
+  CK(cudaMalloc(&count, sizeof *count));
+  CK(cudaMemset(count, 0, sizeof *count));
+  count_nonzero<<<256, 256>>>(scratch, kScratch, count);
+  CK(cudaMemcpy(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost));
+  CK(cudaFree(count));
+  CK(cudaFree(scratch));
+  return 0;
+}
+
+int reallocAfterMode(long ms) {
+  uint8_t* p = nullptr;
+  CK(cudaMalloc(&p, 256));
+  fill_bytes<<<1, 32>>>(p, 256, 1);
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(p));
+  struct timespec ts {ms / 1000, (ms % 1000) * 1'000'000};
+  nanosleep(&ts, nullptr);
+  unsigned long long nonzero = 0;
+  if (nonzeroAfterRealloc(nonzero) != 0) return 1;
+  std::printf("nonzero_after_realloc %llu\n", nonzero);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--vmm") == 0) return vmmMode(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--lookback") == 0) return lookbackMode(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--realloc-after") == 0) return reallocAfterMode(std::atol(argv[2]));
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-import") == 0) return ipcImport(argv[2]);

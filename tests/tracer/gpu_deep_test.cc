@@ -4,6 +4,7 @@
 // before and after a launch equal to the CPU twin's digest of the bytes the program wrote out,
 // the kernel:NAME@N window, and `detrace diff` of two runs naming the racy kernel as the origin and
 // the kernel that reads its output as propagated.
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -170,6 +171,40 @@ TEST(DeepGpu, RecordsParametersAndTheMemoryEachLaunchReaches) {
   EXPECT_GT((*stats)["deep_zero_filled_bytes"], int64_t{8} << 20);
   EXPECT_EQ((*stats)["deep_params_lost"], 0);
   EXPECT_EQ((*stats)["fingerprints_skipped_ring_full"], 0);
+}
+
+// The number deep_gpu_app printed after "nonzero_after_realloc " (-1: none).
+long long nonzeroAfterRealloc(const std::string& out) {
+  const std::string key = "nonzero_after_realloc ";
+  size_t at = out.find(key);
+  return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + key.size());
+}
+
+// A process whose recording failed runs on unrecorded, as it would without the tracer: its new
+// allocations are no longer zero-filled (nor synchronised for the fill). A file-size limit of
+// 64 KiB leaves no room for the trace; the app waits 2 s after its first launch, long enough for
+// the tracer to learn that, before it allocates, frees and allocates again.
+TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
+  DETRACE_REQUIRE_GPU();
+  const std::string app = fmt::format("{}/tests/deep_gpu_app --realloc-after", DETRACE_BINARY_DIR);
+  testing::ShellOutput plain = testing::runShell(app + " 0");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  if (nonzeroAfterRealloc(plain.out) <= 0) {
+    GTEST_SKIP() << "without the tracer the driver did not hand the freed memory back here, so a "
+                    "zero fill cannot be told from fresh memory:\n" << plain.out;
+  }
+  std::string base = tempDir("failed");
+  testing::ShellOutput o = testing::runShell(fmt::format(
+      "(ulimit -f 128; {}/replay/detrace record -o {}/run --deep launches:0: -- {} 2000)",
+      DETRACE_BINARY_DIR, base, app));
+  EXPECT_EQ(o.status, 0) << o.out;
+  ASSERT_NE(o.out.find("cannot record this process"), std::string::npos) << o.out;
+  EXPECT_GT(nonzeroAfterRealloc(o.out), 0) << "memory was zero-filled after the recording failed:\n" << o.out;
+  // The same program recorded: the fill is there (so the check above can fail).
+  testing::ShellOutput ok = testing::runShell(fmt::format(
+      "{}/replay/detrace record -o {}/run-ok --deep launches:0: -- {} 0", DETRACE_BINARY_DIR, base, app));
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_EQ(nonzeroAfterRealloc(ok.out), 0) << ok.out;
 }
 
 TEST(DeepGpu, StreamOrderedAllocationsAreTrackedAndZeroFilledOnTheirStream) {

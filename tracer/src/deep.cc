@@ -394,6 +394,9 @@ bool isMemoryCallback(CUpti_CallbackId cbid) {
 
 void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (cb->callbackSite != CUPTI_API_EXIT || cb->functionParams == nullptr || selfLaunchFlag()) return;
+  // Recording stopped for good (it failed, or the process is finishing): the program runs on as
+  // it would untraced, its allocations neither tracked nor zero-filled (nor waited for).
+  if (!Session::get().enabled()) return;
   if (cb->functionReturnValue && *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS)
     return;
   switch (cbid) {
