@@ -27,6 +27,8 @@
 //                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
 //   deep_gpu_app --realloc-after MS  one launch (the tracer starts recording at it), a pause of MS
 //                                    milliseconds, then step 1 alone ("nonzero_after_realloc N");
+//   deep_gpu_app --managed           64 MiB of managed memory, its first 4096 bytes set to 3 by
+//                                    the host, summed by sum_bytes: prints "managed_sum N" (12288);
 //   deep_gpu_app --lookback MODE     a look-back window's opening launch that is never
 //                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2), then
 //                                    opener (launch 3), then launches 4 and 5;
@@ -247,6 +249,23 @@ int vmmMode(const std::string& mode) {
   return 0;
 }
 
+int managedMode() {
+  constexpr size_t kManaged = size_t{64} << 20, kSummed = 4096;
+  uint8_t* m = nullptr;
+  CK(cudaMallocManaged(&m, kManaged));
+  std::memset(m, 3, kSummed);
+  unsigned long long* sum = nullptr;
+  CK(cudaMalloc(&sum, sizeof *sum));
+  CK(cudaMemset(sum, 0, sizeof *sum));
+  sum_bytes<<<16, 256>>>(m, kSummed, sum);
+  unsigned long long total = 0;
+  CK(cudaMemcpy(&total, sum, sizeof total, cudaMemcpyDeviceToHost));
+  std::printf("managed_sum %llu\n", total);
+  CK(cudaFree(sum));
+  CK(cudaFree(m));
+  return 0;
+}
+
 int lookbackMode(const std::string& mode) {
   constexpr size_t kBytes = 4096;
   cudaStream_t s;
@@ -319,6 +338,7 @@ int reallocAfterMode(long ms) {
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--vmm") == 0) return vmmMode(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--lookback") == 0) return lookbackMode(argv[2]);
+  if (argc >= 2 && std::strcmp(argv[1], "--managed") == 0) return managedMode();
   if (argc >= 3 && std::strcmp(argv[1], "--realloc-after") == 0) return reallocAfterMode(std::atol(argv[2]));
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);

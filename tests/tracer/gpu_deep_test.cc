@@ -242,6 +242,27 @@ TEST(DeepGpu, MappedMemoryKeepsItsDataAndAPieceWithoutAccessIsNeverRead) {
   }
 }
 
+// Managed memory is tracked (a launch's pointer into it is followed) but never zero-filled: a
+// fill from the GPU would move every page of it to the device. The skip is counted.
+TEST(DeepGpu, ManagedMemoryIsTrackedButNotZeroFilled) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  ASSERT_NO_FATAL_FAILURE(recordApp("managed", "launches:0:", run, "--managed"));
+  EXPECT_NE(run.app_out.find("managed_sum 12288\n"), std::string::npos) << run.app_out;
+  const Launch* sum = run.first("sum_bytes");
+  ASSERT_NE(sum, nullptr);
+  const db::Operand* pre = operand(*sum, "arg0", db::OperandRole::kInput, *run.reader);
+  ASSERT_NE(pre, nullptr) << "the managed allocation was not tracked";
+  EXPECT_EQ(pre->bytes, int64_t{64} << 20);
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["deep_zero_fill_skipped_managed"], 1);
+  // What was filled: the 8-byte result alone (and whatever the runtime allocates for itself), not
+  // the 64 MiB.
+  EXPECT_GT((*stats)["deep_zero_filled_bytes"], 0);
+  EXPECT_LT((*stats)["deep_zero_filled_bytes"], int64_t{64} << 20);
+}
+
 TEST(DeepGpu, IpcImportedMemoryIsTrackedAndNeverZeroFilled) {
   DETRACE_REQUIRE_GPU();
   std::string base = tempDir("ipc");

@@ -72,7 +72,7 @@ struct Driver {
 struct Counters {
   std::atomic<int64_t> launches{0}, targets{0}, digested_bytes{0}, no_layout{0}, host_ns{0};
   std::atomic<int64_t> params_too_large{0}, zero_filled_bytes{0}, zero_fill_failed{0};
-  std::atomic<int64_t> zero_fill_skipped_capture{0};
+  std::atomic<int64_t> zero_fill_skipped_capture{0}, zero_fill_skipped_managed{0};
   std::atomic<int64_t> allocations_seen{0}, frees_seen{0}, maps_seen{0}, imports_seen{0};
   std::atomic<int64_t> speculative{0}, speculative_kept{0};
 };
@@ -414,9 +414,11 @@ void onMemoryApi(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      // Tracked, never filled: a fill from the GPU would move every page of it to the device (with
+      // an oversubscribed managed arena, an eviction storm and an unbounded stall).
       auto& p = as<cuMemAllocManaged_params>(cb);
       added(*p.dptr, p.bytesize, AllocKind::kManaged);
-      zeroFill(*p.dptr, p.bytesize, nullptr, false);
+      counters().zero_fill_skipped_managed += 1;
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
@@ -598,6 +600,7 @@ void writeStats(db::TraceWriter& w) {
   w.addStat("deep_zero_filled_bytes", c.zero_filled_bytes);
   w.addStat("deep_zero_fill_failed", c.zero_fill_failed);
   w.addStat("deep_zero_fill_skipped_graph_capture", c.zero_fill_skipped_capture);
+  w.addStat("deep_zero_fill_skipped_managed", c.zero_fill_skipped_managed);
   if (Session::get().policy().deep_window.before > 0) {
     w.addStat("deep_lookback_speculative", c.speculative);
     w.addStat("deep_lookback_kept", c.speculative_kept);

@@ -6,9 +6,9 @@
 // To know where pointers point, deep mode tracks the process's device allocations from the start
 // (cuMemAlloc and its pitch/managed/async/pool forms, cuMemCreate + cuMemMap as PyTorch's
 // expandable segments use, IPC and pool imports), and zero-fills memory fresh from the allocator
-// so that two runs start from the same bytes, until recording stops for good. Runtime-API calls
-// (cudaMalloc, cudaLaunchKernel) are seen through the driver calls the runtime makes, which CUPTI
-// reports too.
+// (managed memory excepted) so that two runs start from the same bytes, until recording stops for
+// good. Runtime-API calls (cudaMalloc, cudaLaunchKernel) are seen through the driver calls the
+// runtime makes, which CUPTI reports too.
 //
 // Launch steps run on the program's launching thread, inside CUPTI callbacks: beginLaunch() when
 // the deep gate admits a launch, driverEnter() at the driver launch API's entry (the nested one for
