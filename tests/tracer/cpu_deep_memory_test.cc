@@ -1,7 +1,10 @@
 // Deep window, CPU side: the allocation map (ranges, trimming, mapped pieces merged, bounds,
 // concurrent use), packing a launch's parameters, finding the memory its words point into, and the
 // layout's text form. Random inputs are fresh each run; the seed is printed with any failure.
+#include <cuda.h>  // CU_LAUNCH_PARAM_* for `extra` lists
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -407,6 +410,89 @@ TEST(PackParams, RefusesMissingPointersAndOversizedLayouts) {
   EXPECT_EQ(packParams({{0, static_cast<uint32_t>(kMaxParamBytes)}}, big_ptr).size(), kMaxParamBytes);
   EXPECT_TRUE(packParams({{8, static_cast<uint32_t>(kMaxParamBytes - 7)}}, big_ptr).empty());
   EXPECT_TRUE(packParams({{UINT32_MAX, 8}}, big_ptr).empty());
+}
+
+// ---- launchParamBytes -----------------------------------------------------------------------------
+
+// `bytes` bytes that end where an inaccessible page begins: reading one byte past them faults.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t bytes) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
+    pages_ = (bytes + page_ - 1) / page_ + 1;
+    void* m = mmap(nullptr, pages_ * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(m, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(m);
+    EXPECT_EQ(mprotect(base_ + (pages_ - 1) * page_, page_, PROT_NONE), 0);
+    data_ = base_ + (pages_ - 1) * page_ - bytes;
+  }
+  ~GuardedBytes() { munmap(base_, pages_ * page_); }
+  uint8_t* data() { return data_; }
+
+ private:
+  size_t page_, pages_ = 0;
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+TEST(LaunchParamBytes, TheExtraBufferIsReadNoFurtherThanTheLayoutNeedsWhateverSizeIsStated) {
+  const std::vector<ParamInfo> layout = {{0, 8}, {8, 8}, {16, 1}};  // (T* p, size_t n, uint8_t v)
+  GuardedBytes buffer(17);  // exactly what the layout needs, then a page that faults
+  for (size_t i = 0; i < 17; ++i) buffer.data()[i] = static_cast<uint8_t>(i + 1);
+  for (size_t stated : {size_t{17}, size_t{24}, size_t{4096}, kMaxParamBytes, kMaxParamBytes + 1, SIZE_MAX}) {
+    SCOPED_TRACE(stated);
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &stated,
+                     CU_LAUNCH_PARAM_END};
+    LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
+    EXPECT_EQ(got.problem, ParamsProblem::kNone);
+    ASSERT_EQ(got.bytes.size(), 17u);
+    EXPECT_EQ(0, std::memcmp(got.bytes.data(), buffer.data(), 17));
+  }
+  // A stated size below the layout's extent: that much is read, the words past it are not looked at.
+  size_t small = 12;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &small, CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), nullptr};
+  LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
+  EXPECT_EQ(got.problem, ParamsProblem::kNone);
+  EXPECT_EQ(got.bytes.size(), 12u);
+}
+
+TEST(LaunchParamBytes, KernelParamsArePackedAndWhatIsMissingOrTooLargeIsSaidApart) {
+  const std::vector<ParamInfo> layout = {{0, 8}, {8, 4}};
+  uint64_t a = 0x1122334455667788;
+  uint32_t b = 0xdeadbeef;
+  void* ptrs[] = {&a, &b};
+  LaunchParamBytes packed = launchParamBytes(layout, ptrs, nullptr);
+  EXPECT_EQ(packed.problem, ParamsProblem::kNone);
+  EXPECT_EQ(packed.bytes, packParams(layout, ptrs));
+  void* with_null[] = {&a, nullptr};
+  EXPECT_EQ(launchParamBytes(layout, with_null, nullptr).problem, ParamsProblem::kMissing);
+  EXPECT_EQ(launchParamBytes(layout, nullptr, nullptr).problem, ParamsProblem::kMissing);
+  uint8_t buffer[12] = {};
+  size_t size = sizeof buffer, zero = 0;
+  void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_END};
+  void* no_buffer[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* size_zero[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &zero, CU_LAUNCH_PARAM_END};
+  void* empty[] = {CU_LAUNCH_PARAM_END};
+  for (void** extra : {no_size, no_buffer, size_zero, empty}) {
+    LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
+    EXPECT_EQ(got.problem, ParamsProblem::kMissing);
+    EXPECT_TRUE(got.bytes.empty());
+  }
+  const std::vector<ParamInfo> huge = {{0, 8}, {8, static_cast<uint32_t>(kMaxParamBytes)}};
+  std::vector<uint8_t> big(kMaxParamBytes + 8);
+  void* big_ptrs[] = {big.data(), big.data()};
+  EXPECT_EQ(launchParamBytes(huge, big_ptrs, nullptr).problem, ParamsProblem::kTooLarge);
+  void* big_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, big.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                       CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(launchParamBytes(huge, nullptr, big_extra).problem, ParamsProblem::kTooLarge);
+}
+
+TEST(LaunchParamBytes, AnExtraListWithoutItsEndIsNotFollowedPast64Entries) {
+  // 64 entries of an unknown key, with no end marker, right before a page that faults.
+  GuardedBytes list(64 * 2 * sizeof(void*));
+  auto** extra = reinterpret_cast<void**>(list.data());
+  for (int i = 0; i < 128; ++i) extra[i] = reinterpret_cast<void*>(uintptr_t{0x77});
+  LaunchParamBytes got = launchParamBytes({{0, 8}}, nullptr, extra);
+  EXPECT_EQ(got.problem, ParamsProblem::kMissing);
 }
 
 // ---- deepTargets ---------------------------------------------------------------------------------

@@ -180,20 +180,6 @@ bool launchArgsOf(CUpti_CallbackId cbid, const void* params, LaunchArgs& a) {
   }
 }
 
-// The parameter bytes: from kernelParams, or from the packed buffer passed through `extra`.
-std::vector<uint8_t> paramBytes(const std::vector<ParamInfo>& layout, const LaunchArgs& a) {
-  if (a.kernel_params != nullptr) return packParams(layout, a.kernel_params);
-  void* buffer = nullptr;
-  size_t size = 0;
-  for (void** e = a.extra; e != nullptr && *e != CU_LAUNCH_PARAM_END; e += 2) {
-    if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = e[1];
-    if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1] != nullptr) size = *static_cast<size_t*>(e[1]);
-  }
-  if (buffer == nullptr || size == 0 || size > kMaxParamBytes) return {};
-  auto* b = static_cast<const uint8_t*>(buffer);
-  return std::vector<uint8_t>(b, b + size);
-}
-
 struct Pending {
   uint64_t token = 0;     // the deep launch begun on this thread (0: none)
   bool entered = false;   // its driver API was entered (pre digests queued)
@@ -547,11 +533,12 @@ void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
     counters().no_layout += 1;
     return;
   }
-  std::vector<uint8_t> bytes = paramBytes(layout, args);
-  if (bytes.empty()) {
+  LaunchParamBytes packed = launchParamBytes(layout, args.kernel_params, args.extra);
+  if (packed.problem != ParamsProblem::kNone) {
     counters().params_too_large += 1;
     return;
   }
+  std::vector<uint8_t>& bytes = packed.bytes;
   std::vector<OperandSpec> specs = targetSpecs(deepTargets(layout, bytes, allocations(), 64, kMaxMergedBytes));
   Fingerprinter& fp = Fingerprinter::get();
   fp.attachParams(p.token, layoutText(layout), std::move(bytes));

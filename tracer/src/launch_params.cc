@@ -2,6 +2,8 @@
 // bounded by kMaxParamBytes and max_targets.
 #include "detrace/tracer/launch_params.h"
 
+#include <cuda.h>  // CU_LAUNCH_PARAM_* (values only)
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -50,6 +52,26 @@ class Scanner {
   size_t pos_ = 0;
 };
 
+// The buffer and stated size that a launch's `extra` list names (nullptr/0 where it names none).
+struct ExtraBuffer {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+ExtraBuffer extraBuffer(void* const* extra) {
+  constexpr int kMaxEntries = 64;  // a list without its end marker is not followed further
+  ExtraBuffer b;
+  bool sized = false;
+  for (int i = 0; extra != nullptr && i < kMaxEntries && extra[0] != CU_LAUNCH_PARAM_END; ++i, extra += 2) {
+    if (extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) b.data = static_cast<const uint8_t*>(extra[1]);
+    if (extra[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[1] != nullptr) {
+      b.size = *static_cast<const size_t*>(extra[1]);
+      sized = true;
+    }
+  }
+  if (!sized) b.data = nullptr;
+  return b;
+}
+
 std::optional<ParamInfo> parsePair(Scanner& in) {
   if (!in.take('[')) return std::nullopt;
   auto offset = in.number();
@@ -63,8 +85,7 @@ std::optional<ParamInfo> parsePair(Scanner& in) {
 
 std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* const* kernel_params) {
   if (kernel_params == nullptr || layout.empty()) return {};
-  uint64_t total = 0;
-  for (const ParamInfo& p : layout) total = std::max<uint64_t>(total, uint64_t{p.offset} + p.size);
+  const uint64_t total = layoutExtent(layout);
   if (total > kMaxParamBytes) return {};
   std::vector<uint8_t> packed(total, 0);
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -73,6 +94,30 @@ std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* cons
     std::memcpy(packed.data() + layout[i].offset, kernel_params[i], layout[i].size);
   }
   return packed;
+}
+
+uint64_t layoutExtent(const std::vector<ParamInfo>& layout) {
+  uint64_t extent = 0;
+  for (const ParamInfo& p : layout) extent = std::max<uint64_t>(extent, uint64_t{p.offset} + p.size);
+  return extent;
+}
+
+LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* const* kernel_params,
+                                  void* const* extra) {
+  LaunchParamBytes out;
+  const uint64_t extent = layoutExtent(layout);
+  if (extent > kMaxParamBytes) {
+    out.problem = ParamsProblem::kTooLarge;
+    return out;
+  }
+  if (kernel_params != nullptr) {
+    out.bytes = packParams(layout, kernel_params);
+  } else if (ExtraBuffer b = extraBuffer(extra); b.data != nullptr) {
+    const size_t n = std::min<uint64_t>(b.size, extent);
+    out.bytes.assign(b.data, b.data + n);
+  }
+  if (out.bytes.empty()) out.problem = ParamsProblem::kMissing;
+  return out;
 }
 
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,

@@ -33,6 +33,29 @@ inline constexpr size_t kMaxParamBytes = 32768;
 // with a nonzero size has a null pointer.
 std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* const* kernel_params);
 
+// The bytes of a layout's parameters, laid out by it: the largest offset+size (0 when empty).
+uint64_t layoutExtent(const std::vector<ParamInfo>& layout);
+
+// Why a launch's parameter bytes could not be read.
+enum class ParamsProblem : uint8_t {
+  kNone,
+  kMissing,   // no kernelParams and no buffer in `extra`, a null parameter pointer, or a size of 0
+  kTooLarge,  // the layout needs more than kMaxParamBytes
+};
+struct LaunchParamBytes {
+  std::vector<uint8_t> bytes;
+  ParamsProblem problem = ParamsProblem::kNone;
+};
+// A launch's parameter bytes by `layout` (not empty), from what the launch API was given:
+// `kernel_params` packed (packParams) when not null, else the buffer that `extra` names
+// (CU_LAUNCH_PARAM_BUFFER_POINTER and CU_LAUNCH_PARAM_BUFFER_SIZE, the list ending at
+// CU_LAUNCH_PARAM_END; at most 64 entries are read). From that buffer no more than the layout's
+// extent is copied, whatever size the program states: this runs at the API's entry, before the
+// driver has checked that size, and a wrong one must not make the tracer read past the buffer.
+// A stated size below the extent copies the stated size only.
+LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* const* kernel_params,
+                                  void* const* extra);
+
 // A memory extent a launch can reach, and which parameter words point into it.
 struct DeepTarget {
   Allocation alloc;
