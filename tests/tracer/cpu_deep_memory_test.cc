@@ -549,6 +549,63 @@ TEST(DeepTargets, MappedPiecesOfOneRunAreOneTarget) {
   EXPECT_EQ(t[1].alloc.base, 0x200200000u);
 }
 
+// Contiguous mapped pieces are merged around each word separately, up to the cap: two words in
+// neighbouring pieces get overlapping extents. They become one target, the union, digested once.
+TEST(DeepTargets, OverlappingMergedExtentsBecomeOneTargetTheirUnion) {
+  constexpr uint64_t kBase = 0x300000000, kMiB = 1 << 20, kPiece = 100 * kMiB, kCap = 256 * kMiB;
+  AllocationMap map;
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(map.add(kBase + i * kPiece, kPiece, AllocKind::kMapped));
+  auto in = [&](int piece) { return kBase + piece * kPiece + 0x40; };
+  // Pieces 1 and 2: merged alone, arg0 reaches [0, 200) MiB and arg1 [100, 300) MiB.
+  ASSERT_EQ(map.find(in(1), kCap)->base, kBase);
+  ASSERT_EQ(map.find(in(2), kCap)->base, kBase + kPiece);
+  auto t = deepTargets({{0, 8}, {8, 8}}, packWords(16, {{0, in(1)}, {8, in(2)}}), map, 64, kCap);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0], (DeepTarget{{kBase, 3 * kPiece, AllocKind::kMapped}, "arg0,arg1"}));
+  // A later word can join two targets: pieces 0 ([0, 200)), 4 ([300, 500)), 3 ([200, 400), joins
+  // the second), then 2 ([100, 300): joins the first, which now meets the second). One target, its
+  // words in parameter order.
+  std::vector<ParamInfo> four = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
+  t = deepTargets(four, packWords(32, {{0, in(0)}, {8, in(4)}, {16, in(3)}, {24, in(2)}}), map, 64, kCap);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0], (DeepTarget{{kBase, 5 * kPiece, AllocKind::kMapped}, "arg0,arg1,arg2,arg3"}));
+  // Without the last word, two targets that only touch stay apart.
+  t = deepTargets(four, packWords(32, {{0, in(0)}, {8, in(4)}, {16, in(3)}}), map, 64, kCap);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0], (DeepTarget{{kBase, 2 * kPiece, AllocKind::kMapped}, "arg0"}));
+  EXPECT_EQ(t[1], (DeepTarget{{kBase + 2 * kPiece, 3 * kPiece, AllocKind::kMapped}, "arg1,arg2"}));
+}
+
+// A word at the first byte of an allocation that starts where the previous pointer word's
+// allocation ends may be a one-past-the-end pointer (thrust's and CUB's `last`): it is still
+// digested (an output allocated right after its input looks the same), and its name says "?".
+TEST(DeepTargets, AWordThatMayBeTheEndOfThePreviousWordsAllocationIsMarked) {
+  AllocationMap map;
+  constexpr uint64_t kA = 0x7f0000010000, kB = 0x7f0000011000, kC = 0x7f0000020000;
+  ASSERT_TRUE(map.add(kA, 0x1000, AllocKind::kMalloc));
+  ASSERT_TRUE(map.add(kB, 0x1000, AllocKind::kMalloc));  // right after A
+  ASSERT_TRUE(map.add(kC, 0x1000, AllocKind::kMalloc));  // apart
+  const Allocation a{kA, 0x1000, AllocKind::kMalloc}, b{kB, 0x1000, AllocKind::kMalloc}, c{kC, 0x1000, AllocKind::kMalloc};
+  const std::vector<ParamInfo> three = {{0, 8}, {8, 8}, {16, 8}};
+  auto targets = [&](const std::map<size_t, uint64_t>& words) { return deepTargets(three, packWords(24, words), map); };
+  // (first, last) over A: last is B's first byte.
+  EXPECT_EQ(targets({{0, kA}, {8, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?"}}));
+  EXPECT_EQ(targets({{0, kA + 0x80}, {8, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?"}}));
+  // A word that is not a pointer between them does not matter; a struct's two words neither.
+  EXPECT_EQ(targets({{0, kA}, {8, 7}, {16, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg2?"}}));
+  EXPECT_EQ(deepTargets({{0, 16}}, packWords(16, {{0, kA}, {8, kB}}), map),
+            (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg0+8?"}}));
+  // Not marked: inside B, B before A, C (not where A ends), or a pointer to C in between.
+  EXPECT_EQ(targets({{0, kA}, {8, kB + 8}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1"}}));
+  EXPECT_EQ(targets({{0, kB}, {8, kA}}), (std::vector<DeepTarget>{{b, "arg0"}, {a, "arg1"}}));
+  EXPECT_EQ(targets({{0, kA}, {8, kC}}), (std::vector<DeepTarget>{{a, "arg0"}, {c, "arg1"}}));
+  EXPECT_EQ(targets({{0, kA}, {8, kC}, {16, kB}}),
+            (std::vector<DeepTarget>{{a, "arg0"}, {c, "arg1"}, {b, "arg2"}}));
+  // Marked and also pointed into: the allocation is one target, both words named.
+  EXPECT_EQ(targets({{0, kA}, {8, kB}, {16, kB + 0x10}}),
+            (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?,arg2"}}));
+}
+
 TEST(DeepTargets, MaxTargetsKeepsTheFirstAllocationsAndStillNamesTheirLaterWords) {
   AllocationMap map;
   std::map<size_t, uint64_t> words;
@@ -573,6 +630,7 @@ std::vector<DeepTarget> referenceTargets(const std::vector<ParamInfo>& layout,
                                          const std::vector<uint8_t>& packed,
                                          const std::vector<Allocation>& allocs, size_t max_targets) {
   std::vector<DeepTarget> out;
+  uint64_t previous_end = 0;  // the end of the allocation the last pointer word found points into
   for (size_t i = 0; i < layout.size(); ++i) {
     for (size_t off = 0; off + 8 <= layout[i].size; off += 8) {
       uint64_t w = 0;
@@ -580,6 +638,8 @@ std::vector<DeepTarget> referenceTargets(const std::vector<ParamInfo>& layout,
       for (const Allocation& a : allocs) {
         if (w < a.base || w >= a.base + a.size) continue;
         std::string name = off ? fmt::format("arg{}+{}", i, off) : fmt::format("arg{}", i);
+        if (w == a.base && w == previous_end) name += "?";  // perhaps the previous one's end
+        previous_end = a.base + a.size;
         auto it = std::find_if(out.begin(), out.end(), [&](const DeepTarget& t) { return t.alloc == a; });
         if (it != out.end()) {
           it->args += "," + name;
@@ -603,7 +663,8 @@ TEST(DeepTargets, RandomLayoutsAndAllocationsMatchABruteForceSearch) {
     std::vector<Allocation> allocs;
     uint64_t at = uint64_t{1} << 40;
     for (int i = 0, n = static_cast<int>(rng.range(0, 30)); i < n; ++i) {
-      at += static_cast<uint64_t>(rng.range(0, 1 << 20));
+      // Often right after the previous one: a one-past-the-end word then lands on this one.
+      if (rng.range(0, 1)) at += static_cast<uint64_t>(rng.range(0, 1 << 20));
       Allocation a{at, static_cast<uint64_t>(rng.range(1, 1 << 24)), kinds[rng.range(0, 4)]};
       ASSERT_TRUE(map.add(a.base, a.size, a.kind));
       allocs.push_back(a);
@@ -644,6 +705,67 @@ TEST(DeepTargets, RandomLayoutsAndAllocationsMatchABruteForceSearch) {
     found += static_cast<int64_t>(got.size());
   }
   EXPECT_GT(found, 0);
+}
+
+// Random runs of contiguous mapped pieces, words into them and a random merge cap: the targets never
+// overlap, each word's extent (AllocationMap::find) lies inside the one target that names it, and
+// each target is exactly the span of its words' extents.
+TEST(DeepTargets, RandomMappedRunsGiveDisjointTargetsEachTheSpanOfItsWordsExtents) {
+  Rng rng;
+  SCOPED_TRACE(fmt::format("seed {}", rng.seed()));
+  constexpr uint64_t kMiB = 1 << 20;
+  for (int round = 0; round < 300; ++round) {
+    AllocationMap map;
+    std::vector<Allocation> pieces;
+    uint64_t at = uint64_t{1} << 40;
+    for (int run = 0, runs = static_cast<int>(rng.range(1, 4)); run < runs; ++run) {
+      if (rng.range(0, 2)) at += static_cast<uint64_t>(rng.range(1, 64)) * kMiB;  // else adjacent runs
+      for (int i = 0, n = static_cast<int>(rng.range(1, 8)); i < n; ++i) {
+        Allocation a{at, static_cast<uint64_t>(rng.range(1, 64)) * kMiB, AllocKind::kMapped};
+        ASSERT_TRUE(map.add(a.base, a.size, a.kind));
+        pieces.push_back(a);
+        at += a.size;
+      }
+    }
+    const uint64_t cap = static_cast<uint64_t>(rng.range(1, 300)) * kMiB;
+    const size_t nwords = static_cast<size_t>(rng.range(1, 12));
+    std::vector<ParamInfo> layout;
+    std::map<size_t, uint64_t> words;
+    for (size_t i = 0; i < nwords; ++i) {
+      layout.push_back({static_cast<uint32_t>(8 * i), 8});
+      const Allocation& p = pieces[static_cast<size_t>(rng.range(0, static_cast<int64_t>(pieces.size()) - 1))];
+      words[8 * i] = rng.range(0, 3) ? p.base + static_cast<uint64_t>(rng.range(0, static_cast<int64_t>(p.size) - 1))
+                                     : p.base;
+    }
+    std::vector<DeepTarget> got = deepTargets(layout, packWords(8 * nwords, words), map, 64, cap);
+    SCOPED_TRACE(fmt::format("round {}, cap {} MiB, {} words", round, cap / kMiB, nwords));
+    for (size_t i = 0; i < got.size(); ++i) {
+      for (size_t j = i + 1; j < got.size(); ++j) {
+        const Allocation &x = got[i].alloc, &y = got[j].alloc;
+        EXPECT_FALSE(x.base < y.base + y.size && y.base < x.base + x.size) << "targets " << i << " and " << j;
+      }
+    }
+    std::vector<uint64_t> lo(got.size(), UINT64_MAX), hi(got.size(), 0);
+    for (const auto& [offset, w] : words) {
+      const std::string name = fmt::format("arg{}", offset / 8);
+      const Allocation e = *map.find(w, cap);
+      int named = 0;
+      for (size_t t = 0; t < got.size(); ++t) {
+        std::string args = "," + got[t].args + ",";
+        if (args.find("," + name + ",") == std::string::npos && args.find("," + name + "?,") == std::string::npos) continue;
+        ++named;
+        EXPECT_GE(e.base, got[t].alloc.base) << name;
+        EXPECT_LE(e.base + e.size, got[t].alloc.base + got[t].alloc.size) << name;
+        lo[t] = std::min(lo[t], e.base);
+        hi[t] = std::max(hi[t], e.base + e.size);
+      }
+      EXPECT_EQ(named, 1) << name;
+    }
+    for (size_t t = 0; t < got.size(); ++t) {
+      EXPECT_EQ(got[t].alloc.base, lo[t]) << "target " << t;
+      EXPECT_EQ(got[t].alloc.base + got[t].alloc.size, hi[t]) << "target " << t;
+    }
+  }
 }
 
 // ---- layout text ---------------------------------------------------------------------------------

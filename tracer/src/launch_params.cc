@@ -81,6 +81,82 @@ std::optional<ParamInfo> parsePair(Scanner& in) {
   return ParamInfo{*offset, *size};
 }
 
+// A nonzero parameter word that points into tracked memory, in parameter order.
+struct PointerWord {
+  Allocation alloc;
+  std::string name;
+};
+
+// A word equal to the first byte of an allocation that begins exactly where the allocation of the
+// previous pointer word ends may be that word's one-past-the-end pointer (a range's `last`, as
+// thrust and CUB pass it) rather than a pointer into the next allocation: the two cannot be told
+// apart (an output allocated right after its input looks the same), so it is kept, and its name
+// marked "?".
+std::vector<PointerWord> pointerWords(const std::vector<ParamInfo>& layout, const std::vector<uint8_t>& packed,
+                                      const AllocationMap& map, uint64_t max_merged) {
+  std::vector<PointerWord> words;
+  uint64_t previous_end = 0;  // where the previous pointer word's allocation ends
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamInfo& p = layout[i];
+    for (uint32_t off = 0; p.size >= 8 && off <= p.size - 8; off += 8) {
+      const uint64_t at = uint64_t{p.offset} + off;
+      if (at + 8 > packed.size()) break;
+      uint64_t word = 0;
+      std::memcpy(&word, packed.data() + at, 8);  // host byte order, as the launch passed it
+      if (word == 0) continue;
+      std::optional<Allocation> alloc = map.find(word, max_merged);
+      if (!alloc) continue;
+      std::string name = argName(i, off);
+      if (word == alloc->base && word == previous_end) name += "?";
+      previous_end = alloc->base + alloc->size;
+      words.push_back({*alloc, std::move(name)});
+    }
+  }
+  return words;
+}
+
+bool overlap(const Allocation& a, const Allocation& b) {
+  return a.base < b.base + b.size && b.base < a.base + a.size;
+}
+
+// The smallest extent holding both (only merged mapped pieces overlap: the map's entries never do).
+Allocation unite(const Allocation& a, const Allocation& b) {
+  const uint64_t base = std::min(a.base, b.base);
+  const uint64_t end = std::max(a.base + a.size, b.base + b.size);
+  return {base, end - base, a.kind};
+}
+
+// A target: its extent and the indices of the pointer words into it.
+struct TargetWords {
+  Allocation alloc;
+  std::vector<size_t> words;
+};
+
+// Target `at` grew: any other target it now overlaps is merged with it, into the place of the one
+// that came first, until none overlaps.
+void absorbOverlapping(std::vector<TargetWords>& targets, size_t at) {
+  for (size_t j = 0; j < targets.size();) {
+    if (j == at || !overlap(targets[at].alloc, targets[j].alloc)) {
+      ++j;
+      continue;
+    }
+    const size_t keep = std::min(at, j), gone = std::max(at, j);
+    targets[keep].alloc = unite(targets[keep].alloc, targets[gone].alloc);
+    targets[keep].words.insert(targets[keep].words.end(), targets[gone].words.begin(), targets[gone].words.end());
+    targets.erase(targets.begin() + static_cast<std::ptrdiff_t>(gone));
+    at = keep;
+    j = 0;
+  }
+}
+
+// The words' names, comma-joined in parameter order.
+std::string joinNames(const std::vector<PointerWord>& words, std::vector<size_t> indices) {
+  std::sort(indices.begin(), indices.end());
+  std::string out;
+  for (size_t i : indices) out += (out.empty() ? "" : ",") + words[i].name;
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* const* kernel_params) {
@@ -123,27 +199,23 @@ LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* co
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
                                     const std::vector<uint8_t>& packed, const AllocationMap& map,
                                     size_t max_targets, uint64_t max_merged) {
-  std::vector<DeepTarget> targets;
-  for (size_t i = 0; i < layout.size(); ++i) {
-    const ParamInfo& p = layout[i];
-    for (uint32_t off = 0; p.size >= 8 && off <= p.size - 8; off += 8) {
-      const uint64_t at = uint64_t{p.offset} + off;
-      if (at + 8 > packed.size()) break;
-      uint64_t word = 0;
-      std::memcpy(&word, packed.data() + at, 8);  // host byte order, as the launch passed it
-      if (word == 0) continue;
-      std::optional<Allocation> alloc = map.find(word, max_merged);
-      if (!alloc) continue;
-      auto same = std::find_if(targets.begin(), targets.end(),
-                               [&](const DeepTarget& t) { return t.alloc.base == alloc->base; });
-      if (same != targets.end()) {
-        same->args += "," + argName(i, off);
-      } else if (targets.size() < max_targets) {
-        targets.push_back({*alloc, argName(i, off)});
-      }
+  std::vector<PointerWord> words = pointerWords(layout, packed, map, max_merged);
+  std::vector<TargetWords> targets;
+  for (size_t w = 0; w < words.size(); ++w) {
+    auto into = std::find_if(targets.begin(), targets.end(),
+                             [&](const TargetWords& t) { return overlap(t.alloc, words[w].alloc); });
+    if (into == targets.end()) {
+      if (targets.size() < max_targets) targets.push_back({words[w].alloc, {w}});
+      continue;
     }
+    into->alloc = unite(into->alloc, words[w].alloc);
+    into->words.push_back(w);
+    absorbOverlapping(targets, static_cast<size_t>(into - targets.begin()));
   }
-  return targets;
+  std::vector<DeepTarget> out;
+  out.reserve(targets.size());
+  for (TargetWords& t : targets) out.push_back({t.alloc, joinNames(words, t.words)});
+  return out;
 }
 
 std::string layoutText(const std::vector<ParamInfo>& layout) {

@@ -60,7 +60,11 @@ LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* co
 struct DeepTarget {
   Allocation alloc;
   // The words pointing into it, comma-joined in parameter order: "arg0" (param 0's first word),
-  // "arg2+16" (param 2, byte 16 inside it), e.g. "arg0,arg3+8".
+  // "arg2+16" (param 2, byte 16 inside it), e.g. "arg0,arg3+8". A name ending in "?" is a word
+  // equal to the allocation's first byte, right where the allocation of the pointer word before it
+  // ends: perhaps that word's one-past-the-end pointer (a range's end, as thrust and CUB pass),
+  // which the kernel never reads through; it is digested all the same, since nothing tells it from
+  // a pointer to an allocation made right after the other.
   std::string args;
 
   bool operator==(const DeepTarget&) const = default;
@@ -68,9 +72,11 @@ struct DeepTarget {
 
 // Looks up, in `map`, every 8-byte word of every parameter of at least 8 bytes, at offsets 0, 8,
 // 16, ... inside that parameter (words outside `packed` are skipped; zero words are never looked
-// up). One target per distinct allocation (by base), in order of first appearance; at most
-// `max_targets`: words into further allocations are ignored. `max_merged` is passed to
-// AllocationMap::find. Takes the map's shared lock once per nonzero word.
+// up). One target per distinct allocation, in order of first appearance: extents that overlap
+// (contiguous mapped pieces merged around two different words) become one target, their union, so
+// that no byte is digested twice. At most `max_targets`: words into further allocations are
+// ignored. `max_merged` is passed to AllocationMap::find. Takes the map's shared lock once per
+// nonzero word.
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
                                     const std::vector<uint8_t>& packed, const AllocationMap& map,
                                     size_t max_targets = 64,
