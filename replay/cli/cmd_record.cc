@@ -127,6 +127,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     std::string capture = "digest";
     std::string capture_ops, capture_range, window, deep;
     int64_t max_capture_bytes = 0;
+    bool max_capture_bytes_given = false;
     bool paused = false;
     bool launch_callbacks = false;
     std::string row_digests = "tokens";
@@ -154,7 +155,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "(default: every library op)");
   cmd->add_option("--capture-range", opts->capture_range,
                   "With --capture full: copy only library ops A <= op < B (A:B, A:, :B or A)");
-  cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
+  CLI::Option* max_capture_bytes = cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
                   "With --capture full: bytes copied per process at most (suffixes K, M, G; "
                   "default 1G); later operands keep their fingerprints only, and are counted")
       ->transform(CLI::Validator(
@@ -198,7 +199,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
-  cmd->callback([opts, &run] {
+  cmd->callback([opts, max_capture_bytes, &run] {
+    opts->max_capture_bytes_given = max_capture_bytes->count() > 0;  // 0 given is refused, not the default
     run = [opts] {
       const auto& args = rawArgs();
       bool has_separator = std::find(args.begin(), args.end(), "--") != args.end();
@@ -215,7 +217,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.capture = opts->capture;
       options.capture_ops = opts->capture_ops;
       options.capture_range = opts->capture_range;
-      options.max_capture_bytes = opts->max_capture_bytes;
+      if (opts->max_capture_bytes_given) options.max_capture_bytes = opts->max_capture_bytes;
       options.window = opts->window;
       options.deep = opts->deep;
       options.paused = opts->paused;

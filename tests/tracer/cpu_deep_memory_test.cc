@@ -617,18 +617,25 @@ TEST(DeepTargets, MaxTargetsKeepsTheFirstAllocationsAndStillNamesTheirLaterWords
   }
   layout.push_back({40, 8});
   words[40] = 0x10000;  // back into the first allocation
-  auto t = deepTargets(layout, packWords(48, words), map, 3);
+  size_t ignored = 99;
+  auto t = deepTargets(layout, packWords(48, words), map, 3, uint64_t{1} << 34, &ignored);
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].args, "arg0,arg5");
   EXPECT_EQ(t[1].args, "arg1");
   EXPECT_EQ(t[2].args, "arg2");
-  EXPECT_TRUE(deepTargets(layout, packWords(48, words), map, 0).empty());
+  EXPECT_EQ(ignored, 2u);  // arg3 and arg4: counted, not dropped unseen
+  EXPECT_TRUE(deepTargets(layout, packWords(48, words), map, 0, uint64_t{1} << 34, &ignored).empty());
+  EXPECT_EQ(ignored, 6u);
+  deepTargets(layout, packWords(48, words), map, 64, uint64_t{1} << 34, &ignored);
+  EXPECT_EQ(ignored, 0u);
 }
 
 // Brute force over a list of allocations (no merging: the random allocations are not kMapped).
 std::vector<DeepTarget> referenceTargets(const std::vector<ParamInfo>& layout,
                                          const std::vector<uint8_t>& packed,
-                                         const std::vector<Allocation>& allocs, size_t max_targets) {
+                                         const std::vector<Allocation>& allocs, size_t max_targets,
+                                         size_t& ignored) {
+  ignored = 0;
   std::vector<DeepTarget> out;
   uint64_t previous_end = 0;  // the end of the allocation the last pointer word found points into
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -645,6 +652,8 @@ std::vector<DeepTarget> referenceTargets(const std::vector<ParamInfo>& layout,
           it->args += "," + name;
         } else if (out.size() < max_targets) {
           out.push_back({a, name});
+        } else {
+          ++ignored;
         }
       }
     }
@@ -699,9 +708,11 @@ TEST(DeepTargets, RandomLayoutsAndAllocationsMatchABruteForceSearch) {
     std::vector<uint8_t> packed = packParams(layout, ptrs.data());
     ASSERT_EQ(packed.size(), bytes);
     size_t max_targets = rng.range(0, 3) ? 64 : static_cast<size_t>(rng.range(0, 4));
-    std::vector<DeepTarget> got = deepTargets(layout, packed, map, max_targets);
-    ASSERT_EQ(got, referenceTargets(layout, packed, allocs, max_targets))
+    size_t ignored = 0, expected_ignored = 0;
+    std::vector<DeepTarget> got = deepTargets(layout, packed, map, max_targets, uint64_t{1} << 34, &ignored);
+    ASSERT_EQ(got, referenceTargets(layout, packed, allocs, max_targets, expected_ignored))
         << "round " << round << " layout " << layoutText(layout);
+    ASSERT_EQ(ignored, expected_ignored) << "round " << round;
     found += static_cast<int64_t>(got.size());
   }
   EXPECT_GT(found, 0);

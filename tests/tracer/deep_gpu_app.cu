@@ -29,6 +29,10 @@
 //                                    milliseconds, then step 1 alone ("nonzero_after_realloc N");
 //   deep_gpu_app --managed           64 MiB of managed memory, its first 4096 bytes set to 3 by
 //                                    the host, summed by sum_bytes: prints "managed_sum N" (12288);
+//   deep_gpu_app --counts            no_params (a kernel without parameters), fill_bytes over a
+//                                    4096-byte allocation, then fill_bytes launched through
+//                                    cuLaunchKernel with 4096 threads a block, which the driver
+//                                    refuses: prints "refused_launch R" (R: its CUresult, not 0);
 //   deep_gpu_app --lookback MODE     a look-back window's opening launch that is never
 //                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2), then
 //                                    opener (launch 3), then launches 4 and 5;
@@ -132,6 +136,9 @@ __global__ void consume(const float* bins, float* d, int n) {
 }
 
 __global__ void opener(uint8_t* p) { p[0] = 0x0e; }
+
+__device__ unsigned g_no_params_calls;
+__global__ void no_params() { atomicAdd(&g_no_params_calls, 1u); }
 
 bool writeFile(const std::string& path, const void* data, size_t n) {
   FILE* f = std::fopen(path.c_str(), "wb");
@@ -266,6 +273,25 @@ int managedMode() {
   return 0;
 }
 
+int countsMode() {
+  constexpr size_t kBytes = 4096;
+  uint8_t* p = nullptr;
+  CK(cudaMalloc(&p, kBytes));
+  no_params<<<1, 1>>>();
+  fill_bytes<<<1, 32>>>(p, kBytes, 9);
+  CK(cudaDeviceSynchronize());
+  cudaFunction_t f = nullptr;
+  CK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(fill_bytes)));
+  size_t n = kBytes;
+  uint8_t v = 7;
+  void* args[] = {&p, &n, &v};
+  CUresult refused = cuLaunchKernel(reinterpret_cast<CUfunction>(f), 1, 1, 1, 4096, 1, 1, 0, nullptr, args, nullptr);
+  std::printf("refused_launch %d\n", static_cast<int>(refused));
+  CK(cudaDeviceSynchronize());
+  CK(cudaFree(p));
+  return 0;
+}
+
 int lookbackMode(const std::string& mode) {
   constexpr size_t kBytes = 4096;
   cudaStream_t s;
@@ -339,6 +365,7 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--vmm") == 0) return vmmMode(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--lookback") == 0) return lookbackMode(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--managed") == 0) return managedMode();
+  if (argc >= 2 && std::strcmp(argv[1], "--counts") == 0) return countsMode();
   if (argc >= 3 && std::strcmp(argv[1], "--realloc-after") == 0) return reallocAfterMode(std::atol(argv[2]));
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);

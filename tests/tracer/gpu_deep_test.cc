@@ -263,6 +263,28 @@ TEST(DeepGpu, ManagedMemoryIsTrackedButNotZeroFilled) {
   EXPECT_LT((*stats)["deep_zero_filled_bytes"], int64_t{64} << 20);
 }
 
+// The deep counters count what they say: a kernel without parameters is not a kernel whose
+// layout is unknown, and the digested bytes are those queued (a launch the driver refuses gets
+// its digests before, not after).
+TEST(DeepGpu, TheDeepCountersCountWhatTheySay) {
+  DETRACE_REQUIRE_GPU();
+  DeepRun run;
+  ASSERT_NO_FATAL_FAILURE(recordApp("counts", "launches:0:", run, "--counts"));
+  EXPECT_EQ(run.app_out.find("refused_launch 0\n"), std::string::npos) << run.app_out;
+  EXPECT_NE(run.app_out.find("refused_launch "), std::string::npos) << run.app_out;
+  auto stats = run.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["deep_launches_without_params"], 1);  // no_params
+  EXPECT_EQ((*stats)["deep_no_param_layout"], 0);
+  EXPECT_EQ((*stats)["deep_params_missing"], 0);
+  EXPECT_EQ((*stats)["deep_params_too_large"], 0);
+  EXPECT_EQ((*stats)["deep_pointer_words_ignored"], 0);
+  EXPECT_EQ((*stats)["deep_launches"], 2);  // the two fill_bytes, the refused one too
+  EXPECT_EQ((*stats)["deep_targets"], 2);
+  // 4096 bytes before and after the first fill_bytes, before the refused one only.
+  EXPECT_EQ((*stats)["deep_digested_bytes"], 3 * 4096);
+}
+
 TEST(DeepGpu, IpcImportedMemoryIsTrackedAndNeverZeroFilled) {
   DETRACE_REQUIRE_GPU();
   std::string base = tempDir("ipc");

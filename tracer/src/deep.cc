@@ -28,6 +28,7 @@ namespace detrace::tracer::deep {
 namespace {
 
 constexpr size_t kMaxLayouts = size_t{1} << 16;  // kernels whose parameter layout is remembered
+constexpr size_t kMaxTargets = 64;                // allocations digested per launch
 // Mapped pieces (PyTorch's expandable segments map 2 or 20 MiB at a time) are merged into the
 // contiguous run around a pointer up to this size: a tensor may span pieces, and a bound keeps
 // lookups and digests cheap.
@@ -42,8 +43,11 @@ struct Driver {
   using StreamSync = CUresult (*)(CUstream);
   using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
   using AddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  using GetName = CUresult (*)(const char**, void*);
   ParamInfo func_param_info = nullptr;    // cuFuncGetParamInfo (CUDA 12.4+)
   ParamInfo kernel_param_info = nullptr;  // cuKernelGetParamInfo
+  GetName func_name = nullptr;            // cuFuncGetName (CUDA 12.3+)
+  GetName kernel_name = nullptr;          // cuKernelGetName
   MemsetD8Async memset_d8_async = nullptr;
   CtxGet ctx_get = nullptr;
   CtxDevice ctx_device = nullptr;
@@ -57,6 +61,8 @@ struct Driver {
       auto sym = [](const char* n) { return loadedSymbol(n, "libcuda.so"); };
       x.func_param_info = reinterpret_cast<ParamInfo>(sym("cuFuncGetParamInfo"));
       x.kernel_param_info = reinterpret_cast<ParamInfo>(sym("cuKernelGetParamInfo"));
+      x.func_name = reinterpret_cast<GetName>(sym("cuFuncGetName"));
+      x.kernel_name = reinterpret_cast<GetName>(sym("cuKernelGetName"));
       x.memset_d8_async = reinterpret_cast<MemsetD8Async>(sym("cuMemsetD8Async"));
       x.ctx_get = reinterpret_cast<CtxGet>(sym("cuCtxGetCurrent"));
       x.ctx_device = reinterpret_cast<CtxDevice>(sym("cuCtxGetDevice"));
@@ -71,7 +77,8 @@ struct Driver {
 
 struct Counters {
   std::atomic<int64_t> launches{0}, targets{0}, digested_bytes{0}, no_layout{0}, host_ns{0};
-  std::atomic<int64_t> params_too_large{0}, zero_filled_bytes{0}, zero_fill_failed{0};
+  std::atomic<int64_t> params_too_large{0}, params_missing{0}, no_params{0}, words_ignored{0};
+  std::atomic<int64_t> zero_filled_bytes{0}, zero_fill_failed{0};
   std::atomic<int64_t> zero_fill_skipped_capture{0}, zero_fill_skipped_managed{0};
   std::atomic<int64_t> allocations_seen{0}, frees_seen{0}, maps_seen{0}, imports_seen{0};
   std::atomic<int64_t> speculative{0}, speculative_kept{0};
@@ -89,26 +96,55 @@ AllocationMap& allocations() {
 
 // ---- parameter layouts, per function (the driver answers the same every time) ----
 
+// What the driver says of a function's parameters.
+enum class Layout : uint8_t {
+  kKnown,     // its layout (at least one parameter)
+  kNone,      // a kernel without parameters: nothing to fingerprint
+  kUnknown,   // neither query knows the handle (no cuFuncGetParamInfo before CUDA 12.4, ...)
+};
+
+struct CachedLayout {
+  Layout answer = Layout::kUnknown;
+  std::vector<ParamInfo> params;
+};
+
 std::mutex g_layout_mu;
-std::unordered_map<void*, std::vector<ParamInfo>>* g_layouts = nullptr;
+std::unordered_map<void*, CachedLayout>* g_layouts = nullptr;
+
+// Whether the driver names `f`, a CUfunction or a CUkernel: a handle it knows.
+bool knownFunction(void* f) {
+  const Driver& d = Driver::get();
+  const char* name = nullptr;
+  for (Driver::GetName query : {d.func_name, d.kernel_name}) {
+    if (query != nullptr && query(&name, f) == CUDA_SUCCESS && name != nullptr) return true;
+  }
+  return false;
+}
 
 // cuFuncGetParamInfo for a CUfunction; cuKernelGetParamInfo when `f` is a CUkernel handle
-// (cuLaunchKernelEx accepts either). False when neither knows it.
-bool queryLayout(void* f, std::vector<ParamInfo>& out) {
+// (cuLaunchKernelEx accepts either).
+CachedLayout queryLayout(void* f) {
   const Driver& d = Driver::get();
+  CachedLayout out;
   for (Driver::ParamInfo query : {d.func_param_info, d.kernel_param_info}) {
     if (query == nullptr) continue;
-    out.clear();
+    out.params.clear();
     for (size_t i = 0; i < 4096; ++i) {
       size_t offset = 0, size = 0;
       if (query(f, i, &offset, &size) != CUDA_SUCCESS) break;
-      out.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+      out.params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
     }
-    if (!out.empty()) return true;
-    // A kernel with no parameters answers "invalid value" at index 0 like an unknown handle does;
-    // both mean nothing to fingerprint.
+    if (!out.params.empty()) {
+      out.answer = Layout::kKnown;
+      return out;
+    }
   }
-  return false;
+  // A kernel with no parameters answers "invalid value" at index 0 like an unknown handle does;
+  // the driver names a function it knows.
+  if (d.func_param_info != nullptr || d.kernel_param_info != nullptr) {
+    out.answer = knownFunction(f) ? Layout::kNone : Layout::kUnknown;
+  }
+  return out;
 }
 
 // A module is being unloaded: its functions' handles may come back for other functions.
@@ -117,19 +153,21 @@ void forgetLayouts() {
   if (g_layouts != nullptr) g_layouts->clear();
 }
 
-bool layoutOf(void* f, std::vector<ParamInfo>& out) {
+Layout layoutOf(void* f, std::vector<ParamInfo>& out) {
   {
     std::lock_guard lk(g_layout_mu);
-    if (g_layouts == nullptr) g_layouts = new std::unordered_map<void*, std::vector<ParamInfo>>();
+    if (g_layouts == nullptr) g_layouts = new std::unordered_map<void*, CachedLayout>();
     if (auto it = g_layouts->find(f); it != g_layouts->end()) {
-      out = it->second;
-      return !out.empty();
+      out = it->second.params;
+      return it->second.answer;
     }
   }
-  bool ok = queryLayout(f, out);
+  CachedLayout answer = queryLayout(f);
+  out = answer.params;
+  const Layout result = answer.answer;
   std::lock_guard lk(g_layout_mu);
-  if (g_layouts->size() < kMaxLayouts) (*g_layouts)[f] = ok ? out : std::vector<ParamInfo>{};
-  return ok;
+  if (g_layouts->size() < kMaxLayouts) (*g_layouts)[f] = std::move(answer);
+  return result;
 }
 
 // ---- the launch being made on this thread ----
@@ -522,6 +560,28 @@ void beginLaunch(uint64_t token, int64_t index, bool speculative) {
   }
 }
 
+// The layout and parameter bytes of the launch `params` describes, each failure counted.
+bool readLaunch(CUpti_CallbackId cbid, const void* params, LaunchArgs& args,
+                std::vector<ParamInfo>& layout, std::vector<uint8_t>& bytes) {
+  if (!launchArgs(cbid, params, args)) {
+    counters().no_layout += 1;
+    return false;
+  }
+  switch (layoutOf(args.f, layout)) {
+    case Layout::kKnown: break;
+    case Layout::kNone: counters().no_params += 1; return false;
+    case Layout::kUnknown: counters().no_layout += 1; return false;
+  }
+  LaunchParamBytes packed = launchParamBytes(layout, args.kernel_params, args.extra);
+  switch (packed.problem) {
+    case ParamsProblem::kNone: break;
+    case ParamsProblem::kMissing: counters().params_missing += 1; return false;
+    case ParamsProblem::kTooLarge: counters().params_too_large += 1; return false;
+  }
+  bytes = std::move(packed.bytes);
+  return true;
+}
+
 void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   Pending& p = t_pending;
   if (p.token == 0 || p.token != token || p.entered) return;
@@ -529,27 +589,19 @@ void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   int64_t t0 = steadyNs();
   LaunchArgs args;
   std::vector<ParamInfo> layout;
-  if (!launchArgs(cbid, params, args) || !layoutOf(args.f, layout)) {
-    counters().no_layout += 1;
-    return;
-  }
-  LaunchParamBytes packed = launchParamBytes(layout, args.kernel_params, args.extra);
-  if (packed.problem != ParamsProblem::kNone) {
-    counters().params_too_large += 1;
-    return;
-  }
-  std::vector<uint8_t>& bytes = packed.bytes;
-  std::vector<OperandSpec> specs = targetSpecs(deepTargets(layout, bytes, allocations(), 64, kMaxMergedBytes));
+  std::vector<uint8_t> bytes;
+  if (!readLaunch(cbid, params, args, layout, bytes)) return;
+  size_t ignored = 0;
+  std::vector<OperandSpec> specs =
+      targetSpecs(deepTargets(layout, bytes, allocations(), kMaxTargets, kMaxMergedBytes, &ignored));
   Fingerprinter& fp = Fingerprinter::get();
   fp.attachParams(p.token, layoutText(layout), std::move(bytes));
   counters().launches += 1;
   counters().targets += static_cast<int64_t>(specs.size());
+  counters().words_ignored += static_cast<int64_t>(ignored);
   if (!specs.empty()) {
-    fp.enqueueDeep(p.token, args.stream, specs);
-    for (OperandSpec& s : specs) {
-      counters().digested_bytes += 2 * static_cast<int64_t>(s.bytes);
-      s.role = db::OperandRole::kOutput;
-    }
+    counters().digested_bytes += fp.enqueueDeep(p.token, args.stream, specs);
+    for (OperandSpec& s : specs) s.role = db::OperandRole::kOutput;
     p.after = std::move(specs);
     p.stream = args.stream;
   }
@@ -560,7 +612,9 @@ void driverExit(bool failed) {
   Pending& p = t_pending;
   if (p.token == 0 || !p.entered) return;
   int64_t t0 = steadyNs();
-  if (!failed && !p.after.empty()) Fingerprinter::get().enqueueDeep(p.token, p.stream, p.after);
+  if (!failed && !p.after.empty()) {
+    counters().digested_bytes += Fingerprinter::get().enqueueDeep(p.token, p.stream, p.after);
+  }
   counters().host_ns += p.host_ns + (steadyNs() - t0);
   t_pending = Pending{};
 }
@@ -578,7 +632,10 @@ void writeStats(db::TraceWriter& w) {
   w.addStat("deep_digested_bytes", c.digested_bytes);
   w.addStat("deep_host_ns", c.host_ns);
   w.addStat("deep_no_param_layout", c.no_layout);
+  w.addStat("deep_launches_without_params", c.no_params);
   w.addStat("deep_params_too_large", c.params_too_large);
+  w.addStat("deep_params_missing", c.params_missing);
+  w.addStat("deep_pointer_words_ignored", c.words_ignored);
   w.addStat("deep_allocations_seen", c.allocations_seen);
   w.addStat("deep_frees_seen", c.frees_seen);
   w.addStat("deep_maps_seen", c.maps_seen);

@@ -522,15 +522,15 @@ bool Fingerprinter::enabled() const {
   return true;
 }
 
-void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
-                          CUstream stream, std::vector<OperandSpec>& specs, bool wait) {
+int64_t fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+                                 CUstream stream, std::vector<OperandSpec>& specs, bool wait) {
   const Driver& d = Driver::get();
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
-  if (cx == nullptr) return;
+  if (cx == nullptr) return 0;
   if (cx->rings_lost) {
     skipped_rings_lost += static_cast<int64_t>(specs.size());
-    return;
+    return 0;
   }
   // Deep window: while the ring cannot take the whole batch, let the flusher write what is done
   // (it polls every 100 ms), under one deadline. Nothing of this batch is queued yet, so nothing
@@ -545,7 +545,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     nanosleep(&ts, nullptr);
     lk.lock();
     auto it = contexts.find(ctx);
-    if (it == contexts.end() || it->second.get() != cx) return;  // the context went away
+    if (it == contexts.end() || it->second.get() != cx) return 0;  // the context went away
   }
   // Only --capture full marks ops for copies (a look in the marks takes their lock).
   bool copy = Session::get().policy().level == CaptureLevel::kFull && marked.has(token);
@@ -643,7 +643,7 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
     if (batch_count == batch.size()) launchBatch(false);
   }
   launchBatch(true);
-  if (pending.size() == first || signalled) return;
+  if (pending.size() == first || signalled) return queuedBytesLocked(first);
   DiagScope event_timing(DiagSite::kFingerprintEvent);
   CUevent ev = nullptr;
   if (!cx->free_events.empty()) {
@@ -663,10 +663,19 @@ void fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, 
       pending[i].failed = true;
     }
     if (queued) loseRingsLocked(*cx);
-    return;
+    return 0;
   }
   for (size_t i = first; i < pending.size(); ++i) pending[i].event = ev;
   pending.back().owns_event = true;
+  return queuedBytesLocked(first);
+}
+
+int64_t fp::State::queuedBytesLocked(size_t first) const {
+  int64_t bytes = 0;
+  for (size_t i = first; i < pending.size(); ++i) {
+    if (!pending[i].failed) bytes += static_cast<int64_t>(pending[i].spec.bytes);
+  }
+  return bytes;
 }
 
 namespace {
@@ -696,20 +705,20 @@ CUcontext streamContext(const Driver& d, CUcontext current, CUstream stream) {
 // `deep`: a deep-window launch (never followed into graphs); else a library op's inputs
 // (`inputs`) or outputs. The digests run in the stream's context, made current meanwhile where
 // the thread's is another.
-void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
-                  bool inputs, bool deep, bool known_uncaptured = false,
-                  const CallNodes* nodes = nullptr) {
+int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
+                     bool inputs, bool deep, bool known_uncaptured = false,
+                     const CallNodes* nodes = nullptr) {
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext current = nullptr;
-  if (d.ctx_get(&current) != CUDA_SUCCESS) return;
+  if (d.ctx_get(&current) != CUDA_SUCCESS) return 0;
   const CUcontext ctx = streamContext(d, current, stream);
-  if (ctx == nullptr) return;
+  if (ctx == nullptr) return 0;
   std::optional<fp::ContextScope> switched;
   if (ctx != current && !switched.emplace(ctx).ok()) {
     std::lock_guard lk(s.mu);
     ++s.skipped_error;
-    return;
+    return 0;
   }
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   bool checked = false;
@@ -723,14 +732,14 @@ void enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& spe
     bool captured = !deep && capture == CU_STREAM_CAPTURE_STATUS_ACTIVE &&
                     s.captureLocked(token, ctx, stream, specs, inputs, nodes);
     if (!captured) ++s.skipped_capture;
-    return;
+    return 0;
   }
   std::unique_lock lk(s.mu, std::defer_lock);
   {
     DiagScope timing(DiagSite::kFingerprintLock);
     lk.lock();
   }
-  s.enqueueLocked(lk, token, ctx, stream, specs, wait);
+  return s.enqueueLocked(lk, token, ctx, stream, specs, wait);
 }
 
 }  // namespace
@@ -746,14 +755,15 @@ void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<Operand
   }
 }
 
-void Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
-                                const std::vector<OperandSpec>& specs) noexcept {
-  if (token == 0 || specs.empty() || !enabled()) return;
+int64_t Fingerprinter::enqueueDeep(uint64_t token, CUstream stream,
+                                   const std::vector<OperandSpec>& specs) noexcept {
+  if (token == 0 || specs.empty() || !enabled()) return 0;
   try {
     std::vector<OperandSpec> copy = specs;
-    enqueueSpecs(token, stream, copy, true, true, true);
+    return enqueueSpecs(token, stream, copy, true, true, true);
   } catch (...) {
     Session::get().fail("taking deep-window fingerprints");
+    return 0;
   }
 }
 

@@ -104,7 +104,9 @@ class Fingerprinter {
                bool known_uncaptured = false, const CallNodes* nodes = nullptr) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
-  void enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  // Returns the bytes whose digests were queued (0 when none was: fingerprints off, a full ring,
+  // an error).
+  int64_t enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
   // Deep window: the parameter layout (launch_params.h layoutText) and bytes of launch `token`,
   // written with its sequence number once it is known.
   void attachParams(uint64_t token, std::string layout, std::vector<uint8_t> bytes) noexcept;

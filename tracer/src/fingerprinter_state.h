@@ -479,9 +479,11 @@ class State {
   void drainAwaitingLocked(bool final, db::TraceWriter* w);
   void drainParamsLocked(bool final, db::TraceWriter* w);
   // Queues digests of `specs` (moved into the pending entries); a full ring skips them (`wait`:
-  // unlocks `lk` and waits for room).
-  void enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
-                     CUstream stream, std::vector<OperandSpec>& specs, bool wait);
+  // unlocks `lk` and waits for room). Returns the bytes whose digests were queued.
+  int64_t enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t token, CUcontext ctx,
+                        CUstream stream, std::vector<OperandSpec>& specs, bool wait);
+  // The bytes of the entries from `first` on whose digests did not fail to be queued.
+  int64_t queuedBytesLocked(size_t first) const;
 
   // Graphs: captures digests of `specs` (inputs: before the op's kernels) into the graph that
   // `stream` is being captured into, and notes the call's graph nodes (`nodes`, if any); false if

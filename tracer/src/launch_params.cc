@@ -198,20 +198,26 @@ LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* co
 
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
                                     const std::vector<uint8_t>& packed, const AllocationMap& map,
-                                    size_t max_targets, uint64_t max_merged) {
+                                    size_t max_targets, uint64_t max_merged, size_t* words_ignored) {
   std::vector<PointerWord> words = pointerWords(layout, packed, map, max_merged);
   std::vector<TargetWords> targets;
+  size_t ignored = 0;
   for (size_t w = 0; w < words.size(); ++w) {
     auto into = std::find_if(targets.begin(), targets.end(),
                              [&](const TargetWords& t) { return overlap(t.alloc, words[w].alloc); });
     if (into == targets.end()) {
-      if (targets.size() < max_targets) targets.push_back({words[w].alloc, {w}});
+      if (targets.size() < max_targets) {
+        targets.push_back({words[w].alloc, {w}});
+      } else {
+        ++ignored;
+      }
       continue;
     }
     into->alloc = unite(into->alloc, words[w].alloc);
     into->words.push_back(w);
     absorbOverlapping(targets, static_cast<size_t>(into - targets.begin()));
   }
+  if (words_ignored != nullptr) *words_ignored = ignored;
   std::vector<DeepTarget> out;
   out.reserve(targets.size());
   for (TargetWords& t : targets) out.push_back({t.alloc, joinNames(words, t.words)});

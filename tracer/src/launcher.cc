@@ -257,10 +257,14 @@ Result<std::string> findTracerLibrary() {
 Status checkCaptureOptions(const RecordOptions& options) {
   DETRACE_ASSIGN_OR_RETURN(CaptureLevel level, parseCaptureLevel(options.capture));
   bool full = level == CaptureLevel::kFull;
-  if (options.max_capture_bytes < 0) {
-    return makeError(ErrorCode::kInvalidArgument, "--max-capture-bytes must be a positive size (e.g. 512M)");
+  if (options.max_capture_bytes && *options.max_capture_bytes <= 0) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "--max-capture-bytes must be a positive size (e.g. 512M){}",
+                     *options.max_capture_bytes == 0
+                         ? ": 0 would copy nothing; for fingerprints alone use --capture digest"
+                         : "");
   }
-  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes != 0)) {
+  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes)) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--capture-ops, --capture-range and --max-capture-bytes choose what --capture "
                      "full copies; add --capture full");
@@ -353,8 +357,8 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (options.capture == "meta") env.push_back("DETRACE_DIGEST=0");
   if (!options.capture_ops.empty()) env.push_back("DETRACE_CAPTURE_OPS=" + options.capture_ops);
   if (!options.capture_range.empty()) env.push_back("DETRACE_CAPTURE_RANGE=" + options.capture_range);
-  if (options.max_capture_bytes > 0) {
-    env.push_back("DETRACE_MAX_CAPTURE_BYTES=" + std::to_string(options.max_capture_bytes));
+  if (options.max_capture_bytes) {
+    env.push_back("DETRACE_MAX_CAPTURE_BYTES=" + std::to_string(*options.max_capture_bytes));
   }
   if (!options.window.empty()) env.push_back("DETRACE_WINDOW=" + options.window);
   if (!options.deep.empty()) env.push_back("DETRACE_DEEP=" + options.deep);
@@ -395,7 +399,7 @@ Result<RecordResult> record(const RecordOptions& options) {
                       {"capture", options.capture},
                       {"capture_ops", options.capture_ops},
                       {"capture_range", options.capture_range},
-                      {"max_capture_bytes", std::to_string(options.max_capture_bytes)},
+                      {"max_capture_bytes", std::to_string(options.max_capture_bytes.value_or(0))},
                       {"window", options.window},
                       {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},

@@ -75,12 +75,13 @@ struct DeepTarget {
 // up). One target per distinct allocation, in order of first appearance: extents that overlap
 // (contiguous mapped pieces merged around two different words) become one target, their union, so
 // that no byte is digested twice. At most `max_targets`: words into further allocations are
-// ignored. `max_merged` is passed to AllocationMap::find. Takes the map's shared lock once per
-// nonzero word.
+// ignored, and counted in `*words_ignored` when given. `max_merged` is passed to
+// AllocationMap::find. Takes the map's shared lock once per nonzero word.
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
                                     const std::vector<uint8_t>& packed, const AllocationMap& map,
                                     size_t max_targets = 64,
-                                    uint64_t max_merged = uint64_t{1} << 34);
+                                    uint64_t max_merged = uint64_t{1} << 34,
+                                    size_t* words_ignored = nullptr);
 
 // The layout as a JSON array of [offset,size] pairs, "[[0,8],[8,4]]"; "[]" for no parameters.
 std::string layoutText(const std::vector<ParamInfo>& layout);

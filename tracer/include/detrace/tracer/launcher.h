@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,8 @@ struct RecordOptions {
   int64_t queue = 0;                 // events the per-process writer queue holds; 0: default
   std::string capture = "digest";    // "meta": launches and library calls; "digest": + fingerprints;
                                      // "full": + copies of the selected operands' bytes
-  int64_t max_capture_bytes = 0;     // full: cap on captured bytes per process; 0: default (1 GiB)
+  std::optional<int64_t> max_capture_bytes;  // full: cap on captured bytes per process (> 0);
+                                             // not given: the default (1 GiB)
   std::string capture_ops;           // full: which ops' operands to copy ("" = all library ops)
   std::string capture_range;         // full: library-op index range "A:B" ("" = every op)
   std::string window;                // record only this window ("" = everything); see tracer docs
