@@ -411,6 +411,9 @@ TEST(DeepGpu, ALookBackWindowKeepsItsLaunchesWhenTheOpeningLaunchIsNotFingerprin
     ASSERT_TRUE(stats.isOk());
     EXPECT_EQ((*stats)["deep_lookback_speculative"], 3);
     EXPECT_EQ((*stats)["deep_lookback_kept"], 2);
+    // The captured cudaLaunchKernel is one launch: its driver half is not counted again (it would
+    // move fill_bytes v = 5 out of the window).
+    EXPECT_EQ((*stats)["launches_captured"], std::string(c.mode) == "capture" ? 1 : 0);
   }
 }
 

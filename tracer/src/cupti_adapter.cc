@@ -428,8 +428,11 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
     capturing = isCapturing(stream);
   }
   if (capturing) {
-    // Captured into a CUDA graph, not run: its kernels appear when the graph is launched.
+    // Captured into a CUDA graph, not run: its kernels appear when the graph is launched. Entered
+    // all the same (without a slot), so that a runtime launch's driver half is known as such and
+    // not counted by the gates as a launch of its own.
     s.addStat("launches_captured", 1);
+    t_nesting.enter(runtime, 0, kind.graph);
     return;
   }
   {
