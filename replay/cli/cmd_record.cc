@@ -62,12 +62,13 @@ constexpr const char* kRecordFooter =
     "allocations, deep mode tracks cuMemAlloc/cudaMalloc (and the pitch, managed, async and pool\n"
     "forms), cuMemCreate + cuMemMap (PyTorch's expandable segments) and IPC imports from the\n"
     "start, and ZERO-FILLS every new allocation of the process (synchronously, or on the\n"
-    "allocation's stream for stream-ordered ones) so that two runs start from identical bytes: a\n"
-    "program that reads memory it never wrote behaves differently under --deep. Outside the\n"
-    "window the recording costs what --capture digest costs; inside, each launch waits for its\n"
-    "parameter scan and queues two digests per allocation it can reach (the trace's stats table\n"
-    "reports deep_launches and deep_host_ns). Memory reached only through pointers stored in\n"
-    "device memory (pointer arrays) is not followed.\n"
+    "allocation's stream for stream-ordered ones; managed memory is tracked but not filled, as a\n"
+    "fill from the GPU would move all its pages there) so that two runs start from identical\n"
+    "bytes: a program that reads memory it never wrote behaves differently under --deep.\n"
+    "Outside the window the recording costs what --capture digest costs; inside, each launch\n"
+    "waits for its parameter scan and queues two digests per allocation it can reach (the\n"
+    "trace's stats table reports deep_launches and deep_host_ns). Memory reached only through\n"
+    "pointers stored in device memory (pointer arrays) is not followed.\n"
     "\n"
     "How kernels are placed: by default (--capture meta or digest, no --window or --deep) the\n"
     "tracer takes no callback per kernel launch: kernels come from CUPTI's activity records alone\n"
@@ -156,8 +157,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--capture-range", opts->capture_range,
                   "With --capture full: copy only library ops A <= op < B (A:B, A:, :B or A)");
   CLI::Option* max_capture_bytes = cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
-                  "With --capture full: bytes copied per process at most (suffixes K, M, G; "
-                  "default 1G); later operands keep their fingerprints only, and are counted")
+                  "With --capture full: bytes copied per process at most, more than 0 (suffixes "
+                  "K, M, G; default 1G); later operands keep their fingerprints only, and are "
+                  "counted")
       ->transform(CLI::Validator(
           [](std::string& text) -> std::string {  // a sign would wrap around in AsSizeValue
             if (!text.empty() && text.front() == '-') return "must be a positive size, e.g. 512M (got '" + text + "')";
