@@ -560,6 +560,8 @@ void beginLaunch(uint64_t token, int64_t index, bool speculative) {
   }
 }
 
+namespace {
+
 // The layout and parameter bytes of the launch `params` describes, each failure counted.
 bool readLaunch(CUpti_CallbackId cbid, const void* params, LaunchArgs& args,
                 std::vector<ParamInfo>& layout, std::vector<uint8_t>& bytes) {
@@ -581,6 +583,8 @@ bool readLaunch(CUpti_CallbackId cbid, const void* params, LaunchArgs& args,
   bytes = std::move(packed.bytes);
   return true;
 }
+
+}  // namespace
 
 void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   Pending& p = t_pending;
