@@ -1,11 +1,6 @@
 // Deep window, CPU side: the allocation map (ranges, trimming, mapped pieces merged, bounds,
 // concurrent use), packing a launch's parameters, finding the memory its words point into, and the
 // layout's text form. Random inputs are fresh each run; the seed is printed with any failure.
-#include <cuda.h>  // CU_LAUNCH_PARAM_* for `extra` lists
-#include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -14,9 +9,16 @@
 #include <thread>
 #include <vector>
 
-#include "../db/test_util.h"
+#include <cuda.h>  // CU_LAUNCH_PARAM_* for `extra` lists
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "detrace/tracer/allocation_map.h"
 #include "detrace/tracer/launch_params.h"
+
+#include "../db/test_util.h"
 
 namespace detrace::tracer {
 namespace {
@@ -412,14 +414,16 @@ TEST(PackParams, RefusesMissingPointersAndOversizedLayouts) {
   EXPECT_TRUE(packParams({{UINT32_MAX, 8}}, big_ptr).empty());
 }
 
-// ---- launchParamBytes -----------------------------------------------------------------------------
+// ---- launchParamBytes
+// ----------------------------------------------------------------------------
 
 // `bytes` bytes that end where an inaccessible page begins: reading one byte past them faults.
 class GuardedBytes {
  public:
   explicit GuardedBytes(size_t bytes) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
     pages_ = (bytes + page_ - 1) / page_ + 1;
-    void* m = mmap(nullptr, pages_ * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* m =
+        mmap(nullptr, pages_ * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     EXPECT_NE(m, MAP_FAILED);
     base_ = static_cast<uint8_t*>(m);
     EXPECT_EQ(mprotect(base_ + (pages_ - 1) * page_, page_, PROT_NONE), 0);
@@ -438,18 +442,21 @@ TEST(LaunchParamBytes, TheExtraBufferIsReadNoFurtherThanTheLayoutNeedsWhateverSi
   const std::vector<ParamInfo> layout = {{0, 8}, {8, 8}, {16, 1}};  // (T* p, size_t n, uint8_t v)
   GuardedBytes buffer(17);  // exactly what the layout needs, then a page that faults
   for (size_t i = 0; i < 17; ++i) buffer.data()[i] = static_cast<uint8_t>(i + 1);
-  for (size_t stated : {size_t{17}, size_t{24}, size_t{4096}, kMaxParamBytes, kMaxParamBytes + 1, SIZE_MAX}) {
+  for (size_t stated :
+       {size_t{17}, size_t{24}, size_t{4096}, kMaxParamBytes, kMaxParamBytes + 1, SIZE_MAX}) {
     SCOPED_TRACE(stated);
-    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &stated,
-                     CU_LAUNCH_PARAM_END};
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &stated, CU_LAUNCH_PARAM_END};
     LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
     EXPECT_EQ(got.problem, ParamsProblem::kNone);
     ASSERT_EQ(got.bytes.size(), 17u);
     EXPECT_EQ(0, std::memcmp(got.bytes.data(), buffer.data(), 17));
   }
-  // A stated size below the layout's extent: that much is read, the words past it are not looked at.
+  // A stated size below the layout's extent: that much is read, the words past it are not looked
+  // at.
   size_t small = 12;
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &small, CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), nullptr};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &small, CU_LAUNCH_PARAM_BUFFER_POINTER,
+                   buffer.data(), nullptr};
   LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
   EXPECT_EQ(got.problem, ParamsProblem::kNone);
   EXPECT_EQ(got.bytes.size(), 12u);
@@ -470,7 +477,8 @@ TEST(LaunchParamBytes, KernelParamsArePackedAndWhatIsMissingOrTooLargeIsSaidApar
   size_t size = sizeof buffer, zero = 0;
   void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_END};
   void* no_buffer[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-  void* size_zero[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &zero, CU_LAUNCH_PARAM_END};
+  void* size_zero[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &zero,
+                       CU_LAUNCH_PARAM_END};
   void* empty[] = {CU_LAUNCH_PARAM_END};
   for (void** extra : {no_size, no_buffer, size_zero, empty}) {
     LaunchParamBytes got = launchParamBytes(layout, nullptr, extra);
@@ -481,8 +489,8 @@ TEST(LaunchParamBytes, KernelParamsArePackedAndWhatIsMissingOrTooLargeIsSaidApar
   std::vector<uint8_t> big(kMaxParamBytes + 8);
   void* big_ptrs[] = {big.data(), big.data()};
   EXPECT_EQ(launchParamBytes(huge, big_ptrs, nullptr).problem, ParamsProblem::kTooLarge);
-  void* big_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, big.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                       CU_LAUNCH_PARAM_END};
+  void* big_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, big.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                       &size, CU_LAUNCH_PARAM_END};
   EXPECT_EQ(launchParamBytes(huge, nullptr, big_extra).problem, ParamsProblem::kTooLarge);
 }
 
@@ -554,7 +562,8 @@ TEST(DeepTargets, MappedPiecesOfOneRunAreOneTarget) {
 TEST(DeepTargets, OverlappingMergedExtentsBecomeOneTargetTheirUnion) {
   constexpr uint64_t kBase = 0x300000000, kMiB = 1 << 20, kPiece = 100 * kMiB, kCap = 256 * kMiB;
   AllocationMap map;
-  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(map.add(kBase + i * kPiece, kPiece, AllocKind::kMapped));
+  for (uint64_t i = 0; i < 5; ++i)
+    ASSERT_TRUE(map.add(kBase + i * kPiece, kPiece, AllocKind::kMapped));
   auto in = [&](int piece) { return kBase + piece * kPiece + 0x40; };
   // Pieces 1 and 2: merged alone, arg0 reaches [0, 200) MiB and arg1 [100, 300) MiB.
   ASSERT_EQ(map.find(in(1), kCap)->base, kBase);
@@ -566,7 +575,8 @@ TEST(DeepTargets, OverlappingMergedExtentsBecomeOneTargetTheirUnion) {
   // the second), then 2 ([100, 300): joins the first, which now meets the second). One target, its
   // words in parameter order.
   std::vector<ParamInfo> four = {{0, 8}, {8, 8}, {16, 8}, {24, 8}};
-  t = deepTargets(four, packWords(32, {{0, in(0)}, {8, in(4)}, {16, in(3)}, {24, in(2)}}), map, 64, kCap);
+  t = deepTargets(four, packWords(32, {{0, in(0)}, {8, in(4)}, {16, in(3)}, {24, in(2)}}), map, 64,
+                  kCap);
   ASSERT_EQ(t.size(), 1u);
   EXPECT_EQ(t[0], (DeepTarget{{kBase, 5 * kPiece, AllocKind::kMapped}, "arg0,arg1,arg2,arg3"}));
   // Without the last word, two targets that only touch stay apart.
@@ -585,14 +595,19 @@ TEST(DeepTargets, AWordThatMayBeTheEndOfThePreviousWordsAllocationIsMarked) {
   ASSERT_TRUE(map.add(kA, 0x1000, AllocKind::kMalloc));
   ASSERT_TRUE(map.add(kB, 0x1000, AllocKind::kMalloc));  // right after A
   ASSERT_TRUE(map.add(kC, 0x1000, AllocKind::kMalloc));  // apart
-  const Allocation a{kA, 0x1000, AllocKind::kMalloc}, b{kB, 0x1000, AllocKind::kMalloc}, c{kC, 0x1000, AllocKind::kMalloc};
+  const Allocation a{kA, 0x1000, AllocKind::kMalloc}, b{kB, 0x1000, AllocKind::kMalloc},
+      c{kC, 0x1000, AllocKind::kMalloc};
   const std::vector<ParamInfo> three = {{0, 8}, {8, 8}, {16, 8}};
-  auto targets = [&](const std::map<size_t, uint64_t>& words) { return deepTargets(three, packWords(24, words), map); };
+  auto targets = [&](const std::map<size_t, uint64_t>& words) {
+    return deepTargets(three, packWords(24, words), map);
+  };
   // (first, last) over A: last is B's first byte.
   EXPECT_EQ(targets({{0, kA}, {8, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?"}}));
-  EXPECT_EQ(targets({{0, kA + 0x80}, {8, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?"}}));
+  EXPECT_EQ(targets({{0, kA + 0x80}, {8, kB}}),
+            (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg1?"}}));
   // A word that is not a pointer between them does not matter; a struct's two words neither.
-  EXPECT_EQ(targets({{0, kA}, {8, 7}, {16, kB}}), (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg2?"}}));
+  EXPECT_EQ(targets({{0, kA}, {8, 7}, {16, kB}}),
+            (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg2?"}}));
   EXPECT_EQ(deepTargets({{0, 16}}, packWords(16, {{0, kA}, {8, kB}}), map),
             (std::vector<DeepTarget>{{a, "arg0"}, {b, "arg0+8?"}}));
   // Not marked: inside B, B before A, C (not where A ends), or a pointer to C in between.
@@ -624,7 +639,8 @@ TEST(DeepTargets, MaxTargetsKeepsTheFirstAllocationsAndStillNamesTheirLaterWords
   EXPECT_EQ(t[1].args, "arg1");
   EXPECT_EQ(t[2].args, "arg2");
   EXPECT_EQ(ignored, 2u);  // arg3 and arg4: counted, not dropped unseen
-  EXPECT_TRUE(deepTargets(layout, packWords(48, words), map, 0, uint64_t{1} << 34, &ignored).empty());
+  EXPECT_TRUE(
+      deepTargets(layout, packWords(48, words), map, 0, uint64_t{1} << 34, &ignored).empty());
   EXPECT_EQ(ignored, 6u);
   deepTargets(layout, packWords(48, words), map, 64, uint64_t{1} << 34, &ignored);
   EXPECT_EQ(ignored, 0u);
@@ -709,7 +725,8 @@ TEST(DeepTargets, RandomLayoutsAndAllocationsMatchABruteForceSearch) {
     ASSERT_EQ(packed.size(), bytes);
     size_t max_targets = rng.range(0, 3) ? 64 : static_cast<size_t>(rng.range(0, 4));
     size_t ignored = 0, expected_ignored = 0;
-    std::vector<DeepTarget> got = deepTargets(layout, packed, map, max_targets, uint64_t{1} << 34, &ignored);
+    std::vector<DeepTarget> got =
+        deepTargets(layout, packed, map, max_targets, uint64_t{1} << 34, &ignored);
     ASSERT_EQ(got, referenceTargets(layout, packed, allocs, max_targets, expected_ignored))
         << "round " << round << " layout " << layoutText(layout);
     ASSERT_EQ(ignored, expected_ignored) << "round " << round;
@@ -718,9 +735,9 @@ TEST(DeepTargets, RandomLayoutsAndAllocationsMatchABruteForceSearch) {
   EXPECT_GT(found, 0);
 }
 
-// Random runs of contiguous mapped pieces, words into them and a random merge cap: the targets never
-// overlap, each word's extent (AllocationMap::find) lies inside the one target that names it, and
-// each target is exactly the span of its words' extents.
+// Random runs of contiguous mapped pieces, words into them and a random merge cap: the targets
+// never overlap, each word's extent (AllocationMap::find) lies inside the one target that names it,
+// and each target is exactly the span of its words' extents.
 TEST(DeepTargets, RandomMappedRunsGiveDisjointTargetsEachTheSpanOfItsWordsExtents) {
   Rng rng;
   SCOPED_TRACE(fmt::format("seed {}", rng.seed()));
@@ -730,7 +747,8 @@ TEST(DeepTargets, RandomMappedRunsGiveDisjointTargetsEachTheSpanOfItsWordsExtent
     std::vector<Allocation> pieces;
     uint64_t at = uint64_t{1} << 40;
     for (int run = 0, runs = static_cast<int>(rng.range(1, 4)); run < runs; ++run) {
-      if (rng.range(0, 2)) at += static_cast<uint64_t>(rng.range(1, 64)) * kMiB;  // else adjacent runs
+      if (rng.range(0, 2))
+        at += static_cast<uint64_t>(rng.range(1, 64)) * kMiB;  // else adjacent runs
       for (int i = 0, n = static_cast<int>(rng.range(1, 8)); i < n; ++i) {
         Allocation a{at, static_cast<uint64_t>(rng.range(1, 64)) * kMiB, AllocKind::kMapped};
         ASSERT_TRUE(map.add(a.base, a.size, a.kind));
@@ -744,16 +762,20 @@ TEST(DeepTargets, RandomMappedRunsGiveDisjointTargetsEachTheSpanOfItsWordsExtent
     std::map<size_t, uint64_t> words;
     for (size_t i = 0; i < nwords; ++i) {
       layout.push_back({static_cast<uint32_t>(8 * i), 8});
-      const Allocation& p = pieces[static_cast<size_t>(rng.range(0, static_cast<int64_t>(pieces.size()) - 1))];
-      words[8 * i] = rng.range(0, 3) ? p.base + static_cast<uint64_t>(rng.range(0, static_cast<int64_t>(p.size) - 1))
-                                     : p.base;
+      const Allocation& p =
+          pieces[static_cast<size_t>(rng.range(0, static_cast<int64_t>(pieces.size()) - 1))];
+      words[8 * i] =
+          rng.range(0, 3)
+              ? p.base + static_cast<uint64_t>(rng.range(0, static_cast<int64_t>(p.size) - 1))
+              : p.base;
     }
     std::vector<DeepTarget> got = deepTargets(layout, packWords(8 * nwords, words), map, 64, cap);
     SCOPED_TRACE(fmt::format("round {}, cap {} MiB, {} words", round, cap / kMiB, nwords));
     for (size_t i = 0; i < got.size(); ++i) {
       for (size_t j = i + 1; j < got.size(); ++j) {
         const Allocation &x = got[i].alloc, &y = got[j].alloc;
-        EXPECT_FALSE(x.base < y.base + y.size && y.base < x.base + x.size) << "targets " << i << " and " << j;
+        EXPECT_FALSE(x.base < y.base + y.size && y.base < x.base + x.size)
+            << "targets " << i << " and " << j;
       }
     }
     std::vector<uint64_t> lo(got.size(), UINT64_MAX), hi(got.size(), 0);
@@ -763,7 +785,9 @@ TEST(DeepTargets, RandomMappedRunsGiveDisjointTargetsEachTheSpanOfItsWordsExtent
       int named = 0;
       for (size_t t = 0; t < got.size(); ++t) {
         std::string args = "," + got[t].args + ",";
-        if (args.find("," + name + ",") == std::string::npos && args.find("," + name + "?,") == std::string::npos) continue;
+        if (args.find("," + name + ",") == std::string::npos &&
+            args.find("," + name + "?,") == std::string::npos)
+          continue;
         ++named;
         EXPECT_GE(e.base, got[t].alloc.base) << name;
         EXPECT_LE(e.base + e.size, got[t].alloc.base + got[t].alloc.size) << name;

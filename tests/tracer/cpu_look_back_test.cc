@@ -3,8 +3,6 @@
 // launches are then begun (fingerprinted, their results held): a launch captured into a CUDA
 // graph, outside --window or a graph launch never is. The held launches must be decided as soon
 // as the window opens, by the opening launch's index, whatever becomes of that launch.
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -14,10 +12,13 @@
 #include <thread>
 #include <vector>
 
-#include "../db/test_util.h"
+#include <gtest/gtest.h>
+
 #include "detrace/tracer/capture_policy.h"
 #include "detrace/tracer/look_back.h"
 #include "detrace/tracer/window_gate.h"
+
+#include "../db/test_util.h"
 
 namespace detrace::tracer {
 namespace {
@@ -88,7 +89,7 @@ TEST(LookBack, TheLaunchesKeptAreCountedFromTheOpeningLaunchNotTheFirstFingerpri
   LookBack lb(w.before);
   Results r;
   for (uint64_t token = 10; token < 13; ++token) launch(gate, lb, r, "_Z4fillPh", token);  // 0..2
-  launch(gate, lb, r, "_Z6openerPh", 13, /*begun=*/false);  // 3: captured
+  launch(gate, lb, r, "_Z6openerPh", 13, /*begun=*/false);               // 3: captured
   WindowGate::LaunchTicket next = launch(gate, lb, r, "_Z4fillPh", 14);  // 4: a deep launch
   EXPECT_TRUE(next.record);
   EXPECT_FALSE(next.speculative);

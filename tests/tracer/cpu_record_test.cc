@@ -142,7 +142,8 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--graph-weights-every often", "--graph-weights-every"},
       {"--graph-weights-every 4 --capture meta", "needs --capture digest"},
       {"--graph-weights-every 4 --row-digests all", "drop one of the two"},
-      {"--capture full --max-capture-bytes 0", "0 would copy nothing; for fingerprints alone use --capture digest"},
+      {"--capture full --max-capture-bytes 0",
+       "0 would copy nothing; for fingerprints alone use --capture digest"},
       {"--max-capture-bytes 0", "must be a positive size"},
   };
   for (const Case& c : cases) {

@@ -34,10 +34,10 @@
 //                                    cuLaunchKernel with 4096 threads a block, which the driver
 //                                    refuses: prints "refused_launch R" (R: its CUresult, not 0);
 //   deep_gpu_app --lookback MODE     a look-back window's opening launch that is never
-//                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2), then
-//                                    opener (launch 3), then launches 4 and 5;
-//                                    capture: opener captured into a graph, the graph launched (4),
-//                                    fill_bytes v = 5 (5);
+//                                    fingerprinted: fill_bytes with v = 1, 2, 3 (launches 0-2),
+//                                    then opener (launch 3), then launches 4 and 5;
+//                                    capture: opener captured into a graph, the graph launched
+//                                    (4), fill_bytes v = 5 (5);
 //                                    plain: opener launched, fill_bytes v = 4 and v = 5 (4, 5);
 //                                    prints "lookback_byte 0xNN" (the buffer's byte after all).
 #include <cuda.h>
@@ -285,7 +285,8 @@ int countsMode() {
   size_t n = kBytes;
   uint8_t v = 7;
   void* args[] = {&p, &n, &v};
-  CUresult refused = cuLaunchKernel(reinterpret_cast<CUfunction>(f), 1, 1, 1, 4096, 1, 1, 0, nullptr, args, nullptr);
+  CUresult refused = cuLaunchKernel(reinterpret_cast<CUfunction>(f), 1, 1, 1, 4096, 1, 1, 0,
+                                    nullptr, args, nullptr);
   std::printf("refused_launch %d\n", static_cast<int>(refused));
   CK(cudaDeviceSynchronize());
   CK(cudaFree(p));
@@ -353,7 +354,7 @@ int reallocAfterMode(long ms) {
   fill_bytes<<<1, 32>>>(p, 256, 1);
   CK(cudaDeviceSynchronize());
   CK(cudaFree(p));
-  struct timespec ts {ms / 1000, (ms % 1000) * 1'000'000};
+  timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
   nanosleep(&ts, nullptr);
   unsigned long long nonzero = 0;
   if (nonzeroAfterRealloc(nonzero) != 0) return 1;
@@ -366,7 +367,8 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--lookback") == 0) return lookbackMode(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--managed") == 0) return managedMode();
   if (argc >= 2 && std::strcmp(argv[1], "--counts") == 0) return countsMode();
-  if (argc >= 3 && std::strcmp(argv[1], "--realloc-after") == 0) return reallocAfterMode(std::atol(argv[2]));
+  if (argc >= 3 && std::strcmp(argv[1], "--realloc-after") == 0)
+    return reallocAfterMode(std::atol(argv[2]));
   if (argc >= 2 && std::strcmp(argv[1], "--async") == 0) return asyncMode();
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-export") == 0) return ipcExport(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--ipc-import") == 0) return ipcImport(argv[2]);

@@ -15,12 +15,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "common/gpu_test.h"
-#include "common/shell.h"
 #include "detrace/db/reader.h"
 #include "detrace/db/run.h"
 #include "detrace/kernels/digest.h"
 #include "detrace/tracer/launch_params.h"
+
+#include "common/gpu_test.h"
+#include "common/shell.h"
 
 namespace detrace {
 namespace {
@@ -57,8 +58,8 @@ void loadRun(DeepRun& out);
 // Records the app (`app_args`, default: the main mode writing into the test's directory) with
 // `deep` (and `record_args`, more options of `detrace record`) and loads its kernels with their
 // deep records.
-void recordApp(const std::string& tag, const std::string& deep, DeepRun& out, std::string app_args = "",
-               const std::string& record_args = "") {
+void recordApp(const std::string& tag, const std::string& deep, DeepRun& out,
+               std::string app_args = "", const std::string& record_args = "") {
   std::string base = tempDir(tag);
   out.dir = base + "/run";
   if (app_args.empty()) app_args = base + " --seed 12345";
@@ -191,7 +192,8 @@ TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
   ASSERT_EQ(plain.status, 0) << plain.out;
   if (nonzeroAfterRealloc(plain.out) <= 0) {
     GTEST_SKIP() << "without the tracer the driver did not hand the freed memory back here, so a "
-                    "zero fill cannot be told from fresh memory:\n" << plain.out;
+                    "zero fill cannot be told from fresh memory:\n"
+                 << plain.out;
   }
   std::string base = tempDir("failed");
   testing::ShellOutput o = testing::runShell(fmt::format(
@@ -199,10 +201,12 @@ TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
       DETRACE_BINARY_DIR, base, app));
   EXPECT_EQ(o.status, 0) << o.out;
   ASSERT_NE(o.out.find("cannot record this process"), std::string::npos) << o.out;
-  EXPECT_GT(nonzeroAfterRealloc(o.out), 0) << "memory was zero-filled after the recording failed:\n" << o.out;
+  EXPECT_GT(nonzeroAfterRealloc(o.out), 0) << "memory was zero-filled after the recording failed:\n"
+                                           << o.out;
   // The same program recorded: the fill is there (so the check above can fail).
-  testing::ShellOutput ok = testing::runShell(fmt::format(
-      "{}/replay/detrace record -o {}/run-ok --deep launches:0: -- {} 0", DETRACE_BINARY_DIR, base, app));
+  testing::ShellOutput ok = testing::runShell(
+      fmt::format("{}/replay/detrace record -o {}/run-ok --deep launches:0: -- {} 0",
+                  DETRACE_BINARY_DIR, base, app));
   ASSERT_EQ(ok.status, 0) << ok.out;
   EXPECT_EQ(nonzeroAfterRealloc(ok.out), 0) << ok.out;
 }
@@ -377,7 +381,7 @@ TEST(DeepGpu, ALookBackWindowKeepsItsLaunchesWhenTheOpeningLaunchIsNotFingerprin
     std::vector<int> deep_fills;  // the fill values (fill_bytes' third parameter) fingerprinted
   };
   // deep_gpu_app --lookback: fill_bytes v = 1, 2, 3 (launches 0-2), opener (3), then (capture) a
-  // graph launch and fill_bytes v = 5, or (plain) fill_bytes v = 4 and 5, which --window leaves out.
+  // graph launch and fill_bytes v = 5, or (plain) fill_bytes v = 4 and 5, left out by --window.
   const Case cases[] = {
       {"capture", "kernel:opener@0-2+2", "", {2, 3, 5}},
       {"plain", "kernel:opener@0-2+1", "--window launches:0:3", {2, 3}},
@@ -392,8 +396,8 @@ TEST(DeepGpu, ALookBackWindowKeepsItsLaunchesWhenTheOpeningLaunchIsNotFingerprin
     int fills = 0;
     std::string listing;
     for (const Launch& l : run.kernels) {
-      listing += fmt::format("  {} {}: {} deep rows, params {}\n", l.event.seq, l.name, l.operands.size(),
-                             l.params ? l.params->layout : "none");
+      listing += fmt::format("  {} {}: {} deep rows, params {}\n", l.event.seq, l.name,
+                             l.operands.size(), l.params ? l.params->layout : "none");
       if (l.name.find("fill_bytes") == std::string::npos) continue;
       ++fills;
       if (!l.params) {

@@ -28,7 +28,7 @@ namespace detrace::tracer::deep {
 namespace {
 
 constexpr size_t kMaxLayouts = size_t{1} << 16;  // kernels whose parameter layout is remembered
-constexpr size_t kMaxTargets = 64;                // allocations digested per launch
+constexpr size_t kMaxTargets = 64;               // allocations digested per launch
 // Mapped pieces (PyTorch's expandable segments map 2 or 20 MiB at a time) are merged into the
 // contiguous run around a pointer up to this size: a tensor may span pieces, and a bound keeps
 // lookups and digests cheap.
@@ -98,9 +98,9 @@ AllocationMap& allocations() {
 
 // What the driver says of a function's parameters.
 enum class Layout : uint8_t {
-  kKnown,     // its layout (at least one parameter)
-  kNone,      // a kernel without parameters: nothing to fingerprint
-  kUnknown,   // neither query knows the handle (no cuFuncGetParamInfo before CUDA 12.4, ...)
+  kKnown,    // its layout (at least one parameter)
+  kNone,     // a kernel without parameters: nothing to fingerprint
+  kUnknown,  // neither query knows the handle (no cuFuncGetParamInfo before CUDA 12.4, ...)
 };
 
 struct CachedLayout {
@@ -570,15 +570,25 @@ bool readLaunch(CUpti_CallbackId cbid, const void* params, LaunchArgs& args,
     return false;
   }
   switch (layoutOf(args.f, layout)) {
-    case Layout::kKnown: break;
-    case Layout::kNone: counters().no_params += 1; return false;
-    case Layout::kUnknown: counters().no_layout += 1; return false;
+    case Layout::kKnown:
+      break;
+    case Layout::kNone:
+      counters().no_params += 1;
+      return false;
+    case Layout::kUnknown:
+      counters().no_layout += 1;
+      return false;
   }
   LaunchParamBytes packed = launchParamBytes(layout, args.kernel_params, args.extra);
   switch (packed.problem) {
-    case ParamsProblem::kNone: break;
-    case ParamsProblem::kMissing: counters().params_missing += 1; return false;
-    case ParamsProblem::kTooLarge: counters().params_too_large += 1; return false;
+    case ParamsProblem::kNone:
+      break;
+    case ParamsProblem::kMissing:
+      counters().params_missing += 1;
+      return false;
+    case ParamsProblem::kTooLarge:
+      counters().params_too_large += 1;
+      return false;
   }
   bytes = std::move(packed.bytes);
   return true;
@@ -596,8 +606,8 @@ void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
   std::vector<uint8_t> bytes;
   if (!readLaunch(cbid, params, args, layout, bytes)) return;
   size_t ignored = 0;
-  std::vector<OperandSpec> specs =
-      targetSpecs(deepTargets(layout, bytes, allocations(), kMaxTargets, kMaxMergedBytes, &ignored));
+  std::vector<OperandSpec> specs = targetSpecs(
+      deepTargets(layout, bytes, allocations(), kMaxTargets, kMaxMergedBytes, &ignored));
   Fingerprinter& fp = Fingerprinter::get();
   fp.attachParams(p.token, layoutText(layout), std::move(bytes));
   counters().launches += 1;

@@ -15,10 +15,10 @@
 // a runtime launch), driverExit() at its exit. Everything is counted; nothing throws.
 #pragma once
 
+#include <cstdint>
+
 #include <cuda.h>
 #include <cupti.h>
-
-#include <cstdint>
 
 #include "detrace/tracer/window_gate.h"
 

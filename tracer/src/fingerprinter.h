@@ -106,7 +106,8 @@ class Fingerprinter {
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   // Returns the bytes whose digests were queued (0 when none was: fingerprints off, a full ring,
   // an error).
-  int64_t enqueueDeep(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
+  int64_t enqueueDeep(uint64_t token, CUstream stream,
+                      const std::vector<OperandSpec>& specs) noexcept;
   // Deep window: the parameter layout (launch_params.h layoutText) and bytes of launch `token`,
   // written with its sequence number once it is known.
   void attachParams(uint64_t token, std::string layout, std::vector<uint8_t> bytes) noexcept;

@@ -2,11 +2,11 @@
 // bounded by kMaxParamBytes and max_targets.
 #include "detrace/tracer/launch_params.h"
 
-#include <cuda.h>  // CU_LAUNCH_PARAM_* (values only)
-
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+
+#include <cuda.h>  // CU_LAUNCH_PARAM_* (values only)
 
 namespace detrace::tracer {
 namespace {
@@ -61,7 +61,8 @@ ExtraBuffer extraBuffer(void* const* extra) {
   constexpr int kMaxEntries = 64;  // a list without its end marker is not followed further
   ExtraBuffer b;
   bool sized = false;
-  for (int i = 0; extra != nullptr && i < kMaxEntries && extra[0] != CU_LAUNCH_PARAM_END; ++i, extra += 2) {
+  for (int i = 0; extra != nullptr && i < kMaxEntries && extra[0] != CU_LAUNCH_PARAM_END;
+       ++i, extra += 2) {
     if (extra[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) b.data = static_cast<const uint8_t*>(extra[1]);
     if (extra[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[1] != nullptr) {
       b.size = *static_cast<const size_t*>(extra[1]);
@@ -92,8 +93,9 @@ struct PointerWord {
 // thrust and CUB pass it) rather than a pointer into the next allocation: the two cannot be told
 // apart (an output allocated right after its input looks the same), so it is kept, and its name
 // marked "?".
-std::vector<PointerWord> pointerWords(const std::vector<ParamInfo>& layout, const std::vector<uint8_t>& packed,
-                                      const AllocationMap& map, uint64_t max_merged) {
+std::vector<PointerWord> pointerWords(const std::vector<ParamInfo>& layout,
+                                      const std::vector<uint8_t>& packed, const AllocationMap& map,
+                                      uint64_t max_merged) {
   std::vector<PointerWord> words;
   uint64_t previous_end = 0;  // where the previous pointer word's allocation ends
   for (size_t i = 0; i < layout.size(); ++i) {
@@ -142,7 +144,8 @@ void absorbOverlapping(std::vector<TargetWords>& targets, size_t at) {
     }
     const size_t keep = std::min(at, j), gone = std::max(at, j);
     targets[keep].alloc = unite(targets[keep].alloc, targets[gone].alloc);
-    targets[keep].words.insert(targets[keep].words.end(), targets[gone].words.begin(), targets[gone].words.end());
+    targets[keep].words.insert(targets[keep].words.end(), targets[gone].words.begin(),
+                               targets[gone].words.end());
     targets.erase(targets.begin() + static_cast<std::ptrdiff_t>(gone));
     at = keep;
     j = 0;
@@ -174,7 +177,8 @@ std::vector<uint8_t> packParams(const std::vector<ParamInfo>& layout, void* cons
 
 uint64_t layoutExtent(const std::vector<ParamInfo>& layout) {
   uint64_t extent = 0;
-  for (const ParamInfo& p : layout) extent = std::max<uint64_t>(extent, uint64_t{p.offset} + p.size);
+  for (const ParamInfo& p : layout)
+    extent = std::max<uint64_t>(extent, uint64_t{p.offset} + p.size);
   return extent;
 }
 
@@ -198,13 +202,15 @@ LaunchParamBytes launchParamBytes(const std::vector<ParamInfo>& layout, void* co
 
 std::vector<DeepTarget> deepTargets(const std::vector<ParamInfo>& layout,
                                     const std::vector<uint8_t>& packed, const AllocationMap& map,
-                                    size_t max_targets, uint64_t max_merged, size_t* words_ignored) {
+                                    size_t max_targets, uint64_t max_merged,
+                                    size_t* words_ignored) {
   std::vector<PointerWord> words = pointerWords(layout, packed, map, max_merged);
   std::vector<TargetWords> targets;
   size_t ignored = 0;
   for (size_t w = 0; w < words.size(); ++w) {
-    auto into = std::find_if(targets.begin(), targets.end(),
-                             [&](const TargetWords& t) { return overlap(t.alloc, words[w].alloc); });
+    auto into = std::find_if(targets.begin(), targets.end(), [&](const TargetWords& t) {
+      return overlap(t.alloc, words[w].alloc);
+    });
     if (into == targets.end()) {
       if (targets.size() < max_targets) {
         targets.push_back({words[w].alloc, {w}});

@@ -264,7 +264,8 @@ Status checkCaptureOptions(const RecordOptions& options) {
                          ? ": 0 would copy nothing; for fingerprints alone use --capture digest"
                          : "");
   }
-  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() || options.max_capture_bytes)) {
+  if (!full && (!options.capture_ops.empty() || !options.capture_range.empty() ||
+                options.max_capture_bytes)) {
     return makeError(ErrorCode::kInvalidArgument,
                      "--capture-ops, --capture-range and --max-capture-bytes choose what --capture "
                      "full copies; add --capture full");
