@@ -26,7 +26,8 @@
 //                                    prints "vmm_sync R" (the synchronize's result) and
 //                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
 //   deep_gpu_app --realloc-after MS  one launch (the tracer starts recording at it), a pause of MS
-//                                    milliseconds, then step 1 alone ("nonzero_after_realloc N");
+//                                    milliseconds, then --async's allocations
+//                                    ("nonzero_after_realloc N");
 //   deep_gpu_app --managed           64 MiB of managed memory, its first 4096 bytes set to 3 by
 //                                    the host, summed by sum_bytes: prints "managed_sum N" (12288);
 //   deep_gpu_app --counts            no_params (a kernel without parameters), fill_bytes over a
@@ -149,7 +150,9 @@ bool writeFile(const std::string& path, const void* data, size_t n) {
 
 constexpr size_t kIpcBytes = size_t{1} << 20;
 
-int asyncMode() {
+// Step 1 with stream-ordered allocations: the pool hands the freed memory back at once (a
+// cudaMalloc after a cudaFree may get fresh, zeroed pages: it did on an H100 with driver 580).
+int asyncNonzeroAfterRealloc(unsigned long long& nonzero) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   uint8_t* p = nullptr;
@@ -161,13 +164,19 @@ int asyncMode() {
   CK(cudaMallocAsync(reinterpret_cast<void**>(&count), sizeof *count, s));
   CK(cudaMemsetAsync(count, 0, sizeof *count, s));
   count_nonzero<<<256, 256, 0, s>>>(p, kScratch, count);
-  unsigned long long nonzero = 0;
   CK(cudaMemcpyAsync(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost, s));
   CK(cudaStreamSynchronize(s));
-  std::printf("nonzero_after_realloc %llu\n", nonzero);
   CK(cudaFreeAsync(p, s));
   CK(cudaFreeAsync(count, s));
   CK(cudaStreamSynchronize(s));
+  CK(cudaStreamDestroy(s));
+  return 0;
+}
+
+int asyncMode() {
+  unsigned long long nonzero = 0;
+  if (asyncNonzeroAfterRealloc(nonzero) != 0) return 1;
+  std::printf("nonzero_after_realloc %llu\n", nonzero);
   return 0;
 }
 
@@ -331,23 +340,6 @@ int lookbackMode(const std::string& mode) {
 }
 
 // Step 1: a fresh 4 MiB allocation after a free of one filled with 0xAB; its nonzero bytes.
-int nonzeroAfterRealloc(unsigned long long& nonzero) {
-  uint8_t* scratch = nullptr;
-  CK(cudaMalloc(&scratch, kScratch));
-  fill_bytes<<<256, 256>>>(scratch, kScratch, 0xAB);
-  CK(cudaDeviceSynchronize());
-  CK(cudaFree(scratch));
-  CK(cudaMalloc(&scratch, kScratch));
-  unsigned long long* count = nullptr;
-  CK(cudaMalloc(&count, sizeof *count));
-  CK(cudaMemset(count, 0, sizeof *count));
-  count_nonzero<<<256, 256>>>(scratch, kScratch, count);
-  CK(cudaMemcpy(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost));
-  CK(cudaFree(count));
-  CK(cudaFree(scratch));
-  return 0;
-}
-
 int reallocAfterMode(long ms) {
   uint8_t* p = nullptr;
   CK(cudaMalloc(&p, 256));
@@ -357,7 +349,7 @@ int reallocAfterMode(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
   nanosleep(&ts, nullptr);
   unsigned long long nonzero = 0;
-  if (nonzeroAfterRealloc(nonzero) != 0) return 1;
+  if (asyncNonzeroAfterRealloc(nonzero) != 0) return 1;
   std::printf("nonzero_after_realloc %llu\n", nonzero);
   return 0;
 }

@@ -184,15 +184,16 @@ long long nonzeroAfterRealloc(const std::string& out) {
 // A process whose recording failed runs on unrecorded, as it would without the tracer: its new
 // allocations are no longer zero-filled (nor synchronised for the fill). A file-size limit of
 // 64 KiB leaves no room for the trace; the app waits 2 s after its first launch, long enough for
-// the tracer to learn that, before it allocates, frees and allocates again.
+// the tracer to learn that, before it allocates, frees and allocates again (cudaMallocAsync: the
+// pool hands the same memory back, where cudaMalloc may give fresh, zeroed pages).
 TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
   DETRACE_REQUIRE_GPU();
   const std::string app = fmt::format("{}/tests/deep_gpu_app --realloc-after", DETRACE_BINARY_DIR);
   testing::ShellOutput plain = testing::runShell(app + " 0");
   ASSERT_EQ(plain.status, 0) << plain.out;
   if (nonzeroAfterRealloc(plain.out) <= 0) {
-    GTEST_SKIP() << "without the tracer the driver did not hand the freed memory back here, so a "
-                    "zero fill cannot be told from fresh memory:\n"
+    GTEST_SKIP() << "without the tracer the stream-ordered pool did not hand the freed memory "
+                    "back here, so a zero fill cannot be told from fresh memory:\n"
                  << plain.out;
   }
   std::string base = tempDir("failed");
