@@ -340,6 +340,31 @@ TEST(ReorderBuffer, AGraphOfNoRecordsHoldsNothingBackAndAForgottenGraphsCountGoe
   EXPECT_EQ(rb.stats().unmatched, 0);
 }
 
+// A graph destroyed while a launch of it still waits for its records (its count unknown): that
+// launch, written at its timeout, learns nothing for the address, which a new graph may now have.
+TEST(ReorderBuffer, AGraphForgottenWhileItsLaunchWaitsLeavesNoCountForItsAddress) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  ApiLaunch h = launch(30, 200);
+  h.is_graph = true;
+  h.graph_key = 0xdef;
+  h.expected_activities = kRecordsUnknown;
+  rb.addLaunch(h);
+  for (int64_t start : {3000, 3001}) rb.addActivity(kernel(30, start));
+  rb.forgetGraph(0xdef);  // destroyed before its launch is written
+  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
+  ASSERT_EQ(rb.stats().timed_out, 1);
+  const size_t before = sink.rows.size();
+  h.correlation_id = 31;
+  h.cpu_ns = ReorderOptions{}.timeout_ns + 1000;
+  rb.addLaunch(h);  // a new graph at the same address, with 3 records
+  for (int64_t start : {9000, 9001, 9002}) rb.addActivity(kernel(31, start));
+  EXPECT_EQ(sink.rows.size(), before) << "written before its third record came: the old graph's count was learnt";
+  rb.flush();
+  EXPECT_EQ(sink.rows.size(), before + 3);
+  EXPECT_EQ(rb.stats().unmatched, 0);
+}
+
 // A graph with conditional nodes (kRecordsVary: a while loop's body runs as often as the GPU
 // decides) gives each launch its own number of records. No launch's count is learnt for the next:
 // each launch keeps all its records, more or fewer than the launch before, and none is split off

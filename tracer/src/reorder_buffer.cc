@@ -683,7 +683,8 @@ void ReorderBuffer::writeHeadLocked(Reason reason) {
     // A graph whose record count was unknown: remember what arrived for its next launch. (Not
     // one whose count varies: the next launch may run more kernels, or fewer.)
     if (head.launch.is_graph && head.launch.expected_activities == kRecordsUnknown &&
-        head.received > 0 && graph_records_.size() < options_.max_remembered_graphs) {
+        !head.graph_forgotten && head.received > 0 &&
+        graph_records_.size() < options_.max_remembered_graphs) {
       graph_records_.emplace(head.launch.graph_key, static_cast<int32_t>(head.received));
     }
     for (uint64_t id : head.correlation_ids) {
@@ -1004,7 +1005,11 @@ void ReorderBuffer::setDropUnmatched(bool on) {
 
 void ReorderBuffer::forgetGraph(uint64_t graph_key) {
   std::lock_guard lk(mu_);
+  drainIngressLocked();
   graph_records_.erase(graph_key);
+  for (Slot& slot : pending_) {
+    if (slot.launch.is_graph && slot.launch.graph_key == graph_key) slot.graph_forgotten = true;
+  }
 }
 
 void ReorderBuffer::setPlaceRecords(bool on) {

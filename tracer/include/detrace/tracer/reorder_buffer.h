@@ -302,8 +302,9 @@ class ReorderBuffer {
   void setDropUnmatched(bool on);
   // ReorderOptions::place_records, changed at a capture start (held records are written first).
   void setPlaceRecords(bool on);
-  // An executable graph is destroyed: the record count learnt for its key is forgotten (a new
-  // graph may be made at its address).
+  // An executable graph is destroyed: the record count learnt for its key is forgotten, and a
+  // launch of it still waiting learns none at its timeout (a new graph may be made at its
+  // address).
   void forgetGraph(uint64_t graph_key);
   // A library call's window opens (open = true) or closes at the marker call whose correlation id
   // is `position` (placement by correlation id: held records inside it take `op_token` as their
@@ -330,6 +331,7 @@ class ReorderBuffer {
     std::vector<int64_t> own_starts;  // graphs: GPU starts of the tracer's own kernels
     int64_t received = 0;             // graphs: records that arrived (kept, dropped or own)
     std::optional<LibraryOp> op;
+    bool graph_forgotten = false;  // its graph was destroyed while it waited: learns no count
     uint64_t place = 0;  // placement: where it goes among the records (placeSlotLocked)
   };
   enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
