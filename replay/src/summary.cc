@@ -116,6 +116,33 @@ void deepWarnings(const RankSummary& r, std::string& out) {
         "writing may differ between runs",
         r.info.rank, failed);
   }
+  if (int64_t n = stat(r, "deep_zero_fill_skipped_managed") +
+                  stat(r, "deep_zero_fill_skipped_graph_capture");
+      n > 0) {
+    out += fmt::format(
+        "\nwarning: rank {}: {} allocation(s) were not zero-filled (managed memory, or made while "
+        "a stream was being captured): memory the program reads before writing may differ "
+        "between runs",
+        r.info.rank, n);
+  }
+  if (int64_t n = stat(r, "deep_params_missing") + stat(r, "deep_params_too_large"); n > 0) {
+    out += fmt::format(
+        "\nwarning: rank {}: {} deep launch(es) passed parameters the tracer could not read "
+        "(none given, or more than a launch may pass) and were not fingerprinted",
+        r.info.rank, n);
+  }
+  if (int64_t n = stat(r, "deep_pointer_words_ignored"); n > 0) {
+    out += fmt::format(
+        "\nwarning: rank {}: {} pointer argument(s) reached past the first 64 allocations of "
+        "their launch and were not digested",
+        r.info.rank, n);
+  }
+  if (int64_t n = stat(r, "deep_allocations_refused"); n > 0) {
+    out += fmt::format(
+        "\nwarning: rank {}: {} allocation(s) could not be tracked (the allocation map was "
+        "full): pointers into them were not digested",
+        r.info.rank, n);
+  }
   if (int64_t n = stat(r, "deep_no_param_layout"); n > 0) {
     out += fmt::format(
         "\nwarning: rank {}: {} deep launch(es) had no parameter layout from the driver "

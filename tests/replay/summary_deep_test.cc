@@ -94,12 +94,29 @@ TEST(SummaryDeep, WarnsAboutWhatTheWindowLost) {
   testing::TempDir dir;
   writeRank(dir.file("proc-42.dtrace"),
             {{"deep_launches", 10}, {"deep_params_lost", 2}, {"fingerprints_skipped_ring_full", 3},
-             {"deep_zero_fill_failed", 1}, {"deep_no_param_layout", 4}},
+             {"deep_zero_fill_failed", 1}, {"deep_no_param_layout", 4},
+             {"deep_zero_fill_skipped_managed", 2}, {"deep_zero_fill_skipped_graph_capture", 5},
+             {"deep_params_missing", 6}, {"deep_params_too_large", 1},
+             {"deep_pointer_words_ignored", 9}, {"deep_allocations_refused", 11}},
             true);
   std::string text = info(dir.path().string());
   EXPECT_NE(text.find("lost 5 deep-window record(s)"), std::string::npos) << text;
   EXPECT_NE(text.find("could not zero-fill 1 allocation(s)"), std::string::npos) << text;
   EXPECT_NE(text.find("4 deep launch(es) had no parameter layout"), std::string::npos) << text;
+  EXPECT_NE(text.find("7 allocation(s) were not zero-filled (managed memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("7 deep launch(es) passed parameters the tracer could not read"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("9 pointer argument(s) reached past the first 64"), std::string::npos) << text;
+  EXPECT_NE(text.find("11 allocation(s) could not be tracked"), std::string::npos) << text;
+}
+
+// A deep window that lost nothing warns of nothing.
+TEST(SummaryDeep, AWindowThatLostNothingWarnsOfNothing) {
+  testing::TempDir dir;
+  writeRank(dir.file("proc-42.dtrace"),
+            {{"deep_launches", 10}, {"deep_targets", 12}, {"deep_launches_without_params", 3}}, true);
+  std::string text = info(dir.path().string());
+  EXPECT_EQ(text.find("warning"), std::string::npos) << text;
 }
 
 TEST(SummaryDeep, RunsWithoutADeepWindowSayNothingOfIt) {
