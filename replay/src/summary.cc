@@ -3,6 +3,7 @@
 #include "detrace/replay/deep_diff.h"
 
 #include <ctime>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -99,55 +100,46 @@ std::string deepLines(const RunSummary& s) {
   return out;
 }
 
-// What went missing in a deep window: each is a reason the diff may not name the kernel.
+// What went missing in a deep window: each is a reason the diff may not name the kernel. Each
+// warning adds up its stats and takes the rank and that sum.
+struct DeepWarning {
+  std::vector<const char*> stats;
+  const char* text;
+};
+
+const std::vector<DeepWarning>& deepWarningTable() {
+  static const std::vector<DeepWarning> table = {
+      {{"deep_params_lost", "fingerprints_skipped_ring_full", "fingerprints_lost"},
+       "rank {} lost {} deep-window record(s) (parameters or digests): the window produced more "
+       "than the tracer could keep up with; record a smaller --deep window"},
+      {{"deep_zero_fill_failed"},
+       "rank {} could not zero-fill {} allocation(s): memory the program reads before writing may "
+       "differ between runs"},
+      {{"deep_zero_fill_skipped_managed", "deep_zero_fill_skipped_graph_capture"},
+       "rank {}: {} allocation(s) were not zero-filled (managed memory, or made while a stream was "
+       "being captured): memory the program reads before writing may differ between runs"},
+      {{"deep_params_missing", "deep_params_too_large"},
+       "rank {}: {} deep launch(es) passed parameters the tracer could not read (none given, or "
+       "more than a launch may pass) and were not fingerprinted"},
+      {{"deep_pointer_words_ignored"},
+       "rank {}: {} pointer argument(s) reached past the first 64 allocations of their launch and "
+       "were not digested"},
+      {{"deep_allocations_refused"},
+       "rank {}: {} allocation(s) could not be tracked (the allocation map was full): pointers "
+       "into them were not digested"},
+      {{"deep_no_param_layout"},
+       "rank {}: {} deep launch(es) had no parameter layout from the driver (cuFuncGetParamInfo) "
+       "and were not fingerprinted"},
+  };
+  return table;
+}
+
 void deepWarnings(const RankSummary& r, std::string& out) {
   if (r.meta.count("deep_window") == 0) return;
-  int64_t lost = stat(r, "deep_params_lost") + stat(r, "fingerprints_skipped_ring_full") +
-                 stat(r, "fingerprints_lost");
-  if (lost > 0) {
-    out += fmt::format(
-        "\nwarning: rank {} lost {} deep-window record(s) (parameters or digests): the window "
-        "produced more than the tracer could keep up with; record a smaller --deep window",
-        r.info.rank, lost);
-  }
-  if (int64_t failed = stat(r, "deep_zero_fill_failed"); failed > 0) {
-    out += fmt::format(
-        "\nwarning: rank {} could not zero-fill {} allocation(s): memory the program reads before "
-        "writing may differ between runs",
-        r.info.rank, failed);
-  }
-  if (int64_t n = stat(r, "deep_zero_fill_skipped_managed") +
-                  stat(r, "deep_zero_fill_skipped_graph_capture");
-      n > 0) {
-    out += fmt::format(
-        "\nwarning: rank {}: {} allocation(s) were not zero-filled (managed memory, or made while "
-        "a stream was being captured): memory the program reads before writing may differ "
-        "between runs",
-        r.info.rank, n);
-  }
-  if (int64_t n = stat(r, "deep_params_missing") + stat(r, "deep_params_too_large"); n > 0) {
-    out += fmt::format(
-        "\nwarning: rank {}: {} deep launch(es) passed parameters the tracer could not read "
-        "(none given, or more than a launch may pass) and were not fingerprinted",
-        r.info.rank, n);
-  }
-  if (int64_t n = stat(r, "deep_pointer_words_ignored"); n > 0) {
-    out += fmt::format(
-        "\nwarning: rank {}: {} pointer argument(s) reached past the first 64 allocations of "
-        "their launch and were not digested",
-        r.info.rank, n);
-  }
-  if (int64_t n = stat(r, "deep_allocations_refused"); n > 0) {
-    out += fmt::format(
-        "\nwarning: rank {}: {} allocation(s) could not be tracked (the allocation map was "
-        "full): pointers into them were not digested",
-        r.info.rank, n);
-  }
-  if (int64_t n = stat(r, "deep_no_param_layout"); n > 0) {
-    out += fmt::format(
-        "\nwarning: rank {}: {} deep launch(es) had no parameter layout from the driver "
-        "(cuFuncGetParamInfo) and were not fingerprinted",
-        r.info.rank, n);
+  for (const DeepWarning& w : deepWarningTable()) {
+    int64_t n = 0;
+    for (const char* name : w.stats) n += stat(r, name);
+    if (n > 0) out += "\nwarning: " + fmt::format(fmt::runtime(w.text), r.info.rank, n);
   }
 }
 
