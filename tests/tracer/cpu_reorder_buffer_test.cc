@@ -301,6 +301,33 @@ TEST(ReorderBuffer, GraphLaunchExpandsInGpuOrderAndLearnsItsSize) {
   EXPECT_EQ(rb.stats().timed_out, 1);
 }
 
+// A launch of the graph at 0xdef whose count is unknown gets 2 records and is written at its
+// timeout; the graph is destroyed (forgetGraph) before that or after. Then a new graph made at
+// that address gets 3 records: it must not be cut after 2, a count learnt from the old one.
+void expectAGraphAtAForgottenAddressKeepsItsRecords(bool forget_while_waiting) {
+  FakeSink sink;
+  ReorderBuffer rb(sink);
+  ApiLaunch h = launch(30, 200);
+  h.is_graph = true;
+  h.graph_key = 0xdef;
+  h.expected_activities = kRecordsUnknown;
+  rb.addLaunch(h);
+  for (int64_t start : {3000, 3001}) rb.addActivity(kernel(30, start));
+  if (forget_while_waiting) rb.forgetGraph(0xdef);
+  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
+  ASSERT_EQ(rb.stats().timed_out, 1);
+  if (!forget_while_waiting) rb.forgetGraph(0xdef);
+  const size_t before = sink.rows.size();
+  h.correlation_id = 31;
+  h.cpu_ns = ReorderOptions{}.timeout_ns + 1000;
+  rb.addLaunch(h);
+  for (int64_t start : {9000, 9001, 9002}) rb.addActivity(kernel(31, start));
+  EXPECT_EQ(sink.rows.size(), before) << "written before its third record came: the old graph's count was used";
+  rb.flush();
+  EXPECT_EQ(sink.rows.size(), before + 3);
+  EXPECT_EQ(rb.stats().unmatched, 0);
+}
+
 // A graph with no kernel, copy or memset node (host or event nodes only, or empty) gives no
 // record: its launch is complete when it is taken, and holds nothing behind it. A graph destroyed
 // takes the record count learnt for its address with it (forgetGraph): a new graph made there
@@ -317,52 +344,13 @@ TEST(ReorderBuffer, AGraphOfNoRecordsHoldsNothingBackAndAForgottenGraphsCountGoe
   rb.addActivity(kernel(21, 500));
   EXPECT_EQ(sink.rows.size(), 2u) << "the kernel after the graph waited for it";
   EXPECT_EQ(rb.stats().timed_out, 0);
-
-  // Learn a count for 0xdef at a timeout (2 records), then forget it: the next launch of a graph
-  // at that address (3 records) is not cut after its first 2.
-  ApiLaunch h = launch(30, 200);
-  h.is_graph = true;
-  h.graph_key = 0xdef;
-  h.expected_activities = -1;
-  rb.addLaunch(h);
-  for (int64_t start : {3000, 3001}) rb.addActivity(kernel(30, start));
-  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
-  ASSERT_EQ(rb.stats().timed_out, 1);
-  const size_t before = sink.rows.size();
-  rb.forgetGraph(0xdef);
-  h.correlation_id = 31;
-  h.cpu_ns = ReorderOptions{}.timeout_ns + 1000;
-  rb.addLaunch(h);
-  for (int64_t start : {9000, 9001, 9002}) rb.addActivity(kernel(31, start));
-  EXPECT_EQ(sink.rows.size(), before) << "written before its third record came";
-  rb.flush();
-  EXPECT_EQ(sink.rows.size(), before + 3);
-  EXPECT_EQ(rb.stats().unmatched, 0);
+  expectAGraphAtAForgottenAddressKeepsItsRecords(/*forget_while_waiting=*/false);
 }
 
 // A graph destroyed while a launch of it still waits for its records (its count unknown): that
 // launch, written at its timeout, learns nothing for the address, which a new graph may now have.
 TEST(ReorderBuffer, AGraphForgottenWhileItsLaunchWaitsLeavesNoCountForItsAddress) {
-  FakeSink sink;
-  ReorderBuffer rb(sink);
-  ApiLaunch h = launch(30, 200);
-  h.is_graph = true;
-  h.graph_key = 0xdef;
-  h.expected_activities = kRecordsUnknown;
-  rb.addLaunch(h);
-  for (int64_t start : {3000, 3001}) rb.addActivity(kernel(30, start));
-  rb.forgetGraph(0xdef);  // destroyed before its launch is written
-  rb.poll(200 + ReorderOptions{}.timeout_ns + 1);
-  ASSERT_EQ(rb.stats().timed_out, 1);
-  const size_t before = sink.rows.size();
-  h.correlation_id = 31;
-  h.cpu_ns = ReorderOptions{}.timeout_ns + 1000;
-  rb.addLaunch(h);  // a new graph at the same address, with 3 records
-  for (int64_t start : {9000, 9001, 9002}) rb.addActivity(kernel(31, start));
-  EXPECT_EQ(sink.rows.size(), before) << "written before its third record came: the old graph's count was learnt";
-  rb.flush();
-  EXPECT_EQ(sink.rows.size(), before + 3);
-  EXPECT_EQ(rb.stats().unmatched, 0);
+  expectAGraphAtAForgottenAddressKeepsItsRecords(/*forget_while_waiting=*/true);
 }
 
 // A graph with conditional nodes (kRecordsVary: a while loop's body runs as often as the GPU
