@@ -1,7 +1,8 @@
 // A small CUDA program for the deep-window GPU test (gpu_deep_test.cc):
 //   1. allocates 4 MiB, fills it with 0xAB, frees it and allocates 4 MiB again, then counts the
 //      nonzero bytes of the new allocation (the driver usually hands the same memory back: without
-//      deep mode's zero fill the old bytes show through) and prints "nonzero_after_realloc N";
+//      deep mode's zero fill the old bytes show through) and prints "nonzero_after_realloc N" and
+//      "same_address 0|1" (whether it got the freed block's address back);
 //   2. fills A (wide-magnitude floats from --seed), runs axpy_struct, whose only parameter is a
 //      struct holding the input and output pointers, B = 3 A + 1;
 //   3. racy_bins: every block waits a GPU-clock-dependent moment, then adds its elements of A into
@@ -27,7 +28,8 @@
 //                                    "vmm_byte 0xNN" (a byte of A): 0 and 0xab when nothing broke.
 //   deep_gpu_app --realloc-after MS  one launch (the tracer starts recording at it), a pause of MS
 //                                    milliseconds, then --async's allocations
-//                                    ("nonzero_after_realloc N");
+//                                    ("nonzero_after_realloc N", "same_address 0|1": whether
+//                                    the pool handed the freed block back);
 //   deep_gpu_app --managed           64 MiB of managed memory, its first 4096 bytes set to 3 by
 //                                    the host, summed by sum_bytes: prints "managed_sum N" (12288);
 //   deep_gpu_app --counts            no_params (a kernel without parameters), fill_bytes over a
@@ -152,14 +154,17 @@ constexpr size_t kIpcBytes = size_t{1} << 20;
 
 // Step 1 with stream-ordered allocations: the pool hands the freed memory back at once (a
 // cudaMalloc after a cudaFree may get fresh, zeroed pages: it did on an H100 with driver 580).
-int asyncNonzeroAfterRealloc(unsigned long long& nonzero) {
+// `same`: whether the second allocation got the first one's address (else its zeros say nothing).
+int asyncNonzeroAfterRealloc(unsigned long long& nonzero, bool& same) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   uint8_t* p = nullptr;
   CK(cudaMallocAsync(reinterpret_cast<void**>(&p), kScratch, s));
   fill_bytes<<<256, 256, 0, s>>>(p, kScratch, 0xAB);
   CK(cudaFreeAsync(p, s));
+  uint8_t* const first = p;
   CK(cudaMallocAsync(reinterpret_cast<void**>(&p), kScratch, s));
+  same = p == first;
   unsigned long long* count = nullptr;
   CK(cudaMallocAsync(reinterpret_cast<void**>(&count), sizeof *count, s));
   CK(cudaMemsetAsync(count, 0, sizeof *count, s));
@@ -175,8 +180,9 @@ int asyncNonzeroAfterRealloc(unsigned long long& nonzero) {
 
 int asyncMode() {
   unsigned long long nonzero = 0;
-  if (asyncNonzeroAfterRealloc(nonzero) != 0) return 1;
-  std::printf("nonzero_after_realloc %llu\n", nonzero);
+  bool same = false;
+  if (asyncNonzeroAfterRealloc(nonzero, same) != 0) return 1;
+  std::printf("nonzero_after_realloc %llu\nsame_address %d\n", nonzero, same ? 1 : 0);
   return 0;
 }
 
@@ -349,8 +355,9 @@ int reallocAfterMode(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
   nanosleep(&ts, nullptr);
   unsigned long long nonzero = 0;
-  if (asyncNonzeroAfterRealloc(nonzero) != 0) return 1;
-  std::printf("nonzero_after_realloc %llu\n", nonzero);
+  bool same = false;
+  if (asyncNonzeroAfterRealloc(nonzero, same) != 0) return 1;
+  std::printf("nonzero_after_realloc %llu\nsame_address %d\n", nonzero, same ? 1 : 0);
   return 0;
 }
 
@@ -378,6 +385,7 @@ int main(int argc, char** argv) {
   fill_bytes<<<256, 256>>>(scratch, kScratch, 0xAB);
   CK(cudaDeviceSynchronize());
   CK(cudaFree(scratch));
+  uint8_t* const first = scratch;
   CK(cudaMalloc(&scratch, kScratch));
   unsigned long long* count = nullptr;
   CK(cudaMalloc(&count, sizeof *count));
@@ -385,7 +393,7 @@ int main(int argc, char** argv) {
   count_nonzero<<<256, 256>>>(scratch, kScratch, count);
   unsigned long long nonzero = 0;
   CK(cudaMemcpy(&nonzero, count, sizeof nonzero, cudaMemcpyDeviceToHost));
-  std::printf("nonzero_after_realloc %llu\n", nonzero);
+  std::printf("nonzero_after_realloc %llu\nsame_address %d\n", nonzero, scratch == first ? 1 : 0);
 
   // 2-4.
   float *a = nullptr, *b = nullptr, *bins = nullptr, *d = nullptr;

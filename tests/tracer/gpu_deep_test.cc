@@ -107,13 +107,21 @@ const db::Operand* operand(const Launch& l, const std::string& name, db::Operand
   return nullptr;
 }
 
+// Whether deep_gpu_app's reallocation got the freed block's address back ("same_address 1"):
+// only then do its zeros say that it was filled, and its old bytes that it was not.
+bool sameAddress(const std::string& out) { return out.find("same_address 1\n") != std::string::npos; }
+
 TEST(DeepGpu, RecordsParametersAndTheMemoryEachLaunchReaches) {
   DETRACE_REQUIRE_GPU();
   DeepRun run;
   ASSERT_NO_FATAL_FAILURE(recordApp("all", "launches:0:", run));
   const db::TraceReader& r = *run.reader;
-  EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
-      << "fresh memory was not zero-filled:\n" << run.app_out;
+  if (sameAddress(run.app_out)) {
+    EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
+        << "fresh memory was not zero-filled:\n" << run.app_out;
+  } else {
+    std::printf("note: cudaMalloc gave the reallocation other memory: the zero fill is not shown\n");
+  }
   EXPECT_EQ(r.metaValue("deep_window"), "launches:0:");
 
   // axpy_struct's one parameter is a 24-byte struct {in, out, n, k}: both pointers are found.
@@ -185,14 +193,15 @@ long long nonzeroAfterRealloc(const std::string& out) {
 // allocations are no longer zero-filled (nor synchronised for the fill). A file-size limit of
 // 64 KiB leaves no room for the trace; the app waits 2 s after its first launch, long enough for
 // the tracer to learn that, before it allocates, frees and allocates again (cudaMallocAsync: the
-// pool hands the same memory back, where cudaMalloc may give fresh, zeroed pages).
+// pool may hand the same block back, where cudaMalloc gave fresh, zeroed pages on an H100). Each
+// run says whether it got the same block; where it did not, its bytes say nothing of a fill.
 TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
   DETRACE_REQUIRE_GPU();
   const std::string app = fmt::format("{}/tests/deep_gpu_app --realloc-after", DETRACE_BINARY_DIR);
-  testing::ShellOutput plain = testing::runShell(app + " 0");
+  testing::ShellOutput plain = testing::runShell(app + " 2000");
   ASSERT_EQ(plain.status, 0) << plain.out;
-  if (nonzeroAfterRealloc(plain.out) <= 0) {
-    GTEST_SKIP() << "without the tracer the stream-ordered pool did not hand the freed memory "
+  if (!sameAddress(plain.out) || nonzeroAfterRealloc(plain.out) <= 0) {
+    GTEST_SKIP() << "without the tracer the stream-ordered pool did not hand the freed block "
                     "back here, so a zero fill cannot be told from fresh memory:\n"
                  << plain.out;
   }
@@ -202,22 +211,38 @@ TEST(DeepGpu, NothingIsZeroFilledOnceTheRecordingHasFailed) {
       DETRACE_BINARY_DIR, base, app));
   EXPECT_EQ(o.status, 0) << o.out;
   ASSERT_NE(o.out.find("cannot record this process"), std::string::npos) << o.out;
+  if (!sameAddress(o.out)) {
+    // Seen on an H100 (driver 580): with the recording failed, the reallocation came back
+    // zeroed whether the fill ran or not (a mutant that kept filling gave the same).
+    GTEST_SKIP() << "under the failed recording the pool gave the reallocation other memory, so "
+                    "its bytes say nothing of a fill:\n"
+                 << o.out;
+  }
   EXPECT_GT(nonzeroAfterRealloc(o.out), 0) << "memory was zero-filled after the recording failed:\n"
                                            << o.out;
   // The same program recorded: the fill is there (so the check above can fail).
   testing::ShellOutput ok = testing::runShell(
-      fmt::format("{}/replay/detrace record -o {}/run-ok --deep launches:0: -- {} 0",
+      fmt::format("{}/replay/detrace record -o {}/run-ok --deep launches:0: -- {} 2000",
                   DETRACE_BINARY_DIR, base, app));
   ASSERT_EQ(ok.status, 0) << ok.out;
-  EXPECT_EQ(nonzeroAfterRealloc(ok.out), 0) << ok.out;
+  if (sameAddress(ok.out)) {
+    EXPECT_EQ(nonzeroAfterRealloc(ok.out), 0) << ok.out;
+  } else {
+    std::printf("note: the recorded run's reallocation got other memory: its fill is not shown\n");
+  }
 }
 
 TEST(DeepGpu, StreamOrderedAllocationsAreTrackedAndZeroFilledOnTheirStream) {
   DETRACE_REQUIRE_GPU();
   DeepRun run;
   ASSERT_NO_FATAL_FAILURE(recordApp("async", "launches:0:", run, "--async"));
-  EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
-      << "pool memory handed back by cudaMallocAsync was not zero-filled:\n" << run.app_out;
+  if (sameAddress(run.app_out)) {
+    EXPECT_NE(run.app_out.find("nonzero_after_realloc 0\n"), std::string::npos)
+        << "pool memory handed back by cudaMallocAsync was not zero-filled:\n" << run.app_out;
+  } else {
+    // Its zeros would say nothing: fresh memory is zero too.
+    std::printf("note: the pool gave the reallocation other memory: the zero fill is not shown\n");
+  }
   const Launch* count = run.first("count_nonzero");
   ASSERT_NE(count, nullptr);
   const db::Operand* pre = operand(*count, "arg0", db::OperandRole::kInput, *run.reader);
