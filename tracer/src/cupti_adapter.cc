@@ -365,12 +365,16 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
 }
 
 // The driver half of a runtime launch (cudaLaunchKernel calls cuLaunchKernel): the same launch,
-// another correlation id, kept as the runtime slot's alias.
+// another correlation id, kept as the runtime slot's alias. Its records carry that id, so the
+// alias is added even when a stop came since the runtime enter took the slot (startedBuffer, not
+// buffer(), which is null once capturing stops): without it the slot never gets its records and
+// holds the stop's wait (Session::stopCapture) for its whole 2 s, as the fast path's
+// t_in_flight.buffer already avoids for plain launches.
 void onDriverHalfEnter(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, Session& s) {
   const uint64_t runtime_token = t_nesting.runtimeToken();
   if (t_in_flight.active && t_in_flight.runtime) {
     if (t_in_flight.alias == 0) t_in_flight.alias = unwrapCorrelation(cb->correlationId);
-  } else if (ReorderBuffer* b = s.buffer(); b && runtime_token != 0) {
+  } else if (ReorderBuffer* b = s.startedBuffer(); b && runtime_token != 0) {
     b->addAlias(runtime_token, unwrapCorrelation(cb->correlationId));
   }
   deep::driverEnter(cbid, cb->functionParams, runtime_token);  // its CUfunction and parameters
@@ -538,8 +542,8 @@ void onLaunchExit(const CUpti_CallbackData* cb, const LaunchKind& kind, bool run
     }
   }
   if (ex.close_graph) Fingerprinter::get().endReplay(failed);  // after the graph: close its digests
-  if (failed && token != 0) {
-    if (ReorderBuffer* b = s.buffer()) b->launchFailed(token);
+  if (failed && token != 0) {  // its slot was taken in this buffer, maybe before a stop
+    if (ReorderBuffer* b = s.startedBuffer()) b->launchFailed(token);
   }
 }
 
