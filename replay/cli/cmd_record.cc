@@ -127,8 +127,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
     int64_t queue = 0;
     std::string capture = "digest";
     std::string capture_ops, capture_range, window, deep;
-    int64_t max_capture_bytes = 0;
-    bool max_capture_bytes_given = false;
+    std::optional<int64_t> max_capture_bytes;  // a 0 given is refused, not the default
     bool paused = false;
     bool launch_callbacks = false;
     std::string row_digests = "tokens";
@@ -156,19 +155,17 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "(default: every library op)");
   cmd->add_option("--capture-range", opts->capture_range,
                   "With --capture full: copy only library ops A <= op < B (A:B, A:, :B or A)");
-  CLI::Option* max_capture_bytes =
-      cmd->add_option(
-             "--max-capture-bytes", opts->max_capture_bytes,
-             "With --capture full: bytes copied per process at most, more than 0 (suffixes "
-             "K, M, G; default 1G); later operands keep their fingerprints only, and are "
-             "counted")
-          ->transform(CLI::Validator(
-              [](std::string& text) -> std::string {  // a sign would wrap around in AsSizeValue
-                if (!text.empty() && text.front() == '-')
-                  return "must be a positive size, e.g. 512M (got '" + text + "')";
-                return CLI::AsSizeValue(false)(text);
-              },
-              "SIZE"));
+  cmd->add_option("--max-capture-bytes", opts->max_capture_bytes,
+                  "With --capture full: bytes copied per process at most, more than 0 (suffixes "
+                  "K, M, G; default 1G); later operands keep their fingerprints only, and are "
+                  "counted")
+      ->transform(CLI::Validator(
+          [](std::string& text) -> std::string {  // a sign would wrap around in AsSizeValue
+            if (!text.empty() && text.front() == '-')
+              return "must be a positive size, e.g. 512M (got '" + text + "')";
+            return CLI::AsSizeValue(false)(text);
+          },
+          "SIZE"));
   cmd->add_option("--window", opts->window,
                   "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
                   "or launches:A:B (kernel launches; a library call in range is recorded too); default: "
@@ -204,9 +201,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
   cmd->footer(kRecordFooter);
-  cmd->callback([opts, max_capture_bytes, &run] {
-    opts->max_capture_bytes_given =
-        max_capture_bytes->count() > 0;  // 0 given is refused, not the default
+  cmd->callback([opts, &run] {
     run = [opts] {
       const auto& args = rawArgs();
       bool has_separator = std::find(args.begin(), args.end(), "--") != args.end();
@@ -223,7 +218,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.capture = opts->capture;
       options.capture_ops = opts->capture_ops;
       options.capture_range = opts->capture_range;
-      if (opts->max_capture_bytes_given) options.max_capture_bytes = opts->max_capture_bytes;
+      options.max_capture_bytes = opts->max_capture_bytes;
       options.window = opts->window;
       options.deep = opts->deep;
       options.paused = opts->paused;
