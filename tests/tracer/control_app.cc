@@ -4,6 +4,10 @@
 // each command with one line:
 //   call N        one ncclAllReduce of N elements (N identifies the call in the trace)  -> "ok"
 //   gemm M        one cublasSgemm_v2 of M x 1 x 1 (fake cuBLAS; M identifies it)        -> "ok"
+//   group-start / group-end   ncclGroupStart / ncclGroupEnd (calls between are recorded, and
+//                 completed with NCCL's choices, at the group's end)                     -> "ok"
+//   annotate-begin N  begins an annotated all-reduce of N elements (detrace/annotate.h)  -> "ok"
+//   annotate-end  ends the last one begun                                                 -> "ok"
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
 //   take-fds PATH as a daemon might: opens PATH and puts it on every descriptor above stderr
 //                 opened since main began (the tracer's included), closing what was there -> "ok N"
@@ -26,6 +30,8 @@
 
 #include <cublas_api.h>
 #include <nccl.h>
+
+#include "detrace/annotate.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -149,6 +155,7 @@ int main(int argc, char** argv) {
   auto* stream = reinterpret_cast<cudaStream_t>(0x1234);
   static char buf[64];
   cublasHandle_t blas = nullptr;
+  std::vector<uint64_t> annotations;  // tokens begun and not yet ended
   std::string line;
   while (readLine(line)) {
     if (line.rfind("call ", 0) == 0) {
@@ -165,6 +172,28 @@ int main(int argc, char** argv) {
                 cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, 1, 1, &one, a, m, b, 1, &zero, c, m) ==
                     CUBLAS_STATUS_SUCCESS;
       say(ok ? "ok" : "failed");
+    } else if (line == "group-start" || line == "group-end") {
+      say((line == "group-start" ? ncclGroupStart() : ncclGroupEnd()) == ncclSuccess ? "ok" : "failed");
+    } else if (line.rfind("annotate-begin ", 0) == 0) {
+      detrace_collective c = DETRACE_COLLECTIVE_INIT;
+      c.name = "custom_allreduce";
+      c.op = DETRACE_ALLREDUCE;
+      c.dtype = DETRACE_F32;
+      c.send = buf;
+      c.recv = buf + 32;
+      c.count = std::strtoull(line.c_str() + 15, nullptr, 10);
+      c.comm_id = 0xfeedull;
+      c.rank = 0;
+      c.nranks = 4;
+      c.stream = stream;
+      annotations.push_back(detrace_annotate_begin(&c));
+      say("ok");
+    } else if (line == "annotate-end") {
+      if (!annotations.empty()) {
+        detrace_annotate_end(annotations.back());
+        annotations.pop_back();
+      }
+      say("ok");
     } else if (line == "handle-term") {
       install(SIGTERM, onSigterm);
       say("ok");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -185,6 +186,51 @@ TEST(Attach, WindowCountsFromTheStart) {
   EXPECT_EQ(app.wait(), 0);
   EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{11, 12}));
   EXPECT_EQ(recordedSeqs(app.trace()), (std::vector<int64_t>{2, 3}));
+}
+
+// Calls under way when a stop comes (an NCCL group not yet ended, an annotated collective not yet
+// ended) were recorded while capturing: their ends still complete them during the stop's drain,
+// so they keep NCCL's choices, and the stop need not wait out its 2 s for them and write them
+// incomplete. (Before, their ends looked for the buffer that only a capturing process hands out.)
+TEST(Attach, CallsUnderWayAtAStopAreCompletedByTheirEnds) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  Output start = sh(app.attach(std::to_string(app.pid()) + " start --capture meta"));
+  ASSERT_EQ(start.status, 0) << start.out;
+  app.call(5);
+  EXPECT_EQ(app.send("group-start"), "ok");
+  app.call(7);     // inside the group: completed at its end
+  app.call(2000);  // above the fake's LL limit: Simple
+  EXPECT_EQ(app.send("annotate-begin 9"), "ok");
+  Output stop;
+  std::thread stopper([&] { stop = sh(app.attach(app.run() + " stop")); });
+  // Ends after the stop has begun (on a slow machine it may not have yet: then the ends come
+  // first and this test proves less, but cannot fail for it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(app.send("group-end"), "ok");
+  EXPECT_EQ(app.send("annotate-end"), "ok");
+  stopper.join();
+  ASSERT_EQ(stop.status, 0) << stop.out;
+  app.call(11);  // stopped: not recorded
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto colls = (*r)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  std::map<int64_t, db::Collective> by_count;
+  for (const auto& [seq, c] : *colls) by_count[c.count] = c;
+  ASSERT_EQ(by_count.size(), 4u) << "5, 7, 2000 and the annotated 9";
+  EXPECT_EQ(by_count.count(11), 0u);
+  EXPECT_EQ((*r)->str(by_count[5].proto), "LL");
+  EXPECT_EQ((*r)->str(by_count[7].proto), "LL") << "the group's end came after the stop began";
+  EXPECT_EQ((*r)->str(by_count[2000].proto), "Simple");
+  EXPECT_EQ((*r)->str(by_count[7].algo), "Ring");
+  EXPECT_EQ(by_count[9].op, db::CollOp::kAllReduce);
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ(stats->at("tracer_slots_incomplete_at_exit"), 0) << "nothing written without its end";
 }
 
 // Every refusal names its cause and the fix (bad pid, option misuse, --paused with --window, a

@@ -146,7 +146,9 @@ void end(uint64_t token) noexcept {
       setCurrentParent(open.saved_parent);
       closeParentWindow(open.token);
       fingerprintOperands(open.token, open.stream, open.outputs, /*inputs=*/false);
-      if (ReorderBuffer* buffer = Session::get().buffer()) buffer->completeLibraryOp(open.token);
+      // startedBuffer(): an op begun while capturing is completed even if a stop came since (the
+      // stop's drain waits for it); buffer() is null once capturing stops.
+      if (ReorderBuffer* buffer = Session::get().startedBuffer()) buffer->completeLibraryOp(open.token);
       if (open.token == token) return;
     }
   } catch (...) {

@@ -165,8 +165,10 @@ void onChoice(const NcclChoice& choice) noexcept {
 void complete(const Pending& p, const NcclChoice* choice, bool outputs) noexcept {
   try {
     if (outputs) fingerprintOperands(p.token, p.stream, p.outputs, /*inputs=*/false);
-    ReorderBuffer* buffer = Session::get().buffer();
-    db::TraceWriter* w = Session::get().writer();
+    // started*(), not buffer()/writer(): a call recorded while capturing is completed even when a
+    // stop came during it (the stop's drain waits for it; buffer() is null once capturing stops).
+    ReorderBuffer* buffer = Session::get().startedBuffer();
+    db::TraceWriter* w = Session::get().startedWriter();
     if (buffer == nullptr) return;
     int64_t algo = db::kUnset, proto = db::kUnset;
     if (choice && w) {
@@ -323,7 +325,7 @@ void discardSimulated() noexcept {
     for (auto it = t_group_seqs.rbegin(); it != t_group_seqs.rend(); ++it) {
       (void)Session::get().comms().returnSeq(it->first, it->second);
     }
-    if (ReorderBuffer* buffer = Session::get().buffer()) {
+    if (ReorderBuffer* buffer = Session::get().startedBuffer()) {  // a stop may have come since
       for (const Pending& p : t_pending) (void)buffer->discardLibraryOp(p.token);
     }
   } catch (...) {
