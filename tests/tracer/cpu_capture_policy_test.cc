@@ -289,6 +289,29 @@ TEST(WindowGate, KernelWindowOpensAtTheNthLaunchOfTheKernel) {
   EXPECT_FALSE(g.admitOp().record);
 }
 
+// CUDA gives kernel names mangled: a qualified NAME is looked for in its mangled form, so
+// `kernel:at::native::index_add` opens at PyTorch's kernel, whatever its template arguments and
+// parameters, and not at a kernel of another namespace that has the same last part.
+TEST(WindowGate, AQualifiedKernelNameMatchesItsMangledForm) {
+  auto w = parseWindow("kernel:at::native::index_add@0+0");
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_EQ(w->kernel_needle, "2at6native9index_add");
+  EXPECT_EQ(windowText(*w), "kernel:at::native::index_add@0+0") << "written back as given";
+  WindowGate g(*w);
+  EXPECT_FALSE(g.admitLaunch("_ZN5other6native9index_addEPfi")) << "another namespace";
+  EXPECT_FALSE(g.admitLaunch("_Z9index_addPfi")) << "not in at::native";
+  EXPECT_TRUE(g.admitLaunch("_ZN2at6native9index_addIfLi4EEEvPT_i"));
+  EXPECT_EQ(parseWindow("kernel:std::sort_kernel@0")->kernel_needle, "St11sort_kernel");
+  EXPECT_EQ(parseWindow("kernel:::racy@0")->kernel_needle, "racy") << "a leading :: is the global namespace";
+  EXPECT_EQ(parseWindow("kernel:racy_bins@0")->kernel_needle, "racy_bins") << "plain names as they are";
+  for (const char* bad : {"kernel:at::native::index_add<float>@0", "kernel:at::@0", "kernel:a::::b@0",
+                          "kernel:at::native::f(int)@0", "kernel:a::2b@0"}) {
+    auto b = parseWindow(bad);
+    ASSERT_FALSE(b.isOk()) << bad;
+    EXPECT_NE(b.status().message().find("plain identifier"), std::string::npos) << b.status().message();
+  }
+}
+
 TEST(WindowGate, KernelWindowThatLooksBackAdmitsEarlierLaunchesSpeculatively) {
   WindowGate g(*parseWindow("kernel:racy@1-2+1"));
   const char* names[] = {"fill", "racy", "fill", "axpy", "racy", "consume", "fill"};

@@ -122,6 +122,37 @@ Result<IndexRange> parseIndexRange(const std::string& raw) {
 
 namespace {
 
+// What a kernel window looks for in a launch's name, which CUDA gives mangled: a plain NAME as it
+// is; a qualified one (a::b::c, std::d) as the Itanium ABI encodes a nested name, each part after
+// its length (1a1b1c, St1d), which is how it appears inside the mangled name whatever follows
+// (template arguments, parameters). Its parts must be plain identifiers.
+Result<std::string> kernelNeedle(const std::string& raw, const std::string& name) {
+  std::string plain = name.rfind("::", 0) == 0 ? name.substr(2) : name;
+  if (plain.find("::") == std::string::npos) return plain;
+  std::string needle;
+  size_t from = 0;
+  for (bool first = true;; first = false) {
+    const size_t to = plain.find("::", from);
+    const std::string part = plain.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    const bool identifier = !part.empty() && !std::isdigit(static_cast<unsigned char>(part[0])) &&
+                            std::all_of(part.begin(), part.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                            });
+    if (!identifier) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "'{}': a qualified kernel name is matched through its mangled form, so each "
+                       "part between '::' must be a plain identifier ('{}' is not): leave out "
+                       "template arguments and parameters (at::native::index_add), or give the "
+                       "last part alone (index_add)",
+                       raw, part);
+    }
+    needle += first && part == "std" ? "St" : std::to_string(part.size()) + part;
+    if (to == std::string::npos) break;
+    from = to + 2;
+  }
+  return needle;
+}
+
 // "NAME@N" or "NAME@N+K" (after "kernel:").
 Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string& rest) {
   auto bad = [&] {
@@ -137,6 +168,9 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
   RecordWindow w;
   w.unit = RecordWindow::Unit::kKernel;
   w.kernel = rest.substr(0, at);
+  auto needle = kernelNeedle(raw, w.kernel);
+  if (!needle.isOk()) return needle.status();
+  w.kernel_needle = std::move(*needle);
   std::string nk = rest.substr(at + 1);
   size_t plus = nk.find('+');
   std::string nb = nk.substr(0, plus);

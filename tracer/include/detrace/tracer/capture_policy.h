@@ -50,6 +50,9 @@ struct RecordWindow {
   // and the `before` launches before it (deep windows only: those are fingerprinted
   // speculatively, and kept only once the named launch comes).
   std::string kernel;
+  // What is looked for in the launch's (mangled) name: `kernel` itself, or for a qualified name
+  // (at::native::foo) its nested-name encoding as the Itanium ABI mangles it (2at6native3foo).
+  std::string kernel_needle;
   int64_t before = 0;
 };
 
