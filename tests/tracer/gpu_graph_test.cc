@@ -773,6 +773,37 @@ TEST(TracerGraph, LaunchesAcrossStopsAndStartsKeepTheirOwnFingerprints) {
   if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 
+// A graph launched with one of its kernel nodes disabled for a while (cudaGraphNodeSetEnabled):
+// a disabled node gives no record, so the launches then wait for one record fewer. Had the count
+// stayed, each would have waited out its timeout; had it not come back on re-enabling, the
+// kernel's records would have gone unmatched.
+TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "--capture meta", "graph-disabled"));
+  ASSERT_EQ(r.app["node0"], 9) << r.log;
+  ASSERT_EQ(r.app["node1"], 6) << "the GPU ran the disabled node:\n" << r.log;
+  ASSERT_EQ(r.app["node2"], 9) << r.log;
+  std::map<int, int> by_node;
+  for (const db::Event& e : r.events) {
+    if (e.kind != db::EventKind::kKernel) continue;
+    const std::string name = r.reader->str(e.name);
+    for (int i = 0; i < 3; ++i) {
+      if (name.find(fmt::format("graph_node<{}>", i)) != std::string::npos) ++by_node[i];
+    }
+  }
+  EXPECT_EQ(by_node[0], 9) << r.log;
+  EXPECT_EQ(by_node[1], 6) << r.log;
+  EXPECT_EQ(by_node[2], 9) << r.log;
+  auto stats = r.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0) << "a launch waited for a record its graph no longer gives";
+  EXPECT_EQ((*stats)["tracer_activities_unmatched"], 0);
+  EXPECT_EQ((*stats)["tracer_activities_late"], 0);
+  EXPECT_EQ((*stats)["tracer_graph_launches_varying"], 0) << "every launch had a count";
+}
+
 TEST(TracerGraph, UnserializedLaunchesOfOneGraphNeverMixFingerprints) {
   DETRACE_REQUIRE_GPU();
   checkUnserializedLaunches("");

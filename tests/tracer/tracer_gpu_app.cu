@@ -12,7 +12,9 @@
 // `tracer_gpu_app reset` does the same on one thread around a cudaDeviceReset (resetMain);
 // `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
 // `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would;
-// `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain).
+// `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain);
+// `tracer_gpu_app graph-disabled DIR` launches a graph with one of its kernel nodes disabled for a
+// while (graphDisabledMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
@@ -342,12 +344,69 @@ int ncclCommsMain() {
   return 0;
 }
 
+// Counts its own launches in counts[I].
+template <int I>
+__global__ void graph_node(int* counts) {
+  if (threadIdx.x == 0) atomicAdd(&counts[I], 1);
+}
+
+// A graph built node by node: graph_node<0> -> graph_node<1> -> graph_node<2> -> a memset, launched
+// 3 times, then 3 times with graph_node<1> disabled (cudaGraphNodeSetEnabled), then 3 times with it
+// enabled again. DIR/graph.txt gets what the GPU counted ("node0 9", "node1 6", "node2 9") and
+// "launches 9".
+int graphDisabledMain(const std::string& dir) {
+  int* counts = nullptr;
+  int* scratch = nullptr;
+  cudaStream_t s = nullptr;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaMalloc(&counts, 3 * sizeof(int)));
+  CK(cudaMalloc(&scratch, 64));
+  CK(cudaMemset(counts, 0, 3 * sizeof(int)));
+  cudaGraph_t graph = nullptr;
+  CK(cudaGraphCreate(&graph, 0));
+  void* kernels[3] = {reinterpret_cast<void*>(graph_node<0>), reinterpret_cast<void*>(graph_node<1>),
+                      reinterpret_cast<void*>(graph_node<2>)};
+  cudaGraphNode_t nodes[4] = {};
+  void* args[1] = {&counts};
+  for (int i = 0; i < 3; ++i) {
+    cudaKernelNodeParams p{};
+    p.func = kernels[i];
+    p.gridDim = dim3(1);
+    p.blockDim = dim3(32);
+    p.kernelParams = args;
+    CK(cudaGraphAddKernelNode(&nodes[i], graph, i > 0 ? &nodes[i - 1] : nullptr, i > 0 ? 1 : 0, &p));
+  }
+  cudaMemsetParams m{};
+  m.dst = scratch;
+  m.value = 7;
+  m.elementSize = 1;
+  m.width = 64;
+  m.height = 1;
+  CK(cudaGraphAddMemsetNode(&nodes[3], graph, &nodes[2], 1, &m));
+  cudaGraphExec_t exec = nullptr;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int phase = 0; phase < 3; ++phase) {
+    if (phase > 0) CK(cudaGraphNodeSetEnabled(exec, nodes[1], phase == 2 ? 1 : 0));
+    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s));
+  }
+  CK(cudaStreamSynchronize(s));
+  int host[3] = {};
+  CK(cudaMemcpy(host, counts, sizeof host, cudaMemcpyDeviceToHost));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
+  if (f == nullptr) return 1;
+  std::fprintf(f, "node0 %d\nnode1 %d\nnode2 %d\nlaunches 9\n", host[0], host[1], host[2]);
+  return std::fclose(f) == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "held-cupti") == 0) return heldCuptiMain(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "reset") == 0) return resetMain();
   if (argc >= 2 && std::strcmp(argv[1], "nccl-comms") == 0) return ncclCommsMain();
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "graph-disabled") == 0) return graphDisabledMain(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";
     return graph_app::graphThreadsMain(argv[2], std::strcmp(how, "serialized") == 0,

@@ -44,6 +44,7 @@
 #include "detrace/tracer/correlation_ids.h"
 #include "detrace/tracer/cupti_decode.h"
 #include "detrace/tracer/flush_settle.h"
+#include "detrace/tracer/graph_record_counts.h"
 #include "detrace/tracer/launch_nesting.h"
 #include "detrace/tracer/name_cache.h"
 #include "self_launch.h"
@@ -184,8 +185,8 @@ std::mutex g_cache_mu;
 // Never destroyed, as g_pool.
 std::unordered_map<uint32_t, int32_t>& g_context_device =
     *new std::unordered_map<uint32_t, int32_t>();  // context uid -> device
-std::unordered_map<uint64_t, int32_t>& g_graph_records =
-    *new std::unordered_map<uint64_t, int32_t>();  // graph exec -> countGraphRecords
+// Each executable graph's records per launch (countGraphRecords, then its nodes' enabling).
+GraphRecordCounts& g_graph_records = *new GraphRecordCounts(kMaxGraphs);
 // The process's contexts (from their creation to their teardown): an exit or signal finished
 // from a thread with no current context still waits for their work (awaitContextWork).
 std::vector<CUcontext>& g_contexts = *new std::vector<CUcontext>();
@@ -337,11 +338,7 @@ int32_t deviceOfLocked(CUcontext ctx, uint32_t context_uid) {
 
 // kRecordsUnknown for a graph not counted (the table was full); kRecordsVary for one whose count
 // changes from launch to launch.
-int32_t expectedGraphRecords(uint64_t exec) {
-  std::lock_guard lk(g_cache_mu);
-  auto it = g_graph_records.find(exec);
-  return it == g_graph_records.end() ? kRecordsUnknown : it->second;
-}
+int32_t expectedGraphRecords(uint64_t exec) { return g_graph_records.expected(exec); }
 
 // True if `stream` is being captured into a CUDA graph (launches on it do not run now).
 bool isCapturing(int64_t stream) {
@@ -692,10 +689,7 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     int32_t records = countGraphRecords(g->graph, 0, graphs);
     // Library ops captured with their digests into this graph (or a child): its launches replay them.
     Fingerprinter::get().noteExec(reinterpret_cast<uint64_t>(g->graphExec), data->context, graphs);
-    std::lock_guard lk(g_cache_mu);
-    if (g_graph_records.size() < kMaxGraphs || g_graph_records.count(reinterpret_cast<uint64_t>(g->graphExec))) {
-      g_graph_records[reinterpret_cast<uint64_t>(g->graphExec)] = records;
-    }
+    g_graph_records.instantiated(reinterpret_cast<uint64_t>(g->graphExec), records);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr) return;
@@ -703,10 +697,7 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     Fingerprinter::get().forgetExec(exec);
     // Its record count goes with it: a graph made later at its address has its own, and the
     // table stays bounded by the executable graphs alive rather than by all ever made.
-    {
-      std::lock_guard lk(g_cache_mu);
-      g_graph_records.erase(exec);
-    }
+    g_graph_records.forget(exec);
     if (ReorderBuffer* b = Session::get().startedBuffer()) b->forgetGraph(exec);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPH_CLONED) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
@@ -731,10 +722,50 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
 // cuGraphExecUpdate (and the runtime's, which calls it): the executable graph gets another graph's
 // nodes, whose captured digests it would then share with that graph's own executable graph.
 void onGraphExecUpdate(const CUpti_CallbackData* cb) {
-  if (cb->callbackSite != CUPTI_API_ENTER || cb->functionParams == nullptr) return;
+  if (cb->functionParams == nullptr) return;
   // Both versions' parameters begin with hGraphExec, hGraph.
   const auto* p = static_cast<const cuGraphExecUpdate_v2_params*>(cb->functionParams);
-  Fingerprinter::get().noteExecUpdated(reinterpret_cast<uint64_t>(p->hGraphExec), p->hGraph);
+  const auto exec = reinterpret_cast<uint64_t>(p->hGraphExec);
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    Fingerprinter::get().noteExecUpdated(exec, p->hGraph);
+  } else if (cb->functionReturnValue && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
+    g_graph_records.updated(exec);
+  }
+}
+
+// cuGraphNodeSetEnabled (and the runtime's, which calls it): a disabled kernel, memcpy or memset
+// node gives no activity record, so the executable graph's record count follows its nodes' state,
+// read before the call and applied once the call succeeded.
+struct NodeEnabling {
+  bool was_known = false, was = true, gives_record = false;
+};
+thread_local NodeEnabling t_node_enabling;
+
+void onNodeSetEnabled(const CUpti_CallbackData* cb) {
+  if (cb->functionParams == nullptr) return;
+  const auto* p = static_cast<const cuGraphNodeSetEnabled_params*>(cb->functionParams);
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    using GetEnabled = CUresult (*)(CUgraphExec, CUgraphNode, unsigned int*);
+    using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
+    static auto get_enabled = reinterpret_cast<GetEnabled>(loadedSymbol("cuGraphNodeGetEnabled", "libcuda.so"));
+    static auto get_type = reinterpret_cast<GetType>(loadedSymbol("cuGraphNodeGetType", "libcuda.so"));
+    NodeEnabling e;
+    unsigned int was = 1;
+    CUgraphNodeType type{};
+    const bool typed = get_type != nullptr && get_type(p->hNode, &type) == CUDA_SUCCESS;
+    e.gives_record = !typed || type == CU_GRAPH_NODE_TYPE_KERNEL || type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+                     type == CU_GRAPH_NODE_TYPE_MEMSET;
+    e.was_known = typed && get_enabled != nullptr && get_enabled(p->hGraphExec, p->hNode, &was) == CUDA_SUCCESS;
+    e.was = was != 0;
+    t_node_enabling = e;
+    return;
+  }
+  if (cb->functionReturnValue == nullptr || *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
+    return;  // refused: nothing changed
+  }
+  const NodeEnabling& e = t_node_enabling;
+  g_graph_records.nodeEnabled(reinterpret_cast<uint64_t>(p->hGraphExec), e.gives_record, e.was_known, e.was,
+                              p->isEnabled != 0);
 }
 
 // The diagnostics site of a callback (diag_timing.h), from the thread's launch nesting as it was
@@ -784,6 +815,8 @@ void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cb
     } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate ||
                                                        cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2)) {
       onGraphExecUpdate(static_cast<const CUpti_CallbackData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled) {
+      onNodeSetEnabled(static_cast<const CUpti_CallbackData*>(data));
     } else if (marker) {
       const auto* cb = static_cast<const CUpti_CallbackData*>(data);
       if (cb->callbackSite == CUPTI_API_ENTER) t_marker_correlation = unwrapCorrelation(cb->correlationId);
@@ -1087,14 +1120,17 @@ bool setActivities(bool on) {
 }
 
 // cuGraphExecUpdate callbacks (graph_fingerprints.cc: an executable graph given other nodes stops
-// being followed). They matter only for graphs holding captured digests, which exist only once
-// capture has been on, so they are turned on at the first start and stay on. Not at load: any
+// being followed) and cuGraphNodeSetEnabled's (a graph launch's record count, GraphRecordCounts).
+// They matter only for graphs launched while capturing, so they are turned on at the first start
+// and stay on (a node disabled before then is not seen: its graph's launches wait for a record
+// too many until their timeout, and once it is enabled again each waits for its timeout). Not at load: any
 // driver-API callback makes CUPTI intercept every driver call of the process, which a tracer that
 // is loaded paused (`record --paused`) and never started must not cost.
 bool enableGraphUpdateCallbacks() {
   static bool on = false;  // captureOn runs under the session's capture lock
   if (on) return true;
-  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate, CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2}) {
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate, CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2,
+                              CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled}) {
     DETRACE_CUPTI_CALL(g_cupti.enable_callback(1, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id),
                        "graph update callback");
   }
@@ -1129,7 +1165,8 @@ void captureOn() {
   }
   g_capture_epoch.fetch_add(1, std::memory_order_relaxed);
   if (!enableGraphUpdateCallbacks()) {
-    logLine("executable graphs updated with cudaGraphExecUpdate are not noticed (CUPTI refused the callback)");
+    logLine("executable graphs updated (cudaGraphExecUpdate) or with nodes disabled (cudaGraphNodeSetEnabled) "
+            "are not noticed (CUPTI refused the callback)");
   }
   if ((Session::get().policy().level != CaptureLevel::kMeta || deep::enabled()) &&
       !enableOwnMemoryCallbacks()) {

@@ -1,0 +1,114 @@
+// GraphRecordCounts: an executable graph's records per launch followed through its nodes being
+// disabled and enabled again (cuGraphNodeSetEnabled) and its updates (cuGraphExecUpdate).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "detrace/tracer/graph_record_counts.h"
+
+namespace detrace::tracer {
+namespace {
+
+TEST(GraphRecordCounts, DisabledNodesGiveNoRecordsUntilEnabledAgain) {
+  GraphRecordCounts counts;
+  counts.instantiated(0x10, 5);
+  EXPECT_EQ(counts.expected(0x10), 5);
+  counts.nodeEnabled(0x10, /*gives_record=*/true, /*was_known=*/true, /*was=*/true, /*now=*/false);
+  EXPECT_EQ(counts.expected(0x10), 4);
+  counts.nodeEnabled(0x10, true, true, false, false);  // disabled again: no change
+  EXPECT_EQ(counts.expected(0x10), 4);
+  counts.nodeEnabled(0x10, true, true, true, false);  // another node
+  EXPECT_EQ(counts.expected(0x10), 3);
+  counts.nodeEnabled(0x10, true, true, false, true);
+  EXPECT_EQ(counts.expected(0x10), 4);
+  counts.nodeEnabled(0x10, /*gives_record=*/false, true, true, false);  // no record either way
+  EXPECT_EQ(counts.expected(0x10), 4);
+  EXPECT_EQ(counts.expected(0x20), kRecordsUnknown) << "never instantiated";
+  counts.nodeEnabled(0x20, true, true, true, false);
+  EXPECT_EQ(counts.expected(0x20), kRecordsUnknown);
+}
+
+TEST(GraphRecordCounts, WhatCannotBeFollowedHoldsNoCount) {
+  GraphRecordCounts counts;
+  counts.instantiated(1, 3);
+  counts.nodeEnabled(1, true, /*was_known=*/false, true, false);
+  EXPECT_EQ(counts.expected(1), kRecordsVary) << "its state before the call could not be read";
+
+  counts.instantiated(2, 3);
+  counts.nodeEnabled(2, true, true, /*was=*/false, /*now=*/true);
+  EXPECT_EQ(counts.expected(2), kRecordsVary) << "disabled before it was watched: 3 was too many";
+
+  counts.instantiated(3, kRecordsUnknown);
+  counts.nodeEnabled(3, true, true, true, false);
+  EXPECT_EQ(counts.expected(3), kRecordsVary) << "a count learnt from a launch no longer holds";
+
+  counts.instantiated(4, kRecordsVary);
+  counts.nodeEnabled(4, true, true, true, false);
+  counts.nodeEnabled(4, true, true, false, true);
+  EXPECT_EQ(counts.expected(4), kRecordsVary);
+}
+
+TEST(GraphRecordCounts, AnUpdateKeepsTheCountUnlessNodesWereDisabled) {
+  GraphRecordCounts counts;
+  counts.instantiated(1, 6);
+  counts.updated(1);
+  EXPECT_EQ(counts.expected(1), 6);
+  counts.nodeEnabled(1, true, true, true, false);
+  counts.nodeEnabled(1, true, true, false, true);
+  counts.updated(1);
+  EXPECT_EQ(counts.expected(1), 6) << "every node enabled again before the update";
+  counts.nodeEnabled(1, true, true, true, false);
+  counts.updated(1);
+  EXPECT_EQ(counts.expected(1), kRecordsVary);
+}
+
+TEST(GraphRecordCounts, ADestroyedGraphsAddressStartsAfresh) {
+  GraphRecordCounts counts;
+  counts.instantiated(7, 4);
+  counts.nodeEnabled(7, true, true, true, false);
+  counts.forget(7);
+  EXPECT_EQ(counts.expected(7), kRecordsUnknown);
+  counts.instantiated(7, 2);
+  EXPECT_EQ(counts.expected(7), 2);
+  counts.nodeEnabled(7, true, true, false, true);
+  EXPECT_EQ(counts.expected(7), kRecordsVary) << "the old graph's disabled node is not this one's";
+}
+
+TEST(GraphRecordCounts, BoundedByTheGraphsAlive) {
+  GraphRecordCounts counts(/*max_graphs=*/2);
+  counts.instantiated(1, 1);
+  counts.instantiated(2, 2);
+  counts.instantiated(3, 3);
+  EXPECT_EQ(counts.expected(3), kRecordsUnknown) << "past the bound";
+  counts.instantiated(2, 5);  // one already there may change
+  EXPECT_EQ(counts.expected(2), 5);
+  counts.forget(1);
+  counts.instantiated(3, 3);
+  EXPECT_EQ(counts.expected(3), 3);
+}
+
+// Random toggles of a graph's nodes: the count is always the number of enabled nodes that give a
+// record, as a model that knows every node's state says.
+TEST(GraphRecordCounts, RandomTogglesMatchAModel) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 12);
+    std::vector<bool> enabled(static_cast<size_t>(n), true), gives(static_cast<size_t>(n));
+    int32_t total = 0;
+    for (int i = 0; i < n; ++i) total += (gives[static_cast<size_t>(i)] = rng() % 4 != 0) ? 1 : 0;
+    GraphRecordCounts counts;
+    counts.instantiated(42, total);
+    for (int step = 0; step < 40; ++step) {
+      const size_t i = rng() % static_cast<size_t>(n);
+      const bool now = rng() % 2 == 0;
+      counts.nodeEnabled(42, gives[i], true, enabled[i], now);
+      enabled[i] = now;
+      int32_t model = 0;
+      for (int j = 0; j < n; ++j) model += enabled[static_cast<size_t>(j)] && gives[static_cast<size_t>(j)] ? 1 : 0;
+      ASSERT_EQ(counts.expected(42), model) << "trial " << trial << " step " << step;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detrace::tracer

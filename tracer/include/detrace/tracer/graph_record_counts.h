@@ -1,0 +1,49 @@
+// How many activity records one launch of each executable graph gives (its kernel, memcpy and
+// memset nodes), kept from the graph's instantiation to its destruction and followed through the
+// calls that change it: cuGraphNodeSetEnabled (a disabled node runs as an empty one and gives no
+// record) and cuGraphExecUpdate. The ReorderBuffer waits for that many records per launch, so a
+// count too high holds every launch to its timeout and one too low lets records go unmatched.
+// Thread-safe; bounded (an executable graph past the bound gets kRecordsUnknown, whose count the
+// ReorderBuffer learns from its first launch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "detrace/tracer/reorder_buffer.h"
+
+namespace detrace::tracer {
+
+class GraphRecordCounts {
+ public:
+  explicit GraphRecordCounts(size_t max_graphs = size_t{1} << 14) : max_graphs_(max_graphs) {}
+
+  // `exec` was instantiated from a graph giving `records` per launch (or kRecordsUnknown /
+  // kRecordsVary); every node starts enabled.
+  void instantiated(uint64_t exec, int32_t records);
+  // A node of `exec` went from enabled `was` to `now` (cuGraphNodeSetEnabled returned success);
+  // `gives_record`: it is a kernel, memcpy or memset node. `was_known`: whether its state before
+  // the call could be read; if not, no count holds any more (kRecordsVary).
+  void nodeEnabled(uint64_t exec, bool gives_record, bool was_known, bool was, bool now);
+  // cuGraphExecUpdate gave `exec` another graph's nodes: the same topology, so the same count,
+  // unless some of its nodes had been disabled (whether an update re-enables them is not
+  // documented): then no count holds.
+  void updated(uint64_t exec);
+  // `exec` is destroyed (a new graph may be made at its address).
+  void forget(uint64_t exec);
+  // Records to wait for per launch of `exec`: a count, kRecordsUnknown or kRecordsVary.
+  int32_t expected(uint64_t exec) const;
+
+ private:
+  struct Entry {
+    int32_t records = kRecordsUnknown;
+    int32_t disabled = 0;  // nodes giving records that are disabled now
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Entry> by_exec_;
+  size_t max_graphs_;
+};
+
+}  // namespace detrace::tracer
