@@ -289,27 +289,49 @@ TEST(WindowGate, KernelWindowOpensAtTheNthLaunchOfTheKernel) {
   EXPECT_FALSE(g.admitOp().record);
 }
 
-// CUDA gives kernel names mangled: a qualified NAME is looked for in its mangled form, so
-// `kernel:at::native::index_add` opens at PyTorch's kernel, whatever its template arguments and
-// parameters, and not at a kernel of another namespace that has the same last part.
+// CUDA gives kernel names mangled: a qualified NAME is looked for in its mangled form at the start
+// of the name, so `kernel:at::native::index_add` opens at PyTorch's kernel, whatever its template
+// arguments and parameters, and not at a kernel of another namespace with the same last part, nor
+// at a kernel that names it in its template arguments.
 TEST(WindowGate, AQualifiedKernelNameMatchesItsMangledForm) {
   auto w = parseWindow("kernel:at::native::index_add@0+0");
   ASSERT_TRUE(w.isOk()) << w.status().message();
   EXPECT_EQ(w->kernel_needle, "2at6native9index_add");
   EXPECT_EQ(windowText(*w), "kernel:at::native::index_add@0+0") << "written back as given";
+  EXPECT_FALSE(kernelNameMatches(*w, "_ZN5other6native9index_addEPfi")) << "another namespace";
+  EXPECT_FALSE(kernelNameMatches(*w, "_Z9index_addPfi")) << "not in at::native";
+  EXPECT_FALSE(kernelNameMatches(*w, "_ZN3cub18DeviceReduceKernelIN2at6native9index_addEEEvv"))
+      << "only named in another kernel's template arguments";
+  EXPECT_FALSE(kernelNameMatches(*w, "_ZN2at6native13index_add_mixEPf")) << "a longer name";
+  EXPECT_FALSE(kernelNameMatches(*w, nullptr));
+  EXPECT_TRUE(kernelNameMatches(*w, "_ZN2at6native9index_addIfLi4EEEvPT_i"));
   WindowGate g(*w);
-  EXPECT_FALSE(g.admitLaunch("_ZN5other6native9index_addEPfi")) << "another namespace";
-  EXPECT_FALSE(g.admitLaunch("_Z9index_addPfi")) << "not in at::native";
-  EXPECT_TRUE(g.admitLaunch("_ZN2at6native9index_addIfLi4EEEvPT_i"));
-  EXPECT_EQ(parseWindow("kernel:std::sort_kernel@0")->kernel_needle, "St11sort_kernel");
-  EXPECT_EQ(parseWindow("kernel:::racy@0")->kernel_needle, "racy") << "a leading :: is the global namespace";
-  EXPECT_EQ(parseWindow("kernel:racy_bins@0")->kernel_needle, "racy_bins") << "plain names as they are";
+  EXPECT_FALSE(g.admitLaunch("_ZN3cub18DeviceReduceKernelIN2at6native9index_addEEEvv"));
+  EXPECT_TRUE(g.admitLaunch("_ZN2at6native9index_addIfLi4EEEvPT_i")) << "the gate asks the same";
+
+  auto ns = parseWindow("kernel:at::native@0");
+  ASSERT_TRUE(ns.isOk());
+  EXPECT_TRUE(kernelNameMatches(*ns, "_ZN2at6native9index_addIfEEvPT_")) << "a namespace holds its kernels";
+  EXPECT_FALSE(kernelNameMatches(*ns, "_ZN2at8native_x3fooEv"));
+  auto in_std = parseWindow("kernel:std::sort_kernel@0");
+  ASSERT_TRUE(in_std.isOk());
+  EXPECT_EQ(in_std->kernel_needle, "St11sort_kernel");
+  EXPECT_TRUE(kernelNameMatches(*in_std, "_ZSt11sort_kernelPi")) << "directly in std: _ZSt";
+  EXPECT_TRUE(kernelNameMatches(*parseWindow("kernel:std::detail::f@0"), "_ZNSt6detail1fEv"));
+
+  auto global = parseWindow("kernel:::racy@0");
+  ASSERT_TRUE(global.isOk());
+  EXPECT_EQ(global->kernel_needle, "racy") << "a leading :: is the global namespace";
+  EXPECT_TRUE(kernelNameMatches(*global, "_Z9racy_binsPKfiPf")) << "plain names match anywhere";
   for (const char* bad : {"kernel:at::native::index_add<float>@0", "kernel:at::@0", "kernel:a::::b@0",
                           "kernel:at::native::f(int)@0", "kernel:a::2b@0"}) {
     auto b = parseWindow(bad);
     ASSERT_FALSE(b.isOk()) << bad;
     EXPECT_NE(b.status().message().find("plain identifier"), std::string::npos) << b.status().message();
   }
+  auto empty = parseWindow("kernel:::@0");
+  ASSERT_FALSE(empty.isOk()) << "an empty name would match every kernel";
+  EXPECT_NE(empty.status().message().find("empty"), std::string::npos) << empty.status().message();
 }
 
 TEST(WindowGate, KernelWindowThatLooksBackAdmitsEarlierLaunchesSpeculatively) {

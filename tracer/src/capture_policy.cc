@@ -7,6 +7,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string_view>
 
@@ -128,6 +129,7 @@ namespace {
 // (template arguments, parameters). Its parts must be plain identifiers.
 Result<std::string> kernelNeedle(const std::string& raw, const std::string& name) {
   std::string plain = name.rfind("::", 0) == 0 ? name.substr(2) : name;
+  if (plain.empty()) return makeError(ErrorCode::kInvalidArgument, "'{}': the kernel's name is empty", raw);
   if (plain.find("::") == std::string::npos) return plain;
   std::string needle;
   size_t from = 0;
@@ -171,6 +173,7 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
   auto needle = kernelNeedle(raw, w.kernel);
   if (!needle.isOk()) return needle.status();
   w.kernel_needle = std::move(*needle);
+  w.kernel_qualified = w.kernel.find("::", w.kernel.rfind("::", 0) == 0 ? 2 : 0) != std::string::npos;
   std::string nk = rest.substr(at + 1);
   size_t plus = nk.find('+');
   std::string nb = nk.substr(0, plus);
@@ -188,6 +191,19 @@ Result<RecordWindow> parseKernelWindow(const std::string& raw, const std::string
 }
 
 }  // namespace
+
+bool kernelNameMatches(const RecordWindow& w, const char* name) {
+  if (name == nullptr) return false;
+  if (!w.kernel_qualified) return std::strstr(name, w.kernel_needle.c_str()) != nullptr;
+  // The kernel's own name comes first: _ZN<parts>... for a nested name; _ZSt<part>... for one
+  // directly in std (needle "St...", which the nested form writes _ZNSt...).
+  const std::string_view n(name);
+  const std::string_view needle(w.kernel_needle);
+  auto at = [&](std::string_view prefix) {
+    return n.substr(0, prefix.size()) == prefix && n.substr(prefix.size(), needle.size()) == needle;
+  };
+  return at("_ZN") || (needle.substr(0, 2) == "St" && at("_Z"));
+}
 
 std::string windowText(const RecordWindow& w) {
   std::string text;

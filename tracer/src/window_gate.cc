@@ -17,7 +17,7 @@ void WindowGate::admitKernelWindow(const char* name, LaunchTicket& t) {
     t.record = t.index - open < window_.range.end - window_.range.begin;
     return;
   }
-  if (name != nullptr && std::strstr(name, window_.kernel_needle.c_str()) != nullptr &&
+  if (kernelNameMatches(window_, name) &&
       kernel_matches_.fetch_add(1, std::memory_order_relaxed) == window_.range.begin) {
     kernel_open_.store(t.index, std::memory_order_relaxed);
     t.opened_at = t.index;

@@ -50,9 +50,11 @@ struct RecordWindow {
   // and the `before` launches before it (deep windows only: those are fingerprinted
   // speculatively, and kept only once the named launch comes).
   std::string kernel;
-  // What is looked for in the launch's (mangled) name: `kernel` itself, or for a qualified name
-  // (at::native::foo) its nested-name encoding as the Itanium ABI mangles it (2at6native3foo).
+  // What is looked for in the launch's (mangled) name: `kernel` itself anywhere in it, or for a
+  // qualified name (at::native::foo) its encoding as the Itanium ABI mangles a nested name
+  // (2at6native3foo), at the start of the name only (kernelNameMatches).
   std::string kernel_needle;
+  bool kernel_qualified = false;
   int64_t before = 0;
 };
 
@@ -66,6 +68,11 @@ inline constexpr int64_t kMaxKernelWindowBefore = 256;
 Result<RecordWindow> parseWindow(const std::string& text);
 // The window as text that parseWindow reads back (for the trace's metadata).
 std::string windowText(const RecordWindow& window);
+// Whether a launch of the kernel named `name` (mangled, as CUDA gives it; may be null) is one of
+// `window`'s kernel. A plain NAME matches anywhere in the name; a qualified one matches the
+// kernel's own qualified name, or a namespace it is in (at::native matches every kernel in it),
+// never a name inside its template arguments or parameters.
+bool kernelNameMatches(const RecordWindow& window, const char* name);
 
 // Which library ops get their operands copied in full mode.
 struct OpFilter {
