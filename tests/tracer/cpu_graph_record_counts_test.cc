@@ -24,8 +24,9 @@ TEST(GraphRecordCounts, DisabledNodesGiveNoRecordsUntilEnabledAgain) {
   counts.nodeEnabled(0x10, /*gives_record=*/false, true, true, false);  // no record either way
   EXPECT_EQ(counts.expected(0x10), 4);
   EXPECT_EQ(counts.expected(0x20), kRecordsUnknown) << "never instantiated";
-  counts.nodeEnabled(0x20, true, true, true, false);
+  EXPECT_FALSE(counts.nodeEnabled(0x20, true, true, true, false)) << "not followed: the caller forgets it";
   EXPECT_EQ(counts.expected(0x20), kRecordsUnknown);
+  EXPECT_TRUE(counts.nodeEnabled(0x10, false, true, true, false));
 }
 
 TEST(GraphRecordCounts, WhatCannotBeFollowedHoldsNoCount) {
@@ -80,6 +81,7 @@ TEST(GraphRecordCounts, BoundedByTheGraphsAlive) {
   counts.instantiated(2, 2);
   counts.instantiated(3, 3);
   EXPECT_EQ(counts.expected(3), kRecordsUnknown) << "past the bound";
+  EXPECT_FALSE(counts.nodeEnabled(3, true, true, true, false)) << "past the bound: not followed";
   counts.instantiated(2, 5);  // one already there may change
   EXPECT_EQ(counts.expected(2), 5);
   counts.forget(1);
@@ -90,7 +92,9 @@ TEST(GraphRecordCounts, BoundedByTheGraphsAlive) {
 // Random toggles of a graph's nodes: the count is always the number of enabled nodes that give a
 // record, as a model that knows every node's state says.
 TEST(GraphRecordCounts, RandomTogglesMatchAModel) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   for (int trial = 0; trial < 200; ++trial) {
     const int n = 1 + static_cast<int>(rng() % 12);
     std::vector<bool> enabled(static_cast<size_t>(n), true), gives(static_cast<size_t>(n));

@@ -764,8 +764,19 @@ void onNodeSetEnabled(const CUpti_CallbackData* cb) {
     return;  // refused: nothing changed
   }
   const NodeEnabling& e = t_node_enabling;
-  g_graph_records.nodeEnabled(reinterpret_cast<uint64_t>(p->hGraphExec), e.gives_record, e.was_known, e.was,
-                              p->isEnabled != 0);
+  const auto exec = reinterpret_cast<uint64_t>(p->hGraphExec);
+  const bool now = p->isEnabled != 0;
+  if (!g_graph_records.nodeEnabled(exec, e.gives_record, e.was_known, e.was, now)) {
+    // Not followed (past the bound): the count learnt from a launch no longer holds.
+    if (ReorderBuffer* b = Session::get().startedBuffer()) b->forgetGraph(exec);
+  }
+  if (!now && Fingerprinter::get().noteExecNodeDisabled(exec)) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      logLine("a CUDA graph holding captured library calls had a node disabled (cudaGraphNodeSetEnabled): "
+              "its launches are recorded without those calls' fingerprints from now on");
+    });
+  }
 }
 
 // The diagnostics site of a callback (diag_timing.h), from the thread's launch nesting as it was

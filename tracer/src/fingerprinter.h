@@ -148,6 +148,10 @@ class Fingerprinter {
   // cuGraphExecUpdate(exec, graph) is about to give `exec` the nodes of `graph`: its launches are
   // no longer followed, and `graph`'s captures count it among their executable graphs.
   void noteExecUpdated(uint64_t exec, CUgraph graph) noexcept;
+  // A node of `exec` was disabled (cuGraphNodeSetEnabled): it may be a captured op's kernel, whose
+  // replays would then be written with digests of outputs it never made, so the launches of `exec`
+  // are no longer followed (true if it held captured ops).
+  bool noteExecNodeDisabled(uint64_t exec) noexcept;
   void forgetExec(uint64_t exec) noexcept;
   void forgetGraph(CUgraph graph) noexcept;
   // A launch of executable graph `exec`, at its API entry on the launching thread: planReplay()

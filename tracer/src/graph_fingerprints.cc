@@ -864,6 +864,19 @@ void Fingerprinter::noteExecUpdated(uint64_t exec, CUgraph graph) noexcept {
   }
 }
 
+bool Fingerprinter::noteExecNodeDisabled(uint64_t exec) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.execs.find(exec);
+    if (it == s.execs.end() || it->second->updated) return false;
+    it->second->updated = true;  // its launches still run the captures' digests, and get no results
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 void Fingerprinter::forgetExec(uint64_t exec) noexcept {
   try {
     State& s = state();

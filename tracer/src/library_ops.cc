@@ -12,8 +12,7 @@ thread_local int64_t t_last_stream = db::kUnset;
 void addWindowEdge(uint64_t token, bool open) noexcept {
   if (token == 0 || !placementByRecords()) return;
   try {
-    // startedBuffer(): a window opened while capturing still closes after a stop.
-    ReorderBuffer* buffer = Session::get().startedBuffer();
+    ReorderBuffer* buffer = Session::get().buffer();
     if (buffer == nullptr) return;
     // The op just recorded opens its window at its own place: no second marker call. Another
     // op's window (an NCCL group's, opened for its first op at the group's end) takes records of

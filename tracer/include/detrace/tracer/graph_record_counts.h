@@ -25,8 +25,9 @@ class GraphRecordCounts {
   void instantiated(uint64_t exec, int32_t records);
   // A node of `exec` went from enabled `was` to `now` (cuGraphNodeSetEnabled returned success);
   // `gives_record`: it is a kernel, memcpy or memset node. `was_known`: whether its state before
-  // the call could be read; if not, no count holds any more (kRecordsVary).
-  void nodeEnabled(uint64_t exec, bool gives_record, bool was_known, bool was, bool now);
+  // the call could be read; if not, no count holds any more (kRecordsVary). False if `exec` is not
+  // followed (past the bound): the count the ReorderBuffer learnt for it must then be forgotten.
+  bool nodeEnabled(uint64_t exec, bool gives_record, bool was_known, bool was, bool now);
   // cuGraphExecUpdate gave `exec` another graph's nodes: the same topology, so the same count,
   // unless some of its nodes had been disabled (whether an update re-enables them is not
   // documented): then no count holds.
