@@ -807,6 +807,34 @@ TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
   EXPECT_EQ((*stats)["tracer_graph_launches_varying"], 0) << "every launch had a count";
 }
 
+// A node of the GEMMs' graph disabled before its third launch (the app's own kernel; the tracer
+// cannot tell it from a captured GEMM's): from then on that graph's launches are recorded without
+// replayed GEMMs (their digests would describe outputs a disabled kernel never made), the
+// all-reduce's graph keeps all of its, and no launch waits for a record that does not come.
+TEST(TracerGraph, AGraphWithADisabledNodeIsNoLongerReplayedWithFingerprints) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "GRAPH_APP_DISABLE_MARKER=2"));
+  ASSERT_EQ(r.app["disabled_at"], 2) << r.log;
+  std::map<db::EventKind, std::vector<int64_t>> replays;  // kind -> replay numbers
+  ASSERT_TRUE(r.reader->forEachGraphOp([&](const db::GraphOp& g) {
+                     replays[r.events[static_cast<size_t>(g.seq)].kind].push_back(g.replay);
+                     return Status::ok();
+                   }).isOk());
+  EXPECT_EQ(replays[db::EventKind::kGemm], (std::vector<int64_t>{0, 0, 1, 1}))
+      << "two GEMMs in each of the two launches before the node was disabled";
+  if (r.app["nccl"] == 1) {
+    EXPECT_EQ(replays[db::EventKind::kCollective], (std::vector<int64_t>{0, 1, 2, 3}));
+  }
+  EXPECT_NE(r.log.find("had a node disabled"), std::string::npos) << r.log;
+  auto stats = r.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0) << r.log;
+  EXPECT_EQ((*stats)["tracer_slots_incomplete_at_exit"], 0) << r.log;
+  EXPECT_EQ((*stats)["tracer_activities_unmatched"], 0) << r.log;
+}
+
 TEST(TracerGraph, UnserializedLaunchesOfOneGraphNeverMixFingerprints) {
   DETRACE_REQUIRE_GPU();
   checkUnserializedLaunches("");

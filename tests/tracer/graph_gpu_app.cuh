@@ -14,7 +14,9 @@
 // values before every launch too, written to DIR/replay<r>_A.bin and DIR/replay<r>_W.bin. With
 // GRAPH_APP_RECAPTURE_MS=T, before every launch but the first the app waits T ms, destroys the
 // GEMMs' executable graph and graph and captures them again (as programs that recapture do): each
-// launch then replays a capture of its own, and graph.txt says "recaptured 1". cuBLAS
+// launch then replays a capture of its own, and graph.txt says "recaptured 1". With
+// GRAPH_APP_DISABLE_MARKER=R, before launch R the app disables the GEMMs' graph's root node (its
+// first app_marker_kernel) with cudaGraphNodeSetEnabled, and graph.txt says "disabled_at R". cuBLAS
 // and NCCL are loaded with dlopen(RTLD_GLOBAL) and called through the global scope, so the
 // tracer's LD_PRELOAD wrappers see the calls (the app links only cudart and cuBLASLt).
 #pragma once
@@ -198,7 +200,21 @@ inline int graphMain(const std::string& dir) {
   const char* new_weights = std::getenv("GRAPH_APP_NEW_WEIGHTS");
   const char* recapture = std::getenv("GRAPH_APP_RECAPTURE_MS");
   const int recapture_ms = recapture != nullptr ? std::atoi(recapture) : 0;
+  const char* disable = std::getenv("GRAPH_APP_DISABLE_MARKER");
+  const int disable_at = disable != nullptr ? std::atoi(disable) : -1;
   for (int r = 0; r < kReplays; ++r) {
+    if (r == disable_at) {
+      cudaGraphNode_t root = nullptr;
+      size_t roots = 1;
+      GK(cudaGraphGetRootNodes(gemm_graph, &root, &roots));
+      cudaGraphNodeType type{};
+      GK(cudaGraphNodeGetType(root, &type));
+      if (roots != 1 || type != cudaGraphNodeTypeKernel) {
+        std::fprintf(stderr, "tracer_gpu_app graph: the GEMMs' graph's root is not one kernel node\n");
+        return 1;
+      }
+      GK(cudaGraphNodeSetEnabled(gemm_exec, root, 0));
+    }
     if (recapture_ms > 0 && r > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(recapture_ms));
       GK(cudaGraphExecDestroy(gemm_exec));
@@ -232,7 +248,8 @@ inline int graphMain(const std::string& dir) {
   }
   FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
   if (f == nullptr) return 1;
-  std::fprintf(f, "replays %d\nnccl %d\nrecaptured %d\n", kReplays, nccl_graph ? 1 : 0, recapture_ms > 0 ? 1 : 0);
+  std::fprintf(f, "replays %d\nnccl %d\nrecaptured %d\ndisabled_at %d\n", kReplays, nccl_graph ? 1 : 0,
+               recapture_ms > 0 ? 1 : 0, disable_at);
   std::fclose(f);
   GK(cudaGraphExecDestroy(gemm_exec));
   GK(cudaGraphDestroy(gemm_graph));
