@@ -9,9 +9,10 @@
 // recorded, the collectives and GEMMs not).
 //
 // The special handles depend on who calls: RTLD_NEXT searches the objects after the caller's. So
-// for them the exported dlsym, a few instructions of assembly, jumps to glibc's rather than
-// calling it, and glibc sees the program's return address, not the tracer's. Only explicit handles, whose lookup does not depend
-// on the caller, come through the code below. x86-64 only; elsewhere the tracer exports no dlsym.
+// for them the exported dlsym, a few instructions of assembly (dlsym_trampoline.inc), jumps to
+// glibc's rather than calling it, and glibc sees the program's return address, not the tracer's.
+// Only explicit handles, whose lookup does not depend on the caller, come through the code below.
+// x86-64 and aarch64 only; elsewhere the tracer exports no dlsym.
 #include "dlsym_hook.h"
 
 #include <dlfcn.h>
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "dlsym_trampoline.inc"
 #include "log.h"
 #include "next_symbol.h"
 
@@ -33,16 +35,15 @@ void* noSymbol(void*, const char*) { return nullptr; }
 }  // namespace
 }  // namespace detrace::tracer
 
-// Referenced by name from the assembly below: hidden, so those references bind inside this library.
+// Referenced by name from the assembly (dlsym_trampoline.inc, which declares them hidden).
 extern "C" {
 [[gnu::visibility("hidden"), gnu::used]] void* detrace_dlsym_real = nullptr;
 
-// glibc's dlsym: the one after this library (GLIBC_2.34 and later, else the older version).
+// glibc's dlsym: the one after this library (GLIBC_2.34 and later, else the base version).
 [[gnu::visibility("hidden"), gnu::used]] void* detrace_dlsym_init() {
   void* real = __atomic_load_n(&detrace_dlsym_real, __ATOMIC_ACQUIRE);
   if (real != nullptr) return real;
-  real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (real == nullptr) real = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  real = detraceFindGlibcDlsym();
   if (real == nullptr) real = reinterpret_cast<void*>(&detrace::tracer::noSymbol);
   __atomic_store_n(&detrace_dlsym_real, real, __ATOMIC_RELEASE);
   return real;
@@ -54,46 +55,6 @@ extern "C" {
   return detrace::tracer::wrapperFor(name, sym);
 }
 }
-
-#if defined(__x86_64__)
-// dlsym(handle, name): RTLD_DEFAULT (0) and RTLD_NEXT (-1) jump to glibc's with the caller's
-// return address still on the stack; other handles go to detrace_dlsym_handle. glibc's is found
-// on first use (the slow path keeps the stack aligned for the call).
-asm(R"(
-  .text
-  .globl dlsym
-  .type dlsym, @function
-dlsym:
-  .cfi_startproc
-  testq %rdi, %rdi
-  je 1f
-  cmpq $-1, %rdi
-  je 1f
-  jmp detrace_dlsym_handle
-1:
-  movq detrace_dlsym_real(%rip), %rax
-  testq %rax, %rax
-  jz 2f
-  jmp *%rax
-2:
-  pushq %rdi
-  .cfi_adjust_cfa_offset 8
-  pushq %rsi
-  .cfi_adjust_cfa_offset 8
-  subq $8, %rsp
-  .cfi_adjust_cfa_offset 8
-  call detrace_dlsym_init
-  addq $8, %rsp
-  .cfi_adjust_cfa_offset -8
-  popq %rsi
-  .cfi_adjust_cfa_offset -8
-  popq %rdi
-  .cfi_adjust_cfa_offset -8
-  jmp *%rax
-  .cfi_endproc
-  .size dlsym, .-dlsym
-)");
-#endif
 
 namespace detrace::tracer {
 
