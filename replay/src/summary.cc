@@ -242,6 +242,13 @@ std::string formatSummary(const RunSummary& s) {
           "so `detrace diff` cannot match them across ranks",
           r.info.rank, n);
     }
+    if (const int64_t n = stat(r, "nccl_simulated_calls_written"); n > 0) {
+      out += fmt::format(
+          "\nwarning: rank {}: {} NCCL call(s) of a group only simulated (ncclGroupSimulateEnd) were "
+          "written as if they had run: a capture stop came before the group's end; the next call on "
+          "each of their communicators repeats their sequence number",
+          r.info.rank, n);
+    }
   }
   if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned) {
     out += "\n";

@@ -66,6 +66,20 @@ TEST(SummaryDeep, WarnsOfCommunicatorsTheRecorderCouldNotFollow) {
   EXPECT_EQ(text.find("not followed"), std::string::npos) << text;
 }
 
+// Calls of a simulated NCCL group that a stop wrote before the group's end are warned of.
+TEST(SummaryDeep, WarnsOfSimulatedCallsWrittenAsIfTheyRan) {
+  testing::TempDir dir, clean;
+  testing::Rng rng;
+  const int64_t n = rng.range(1, 9);
+  writeRank(dir.file("proc-42.dtrace"), {{"nccl_simulated_calls_written", n}}, false);
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find(fmt::format("warning: rank 0: {} NCCL call(s) of a group only simulated", n)),
+            std::string::npos)
+      << text;
+  writeRank(clean.file("proc-42.dtrace"), {{"nccl_simulated_calls_written", 0}}, false);
+  EXPECT_EQ(info(clean.path().string()).find("simulated"), std::string::npos);
+}
+
 // The capture line: level, row digests, kernel placement and window, as rank 0's trace says; none
 // for traces that do not say (recorded before these were written).
 TEST(SummaryDeep, SaysHowTheRunWasCaptured) {

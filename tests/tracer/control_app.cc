@@ -6,6 +6,7 @@
 //   gemm M        one cublasSgemm_v2 of M x 1 x 1 (fake cuBLAS; M identifies it)        -> "ok"
 //   group-start / group-end   ncclGroupStart / ncclGroupEnd (calls between are recorded, and
 //                 completed with NCCL's choices, at the group's end)                     -> "ok"
+//   group-simulate-end  ncclGroupSimulateEnd (the group's calls never run)               -> "ok"
 //   annotate-begin N  begins an annotated all-reduce of N elements (detrace/annotate.h)  -> "ok"
 //   annotate-end  ends the last one begun                                                 -> "ok"
 //   handle-term   installs the program's own SIGTERM handler now (after the tracer's)   -> "ok"
@@ -174,6 +175,9 @@ int main(int argc, char** argv) {
       say(ok ? "ok" : "failed");
     } else if (line == "group-start" || line == "group-end") {
       say((line == "group-start" ? ncclGroupStart() : ncclGroupEnd()) == ncclSuccess ? "ok" : "failed");
+    } else if (line == "group-simulate-end") {
+      ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+      say(ncclGroupSimulateEnd(&sim) == ncclSuccess ? "ok" : "failed");
     } else if (line.rfind("annotate-begin ", 0) == 0) {
       detrace_collective c = DETRACE_COLLECTIVE_INIT;
       c.name = "custom_allreduce";

@@ -233,6 +233,32 @@ TEST(Attach, CallsUnderWayAtAStopAreCompletedByTheirEnds) {
   EXPECT_EQ(stats->at("tracer_slots_incomplete_at_exit"), 0) << "nothing written without its end";
 }
 
+// A simulated group (ncclGroupSimulateEnd: its calls never run) whose end comes only after a stop
+// gave up waiting for it: its call was written as if it had run, which the trace says (a stat and
+// a log line); a simulated group ended in time leaves nothing.
+TEST(Attach, ASimulatedGroupWrittenByAStopIsCounted) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  Output start = sh(app.attach(std::to_string(app.pid()) + " start --capture meta"));
+  ASSERT_EQ(start.status, 0) << start.out;
+  EXPECT_EQ(app.send("group-start"), "ok");
+  app.call(3);
+  EXPECT_EQ(app.send("group-simulate-end"), "ok");  // in time: discarded
+  EXPECT_EQ(app.send("group-start"), "ok");
+  app.call(4);
+  Output stop = sh(app.attach(app.run() + " stop"));  // waits ~2 s for the group, then writes it
+  ASSERT_EQ(stop.status, 0) << stop.out;
+  EXPECT_EQ(app.send("group-simulate-end"), "ok");
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{4})) << "the simulated call 3 was discarded";
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ(stats->count("nccl_simulated_calls_written") ? stats->at("nccl_simulated_calls_written") : 0, 1);
+}
+
 // Every refusal names its cause and the fix (bad pid, option misuse, --paused with --window, a
 // process that has exited).
 TEST(Attach, RefusalsNameTheirCauseAndTheFix) {

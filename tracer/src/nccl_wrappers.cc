@@ -319,14 +319,26 @@ void settle(ncclResult_t result) noexcept {
 // After an outermost ncclGroupSimulateEnd: the group's calls were only simulated, never run. They
 // are not written (discarded, with their input fingerprints), take no output fingerprints, and
 // give their communicators' sequence numbers back, newest first, so that the next real call on
-// each carries the number it carries on ranks that simulated nothing.
+// each carries the number it carries on ranks that simulated nothing. A call already written
+// (a capture stop's drain gave up on the group after its 2 s) stays in the trace as if it had
+// run, its number repeated by the next real call: counted, and said once.
 void discardSimulated() noexcept {
   try {
     for (auto it = t_group_seqs.rbegin(); it != t_group_seqs.rend(); ++it) {
       (void)Session::get().comms().returnSeq(it->first, it->second);
     }
     if (ReorderBuffer* buffer = Session::get().startedBuffer()) {  // a stop may have come since
-      for (const Pending& p : t_pending) (void)buffer->discardLibraryOp(p.token);
+      int64_t written = 0;
+      for (const Pending& p : t_pending) written += buffer->discardLibraryOp(p.token) ? 0 : 1;
+      if (written > 0) {
+        // startedWriter(): Session::addStat counts only while capturing, and this comes after a stop.
+        if (db::TraceWriter* w = Session::get().startedWriter()) w->addStat("nccl_simulated_calls_written", written);
+        static std::once_flag said;
+        std::call_once(said, [] {
+          logLine("an NCCL group simulated (ncclGroupSimulateEnd) across a capture stop was written "
+                  "before its end: its calls are in the trace as if they had run");
+        });
+      }
     }
   } catch (...) {
   }
