@@ -331,8 +331,7 @@ void discardSimulated() noexcept {
       int64_t written = 0;
       for (const Pending& p : t_pending) written += buffer->discardLibraryOp(p.token) ? 0 : 1;
       if (written > 0) {
-        // startedWriter(): Session::addStat counts only while capturing, and this comes after a stop.
-        if (db::TraceWriter* w = Session::get().startedWriter()) w->addStat("nccl_simulated_calls_written", written);
+        Session::get().addStat("nccl_simulated_calls_written", written);
         static std::once_flag said;
         std::call_once(said, [] {
           logLine("an NCCL group simulated (ncclGroupSimulateEnd) across a capture stop was written "

@@ -384,7 +384,7 @@ void Session::updateRank() {
 }
 
 void Session::addStat(const char* key, int64_t delta) {
-  if (db::TraceWriter* w = writer()) w->addStat(key, delta);
+  if (db::TraceWriter* w = startedWriter()) w->addStat(key, delta);
 }
 
 bool Session::failIfWriterFailed() noexcept {

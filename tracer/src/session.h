@@ -136,7 +136,9 @@ class Session {
   // still running are waited for until `gpu_deadline` (their records come when they end); past
   // it, what they would have added is lost and the rest is still committed.
   void finish(std::chrono::steady_clock::time_point gpu_deadline);
-  // Adds to a counter in the trace's stats table.
+  // Adds to a counter in the trace's stats table, once recording has started, whether capturing
+  // or not: what is counted after a stop (CUPTI records dropped, NCCL calls completed late) still
+  // concerns what was recorded. Starts nothing.
   void addStat(const char* key, int64_t delta);
 
   // After fork(), in the child: drop the parent's state (its writer thread did not survive).
