@@ -2,7 +2,10 @@
 // disabled and enabled again (cuGraphNodeSetEnabled) and its updates (cuGraphExecUpdate).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
+#include <vector>
 
 #include "detrace/tracer/graph_record_counts.h"
 
@@ -109,6 +112,111 @@ TEST(GraphRecordCounts, RandomTogglesMatchAModel) {
       enabled[i] = now;
       int32_t model = 0;
       for (int j = 0; j < n; ++j) model += enabled[static_cast<size_t>(j)] && gives[static_cast<size_t>(j)] ? 1 : 0;
+      ASSERT_EQ(counts.expected(42), model) << "trial " << trial << " step " << step;
+    }
+  }
+}
+
+// Nodes the program disabled before the first start (the callbacks were off): their state is read
+// when following begins, from the graphs whose nodes can still be named.
+TEST(GraphRecordCounts, NodesDisabledBeforeFollowingAreReadWhenItBegins) {
+  GraphRecordCounts counts;
+  EXPECT_FALSE(counts.following());
+  counts.instantiated(1, 5);
+  counts.rememberNodes(1, /*graph=*/0xa, {11, 12, 13});
+  counts.instantiated(2, 3);
+  counts.rememberNodes(2, /*graph=*/0xb, {21});
+  counts.graphDestroyed(0xb);  // its nodes cannot be named any more: nothing to read
+  counts.instantiated(3, 2);
+  counts.rememberNodes(3, /*graph=*/0xc, {31, 32});
+  std::set<uint64_t> asked;
+  counts.startFollowing([&](uint64_t exec, uint64_t node) {
+    asked.insert(node);
+    if (exec == 3) return -1;  // unreadable: the count stays as it was
+    return node == 12 || node == 21 ? 1 : 0;
+  });
+  EXPECT_TRUE(counts.following());
+  EXPECT_EQ(asked, (std::set<uint64_t>{11, 12, 13, 31, 32}));
+  EXPECT_EQ(counts.expected(1), 4) << "node 12 was disabled before the first start";
+  EXPECT_EQ(counts.expected(2), 3);
+  EXPECT_EQ(counts.expected(3), 2);
+  counts.nodeEnabled(1, true, true, /*was=*/false, /*now=*/true);
+  EXPECT_EQ(counts.expected(1), 5) << "enabled again: a count, not kRecordsVary";
+  counts.instantiated(4, 2);
+  counts.rememberNodes(4, 0xd, {41});
+  asked.clear();
+  counts.startFollowing([&](uint64_t, uint64_t node) {
+    asked.insert(node);
+    return 1;
+  });
+  EXPECT_TRUE(asked.empty()) << "nothing is kept once following has begun";
+  EXPECT_EQ(counts.expected(4), 2);
+}
+
+TEST(GraphRecordCounts, WhatChangesWhileTheNodesAreReadHoldsNoStaleCount) {
+  GraphRecordCounts counts;
+  counts.instantiated(1, 4);
+  counts.rememberNodes(1, 0xa, {11, 12});
+  counts.instantiated(2, 4);
+  counts.rememberNodes(2, 0xb, {21});
+  counts.instantiated(3, 4);
+  counts.rememberNodes(3, 0xc, {31});
+  // Seen by the callbacks (on before the reading) and read again: counted once.
+  counts.nodeEnabled(3, true, true, true, false);
+  counts.startFollowing([&](uint64_t exec, uint64_t) {
+    if (exec == 1) counts.nodeEnabled(1, true, true, true, false);  // a call during the reading
+    if (exec == 2) {  // destroyed and another graph made at its address
+      counts.forget(2);
+      counts.instantiated(2, 7);
+    }
+    return 1;
+  });
+  EXPECT_EQ(counts.expected(1), kRecordsVary);
+  EXPECT_EQ(counts.expected(2), 7) << "the new graph at the address keeps its own count";
+  EXPECT_EQ(counts.expected(3), 3) << "one disabled node, not two";
+}
+
+TEST(GraphRecordCounts, RememberedNodesAreBounded) {
+  GraphRecordCounts counts;
+  counts.instantiated(1, 1);
+  counts.rememberNodes(1, 0xa, std::vector<uint64_t>(GraphRecordCounts::kMaxRememberedNodes, 5));
+  counts.instantiated(2, 1);
+  counts.rememberNodes(2, 0xb, {6});  // past the bound: not kept
+  counts.forget(1);                   // gives its room back
+  counts.instantiated(3, 1);
+  counts.rememberNodes(3, 0xc, {7});
+  std::set<uint64_t> asked;
+  counts.startFollowing([&](uint64_t, uint64_t node) {
+    asked.insert(node);
+    return 1;
+  });
+  EXPECT_EQ(asked, (std::set<uint64_t>{7}));
+  EXPECT_EQ(counts.expected(2), 1);
+  EXPECT_EQ(counts.expected(3), 0);
+}
+
+// Random toggles before and after following begins, some made while nobody watched: once it has
+// begun, the count is the model's whenever the nodes' graph was still alive at the start.
+TEST(GraphRecordCounts, TogglesBeforeTheStartMatchAModel) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = 1 + rng() % 12;
+    std::vector<bool> enabled(n, true);
+    GraphRecordCounts counts;
+    counts.instantiated(42, static_cast<int32_t>(n));
+    std::vector<uint64_t> nodes(n);
+    for (size_t i = 0; i < n; ++i) nodes[i] = 100 + i;
+    counts.rememberNodes(42, 0xa, nodes);
+    for (int step = 0; step < 10; ++step) enabled[rng() % n] = rng() % 2 == 0;  // unseen
+    counts.startFollowing([&](uint64_t, uint64_t node) { return enabled[node - 100] ? 0 : 1; });
+    for (int step = 0; step < 20; ++step) {
+      const size_t i = rng() % n;
+      const bool now = rng() % 2 == 0;
+      counts.nodeEnabled(42, true, true, enabled[i], now);
+      enabled[i] = now;
+      const auto model = static_cast<int32_t>(std::count(enabled.begin(), enabled.end(), true));
       ASSERT_EQ(counts.expected(42), model) << "trial " << trial << " step " << step;
     }
   }

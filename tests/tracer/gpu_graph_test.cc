@@ -777,13 +777,14 @@ TEST(TracerGraph, LaunchesAcrossStopsAndStartsKeepTheirOwnFingerprints) {
 // a disabled node gives no record, so the launches then wait for one record fewer. Had the count
 // stayed, each would have waited out its timeout; had it not come back on re-enabling, the
 // kernel's records would have gone unmatched.
-TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
-  DETRACE_REQUIRE_GPU();
+void checkDisabledNodes(bool before_start) {
   testing::TempDir tmp;
   Recording r;
-  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", "--capture meta", "graph-disabled"));
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "", before_start ? "--capture meta --paused" : "--capture meta",
+                                         "graph-disabled", before_start ? "before-start" : ""));
+  const int node1 = before_start ? 3 : 6;
   ASSERT_EQ(r.app["node0"], 9) << r.log;
-  ASSERT_EQ(r.app["node1"], 6) << "the GPU ran the disabled node:\n" << r.log;
+  ASSERT_EQ(r.app["node1"], node1) << "the GPU ran the disabled node:\n" << r.log;
   ASSERT_EQ(r.app["node2"], 9) << r.log;
   std::map<int, int> by_node;
   for (const db::Event& e : r.events) {
@@ -794,7 +795,7 @@ TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
     }
   }
   EXPECT_EQ(by_node[0], 9) << r.log;
-  EXPECT_EQ(by_node[1], 6) << r.log;
+  EXPECT_EQ(by_node[1], node1) << r.log;
   EXPECT_EQ(by_node[2], 9) << r.log;
   auto stats = r.reader->stats();
   ASSERT_TRUE(stats.isOk());
@@ -805,6 +806,19 @@ TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
   EXPECT_EQ((*stats)["tracer_activities_unmatched"], 0);
   EXPECT_EQ((*stats)["tracer_activities_late"], 0);
   EXPECT_EQ((*stats)["tracer_graph_launches_varying"], 0) << "every launch had a count";
+}
+
+TEST(TracerGraph, DisabledNodesAreFollowedInTheRecordCount) {
+  DETRACE_REQUIRE_GPU();
+  checkDisabledNodes(/*before_start=*/false);
+}
+
+// The node disabled while the recording was paused (the callbacks were off): its state is read
+// at the start, so the launches made with it disabled, then enabled, then disabled again each
+// wait for the records they give.
+TEST(TracerGraph, NodesDisabledBeforeTheStartAreReadAtIt) {
+  DETRACE_REQUIRE_GPU();
+  checkDisabledNodes(/*before_start=*/true);
 }
 
 // A node of the GEMMs' graph disabled before its third launch (the app's own kernel; the tracer

@@ -13,8 +13,8 @@
 // `tracer_gpu_app fresh-thread` makes matmuls from a thread with no CUDA work before them;
 // `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would;
 // `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain);
-// `tracer_gpu_app graph-disabled DIR` launches a graph with one of its kernel nodes disabled for a
-// while (graphDisabledMain).
+// `tracer_gpu_app graph-disabled DIR [before-start]` launches a graph with one of its kernel nodes
+// disabled for a while (graphDisabledMain).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
@@ -353,8 +353,10 @@ __global__ void graph_node(int* counts) {
 // A graph built node by node: graph_node<0> -> graph_node<1> -> graph_node<2> -> a memset, launched
 // 3 times, then 3 times with graph_node<1> disabled (cudaGraphNodeSetEnabled), then 3 times with it
 // enabled again. DIR/graph.txt gets what the GPU counted ("node0 9", "node1 6", "node2 9") and
-// "launches 9".
-int graphDisabledMain(const std::string& dir) {
+// "launches 9". `before_start` (recorded `--paused`): graph_node<1> is disabled before the
+// recording is started through the control socket, then launched disabled, enabled, disabled
+// ("node1 3").
+int graphDisabledMain(const std::string& dir, bool before_start) {
   int* counts = nullptr;
   int* scratch = nullptr;
   cudaStream_t s = nullptr;
@@ -385,8 +387,16 @@ int graphDisabledMain(const std::string& dir) {
   CK(cudaGraphAddMemsetNode(&nodes[3], graph, &nodes[2], 1, &m));
   cudaGraphExec_t exec = nullptr;
   CK(cudaGraphInstantiate(&exec, graph, 0));
+  if (before_start) {
+    CK(cudaGraphNodeSetEnabled(exec, nodes[1], 0));
+    if (!graph_app::askTracer("start capture=meta")) {
+      std::fprintf(stderr, "tracer_gpu_app graph-disabled: the tracer did not start\n");
+      return 1;
+    }
+  }
   for (int phase = 0; phase < 3; ++phase) {
-    if (phase > 0) CK(cudaGraphNodeSetEnabled(exec, nodes[1], phase == 2 ? 1 : 0));
+    const bool enabled = (phase == 1) == before_start;  // off, on, off; or on, off, on
+    if (phase > 0) CK(cudaGraphNodeSetEnabled(exec, nodes[1], enabled ? 1 : 0));
     for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s));
   }
   CK(cudaStreamSynchronize(s));
@@ -406,7 +416,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "nccl-comms") == 0) return ncclCommsMain();
   if (argc >= 2 && std::strcmp(argv[1], "fresh-thread") == 0) return freshThreadMain();
   if (argc >= 3 && std::strcmp(argv[1], "graph") == 0) return graph_app::graphMain(argv[2]);
-  if (argc >= 3 && std::strcmp(argv[1], "graph-disabled") == 0) return graphDisabledMain(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "graph-disabled") == 0) {
+    return graphDisabledMain(argv[2], argc >= 4 && std::strcmp(argv[3], "before-start") == 0);
+  }
   if (argc >= 3 && std::strcmp(argv[1], "graph-threads") == 0) {
     const char* how = argc >= 4 ? argv[3] : "";
     return graph_app::graphThreadsMain(argv[2], std::strcmp(how, "serialized") == 0,

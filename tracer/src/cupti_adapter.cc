@@ -573,8 +573,10 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
 // child graphs included. kRecordsVary if it has a conditional node anywhere (a while loop's or an
 // if's body runs as often as the GPU decides at each launch: no count holds for the next launch),
 // else kRecordsUnknown if some nodes cannot be read. The child graphs met on the way are added to
-// `children` (where captured digests may hide).
-int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& children) {
+// `children` (where captured digests may hide); its own kernel, memcpy and memset nodes to `top`
+// where given (GraphRecordCounts::rememberNodes).
+int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& children,
+                          std::vector<uint64_t>* top = nullptr) {
   using GetNodes = CUresult (*)(CUgraph, CUgraphNode*, size_t*);
   using GetType = CUresult (*)(CUgraphNode, CUgraphNodeType*);
   using ChildGraph = CUresult (*)(CUgraphNode, CUgraph*);
@@ -597,7 +599,10 @@ int32_t countGraphRecords(CUgraph graph, int depth, std::vector<CUgraph>& childr
     switch (type) {
       case CU_GRAPH_NODE_TYPE_KERNEL:
       case CU_GRAPH_NODE_TYPE_MEMCPY:
-      case CU_GRAPH_NODE_TYPE_MEMSET: ++total; break;
+      case CU_GRAPH_NODE_TYPE_MEMSET:
+        ++total;
+        if (top != nullptr) top->push_back(reinterpret_cast<uint64_t>(node));
+        break;
       case CU_GRAPH_NODE_TYPE_GRAPH: {
         CUgraph sub = nullptr;
         if (child(node, &sub) != CUDA_SUCCESS) {
@@ -686,10 +691,14 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr || g->graph == nullptr) return;
     std::vector<CUgraph> graphs{g->graph};
-    int32_t records = countGraphRecords(g->graph, 0, graphs);
+    std::vector<uint64_t> nodes;  // kept until the first start (enableGraphUpdateCallbacks)
+    const bool keep_nodes = !g_graph_records.following();
+    int32_t records = countGraphRecords(g->graph, 0, graphs, keep_nodes ? &nodes : nullptr);
     // Library ops captured with their digests into this graph (or a child): its launches replay them.
-    Fingerprinter::get().noteExec(reinterpret_cast<uint64_t>(g->graphExec), data->context, graphs);
-    g_graph_records.instantiated(reinterpret_cast<uint64_t>(g->graphExec), records);
+    const auto exec = reinterpret_cast<uint64_t>(g->graphExec);
+    Fingerprinter::get().noteExec(exec, data->context, graphs);
+    g_graph_records.instantiated(exec, records);
+    if (keep_nodes) g_graph_records.rememberNodes(exec, reinterpret_cast<uint64_t>(g->graph), std::move(nodes));
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
     if (g == nullptr) return;
@@ -704,7 +713,9 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
     if (g != nullptr) Fingerprinter::get().noteGraphCloned(g->originalGraph, g->graph);
   } else if (cbid == CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING) {
     auto* g = static_cast<const CUpti_GraphData*>(data->resourceDescriptor);
-    if (g != nullptr) Fingerprinter::get().forgetGraph(g->graph);
+    if (g == nullptr) return;
+    Fingerprinter::get().forgetGraph(g->graph);
+    g_graph_records.graphDestroyed(reinterpret_cast<uint64_t>(g->graph));
   } else if (cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING) {
     NameCache::forgetHandles();  // its functions' handles may name other kernels from now on
     if (deep::enabled()) deep::onModuleUnload();
@@ -1133,10 +1144,10 @@ bool setActivities(bool on) {
 // cuGraphExecUpdate callbacks (graph_fingerprints.cc: an executable graph given other nodes stops
 // being followed) and cuGraphNodeSetEnabled's (a graph launch's record count, GraphRecordCounts).
 // They matter only for graphs launched while capturing, so they are turned on at the first start
-// and stay on (a node disabled before then is not seen: its graph's launches wait for a record
-// too many until their timeout, and once it is enabled again each waits for its timeout). Not at load: any
-// driver-API callback makes CUPTI intercept every driver call of the process, which a tracer that
-// is loaded paused (`record --paused`) and never started must not cost.
+// and stay on; the nodes the program disabled before then are read from the graphs that can still
+// have nodes named (GraphRecordCounts::startFollowing). Not at load: any driver-API callback makes
+// CUPTI intercept every driver call of the process, which a tracer that is loaded paused
+// (`record --paused`) and never started must not cost.
 bool enableGraphUpdateCallbacks() {
   static bool on = false;  // captureOn runs under the session's capture lock
   if (on) return true;
@@ -1146,6 +1157,16 @@ bool enableGraphUpdateCallbacks() {
                        "graph update callback");
   }
   on = true;
+  using GetEnabled = CUresult (*)(CUgraphExec, CUgraphNode, unsigned int*);
+  static auto get_enabled = reinterpret_cast<GetEnabled>(loadedSymbol("cuGraphNodeGetEnabled", "libcuda.so"));
+  g_graph_records.startFollowing([](uint64_t exec, uint64_t node) {
+    unsigned int enabled = 1;
+    if (get_enabled == nullptr || get_enabled(reinterpret_cast<CUgraphExec>(exec), reinterpret_cast<CUgraphNode>(node),
+                                              &enabled) != CUDA_SUCCESS) {
+      return -1;
+    }
+    return enabled == 0 ? 1 : 0;
+  });
   return true;
 }
 
