@@ -2,7 +2,10 @@
 //                [--capture-range A:B] [--max-capture-bytes N] [--window UNIT:A:B]
 //                [--deep WINDOW] [--paused] [--launch-callbacks] [--row-digests all|tokens]
 //                [--graph-weights-every N] -- COMMAND...
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -89,10 +92,10 @@ constexpr const char* kRecordFooter =
     "numbers --capture-range, --window ops: and --deep ops: take). Steps are NVTX ranges whose\n"
     "text starts with \"step\" (DETRACE_STEP_PREFIX changes it), numbered from 0 as pushed.\n"
     "\n"
-    "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH, LD_PRELOAD and\n"
-    "NCCL_PROFILER_PLUGIN set to libdetrace_tracer.so and DETRACE_OUT_DIR set to RUN_DIR; child\n"
-    "processes inherit them (a NCCL_PROFILER_PLUGIN of your own is kept, with a warning, and\n"
-    "NCCL's choices are then not recorded).\n"
+    "The command must follow --. detrace starts it with CUDA_INJECTION64_PATH and\n"
+    "NCCL_PROFILER_PLUGIN set to libdetrace_tracer.so, LD_PRELOAD to it followed by yours, and\n"
+    "DETRACE_OUT_DIR to RUN_DIR; child processes inherit them (a NCCL_PROFILER_PLUGIN of your own\n"
+    "is kept, with a warning, and NCCL's choices are then not recorded).\n"
     "\n"
     "CUDA graphs: a library op called while its stream is captured is recorded once, at capture,\n"
     "without fingerprints; its digest kernels are captured with it, and every replay of the graph\n"
@@ -118,8 +121,10 @@ constexpr const char* kRecordFooter =
     "committed before. The last line counts the files that were not finished; detrace info names\n"
     "them.\n"
     "\n"
-    "Exit status: the command's own exit status (128+N if signal N killed it); 2 if detrace could\n"
-    "not start it (the message says why). SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to detrace go to the command.\n";
+    "Exit status: the command's own exit status (128+N if signal N killed it; killed by SIGINT,\n"
+    "SIGTERM or SIGHUP, detrace then dies of the same signal, so a script running it stops on\n"
+    "Ctrl-C); 2 if detrace could not start it (the message says why). SIGINT/SIGTERM/SIGHUP/SIGQUIT\n"
+    "sent to detrace go to the command; a signal detrace was started ignoring (nohup) stays ignored.\n";
 
 }  // namespace
 
@@ -170,9 +175,10 @@ void addRecordCommand(CLI::App& app, Runner& run) {
           },
           "SIZE"));
   cmd->add_option("--window", opts->window,
-                  "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops) "
-                  "or launches:A:B (kernel launches; a library call in range is recorded too); default: "
-                  "everything");
+                  "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops), "
+                  "launches:A:B (kernel launches; a library call in range is recorded too) or "
+                  "kernel:NAME@N[+K] (the Nth launch, from 0, of a kernel named NAME and the K "
+                  "launches after it, K = 31 if left out); default: everything");
   cmd->add_option("--deep", opts->deep,
                   "Deep window: fingerprint the memory each launch in WINDOW can reach, before and "
                   "after it (steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[-B][+K]); zero-fills "
@@ -248,6 +254,23 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s%s\n",
                    opts->command[0].c_str(), result->exit_status, result->trace_files.size(),
                    opts->out_dir.c_str(), notes.c_str());
+      // A command that SIGINT (SIGTERM, SIGHUP) killed kills detrace with the same signal, so the
+      // shell that runs detrace sees an interrupt and stops its script, as it would without
+      // detrace: bash takes an exit status of 130 for an interrupt the program handled, and goes on.
+      // Not a signal detrace itself was started ignoring (nohup's SIGHUP): it would not have
+      // killed detrace either.
+      struct sigaction own{};
+      const int sig = result->term_signal;
+      if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && sigaction(sig, nullptr, &own) == 0 &&
+          ((own.sa_flags & SA_SIGINFO) != 0 || own.sa_handler != SIG_IGN)) {
+        std::fflush(nullptr);
+        std::signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, nullptr);
+        raise(sig);
+      }
       return result->exit_status;
 #else
       return reportError(Status(ErrorCode::kUnavailable,

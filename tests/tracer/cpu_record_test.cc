@@ -75,8 +75,10 @@ TEST(Record, UserTracerSettingsReachTheChild) {
   EXPECT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("[250] [8] [32] [0] [1] [w=] [7] [0] [deep] [p=] [o=] [l=]"), std::string::npos)
       << o.out;
-  EXPECT_EQ(o.out.find("stale.so"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("[i=/stale.so]"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("libdetrace_tracer.so]"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("CUDA_INJECTION64_PATH=/stale.so is set"), std::string::npos)
+      << "replaced with a warning: " << o.out;
 }
 
 TEST(Record, CaptureLevelReachesTheChildAndTheManifest) {

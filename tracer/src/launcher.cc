@@ -107,6 +107,14 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
                                           const std::string& out_dir) {
   std::vector<std::string> env;
   std::string preload = lib;
+  const std::vector<std::string> tracer_env = tracerEnvironment(options, lib, out_dir);
+  // A variable set below must not also be passed on as it was: with two entries, getenv (NCCL's,
+  // NVTX's, the tracer's) takes the first, the user's empty NCCL_PROFILER_PLUGIN= for example.
+  auto setBelow = [&tracer_env](const std::string& key) {
+    return std::any_of(tracer_env.begin(), tracer_env.end(), [&key](const std::string& kv) {
+      return kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=';
+    });
+  };
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
@@ -115,7 +123,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
       if (!old.empty()) preload += ":" + old;
       continue;
     }
-    if (isSetByRecord(key)) continue;  // tracerEnvironment sets it from the options
+    if (isSetByRecord(key) || setBelow(key)) continue;  // tracerEnvironment sets it
     env.push_back(std::move(kv));
   }
   // Overhead diagnostics (bench_overhead --diag): DETRACE_DIAG_NO_PRELOAD=1 leaves the NCCL and
@@ -124,7 +132,7 @@ std::vector<std::string> childEnvironment(const RecordOptions& options, const st
     preload = preload.size() > lib.size() ? preload.substr(lib.size() + 1) : std::string();
   }
   if (!preload.empty()) env.push_back("LD_PRELOAD=" + preload);
-  for (std::string& kv : tracerEnvironment(options, lib, out_dir)) env.push_back(std::move(kv));
+  env.insert(env.end(), tracer_env.begin(), tracer_env.end());
   return env;
 }
 
@@ -142,11 +150,16 @@ std::map<std::string, std::string> recordedEnv() {
 
 // ---- signal forwarding ----
 volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_session_leader = 0;  // detrace leads its session (ssh host detrace ...)
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+struct sigaction g_saved[std::size(kForwardedSignals)];  // detrace's own, while forwarding
 
 // A signal sent to detrace with kill(2) goes on to the command. One the terminal sent (Ctrl-C)
-// already reached the command, which shares detrace's process group, so it is not sent twice.
+// already reached the command, which shares detrace's process group, so it is not sent twice;
+// but a hangup is sent to the session leader alone, so when that is detrace it goes on too.
 void forwardSignal(int sig, siginfo_t* info, void*) {
-  if (g_child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(g_child, sig);
+  const bool from_terminal = info != nullptr && info->si_code == SI_KERNEL;
+  if (g_child > 0 && (!from_terminal || (sig == SIGHUP && g_session_leader))) kill(g_child, sig);
 }
 
 class SignalForwarding {
@@ -156,18 +169,46 @@ class SignalForwarding {
     sa.sa_sigaction = forwardSignal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
+    g_session_leader = getsid(0) == getpid();
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+      sigaction(kForwardedSignals[i], nullptr, &g_saved[i]);
+      // A signal detrace was started ignoring (nohup, `cmd &` in a script, trap '' TERM) stays
+      // ignored: the command inherits SIG_IGN across exec, as it would without detrace (a caught
+      // signal is reset to SIG_DFL by exec), and nothing is forwarded.
+      if ((g_saved[i].sa_flags & SA_SIGINFO) == 0 && g_saved[i].sa_handler == SIG_IGN) continue;
+      sigaction(kForwardedSignals[i], &sa, nullptr);
+    }
   }
   ~SignalForwarding() {
-    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) sigaction(kForwardedSignals[i], &g_saved[i], nullptr);
     g_child = 0;
   }
   SignalForwarding(const SignalForwarding&) = delete;
   SignalForwarding& operator=(const SignalForwarding&) = delete;
+};
+
+// Blocks the forwarded signals from fork until the child's pid is known (in detrace) and its
+// dispositions are detrace's own again (in the child): one that comes meanwhile is forwarded once
+// the pid is known, and acts on the child as it would on the command, never on detrace's handler
+// with no child to forward to.
+class ForkGuard {
+ public:
+  ForkGuard() {
+    sigset_t block;
+    sigemptyset(&block);
+    for (int sig : kForwardedSignals) sigaddset(&block, sig);
+    sigprocmask(SIG_BLOCK, &block, &old_);
+  }
+  void inChild() const {  // async-signal-safe calls only
+    for (size_t i = 0; i < std::size(kForwardedSignals); ++i) sigaction(kForwardedSignals[i], &g_saved[i], nullptr);
+    sigprocmask(SIG_SETMASK, &old_, nullptr);
+  }
+  ~ForkGuard() { sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  ForkGuard(const ForkGuard&) = delete;
+  ForkGuard& operator=(const ForkGuard&) = delete;
 
  private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-  struct sigaction saved_[std::size(kSignals)];
+  sigset_t old_;
 };
 
 // Starts the command; an exec failure in the child comes back through a close-on-exec pipe.
@@ -181,15 +222,25 @@ Result<pid_t> spawn(const std::string& program, const std::vector<std::string>& 
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) return makeError(ErrorCode::kIo, "cannot start {}: fork: {}", program, std::strerror(errno));
-  if (pid == 0) {
-    execve(program.c_str(), argv.data(), envp.data());
-    int err = errno;
-    ssize_t ignored = write(wr.get(), &err, sizeof err);
-    (void)ignored;
-    _exit(127);
+  // A script without a #! line runs under /bin/sh, as a shell and execvp(3) run it.
+  std::vector<char*> sh_argv = {const_cast<char*>("sh"), const_cast<char*>(program.c_str())};
+  sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());
+  pid_t pid = 0;
+  {
+    ForkGuard guard;
+    pid = fork();
+    if (pid == 0) {
+      guard.inChild();
+      execve(program.c_str(), argv.data(), envp.data());
+      if (errno == ENOEXEC) execve("/bin/sh", sh_argv.data(), envp.data());
+      int err = errno;
+      ssize_t ignored = write(wr.get(), &err, sizeof err);
+      (void)ignored;
+      _exit(127);
+    }
+    if (pid > 0) g_child = pid;  // before the guard goes: a signal held meanwhile is forwarded
   }
+  if (pid < 0) return makeError(ErrorCode::kIo, "cannot start {}: fork: {}", program, std::strerror(errno));
   wr.reset();
   int err = 0;
   ssize_t n;
@@ -198,18 +249,26 @@ Result<pid_t> spawn(const std::string& program, const std::vector<std::string>& 
   } while (n < 0 && errno == EINTR);
   if (n == sizeof err) {
     waitpid(pid, nullptr, 0);
+    g_child = 0;
+    if (err == ENOENT) {  // resolveCommand found the file: what is missing is its interpreter
+      return makeError(ErrorCode::kIo, "cannot run {}: the interpreter its #! line names (or its "
+                       "ELF loader) does not exist", program);
+    }
     return makeError(ErrorCode::kIo, "cannot run {}: {}", program, std::strerror(err));
   }
   return pid;
 }
 
-int waitForExit(pid_t pid) {
+int waitForExit(pid_t pid, int* term_signal) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return 127;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  if (WIFSIGNALED(status)) {
+    *term_signal = WTERMSIG(status);
+    return 128 + WTERMSIG(status);
+  }
   return 127;
 }
 
@@ -330,6 +389,13 @@ bool isSetByRecord(std::string_view key) {
 std::vector<std::string> tracerEnvironment(const RecordOptions& options, const std::string& lib,
                                            const std::string& out_dir) {
   std::vector<std::string> env;
+  // CUDA loads one injection library: another tool's (nsys, a profiler of your own) gives way.
+  if (const char* own = std::getenv("CUDA_INJECTION64_PATH"); own && *own && lib != own) {
+    std::fprintf(stderr,
+                 "detrace: CUDA_INJECTION64_PATH=%s is set; CUDA loads one injection library, so "
+                 "detrace's replaces it for the command\n",
+                 own);
+  }
   env.push_back("CUDA_INJECTION64_PATH=" + lib);
   // The same library is NCCL's profiler plugin: it is how NCCL's algorithm, protocol and channel
   // choices are recorded. NCCL loads one plugin only; a user's own plugin wins, with a warning.
@@ -386,6 +452,14 @@ Result<RecordResult> record(const RecordOptions& options) {
   if (lib.empty()) {
     DETRACE_ASSIGN_OR_RETURN(lib, findTracerLibrary());
   }
+  if (lib.find_first_of(" \t:") != std::string::npos) {  // ld.so splits LD_PRELOAD there
+    return makeError(ErrorCode::kInvalidArgument,
+                     "the tracer library's path ({}) holds a space or a colon, which LD_PRELOAD "
+                     "cannot carry (NCCL and cuBLAS would go unrecorded); install or copy it to a "
+                     "path without them and set DETRACE_TRACER_LIB", lib);
+  }
+  std::error_code ec;
+  const bool existed = fs::exists(options.out_dir, ec);
   DETRACE_RETURN_IF_ERROR(prepareRunDir(options.out_dir, options.force));
   std::string out_dir = fs::absolute(options.out_dir).lexically_normal().string();
 
@@ -413,10 +487,15 @@ Result<RecordResult> record(const RecordOptions& options) {
   RecordResult result;
   {
     SignalForwarding forwarding;
-    DETRACE_ASSIGN_OR_RETURN(pid_t pid,
-                             spawn(program, options.command, childEnvironment(options, lib, out_dir)));
-    g_child = pid;
-    result.exit_status = waitForExit(pid);
+    Result<pid_t> pid = spawn(program, options.command, childEnvironment(options, lib, out_dir));
+    if (!pid.isOk()) {
+      // Nothing ran: leave RUN_DIR as it was, so that the same command line works once fixed
+      // (a manifest left behind would make the next try "not empty" and `info` "no trace files").
+      fs::remove(fs::path(out_dir) / db::kManifestName, ec);
+      if (!existed) fs::remove(out_dir, ec);
+      return pid.status();
+    }
+    result.exit_status = waitForExit(*pid, &result.term_signal);
   }
   manifest.exit_code = result.exit_status;
   manifest.end_time_ns = nowNs();

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -41,7 +42,25 @@ std::atomic<pid_t> g_owner{0};   // the process whose thread reads that socket
 std::atomic<bool> g_reading{false};  // that thread still reads (it ends when its end is taken)
 std::atomic<int> g_reader_fd{-1};    // the thread's end, for a forked child to close
 std::atomic<uint64_t> g_reader_dev{0}, g_reader_ino{0};
-std::atomic<bool> g_terminating{false};
+// When the first terminating signal came (CLOCK_MONOTONIC ns; 0: none yet), which, and whether
+// the process's parent sent it. A process-group kill (timeout(1), systemd, Slurm, kill -TERM
+// -PGID) reaches a command of `detrace record` directly and again through detrace's forwarding
+// (detrace is its parent), milliseconds apart: that copy is not the "second signal" that kills at
+// once. Two from the terminal (a double Ctrl-C) or two kills from elsewhere still are.
+std::atomic<int64_t> g_terminating_since_ns{0};
+std::atomic<int> g_terminating_sig{0};
+std::atomic<bool> g_terminating_from_parent{false};
+constexpr int64_t kCopyWithinNs = 1'000'000'000;
+
+bool fromParent(const siginfo_t* info) {  // getppid is async-signal-safe
+  return info != nullptr && info->si_code == SI_USER && info->si_pid == getppid();
+}
+
+int64_t monotonicNs() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
 std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
 std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
@@ -100,9 +119,20 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   // The kernel resets such a disposition atomically at delivery; exchange does it here.
   const bool reset = (old.sa_flags & SA_RESETHAND) != 0 && g_oneshot_used[i].exchange(true);
   if (reset || isDefault(old)) {
-    // The program would die now. Let the flush thread finish the trace first; a second signal,
-    // or no thread to do it (a forked child), and it dies at once.
-    if (g_terminating.exchange(true) || !notifyThread(sig)) dieBySignal(sig);
+    // The program would die now. Let the flush thread finish the trace first; a second signal
+    // (not the copy of the first that `detrace record` forwards after a process-group kill), or
+    // no thread to do it (a forked child), and it dies at once.
+    const int64_t now = monotonicNs();
+    const bool from_parent = fromParent(info);
+    int64_t first = 0;
+    if (g_terminating_since_ns.compare_exchange_strong(first, now)) {
+      g_terminating_sig.store(sig);
+      g_terminating_from_parent.store(from_parent);
+      if (!notifyThread(sig)) dieBySignal(sig);
+    } else if (now - first >= kCopyWithinNs || g_terminating_sig.load() != sig ||
+               g_terminating_from_parent.load() == from_parent) {
+      dieBySignal(sig);
+    }  // else: the forwarded copy of the first signal, not a second one
   } else if (old.sa_handler != SIG_IGN || (old.sa_flags & SA_SIGINFO) != 0) {
     // The program's own handler decides what happens; commit what we have meanwhile.
     notifyThread(sig | kCommitOnly);
@@ -320,7 +350,9 @@ void resetSignalsAfterFork() noexcept {
   if (rd >= 0 && fdNames(rd, rd_id)) close(rd);
   g_reading.store(false, std::memory_order_release);
   g_owner.store(0);
-  g_terminating.store(false);
+  g_terminating_since_ns.store(0);
+  g_terminating_sig.store(0);
+  g_terminating_from_parent.store(false);
   g_abandoned.store(false);  // the parent's finish, not this process's
 }
 

@@ -39,6 +39,7 @@ struct RecordOptions {
 
 struct RecordResult {
   int exit_status = 0;  // the command's exit status; 128 + N if it was killed by signal N
+  int term_signal = 0;  // N if signal N killed the command, else 0
   std::vector<std::string> trace_files;  // the proc-*.dtrace files the run directory holds
 };
 
