@@ -2,7 +2,11 @@
 // [--json]
 #include <charconv>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -70,6 +74,10 @@ std::string describe(const Reply& r) {
       out += " (" + r.get("dropped") + " dropped)";
   }
   if (!r.get("reason").empty()) out += "; recording stopped: " + r.get("reason");
+  if (r.get("committing") == "1") {
+    out += "; the commit is still under way (a slow file system): the trace's last events are "
+           "not in the file yet (status shows them once written)";
+  }
   return out;
 }
 
@@ -105,9 +113,25 @@ int runAttach(const std::string& target, const std::string& action, const std::s
   nlohmann::json out = {{"processes", nlohmann::json::array()},
                         {"errors", nlohmann::json::array()},
                         {"exited", targets->exited}};
+  // Every process is asked at once: one deadline (30 s) for the whole run, not 30 s per stopped
+  // rank one after another, and the ranks start and stop together.
+  const std::vector<tracer::AttachTarget>& live = targets->live;
+  std::vector<std::optional<Result<Reply>>> replies(live.size());
+  {
+    std::vector<std::thread> askers;
+    for (size_t i = 0; i < live.size(); ++i) {
+      try {
+        askers.emplace_back([&, i] { replies[i].emplace(tracer::sendControlRequest(live[i], request)); });
+      } catch (const std::system_error&) {  // no thread: ask it here
+        replies[i].emplace(tracer::sendControlRequest(live[i], request));
+      }
+    }
+    for (std::thread& a : askers) a.join();
+  }
   bool all_ok = true;
-  for (const tracer::AttachTarget& t : targets->live) {
-    auto reply = tracer::sendControlRequest(t, request);
+  for (size_t i = 0; i < live.size(); ++i) {
+    const tracer::AttachTarget& t = live[i];
+    Result<Reply>& reply = *replies[i];
     std::string error;
     if (!reply.isOk()) {
       error = reply.status().message();
@@ -129,7 +153,9 @@ int runAttach(const std::string& target, const std::string& action, const std::s
     }
   }
   if (json) {
-    std::printf("%s\n", out.dump(2).c_str());
+    // Paths and echoed arguments are bytes, not necessarily UTF-8: replace what is not, rather
+    // than abort (dump throws type_error 316) after the request was already carried out.
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (!targets->exited.empty()) {
     std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
   }

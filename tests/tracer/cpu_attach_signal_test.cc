@@ -287,6 +287,79 @@ TEST(Attach, RefusalsNameTheirCauseAndTheFix) {
   EXPECT_NE(dead.out.find("has exited"), std::string::npos) << dead.out;
 }
 
+// `--json` output holds whatever bytes it has to carry (a window that is not UTF-8, echoed back in
+// the tracer's refusal): replaced, never an abort of detrace (nlohmann's dump throws on them).
+TEST(Attach, JsonOutputCarriesBytesThatAreNotUtf8) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true);
+  Output out = sh(app.attach(std::to_string(app.pid()) + " start --window 'steps:\xff\xfe' --json"));
+  EXPECT_EQ(out.status, 2) << "refused, not aborted: " << out.out;
+  const size_t brace = out.out.find('{');
+  ASSERT_NE(brace, std::string::npos) << out.out;
+  auto j = nlohmann::json::parse(out.out.substr(brace), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out.out;
+  EXPECT_FALSE(j["errors"].empty()) << out.out;
+  Output status = sh(app.attach(std::to_string(app.pid()) + " status --json"));
+  EXPECT_EQ(status.status, 0) << status.out;
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+}
+
+// The processes of a run are asked at once: two that take no connections (stopped) cost one
+// 30 s deadline together, not one each in turn.
+TEST(Attach, EveryProcessOfARunIsAskedAtOnce) {
+  TempDir tmp;
+  TracedApp first(tmp, /*paused=*/true), second(tmp, /*paused=*/true);  // one run directory
+  ASSERT_EQ(first.run(), second.run());
+  kill(first.pid(), SIGSTOP);
+  kill(second.pid(), SIGSTOP);
+  const auto begun = std::chrono::steady_clock::now();
+  Output status = sh(first.attach(first.run() + " status"));
+  const auto took = std::chrono::steady_clock::now() - begun;
+  kill(first.pid(), SIGCONT);
+  kill(second.pid(), SIGCONT);
+  EXPECT_EQ(status.status, 2) << status.out;
+  EXPECT_LT(took, std::chrono::seconds(50)) << "asked in turn, 30 s each: " << status.out;
+  EXPECT_NE(status.out.find(std::to_string(first.pid())), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find(std::to_string(second.pid())), std::string::npos) << status.out;
+  first.send("exit");
+  second.send("exit");
+  EXPECT_EQ(first.wait(), 0);
+  EXPECT_EQ(second.wait(), 0);
+}
+
+// `record -o 20261206` makes a run directory whose name is all digits: attach takes it for the
+// run it is (it holds a manifest), not for a process id.
+TEST(Attach, ARunDirectoryNamedByDigitsIsARun) {
+  TempDir tmp;
+  const std::string in = "cd " + tmp.path().string() + " && ";
+  Output rec = sh(in + detrace() + " record -o 999999998 -- /bin/true");
+  ASSERT_EQ(rec.status, 0) << rec.out;
+  Output status = sh(in + detrace() + " attach 999999998 status");
+  EXPECT_EQ(status.status, 2) << status.out;
+  EXPECT_EQ(status.out.find("no process 999999998"), std::string::npos) << "taken for a pid: " << status.out;
+  EXPECT_NE(status.out.find("recording in 999999998 has ended"), std::string::npos) << "the run's own answer: " << status.out;
+  Output pid = sh(in + detrace() + " attach 999999997 status");
+  EXPECT_NE(pid.out.find("no process 999999997"), std::string::npos) << "digits without a run are a pid: " << pid.out;
+}
+
+// A stop whose commit outlasts its 2 s wait (a slow file system; here the writer held 6 s per
+// batch) says so, instead of reading like a committed trace.
+TEST(Attach, AStopWhoseCommitGoesOnSaysSo) {
+  TempDir tmp;
+  TracedApp app(tmp, /*paused=*/true, {}, {"DETRACE_DIAG_WRITER_HOLD_MS=6000"});
+  Output start = sh(app.attach(std::to_string(app.pid()) + " start --capture meta"));
+  ASSERT_EQ(start.status, 0) << start.out;
+  app.call(1);
+  app.call(2);
+  Output stop = sh(app.attach(app.run() + " stop"));
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(stop.out.find("still under way"), std::string::npos) << stop.out;
+  app.send("exit");
+  EXPECT_EQ(app.wait(), 0);
+  EXPECT_EQ(recordedCounts(app.trace()), (std::vector<int64_t>{1, 2})) << "committed in the end";
+}
+
 // A run directory that stalls (an NFS server gone away) holds the program up 250 ms at most: the
 // pointer file is written on the control server's thread. Here its temporary file is a FIFO no
 // one reads (made by the shell that becomes the program, so it has the program's pid), so that

@@ -555,6 +555,39 @@ TEST(ControlServer, ASilentClientDoesNotHoldTheStopUpAndAGoneOnesRequestIsDroppe
   ::close(silent2);
 }
 
+// A client that shuts its writing side after its request (socat, `nc -N`, a script's
+// shutdown(SHUT_WR)) still reads the reply, its last line without a newline included; one that
+// closes altogether is still dropped (ASilentClientDoesNotHoldTheStopUp... above).
+TEST(ControlServer, AClientThatOnlyStopsSendingIsStillAnswered) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  for (const std::string line : {"start capture=meta\n", "status"}) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const sockaddr_un addr = unixAddress((*server)->path());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::send(fd, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
+    ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    std::string reply;
+    char buf[256];
+    for (int i = 0; i < 50; ++i) {  // 5 s at most
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    auto parsed = control::parseReply(reply);
+    ASSERT_TRUE(parsed.isOk()) << "no reply to '" << line << "': '" << reply << "'";
+    EXPECT_TRUE(parsed->ok) << reply;
+  }
+  std::lock_guard lk(f.mu);
+  ASSERT_EQ(f.seen.size(), 2u) << "both requests were carried out";
+  EXPECT_EQ(f.seen[0].verb, control::Verb::kStart);
+  EXPECT_EQ(f.seen[1].verb, control::Verb::kStatus);
+}
+
 TEST(ControlServer, ARequestTooLongIsAnsweredWithAnError) {
   ServerFixture f;
   auto server = ControlServer::start(f.options(::geteuid()));

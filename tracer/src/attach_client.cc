@@ -246,7 +246,9 @@ Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
 
 Result<AttachTargets> findAttachTargets(const std::string& pid_or_run_dir) {
   pid_t pid = 0;
-  if (parsePid(pid_or_run_dir, pid)) return targetsOfPid(pid);
+  // A run directory named by digits (`record -o 20241206`) is a run, not a pid: `record` wrote
+  // its manifest before starting the command.
+  if (parsePid(pid_or_run_dir, pid) && !db::readManifest(pid_or_run_dir).isOk()) return targetsOfPid(pid);
   return targetsOfRun(pid_or_run_dir);
 }
 

@@ -62,6 +62,7 @@ control::Reply statusReply() {
   r.set("dropped", std::to_string(st.dropped));
   if (st.rank >= 0) r.set("rank", std::to_string(st.rank));
   if (st.world_size > 0) r.set("world_size", std::to_string(st.world_size));
+  if (st.committing) r.set("committing", "1");  // a stop's commit goes on in the background
   return r;
 }
 

@@ -170,10 +170,12 @@ class ControlServer::Impl {
   }
 
   // True once the client has hung up (it gave up waiting, e.g. while this process was stopped):
-  // its request is then not carried out, since nobody would learn that it was.
+  // its request is then not carried out, since nobody would learn that it was. Only a full close
+  // (POLLHUP): a client that shut down its writing side after its request (POLLRDHUP: socat,
+  // `nc -N`, a script's shutdown(SHUT_WR)) still reads the reply.
   static bool clientGone(int fd) {
-    pollfd p{fd, POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    pollfd p{fd, 0, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
   }
 
   void serve(const HeldFd& client) {

@@ -517,6 +517,7 @@ Status Session::stopCapture() {
   // commit still under way is no failure of the stop: it lands a little later.
   if (db::TraceWriter* w = startedWriter()) {
     Status st = w->flush(std::chrono::milliseconds(2000));
+    stop_commit_late_.store(st.code() == ErrorCode::kUnavailable, std::memory_order_release);
     if (st.code() != ErrorCode::kUnavailable) return st;
     logLine("%s", st.message().c_str());
   }
@@ -544,6 +545,9 @@ Session::CaptureState Session::captureState() {
   }
   st.rank = rank_.rank;
   st.world_size = rank_.world_size;
+  // Only while it lasts: a zero wait says whether the writer has committed everything since.
+  st.committing = !st.capturing && writer_ && stop_commit_late_.load(std::memory_order_acquire) &&
+                  writer_->flush(std::chrono::milliseconds(0)).code() == ErrorCode::kUnavailable;
   return st;
 }
 

@@ -88,6 +88,7 @@ class Session {
     std::string reason;  // why recording stopped, when `failed` (fail()'s what and detail)
     int64_t events = 0, dropped = 0;
     int32_t rank = -1, world_size = -1;
+    bool committing = false;  // the last stop's commit did not end within its 2 s: still under way
   };
   CaptureState captureState();
   enum class Held { kSettle, kKeep };
@@ -181,6 +182,7 @@ class Session {
   std::vector<std::unique_ptr<WindowGate>> attach_gates_;
   std::atomic<bool> capturing_{true};
   std::atomic<uint64_t> capture_starts_{0};
+  std::atomic<bool> stop_commit_late_{false};  // the last stopCapture's flush timed out
   std::mutex capture_mu_;  // serialises start/stop/hooks (control thread vs. CUPTI setup)
   CaptureHooks hooks_;
   std::string window_spec_;
