@@ -30,6 +30,7 @@
 #include "../db/test_util.h"
 #include "common/shell.h"
 #include "detrace/db/reader.h"
+#include "line_child.h"
 
 extern char** environ;
 
@@ -140,22 +141,8 @@ class Process {
 
   pid_t pid() const { return pid_; }
 
-  std::string line(int timeout_ms = 20000) {
-    std::string l;
-    char c;
-    for (;;) {
-      pollfd p{from_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return l + "<timeout>";
-      if (read(from_, &c, 1) != 1) return l;
-      if (c == '\n') return l;
-      l += c;
-    }
-  }
-  std::string send(const std::string& cmd) {
-    const std::string l = cmd + "\n";
-    if (write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "<write failed>";
-    return line();
-  }
+  std::string line(int timeout_ms = 20000) { return testing::readLine(from_, timeout_ms); }
+  std::string send(const std::string& cmd) { return testing::writeLine(to_, cmd) ? line() : "<write failed>"; }
 
   // Its wait status once it has ended; nullopt if it is still running after `limit`.
   std::optional<int> waitFor(milliseconds limit) {

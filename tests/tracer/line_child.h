@@ -14,6 +14,26 @@
 
 namespace detrace::testing {
 
+// The next line read from `fd`; "<timeout>" appended after `timeout_ms` without one, what was read
+// at EOF.
+inline std::string readLine(int fd, int timeout_ms) {
+  std::string l;
+  char c;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return l + "<timeout>";
+    if (read(fd, &c, 1) != 1) return l;
+    if (c == '\n') return l;
+    l += c;
+  }
+}
+
+// Writes `cmd` and a newline to `to`; false if it could not.
+inline bool writeLine(int to, const std::string& cmd) {
+  const std::string l = cmd + "\n";
+  return write(to, l.data(), l.size()) == static_cast<ssize_t>(l.size());
+}
+
 class LineChild {
  public:
   // Starts `program` with `args` and exactly the environment `env` ("KEY=value" each).
@@ -55,28 +75,11 @@ class LineChild {
   pid_t pid() const { return pid_; }
 
   // Sends one command line and returns the answer line.
-  std::string send(const std::string& cmd) {
-    std::string l = cmd + "\n";
-    if (write(to_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "<write failed>";
-    return line();
-  }
+  std::string send(const std::string& cmd) { return writeLine(to_, cmd) ? line() : "<write failed>"; }
   // Sends a line and expects no answer (the child exits).
-  void say(const std::string& cmd) {
-    std::string l = cmd + "\n";
-    (void)!write(to_, l.data(), l.size());
-  }
+  void say(const std::string& cmd) { (void)writeLine(to_, cmd); }
   // The next line the child prints; "<timeout>" after `timeout_ms`, what was read at EOF.
-  std::string line(int timeout_ms = 20000) {
-    std::string l;
-    char c;
-    for (;;) {
-      pollfd p{from_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return l + "<timeout>";
-      if (read(from_, &c, 1) != 1) return l;
-      if (c == '\n') return l;
-      l += c;
-    }
-  }
+  std::string line(int timeout_ms = 20000) { return readLine(from_, timeout_ms); }
   // Waits for the child to end; its wait status.
   int wait() {
     int status = 0;
