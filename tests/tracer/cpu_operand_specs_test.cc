@@ -10,6 +10,13 @@
 namespace detrace::tracer {
 namespace {
 
+// PyTorch's GEMMs pass beta = 0 with C = D: C is not read.
+GemmLayouts betaZero() {
+  GemmLayouts l;
+  l.c_unread = true;
+  return l;
+}
+
 TEST(OperandSpecs, PyTorchLinearRowsAreTokens) {
   // PyTorch's y = x W^T for x: [tokens, in], W: [out, in] calls cuBLAS (column-major) with
   // transa = T, transb = N, m = out, n = tokens, k = in, A = W (lda = in), B = x (ldb = in),
@@ -24,7 +31,7 @@ TEST(OperandSpecs, PyTorchLinearRowsAreTokens) {
     g.lda = in; g.ldb = in; g.ldc = out; g.ldd = out;
     g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
     g.a_addr = 0x1000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x900000;
-    auto specs = gemmOperandSpecs(g, RowDigests::kAll);
+    auto specs = gemmOperandSpecs(g, RowDigests::kAll, betaZero());
     ASSERT_EQ(specs.size(), 3u);  // A, B, D (C is D)
     const OperandSpec& w = specs[0];
     const OperandSpec& x = specs[1];
@@ -71,7 +78,7 @@ TEST(OperandSpecs, BatchedGemmRowsOnlyWhenPacked) {
   g.stride_a = 64; g.stride_b = 100; g.stride_c = g.stride_d = 32;
   g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
   g.a_addr = 1; g.b_addr = 2; g.c_addr = g.d_addr = 3;
-  auto specs = gemmOperandSpecs(g, RowDigests::kAll);
+  auto specs = gemmOperandSpecs(g, RowDigests::kAll, betaZero());
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].rows, 8 * 3);  // packed: stride = ld * cols
   EXPECT_EQ(specs[1].rows, 0);      // B batches are 100 apart, not 32: whole extent only
@@ -98,7 +105,7 @@ TEST(OperandSpecs, ShapesAreTheStoredMatrices) {
     g.stride_a = a_rows * a_cols; g.stride_b = b_rows * b_cols; g.stride_c = g.stride_d = m * n;
     g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
     g.a_addr = 0x1000; g.b_addr = 0x200000; g.c_addr = g.d_addr = 0x900000;
-    const auto specs = gemmOperandSpecs(g, RowDigests::kAll);
+    const auto specs = gemmOperandSpecs(g, RowDigests::kAll, betaZero());
     ASSERT_EQ(specs.size(), 3u);
     auto expected = [&](int64_t rows, int64_t cols) {
       return batch > 1 ? std::vector<int64_t>{batch, cols, rows} : std::vector<int64_t>{cols, rows};
@@ -176,8 +183,8 @@ TEST(OperandSpecs, TokenRowsKeepABatchedAsAttentionIs) {
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": m " << m << " n " << n << " k "
                                       << k << " ta " << g.trans_a << " batch " << g.batch_count
                                       << (shared_a ? " shared A" : ""));
-    const auto all = gemmOperandSpecs(g, RowDigests::kAll);
-    const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens);
+    const auto all = gemmOperandSpecs(g, RowDigests::kAll, betaZero());
+    const auto tokens = gemmOperandSpecs(g, RowDigests::kTokens, betaZero());
     ASSERT_EQ(tokens.size(), 3u);  // A, B, D (C is D)
     ASSERT_EQ(all.size(), 3u);
     const bool a_keeps = g.batch_count > 1 && !shared_a;
@@ -246,6 +253,7 @@ TEST(OperandSpecs, TokenRowsOfRowMajorMatricesAreDsAndAs) {
   g.a_addr = 0x1000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x900000;
   GemmLayouts rows;
   rows.order.fill(MatrixOrder::kRow);
+  rows.c_unread = true;
   auto specs = gemmOperandSpecs(g, RowDigests::kTokens, rows);
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].rows, 5) << "A = x: a row per token";
@@ -269,13 +277,13 @@ TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
     g.a_addr = 0x10000000;
     g.b_addr = 0x20000000;
     g.c_addr = g.d_addr = 0x30000000;
-    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll))) << "separate buffers";
+    EXPECT_FALSE(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll, betaZero()))) << "separate buffers";
     // D placed somewhere inside or just past B's extent (B: k x n floats from 0x20000000).
     const int64_t b_bytes = k * n * 4;
     const int64_t at = static_cast<int64_t>(rng() % static_cast<uint64_t>(b_bytes + 64)) & ~int64_t{3};
     g.c_addr = g.d_addr = g.b_addr + at;
     const bool overlaps = at < b_bytes;
-    EXPECT_EQ(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll)), overlaps) << "D at B + " << at;
+    EXPECT_EQ(outputsMayChangeInputs(gemmOperandSpecs(g, RowDigests::kAll, betaZero())), overlaps) << "D at B + " << at;
   }
   OperandSpec both;
   both.role = db::OperandRole::kInOut;
@@ -290,6 +298,41 @@ TEST(OperandSpecs, OnlyDisjointOutputsLetInputsBeFingerprintedAfterTheCall) {
   EXPECT_TRUE(outputsMayChangeInputs(collectiveOperandSpecs(c, 0)));
   c.recv_addr = 0x5000 + 4096;  // just past the send buffer
   EXPECT_FALSE(outputsMayChangeInputs(collectiveOperandSpecs(c, 0)));
+}
+
+// A GEMM that accumulates into its output (beta != 0, C = D: PyTorch's addmm where the bias is
+// copied into the result first, as for a single token) reads C: its bytes before the call are an
+// input, fingerprinted before the call (the output overlaps it), and D's after it.
+TEST(OperandSpecs, InPlaceAccumulationReadsC) {
+  db::Gemm g;
+  g.trans_a = 1;
+  g.m = 4096; g.n = 1; g.k = 4096;
+  g.lda = g.ldb = g.ldc = g.ldd = 4096;
+  g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+  g.a_addr = 0x100000; g.b_addr = 0x9000000; g.c_addr = g.d_addr = 0xa000000;
+  const auto specs = gemmOperandSpecs(g, RowDigests::kTokens, GemmLayouts{});
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[2].name, "C");
+  EXPECT_EQ(specs[2].role, db::OperandRole::kInput);
+  EXPECT_EQ(specs[2].bytes, specs[3].bytes);
+  EXPECT_EQ(specs[2].rows, 1);
+  EXPECT_TRUE(outputsMayChangeInputs(specs));
+  EXPECT_EQ(gemmOperandSpecs(g, RowDigests::kTokens, betaZero()).size(), 3u) << "beta 0: C unread";
+}
+
+// A strided batch with a negative stride has batches below its address: no extent from it.
+TEST(OperandSpecs, NegativeBatchStridesGetNoExtent) {
+  db::Gemm g;
+  g.m = g.n = g.k = 64;
+  g.lda = g.ldb = g.ldc = g.ldd = 64;
+  g.batch_count = 4;
+  g.stride_a = -4096; g.stride_b = 4096; g.stride_c = g.stride_d = 4096;
+  g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF16;
+  g.a_addr = 0x800000; g.b_addr = 0x100000; g.c_addr = g.d_addr = 0x200000;
+  for (const OperandSpec& s : gemmOperandSpecs(g, RowDigests::kAll, betaZero())) {
+    EXPECT_NE(s.name, "A");
+    EXPECT_LT(s.bytes, uint64_t{1} << 20) << s.name;
+  }
 }
 
 TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {

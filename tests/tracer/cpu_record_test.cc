@@ -595,6 +595,38 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
   for (size_t i = 1; i < 8; ++i) EXPECT_LE(ev[i - 1].cpu_ns, ev[i].cpu_ns) << "API order";
 }
 
+// What the heuristic answers depends on more than the shape (a layout's order, a broadcast batch):
+// each such problem is asked about once and recorded with its own answer (the fake answers
+// 114, +500 for a row-major A, +300 for a batched A of stride 0); a classic call's compute type
+// is a cublasComputeType_t also where the caller passed a cudaDataType, and follows the handle's
+// math mode (TF32) for single precision (tests/tracer/cublas_layouts_app.cc lists the calls).
+TEST(RecordSeam, HeuristicAnswersFollowLayoutOrderAndStridesAndComputeTypesTheMathMode) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  Output o = sh(fmt::format("{} record -o {} -- {}/tests/cublas_layouts_app", detrace(), run, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("heuristic calls 4"), std::string::npos) << "four problems, each asked once:\n" << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto& t = **reader;
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk()) << gemms.status().message();
+  std::vector<db::Gemm> g;
+  for (const auto& [seq, gemm] : *gemms) g.push_back(gemm);
+  ASSERT_EQ(g.size(), 6u) << o.out;
+  std::vector<int32_t> algos;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(g[i].algo_source, 2) << i;
+    algos.push_back(g[i].algo_id);
+  }
+  EXPECT_EQ(algos, (std::vector<int32_t>{114, 614, 414, 114}))
+      << "column-major, row-major, broadcast A, strided A";
+  EXPECT_EQ(t.str(g[4].api), "cublasGemmEx");
+  EXPECT_EQ(t.str(g[4].compute_type), "CUBLAS_COMPUTE_32F") << "CUDA_R_32F passed as the compute type";
+  EXPECT_EQ(t.str(g[5].api), "cublasSgemm");
+  EXPECT_EQ(t.str(g[5].compute_type), "CUBLAS_COMPUTE_32F_FAST_TF32") << "the handle's TF32 math mode";
+}
+
 // A program recorded with DETRACE_DIAG_TIMING=1: its output, its first rank's stats and
 // collectives; nullopt (with a failure reported) if recording or reading failed.
 struct DiagRun {

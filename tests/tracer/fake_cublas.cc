@@ -56,6 +56,7 @@ struct Attributes {
 
 struct BlasHandle {
   cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
 
 int g_heuristic_calls = 0;
@@ -124,6 +125,19 @@ cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t, cublasOper
                                                       long long int, const float*, int,
                                                       long long int, const float*, float*, int,
                                                       long long int, int) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+  reinterpret_cast<BlasHandle*>(h)->math = m;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t CUBLASWINAPI cublasGetMathMode(cublasHandle_t h, cublasMath_t* m) {
+  *m = reinterpret_cast<BlasHandle*>(h)->math;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t CUBLASWINAPI cublasGetPointerMode_v2(cublasHandle_t, cublasPointerMode_t* m) {
+  *m = CUBLAS_POINTER_MODE_HOST;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -239,7 +253,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
-    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t,
     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t, int requested,
     cublasLtMatmulHeuristicResult_t results[], int* returned) {
   ++g_heuristic_calls;
@@ -249,6 +263,14 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   (void)attrs(Ddesc)->get(CUBLASLT_MATRIX_LAYOUT_ROWS, &m, sizeof m, nullptr);
   std::memset(&results[0], 0, sizeof results[0]);
   results[0].algo.data[0] = 100 + m % 50;  // id
+  // A row-major A, or a batched A of stride 0 (broadcast), is another problem for a real heuristic.
+  int32_t order = CUBLASLT_ORDER_COL, batch = 1;
+  int64_t stride = 0;
+  (void)attrs(Adesc)->get(CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof order, nullptr);
+  (void)attrs(Adesc)->get(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch, nullptr);
+  (void)attrs(Adesc)->get(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride, nullptr);
+  if (order == CUBLASLT_ORDER_ROW) results[0].algo.data[0] += 500;
+  if (batch > 1 && stride == 0) results[0].algo.data[0] += 300;
   results[0].algo.data[1] = 7;             // tile
   results[0].algo.data[2] = 1;             // split-K
   results[0].state = CUBLAS_STATUS_SUCCESS;

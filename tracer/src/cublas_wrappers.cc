@@ -136,7 +136,7 @@ uint32_t alignment(const void* p) {
 
 // Cache of heuristic answers, keyed by everything that was asked. Bounded: when full, further
 // problems are still answered, just not cached.
-using HeuristicKey = std::array<int64_t, 24>;
+using HeuristicKey = std::array<int64_t, 36>;
 std::mutex g_heuristic_mu;
 // Leaked, like every container a wrapper uses: a wrapper may run during the host's static teardown.
 auto& g_heuristic_cache = *new std::map<HeuristicKey, cublasLtMatmulAlgo_t>;
@@ -269,12 +269,25 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
       readAlgo(algo, g);
       g.algo_source = 1;
     } else {
+      // Everything the heuristic's answer depends on: two problems that differ only in a layout's
+      // order, a batch stride (0 broadcasts) or an FP8/epilogue setting are different questions.
+      auto order = [](cublasLtMatrixLayout_t l) {
+        return layoutAttr<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_ORDER, CUBLASLT_ORDER_COL);
+      };
       HeuristicKey key{reinterpret_cast<int64_t>(handle), g.trans_a, g.trans_b, compute, g.m, g.n, g.k,
                        g.lda, g.ldb, g.ldc, g.ldd, g.batch_count, ta, tb, tc, td,
                        static_cast<int64_t>(workspace),
                        descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, 0),
                        descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, -1),
-                       alignment(A), alignment(B), alignment(C), alignment(D), 0};
+                       alignment(A), alignment(B), alignment(C), alignment(D),
+                       order(Ad), order(Bd), order(Cd), order(Dd),
+                       g.stride_a, g.stride_b, g.stride_c, g.stride_d,
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, 0),
+                       descAttr<int8_t>(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, 0),
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, -1),
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, 0) * 64 +
+                           descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, 0),
+                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, 0)};
       cublasLtMatmulAlgo_t chosen{};
       if (heuristicAlgo(handle, desc, Ad, Bd, Cd, Dd, A, B, C, D, workspace, key, &chosen)) {
         readAlgo(&chosen, g);
@@ -290,8 +303,64 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
   }, true, "cublasLtMatmul");
 }
 
-// Classic cuBLAS stores every matrix column-major and reads C (its D) whatever beta is.
-GemmLayouts columnMajor() { return {}; }
+// Classic cuBLAS stores every matrix column-major; C (its D) is read unless beta is 0, which is
+// known here where beta is a host pointer (the handle's pointer mode) of the scalar type the
+// compute type implies (a cudaDataType compute type, as older callers pass, included).
+GemmLayouts columnMajor(cublasHandle_t handle, const void* beta, int compute) {
+  GemmLayouts l;
+  static RealFn<decltype(&cublasGetPointerMode_v2)> get_mode("cublasGetPointerMode_v2", kBlas);
+  cublasPointerMode_t mode = CUBLAS_POINTER_MODE_DEVICE;
+  auto fn = get_mode.get();
+  if (beta == nullptr || fn == nullptr || fn(handle, &mode) != CUBLAS_STATUS_SUCCESS ||
+      mode != CUBLAS_POINTER_MODE_HOST) {
+    return l;
+  }
+  switch (compute) {
+    case CUBLAS_COMPUTE_16F: case CUBLAS_COMPUTE_16F_PEDANTIC: case CUDA_R_16F:
+      l.c_unread = (*static_cast<const uint16_t*>(beta) & 0x7fff) == 0; break;
+    case CUBLAS_COMPUTE_32F: case CUBLAS_COMPUTE_32F_PEDANTIC: case CUBLAS_COMPUTE_32F_FAST_16F:
+    case CUBLAS_COMPUTE_32F_FAST_16BF: case CUBLAS_COMPUTE_32F_FAST_TF32:
+    case CUBLAS_COMPUTE_32F_EMULATED_16BFX9: case CUDA_R_32F:
+      l.c_unread = *static_cast<const float*>(beta) == 0; break;
+    case CUBLAS_COMPUTE_64F: case CUBLAS_COMPUTE_64F_PEDANTIC:
+    case CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT: case CUDA_R_64F:
+      l.c_unread = *static_cast<const double*>(beta) == 0; break;
+    case CUBLAS_COMPUTE_32I: case CUBLAS_COMPUTE_32I_PEDANTIC: case CUDA_R_32I:
+      l.c_unread = *static_cast<const int32_t*>(beta) == 0; break;
+    default: break;  // unknown: C counts as read
+  }
+  return l;
+}
+
+// The compute type a classic call runs with: a cudaDataType passed as the compute type (accepted
+// for backward compatibility; PyTorch's half path passes CUDA_R_32F or CUDA_R_16F) as its
+// cublasComputeType_t, and for single-precision routines and such calls the handle's math mode
+// (TF32, BF16x9 emulation, pedantic), which PyTorch sets from allow_tf32.
+int classicCompute(cublasHandle_t handle, int compute, int a_type, bool legacy_or_sgemm) {
+  switch (compute) {
+    case CUDA_R_16F: compute = CUBLAS_COMPUTE_16F; break;
+    case CUDA_R_32F: compute = CUBLAS_COMPUTE_32F; break;
+    case CUDA_R_64F: compute = CUBLAS_COMPUTE_64F; break;
+    case CUDA_R_32I: compute = CUBLAS_COMPUTE_32I; break;
+    default: break;
+  }
+  if (!legacy_or_sgemm) return compute;
+  static RealFn<decltype(&cublasGetMathMode)> get_math("cublasGetMathMode", kBlas);
+  cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+  auto fn = get_math.get();
+  if (fn == nullptr || fn(handle, &mode) != CUBLAS_STATUS_SUCCESS) return compute;
+  const int m = static_cast<int>(mode) & ~static_cast<int>(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  if (m == CUBLAS_PEDANTIC_MATH) {
+    if (compute == CUBLAS_COMPUTE_16F) return CUBLAS_COMPUTE_16F_PEDANTIC;
+    if (compute == CUBLAS_COMPUTE_32F) return CUBLAS_COMPUTE_32F_PEDANTIC;
+    if (compute == CUBLAS_COMPUTE_64F) return CUBLAS_COMPUTE_64F_PEDANTIC;
+  }
+  if (compute == CUBLAS_COMPUTE_32F && a_type == CUDA_R_32F) {
+    if (m == CUBLAS_TF32_TENSOR_OP_MATH) return CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (m == CUBLAS_FP32_EMULATED_BF16X9_MATH) return CUBLAS_COMPUTE_32F_EMULATED_16BFX9;
+  }
+  return compute;
+}
 
 // Records a classic cuBLAS GEMM (algorithm not exposed: algo_source 0).
 struct BlasGemm {
@@ -305,6 +374,7 @@ struct BlasGemm {
   int batch;
   const void *A, *B, *C;
   int gemm_algo;
+  bool sgemm = false;  // a single-precision routine (cublasSgemm*): the math mode applies
 };
 
 uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_out) {
@@ -324,7 +394,9 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     g.a_dtype = cudaDType(c.a_type);
     g.b_dtype = cudaDType(c.b_type);
     g.c_dtype = g.d_dtype = cudaDType(c.c_type);
-    g.compute_type = cachedConstantId(w, computeTypeName(c.compute));
+    const bool legacy_or_sgemm = c.compute < CUBLAS_COMPUTE_16F || c.sgemm;
+    g.compute_type = cachedConstantId(
+        w, computeTypeName(classicCompute(c.handle, c.compute, c.a_type, legacy_or_sgemm)));
     g.algo_id = c.gemm_algo;  // the cublasGemmAlgo_t the caller asked for (-1 = default)
     g.algo_source = 0;
     g.a_addr = reinterpret_cast<int64_t>(c.A);
@@ -514,7 +586,7 @@ DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperatio
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
                   Ctype, ldc, computeType, algo);
       },
-      columnMajor);
+      [&] { return columnMajor(handle, beta, computeType); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -542,7 +614,7 @@ DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
                   strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
       },
-      columnMajor);
+      [&] { return columnMajor(handle, beta, computeType); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -557,13 +629,13 @@ DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperat
       [&](detrace::db::Gemm& g, cudaStream_t& stream) {
         return recordBlas(
             {"cublasSgemm", handle, transa, transb, m, n, k, lda, ldb, ldc, CUDA_R_32F, CUDA_R_32F,
-             CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1},
+             CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 0, 0, 1, A, B, C, -1, true},
             &g, &stream);
       },
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       },
-      columnMajor);
+      [&] { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -579,12 +651,12 @@ DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
         return recordBlas(
             {"cublasSgemmStridedBatched", handle, transa, transb, m, n, k, lda, ldb, ldc,
              CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, strideA, strideB, strideC,
-             batchCount, A, B, C, -1},
+             batchCount, A, B, C, -1, true},
             &g, &stream);
       },
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
                   C, ldc, strideC, batchCount);
       },
-      columnMajor);
+      [&] { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
 }

@@ -23,6 +23,7 @@ OperandSpec matrix(int32_t slot, const char* name, db::OperandRole role, db::DTy
   const int64_t esize = db::dtypeSize(dtype);
   if (esize == 0 || rows <= 0 || cols <= 0 || ld < rows || address == 0) return s;
   batch = batch < 1 ? 1 : batch;
+  if (batch > 1 && stride < 0) return s;  // batches below the address: not one extent from it
   const int64_t one = (cols - 1) * ld + rows;  // elements from first to last of one matrix
   s.bytes = static_cast<uint64_t>(((batch - 1) * stride + one) * esize);
   s.shape = batch > 1 ? OperandShape{batch, cols, rows} : OperandShape{cols, rows};
@@ -52,7 +53,10 @@ std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g, RowDigests rows,
                        order[0], a_rows, a_cols, g.lda, g.batch_count, g.stride_a));
   out.push_back(matrix(1, "B", OperandRole::kInput, g.b_dtype, static_cast<uint64_t>(g.b_addr),
                        order[1], b_rows, b_cols, g.ldb, g.batch_count, g.stride_b));
-  if (g.c_addr != 0 && g.c_addr != g.d_addr && !layouts.c_unread) {
+  // C is an input wherever it is read, also where it is D (accumulated into in place: its bytes
+  // before the call are an input, its bytes after it the output; outputsMayChangeInputs then has
+  // the input digested before the call).
+  if (g.c_addr != 0 && !layouts.c_unread) {
     out.push_back(matrix(2, "C", OperandRole::kInput, g.c_dtype, static_cast<uint64_t>(g.c_addr),
                          order[2], g.m, g.n, g.ldc, g.batch_count, g.stride_c));
   }

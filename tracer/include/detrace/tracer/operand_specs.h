@@ -62,8 +62,8 @@ struct OperandSpec {
   int64_t row_stride = 0;
 };
 
-// cuBLAS/cuBLASLt operands (column-major): A and B (and C when it is not D) as inputs, D as the
-// output. A "row" is one stored column: contiguous, ld elements apart. In PyTorch's
+// cuBLAS/cuBLASLt operands (column-major): A and B (and C wherever it is read: beta not known to
+// be 0, also where C is D and the call accumulates into it) as inputs, D as the output. A "row" is one stored column: contiguous, ld elements apart. In PyTorch's
 // y = x W^T, cuBLAS computes y^T = W x^T, so the columns of B and D are tokens and those of A are
 // weight rows. Batched GEMMs get whole-extent digests, and rows only when batches are packed.
 // With RowDigests::kTokens, a transposed B (whose stored columns run along k) and an A that is
