@@ -55,6 +55,8 @@ const char* collOpName(CollOp op) {
     case CollOp::kSend: return "Send";
     case CollOp::kRecv: return "Recv";
     case CollOp::kAllToAll: return "AllToAll";
+    case CollOp::kGather: return "Gather";
+    case CollOp::kScatter: return "Scatter";
   }
   return "unknown";
 }

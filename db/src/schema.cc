@@ -73,7 +73,7 @@ constexpr ColumnDef kEvents[] = {
 constexpr ColumnDef kCollectives[] = {
     {"seq", "INTEGER", "PRIMARY KEY", "events.seq of the collective"},
     {"op", "INTEGER", "NOT NULL", "CollOp: 1 AllReduce, 2 ReduceScatter, 3 AllGather, 4 Broadcast, "
-                                  "5 Reduce, 6 Send, 7 Recv, 8 AllToAll"},
+                                  "5 Reduce, 6 Send, 7 Recv, 8 AllToAll, 9 Gather, 10 Scatter"},
     {"dtype", "INTEGER", "", "DType of the elements"},
     {"count", "INTEGER", "", "Element count as passed to NCCL"},
     {"redop", "INTEGER", "", "RedOp: 0 sum, 1 prod, 2 max, 3 min, 4 avg; NULL for non-reductions"},

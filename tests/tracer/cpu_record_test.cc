@@ -486,6 +486,81 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// tests/tracer/nccl_group_order_app run as two ranks under `detrace record` with `env` set and
+// its `mode`: each rank's collectives in recorded order.
+std::vector<std::vector<std::pair<db::Collective, std::string>>> recordGroupOrderApp(
+    TempDir& tmp, const std::string& env, const std::string& mode) {
+  std::string run = tmp.file("run");
+  std::string app = fmt::format("{}/tests/nccl_group_order_app", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("{} {} record -o {} -- /bin/sh -c '{} 0 {} & {} 1 {}; wait'", env, detrace(), run,
+                            app, mode, app, mode));
+  EXPECT_EQ(o.status, 0) << o.out;
+  std::vector<std::vector<std::pair<db::Collective, std::string>>> out;
+  auto r = db::Run::open(run);
+  EXPECT_TRUE(r.isOk()) << (r.isOk() ? "" : r.status().message()) << o.out;
+  if (!r.isOk()) return out;
+  EXPECT_EQ(r->ranks().size(), 2u) << o.out;
+  for (const auto& rank : r->ranks()) {
+    auto reader = r->openRank(rank.rank);
+    EXPECT_TRUE(reader.isOk());
+    if (!reader.isOk()) continue;
+    auto colls = (*reader)->collectives();
+    EXPECT_TRUE(colls.isOk());
+    if (!colls.isOk()) continue;
+    out.emplace_back();
+    for (const auto& [seq, c] : *colls) out.back().emplace_back(c, (*reader)->str(c.proto));
+  }
+  return out;
+}
+
+// NCCL reports a group's collectives to the profiler plugin in its plan's order (by size), not in
+// call order (the fake does so with FAKE_NCCL_PLAN_ORDER=1): each call still gets its own choices,
+// matched by buffers and count (the fake picks LL up to 1024 elements, Simple above). Before, they
+// were handed out in call order, and the two calls' protocols were swapped.
+TEST(RecordSeam, AGroupsChoicesGoToTheirOwnCallsWhateverOrderNcclReportsThem) {
+  TempDir tmp;
+  const auto ranks = recordGroupOrderApp(tmp, "FAKE_NCCL_PLAN_ORDER=1", "");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& colls : ranks) {
+    ASSERT_EQ(colls.size(), 2u);
+    EXPECT_EQ(colls[0].first.count, 4096);
+    EXPECT_EQ(colls[0].second, "Simple");
+    EXPECT_EQ(colls[1].first.count, 16);
+    EXPECT_EQ(colls[1].second, "LL");
+  }
+}
+
+// NCCL runs a simulated group's splits (ncclGroupSimulateEnd skips only the launches): the
+// communicator made there is followed, and its calls carry its id and sequence numbers.
+TEST(RecordSeam, ASplitInASimulatedGroupIsFollowed) {
+  TempDir tmp;
+  const auto ranks = recordGroupOrderApp(tmp, "FAKE_NCCL_SIM_RUNS_JOBS=1", "simsplit");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& colls : ranks) {
+    ASSERT_EQ(colls.size(), 1u);
+    EXPECT_NE(colls[0].first.comm_id, db::kUnset) << "the split's communicator was not followed";
+    EXPECT_NE(colls[0].first.comm_id, 0);
+    EXPECT_EQ(colls[0].first.comm_seq, 0);
+    EXPECT_EQ(colls[0].first.comm_nranks, 2);
+  }
+}
+
+// NCCL 2.28's ncclGather and ncclScatter are recorded, numbered with the other calls on their
+// communicator.
+TEST(RecordSeam, GatherAndScatterAreRecorded) {
+  TempDir tmp;
+  const auto ranks = recordGroupOrderApp(tmp, "", "gather");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& colls : ranks) {
+    ASSERT_EQ(colls.size(), 4u);
+    const std::vector<db::CollOp> ops{colls[0].first.op, colls[1].first.op, colls[2].first.op, colls[3].first.op};
+    EXPECT_EQ(ops, (std::vector<db::CollOp>{db::CollOp::kAllReduce, db::CollOp::kGather, db::CollOp::kScatter,
+                                            db::CollOp::kAllReduce}));
+    for (size_t i = 0; i < colls.size(); ++i) EXPECT_EQ(colls[i].first.comm_seq, static_cast<int64_t>(i));
+    EXPECT_EQ(colls[1].first.root, 0);
+  }
+}
+
 // The real interposer records cuBLAS and cuBLASLt GEMMs of a program linked against a fake
 // cuBLAS (tests/tracer/cublas_seam_app.cc lists the calls): shapes, leading dimensions, batches,
 // dtypes, compute types and the algorithm, the caller's or the one cuBLASLt's heuristic picks

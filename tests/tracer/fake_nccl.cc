@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -112,6 +113,19 @@ struct PendingColl {
   const void* recv;
 };
 thread_local std::vector<PendingColl> t_async_colls;
+// A blocking communicator's collectives inside a group: NCCL reports them at the outermost group
+// end, in its plan's order (ncclPrepareTasks: sorted by size, then assembled per (func, op, type)
+// size ascending), not in call order (FAKE_NCCL_PLAN_ORDER=1 makes the fake do so).
+struct GroupedColl {
+  ncclComm_t comm;
+  const char* func;
+  size_t count;
+  const char* datatype;
+  int root;
+  const void* send;
+  const void* recv;
+};
+thread_local std::vector<GroupedColl> t_grouped;
 
 // Like NCCL, a split or shrink gives its handle only when the new communicator is ready: at the
 // call's return, at the outermost group end inside a group, or (a non-blocking parent: made with
@@ -248,15 +262,28 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     }
     return ncclInProgress;
   }
+  if (t_depth > 0 && std::getenv("FAKE_NCCL_PLAN_ORDER") != nullptr) {
+    t_grouped.push_back({comm, "AllReduce", count, "ncclBfloat16", 0, send, recv});
+    return ncclSuccess;
+  }
   profileColl(comm, "AllReduce", count, "ncclBfloat16", 0, send, recv);
   return ncclSuccess;
 }
-ncclResult_t ncclAllGather(const void*, void*, size_t count, ncclDataType_t, ncclComm_t comm, cudaStream_t) {
-  profileColl(comm, "AllGather", count, "ncclInt8", 0);
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t, ncclComm_t comm, cudaStream_t) {
+  profileColl(comm, "AllGather", count, "ncclInt8", 0, send, recv);
   return ncclSuccess;
 }
-ncclResult_t ncclBroadcast(const void*, void*, size_t count, ncclDataType_t, int root, ncclComm_t comm, cudaStream_t) {
-  profileColl(comm, "Broadcast", count, "ncclInt32", root);
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t, int root, ncclComm_t comm, cudaStream_t) {
+  profileColl(comm, "Broadcast", count, "ncclInt32", root, send, recv);
+  return ncclSuccess;
+}
+// NCCL 2.28's gather and scatter: NCCL makes them sends and receives (p2p profiler events).
+ncclResult_t ncclGather(const void* send, void*, size_t count, ncclDataType_t, int root, ncclComm_t comm, cudaStream_t) {
+  profileP2p({comm, "Send", count, root, send});
+  return ncclSuccess;
+}
+ncclResult_t ncclScatter(const void*, void* recv, size_t count, ncclDataType_t, int root, ncclComm_t comm, cudaStream_t) {
+  profileP2p({comm, "Recv", count, root, recv});
   return ncclSuccess;
 }
 ncclResult_t ncclSend(const void* buff, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
@@ -277,6 +304,15 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim) {
   if (t_depth > 0 && --t_depth == 0) {
     t_p2p.clear();
     t_async_colls.clear();
+    t_grouped.clear();
+    // FAKE_NCCL_SIM_RUNS_JOBS=1: like NCCL's groupLaunch, the group's async jobs (inits, splits)
+    // run even when the group is only simulated; only doLaunches is skipped.
+    if (std::getenv("FAKE_NCCL_SIM_RUNS_JOBS") != nullptr) {
+      for (const PendingHandle& h : t_handles) *h.slot = h.comm;
+      for (ncclComm_t c : t_unmade) c->made = true;
+    }
+    t_handles.clear();
+    t_unmade.clear();
   }
   sim->estimatedTime = 42.0f;
   return ncclSuccess;
@@ -300,6 +336,10 @@ ncclResult_t ncclGroupEnd() {
     t_p2p.clear();
     return ncclInProgress;
   }
+  std::stable_sort(t_grouped.begin(), t_grouped.end(),
+                   [](const GroupedColl& a, const GroupedColl& b) { return a.count < b.count; });
+  for (const GroupedColl& c : t_grouped) profileColl(c.comm, c.func, c.count, c.datatype, c.root, c.send, c.recv);
+  t_grouped.clear();
   for (const PendingP2p& op : t_p2p) profileP2p(op);
   t_p2p.clear();
   return ncclSuccess;

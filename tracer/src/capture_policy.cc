@@ -33,7 +33,7 @@ std::string trim(const std::string& s) {
 const std::vector<std::string>& opNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (auto op = static_cast<int32_t>(db::CollOp::kAllReduce); op <= static_cast<int32_t>(db::CollOp::kAllToAll); ++op) {
+    for (auto op = static_cast<int32_t>(db::CollOp::kAllReduce); op <= static_cast<int32_t>(db::CollOp::kScatter); ++op) {
       v.emplace_back(db::collOpName(static_cast<db::CollOp>(op)));
     }
     for (const char* api : {"cublasLtMatmul", "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm",

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bitset>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -58,12 +59,15 @@ struct Pending {
   ncclComm_t comm;
   const void* send;
   const void* recv;
+  size_t count;      // as passed (NCCL reports it back)
+  int peer;          // Send/Recv: the peer (NCCL reports it back)
 };
 thread_local std::vector<Pending> t_pending;
 // The communicator sequence numbers taken inside this thread's open group, recorded calls or not
 // (given back if the group is only simulated).
 thread_local std::vector<std::pair<ncclComm_t, int64_t>> t_group_seqs;
 thread_local std::vector<NcclChoice> t_choices;
+constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
 std::atomic<int64_t> g_next_group{0};
 
 struct Call {
@@ -130,7 +134,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   if (token != 0) {
     try {
       Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
-                reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv};
+                reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv, c.count, c.peer};
       for (const OperandSpec& s : *specs) {
         if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
       }
@@ -148,7 +152,6 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 // (a graph-captured plan's host callback) that never settle, and those must not grow without end.
 void matchInProgress(const NcclChoice& choice) noexcept;
 void onChoice(const NcclChoice& choice) noexcept {
-  constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
   if (t_pending.empty() && t_group_depth == 0) {
     matchInProgress(choice);  // NCCL's own thread, making calls that returned ncclInProgress
     return;
@@ -213,11 +216,16 @@ InProgressCalls& inProgress() {
 }
 constexpr size_t kMaxInProgress = 4096;
 
-// Whether `choice`, reported on NCCL's thread, is for `call`: same kind and buffers.
-bool choiceFits(const Pending& call, const NcclChoice& choice) {
+// Whether `choice` is for `call`: same kind and buffers, and (strict) the same count, or peer for
+// a send or receive (several sends of one buffer to different peers).
+bool choiceFits(const Pending& call, const NcclChoice& choice, bool strict = false) {
   if (call.p2p != choice.p2p) return false;
-  if (call.p2p) return choice.recv == (call.recv != nullptr ? call.recv : call.send);
-  return choice.send == call.send && choice.recv == call.recv;
+  if (call.p2p) {
+    if (choice.recv != (call.recv != nullptr ? call.recv : call.send)) return false;
+    return !strict || choice.root_or_peer == call.peer;
+  }
+  if (choice.send != call.send || choice.recv != call.recv) return false;
+  return !strict || choice.count == call.count;
 }
 
 // A choice NCCL reported on a thread with no recorded call of its own: NCCL's thread making calls
@@ -249,14 +257,22 @@ std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& c
   return choice;
 }
 
-// NCCL's choices reported on this thread, handed to its recorded calls in order, collectives and
-// point-to-point calls apart.
+// NCCL's choices reported on this thread, handed to its recorded calls by what they are (kind,
+// buffers, count or peer), not by order: NCCL reports a group's collectives in its plan's order
+// (sorted by size, then by function, operation and type), its point-to-point calls by peer round,
+// one thread's communicators one after the other, and reports none for some calls (count 0, one
+// rank) and several for others (ncclAlltoAll: a send and a receive per peer).
 struct ChoiceCursor {
-  size_t coll = 0, p2p = 0;
-  const NcclChoice* next(bool is_p2p) {
-    size_t& i = is_p2p ? p2p : coll;
-    while (i < t_choices.size() && t_choices[i].p2p != is_p2p) ++i;
-    return i < t_choices.size() ? &t_choices[i++] : nullptr;
+  std::bitset<kMaxChoices> used;  // no allocation: settle() must not throw
+  const NcclChoice* next(const Pending& call) {
+    for (bool strict : {true, false}) {
+      for (size_t i = 0; i < t_choices.size(); ++i) {
+        if (used[i] || !choiceFits(call, t_choices[i], strict)) continue;
+        used[i] = true;
+        return &t_choices[i];
+      }
+    }
+    return nullptr;
   }
 };
 
@@ -265,7 +281,7 @@ void deferInProgress() noexcept {
   InProgressCalls& all = inProgress();
   ChoiceCursor choices;  // those NCCL reported before it went on on its own thread
   for (Pending& p : t_pending) {
-    const NcclChoice* choice = choices.next(p.p2p);
+    const NcclChoice* choice = choices.next(p);
     std::optional<NcclChoice> early;
     try {
       std::lock_guard lk(all.mu);
@@ -310,7 +326,7 @@ void settle(ncclResult_t result) noexcept {
     deferInProgress();
   } else {
     ChoiceCursor choices;
-    for (const Pending& p : t_pending) complete(p, choices.next(p.p2p), /*outputs=*/result == ncclSuccess);
+    for (const Pending& p : t_pending) complete(p, choices.next(p), /*outputs=*/result == ncclSuccess);
   }
   t_pending.clear();
   t_choices.clear();
@@ -576,6 +592,24 @@ DETRACE_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   return forward(real, c, sendbuff, recvbuff, count, datatype, comm, stream);
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// NCCL 2.28's gather and scatter (NCCL makes them sends and receives: its choices are p2p ones,
+// which a collective's call does not take).
+DETRACE_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                       int root, ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclGather);
+  Call c{CollOp::kGather, "ncclGather", sendbuff, recvbuff, count, datatype, -1, root, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+DETRACE_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                        int root, ncclComm_t comm, cudaStream_t stream) {
+  DETRACE_REAL(ncclScatter);
+  Call c{CollOp::kScatter, "ncclScatter", sendbuff, recvbuff, count, datatype, -1, root, -1, comm, stream};
+  return forward(real, c, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+#endif
+
 DETRACE_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
                                      int peer, ncclComm_t comm, cudaStream_t stream) {
   DETRACE_REAL(ncclSend);
@@ -633,7 +667,9 @@ DETRACE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   const ncclResult_t result = fn(simInfo);
   if (outermost) {
     discardSimulated();
-    t_promised.clear();  // a simulated group makes no communicator
+    // NCCL runs a simulated group's async jobs (its inits, splits and shrinks: groupLaunch skips
+    // only doLaunches), so its communicators are made and their handles written as at a real end.
+    followPromised();
   }
   return result;
 }

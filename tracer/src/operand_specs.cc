@@ -95,13 +95,16 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
     case CollOp::kSend: recv = 0; break;
     case CollOp::kRecv: send = 0; break;
     case CollOp::kAllToAll: send = recv = c.count * n; break;
+    case CollOp::kGather: recv = c.count * n; break;   // the root's; none elsewhere (below)
+    case CollOp::kScatter: send = c.count * n; break;  // the root's; none elsewhere (below)
     default: break;
   }
   // NCCL ignores a broadcast's send buffer and a reduce's receive buffer on every rank but the
   // root, where the caller may pass any pointer: reading one could fault the program's context.
   const bool non_root = c.comm_rank >= 0 && c.root >= 0 && c.comm_rank != c.root;
   if (non_root && c.op == CollOp::kBroadcast) send = 0;
-  if (non_root && c.op == CollOp::kReduce) recv = 0;
+  if (non_root && (c.op == CollOp::kReduce || c.op == CollOp::kGather)) recv = 0;
+  if (non_root && c.op == CollOp::kScatter) send = 0;
   std::vector<OperandSpec> out;
   auto add = [&](int32_t slot, const char* name, db::OperandRole role, int64_t addr, int64_t elems) {
     if (addr == 0 || elems <= 0) return;

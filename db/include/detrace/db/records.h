@@ -50,7 +50,7 @@ int dtypeSize(DType dtype);  // bytes per element; 0 for kUnknown
 // NCCL operations. Stored as collectives.op.
 enum class CollOp : int32_t {
   kUnknown = 0, kAllReduce = 1, kReduceScatter = 2, kAllGather = 3, kBroadcast = 4, kReduce = 5,
-  kSend = 6, kRecv = 7, kAllToAll = 8,
+  kSend = 6, kRecv = 7, kAllToAll = 8, kGather = 9, kScatter = 10,
 };
 const char* collOpName(CollOp op);
 
