@@ -264,9 +264,11 @@ std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& c
 // rank) and several for others (ncclAlltoAll: a send and a receive per peer).
 struct ChoiceCursor {
   std::bitset<kMaxChoices> used;  // no allocation: settle() must not throw
+  size_t first_free = 0;           // the choices before it are all taken (in order: each call's is next)
   const NcclChoice* next(const Pending& call) {
+    while (first_free < t_choices.size() && used[first_free]) ++first_free;
     for (bool strict : {true, false}) {
-      for (size_t i = 0; i < t_choices.size(); ++i) {
+      for (size_t i = first_free; i < t_choices.size(); ++i) {
         if (used[i] || !choiceFits(call, t_choices[i], strict)) continue;
         used[i] = true;
         return &t_choices[i];
