@@ -147,7 +147,8 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 
 // NCCL's choices for this thread's calls, from the profiler plugin (nccl_profiler_plugin.cc). NCCL
 // reports them while the call runs (ungrouped) or at the outermost ncclGroupEnd (grouped), on the
-// calling thread for blocking communicators; they are matched to the recorded calls in order.
+// calling thread for blocking communicators; they are matched to the recorded calls by what each
+// call is (ChoiceCursor), not by order.
 // Only a thread with recorded calls waiting keeps them: NCCL may report from threads of its own
 // (a graph-captured plan's host callback) that never settle, and those must not grow without end.
 void matchInProgress(const NcclChoice& choice) noexcept;
