@@ -545,9 +545,12 @@ Session::CaptureState Session::captureState() {
   }
   st.rank = rank_.rank;
   st.world_size = rank_.world_size;
-  // Only while it lasts: a zero wait says whether the writer has committed everything since.
-  st.committing = !st.capturing && writer_ && stop_commit_late_.load(std::memory_order_acquire) &&
-                  writer_->flush(std::chrono::milliseconds(0)).code() == ErrorCode::kUnavailable;
+  // Only while it lasts: a zero wait says whether the writer has committed everything since
+  // (once it has, later statuses ask the writer nothing).
+  if (!st.capturing && writer_ && stop_commit_late_.load(std::memory_order_acquire)) {
+    st.committing = writer_->flush(std::chrono::milliseconds(0)).code() == ErrorCode::kUnavailable;
+    if (!st.committing) stop_commit_late_.store(false, std::memory_order_release);
+  }
   return st;
 }
 
