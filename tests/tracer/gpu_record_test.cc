@@ -10,7 +10,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -205,6 +207,47 @@ TEST(TracerGpu, TwoLaunchingThreadsKeepTheirOwnParents) {
 TEST(TracerGpu, TwoLaunchingThreadsKeepTheirOwnParentsWithLaunchCallbacks) {
   DETRACE_REQUIRE_GPU();
   checkTwoThreads(/*callbacks=*/true);
+}
+
+// cuBLASLt matmuls called without an algorithm (tracer_gpu_app lt-heuristic, four problems): each is
+// recorded with the algorithm the tracer's heuristic query answered (with the caller's workspace),
+// and the same problem run right after with the program's own heuristic's first answer launches
+// the same kernels. So what was recorded is what ran, not only what the heuristic would say.
+TEST(TracerGpu, AMatmulWithoutAnAlgorithmIsRecordedWithTheOneThatRan) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  std::unique_ptr<db::TraceReader> reader;
+  ASSERT_NO_FATAL_FAILURE(recordApp(tmp, " --capture meta", " lt-heuristic", /*callbacks=*/false, reader));
+  db::TraceReader& t = *reader;
+  std::map<int64_t, std::vector<std::string>> children;  // GEMM seq -> its kernels' names
+  auto cursor = t.events();
+  ASSERT_TRUE(cursor.isOk());
+  for (auto more = cursor->next(); more.isOk() && *more; more = cursor->next()) {
+    const db::Event& e = cursor->event();
+    if (e.kind == db::EventKind::kKernel && e.parent_seq != db::kUnset) children[e.parent_seq].push_back(t.str(e.name));
+  }
+  auto gemms = t.gemms();
+  ASSERT_TRUE(gemms.isOk());
+  ASSERT_EQ(gemms->size(), 8u);
+  for (size_t i = 0; i + 1 < gemms->size(); i += 2) {
+    const auto& [seq_none, none] = (*gemms)[i];
+    const auto& [seq_given, given] = (*gemms)[i + 1];
+    SCOPED_TRACE(fmt::format("pair {}: m={} n={} k={}", i / 2, none.m, none.n, none.k));
+    EXPECT_EQ(none.algo_source, 2);
+    EXPECT_EQ(given.algo_source, 1);
+    EXPECT_GE(none.algo_id, 0);
+    auto algo = [](const db::Gemm& g) {
+      return std::tuple(g.algo_id, g.tile, g.split_k, g.reduction_scheme, g.stages, g.swizzle, g.custom_option);
+    };
+    EXPECT_EQ(algo(none), algo(given));
+    ASSERT_FALSE(children[seq_none].empty()) << "no kernel under GEMM " << seq_none;
+    EXPECT_EQ(children[seq_none], children[seq_given]);
+    std::string names;
+    for (const std::string& n : children[seq_none]) names += (names.empty() ? "" : " + ") + n;
+    std::printf("pair %zu: m=%lld n=%lld k=%lld algo %d tile %d split-k %d reduction %d stages %d: %s\n", i / 2,
+                static_cast<long long>(none.m), static_cast<long long>(none.n), static_cast<long long>(none.k),
+                none.algo_id, none.tile, none.split_k, none.reduction_scheme, none.stages, names.c_str());
+  }
 }
 
 // A CUDA program whose trace outgrows its file-size limit (`ulimit -f`): recording stops, and

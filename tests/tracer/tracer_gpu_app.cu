@@ -14,7 +14,9 @@
 // `tracer_gpu_app held-cupti LIBCUPTI` holds CUPTI itself, as another profiler would;
 // `tracer_gpu_app nccl-comms` makes NCCL communicators the newer ways (ncclCommsMain);
 // `tracer_gpu_app graph-disabled DIR [before-start]` launches a graph with one of its kernel nodes
-// disabled for a while (graphDisabledMain).
+// disabled for a while (graphDisabledMain);
+// `tracer_gpu_app lt-heuristic` calls cuBLASLt matmuls with and without an algorithm in pairs
+// (lt_heuristic_gpu_app.cuh).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
@@ -30,6 +32,7 @@
 #include <thread>
 
 #include "graph_gpu_app.cuh"
+#include "lt_heuristic_gpu_app.cuh"
 
 #define CK(call)                                                                    \
   do {                                                                              \
@@ -425,6 +428,7 @@ int main(int argc, char** argv) {
                                        std::strcmp(how, "switching") == 0,
                                        std::strcmp(how, "serialized-reset") == 0);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "lt-heuristic") == 0) return lt_heuristic_app::ltHeuristicMain();
   if (argc >= 2 && std::strcmp(argv[1], "threads") == 0) return threadsMain(argc >= 3 ? std::atoi(argv[2]) : 200);
   const int n = 1 << 16;
   float *a = nullptr, *b = nullptr;
