@@ -143,8 +143,11 @@ constexpr ColumnDef kMarkers[] = {
 constexpr ColumnDef kOperands[] = {
     {"id", "INTEGER", "PRIMARY KEY", "Operand id"},
     {"seq", "INTEGER", "NOT NULL", "events.seq of the op that read or wrote it"},
-    {"slot", "INTEGER", "NOT NULL", "Position among the op's operands"},
-    {"name", "INTEGER", "", "strings.id: A, B, C, D, send, recv, ..."},
+    {"slot", "INTEGER", "NOT NULL", "Position among the op's operands: a GEMM's A, B, C, D are 0-3, "
+                                    "the cuBLASLt descriptor's bias, aux, A_scale, B_scale, C_scale, "
+                                    "D_scale, D_amax, aux_scale, aux_amax 4-12; a collective's send 0, "
+                                    "recv 1"},
+    {"name", "INTEGER", "", "strings.id: A, B, C, D, bias, aux, A_scale, ..., send, recv, ..."},
     {"role", "INTEGER", "NOT NULL", "OperandRole: 1 input, 2 output, 3 input and output"},
     {"dtype", "INTEGER", "", "DType of the elements"},
     {"shape", "TEXT", "", "Shape as a JSON array of integers, outermost first"},

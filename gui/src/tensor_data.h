@@ -16,7 +16,7 @@ namespace detrace::gui {
 
 struct OperandPair {
   int32_t slot = 0;
-  QString name;  // "A", "B", "D", "send", ...
+  QString name;  // "A", "B", "D", "bias", "aux", "A_scale", "send", ...
   db::OperandRole role = db::OperandRole::kInput;
   db::DType dtype = db::DType::kUnknown;
   QString shape_a, shape_b;

@@ -257,6 +257,12 @@ Result<LoadedOp> loadGemm(const db::Run& run, const EventRef& ref, RankOperands&
     op.header.notes.push_back(
         "the call has a C operand; replay computes D = A·B (alpha 1, beta 0: not recorded)");
   }
+  // The tracer's cuBLASLt epilogue operands (tracer/include/detrace/tracer/operand_specs.h).
+  if (ro.find("bias") != nullptr || ro.find("aux") != nullptr) {
+    op.header.notes.push_back(
+        "the call has a cuBLASLt epilogue (bias or aux operands); replay computes D = A·B without "
+        "it (the epilogue is not recorded)");
+  }
   const std::string compute = r.str(g.compute_type);
   if (!compute.empty() && compute != "CUBLAS_COMPUTE_32F") {
     op.header.notes.push_back(fmt::format(

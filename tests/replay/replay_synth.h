@@ -167,6 +167,7 @@ struct GemmSpec {
   int64_t lda = 64, ldb = 64, ldd = 64;
   db::DType d_dtype = db::DType::kF32;
   int split = 1;  // how the recorded D is summed (see dot())
+  bool bias = false;  // a cuBLASLt epilogue's bias operand (slot 4, m bf16), not in the recorded D
 };
 
 struct GemmData {
@@ -262,6 +263,10 @@ inline int64_t appendGemm(db::TraceWriter& w, const GemmSpec& s, const GemmData&
                   capture, g.b_addr));
   add(columnMajor(w, 3, "D", OperandRole::kOutput, s.d_dtype, s.m, s.n, s.ldd, data.d,
                   capture && capture_d, g.d_addr));
+  if (s.bias) {
+    add(buffer(w, 4, "bias", OperandRole::kInput, db::DType::kBF16, s.m, 0,
+               Bytes(static_cast<size_t>(s.m) * 2), capture, 0x7f0000400000));
+  }
   return seq;
 }
 

@@ -213,6 +213,21 @@ TEST(ReplayGemm, RepacksOtherLayouts) {
   EXPECT_EQ(find(*r, "cpu-fp32")->matches_recorded, 1);
 }
 
+// A cuBLASLt epilogue's operands (the tracer's "bias" and "aux") say that the recorded D is more
+// than A·B: the report says replay leaves the epilogue out.
+TEST(ReplayGemm, AnEpilogueOperandIsNamedInTheNotes) {
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  TempDir dir;
+  synth::GemmSpec spec;
+  spec.bias = true;
+  db::Run run = gemmRun(dir, spec, rng.seed());
+  auto r = replay::replayEvent(run, {0, 0}, cpuOnly(1));
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_NE(r->notes[0].find("epilogue"), std::string::npos) << r->notes[0];
+}
+
 TEST(ReplayGemm, ComparesDigestsWhenTheOutputWasNotCaptured) {
   testing::Rng rng;
   SCOPED_TRACE(rng.seed());

@@ -3,9 +3,12 @@
 // heap objects that keep what they were given, so the tracer's wrappers can read them back as they
 // read the real ones.
 //
-// - Matmul descriptors keep their compute type, scale type, transposes and epilogue; matrix
-//   layouts their type, rows, columns, leading dimension, batch count and batch stride (set at
-//   creation or through SetAttribute, read through GetAttribute with the real API's size rules).
+// - Matmul descriptors keep their compute type, scale type, transposes and epilogue, and any other
+//   attribute set on them (the epilogue's bias and aux pointers, leading dimension and strides,
+//   FP8 scale and amax pointers); matrix layouts their type, rows, columns, leading dimension,
+//   batch count and batch stride (set at creation or through SetAttribute, read through
+//   GetAttribute with the real API's size rules). An attribute never set is refused where the
+//   real library answers its default: the tracer reads either as the default.
 // - An algorithm's configuration lives in its cublasLtMatmulAlgo_t: data[0] the id (from
 //   cublasLtMatmulAlgoInit), data[1 + i] the i-th of tile, split-K, reduction scheme, CTA
 //   swizzling, custom option and stages.

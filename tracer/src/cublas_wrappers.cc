@@ -14,10 +14,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "diag_timing.h"
 #include "fingerprinter.h"
@@ -217,12 +219,111 @@ bool betaIsZero(cublasLtMatmulDesc_t desc, const void* beta) {
   }
 }
 
-// The layouts of a cublasLtMatmul's matrices (read only where they are fingerprinted).
+// operand_specs.h keeps cuBLASLt's epilogue values as numbers of its own (no CUDA header there).
+static_assert(static_cast<uint32_t>(LtEpilogue::kDefault) == CUBLASLT_EPILOGUE_DEFAULT &&
+              static_cast<uint32_t>(LtEpilogue::kRelu) == CUBLASLT_EPILOGUE_RELU &&
+              static_cast<uint32_t>(LtEpilogue::kReluAux) == CUBLASLT_EPILOGUE_RELU_AUX &&
+              static_cast<uint32_t>(LtEpilogue::kBias) == CUBLASLT_EPILOGUE_BIAS &&
+              static_cast<uint32_t>(LtEpilogue::kReluBias) == CUBLASLT_EPILOGUE_RELU_BIAS &&
+              static_cast<uint32_t>(LtEpilogue::kReluAuxBias) == CUBLASLT_EPILOGUE_RELU_AUX_BIAS &&
+              static_cast<uint32_t>(LtEpilogue::kDRelu) == CUBLASLT_EPILOGUE_DRELU &&
+              static_cast<uint32_t>(LtEpilogue::kDReluBGrad) == CUBLASLT_EPILOGUE_DRELU_BGRAD &&
+              static_cast<uint32_t>(LtEpilogue::kGelu) == CUBLASLT_EPILOGUE_GELU &&
+              static_cast<uint32_t>(LtEpilogue::kGeluAux) == CUBLASLT_EPILOGUE_GELU_AUX &&
+              static_cast<uint32_t>(LtEpilogue::kGeluBias) == CUBLASLT_EPILOGUE_GELU_BIAS &&
+              static_cast<uint32_t>(LtEpilogue::kGeluAuxBias) == CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+              static_cast<uint32_t>(LtEpilogue::kDGelu) == CUBLASLT_EPILOGUE_DGELU &&
+              static_cast<uint32_t>(LtEpilogue::kDGeluBGrad) == CUBLASLT_EPILOGUE_DGELU_BGRAD &&
+              static_cast<uint32_t>(LtEpilogue::kBGradA) == CUBLASLT_EPILOGUE_BGRADA &&
+              static_cast<uint32_t>(LtEpilogue::kBGradB) == CUBLASLT_EPILOGUE_BGRADB);
+
+// A descriptor's data type attribute: nullopt where it is unset (-1, cuBLASLt's default).
+std::optional<db::DType> descDtype(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a) {
+  const int32_t t = descAttr<int32_t>(desc, a, -1);
+  if (t == -1) return std::nullopt;
+  return cudaDType(t);
+}
+
+uint64_t descPointer(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t a) {
+  return reinterpret_cast<uintptr_t>(descAttr<const void*>(desc, a, nullptr));
+}
+
+LtScale descScale(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t pointer,
+                  cublasLtMatmulDescAttributes_t mode) {
+  LtScale s;
+  s.address = descPointer(desc, pointer);
+  if (s.address == 0) return s;
+  switch (descAttr<int32_t>(desc, mode, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: s.mode = LtScaleMode::kScalar; break;
+    case CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: s.mode = LtScaleMode::kOuterVector; break;
+    default: s.mode = LtScaleMode::kOther; break;
+  }
+  return s;
+}
+
+// The bias and aux attributes of a descriptor whose epilogue has them (LtOperands).
+void readEpilogueOperands(cublasLtMatmulDesc_t desc, LtOperands& lt) {
+  const EpilogueUse use = epilogueUse(lt.epilogue);
+  if (use.bias != BiasUse::kNone) {
+    lt.bias = descPointer(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+    lt.bias_dtype = descDtype(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+    lt.bias_stride = descAttr<int64_t>(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, 0);
+    const int32_t compute = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, -1);
+    lt.imma = compute == CUBLAS_COMPUTE_32I || compute == CUBLAS_COMPUTE_32I_PEDANTIC;
+    lt.scale_type = cudaDType(descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, CUDA_R_32F));
+  }
+  if (use.aux != AuxUse::kNone) {
+    lt.aux = descPointer(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER);
+    lt.aux_dtype = descDtype(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE);
+    lt.aux_ld = descAttr<int64_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, 0);
+    lt.aux_stride = descAttr<int64_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, 0);
+  }
+}
+
+bool eightBitFloatOrUnknown(db::DType t) {
+  return t == db::DType::kF8E4M3 || t == db::DType::kF8E5M2 || t == db::DType::kUnknown;
+}
+
+// The descriptor's epilogue and scaling operands (LtOperands), read only where they are
+// fingerprinted and asked only where cuBLASLt takes them: the bias and aux attributes where the
+// epilogue has them, the scales where a matrix is an 8-bit float or of a type detrace does not
+// name (FP4 and the like; cublasLt.h has a scale set for a type combination without scales fail
+// the call). A bf16 or fp16 GEMM without an epilogue costs its thread one attribute read more (the
+// epilogue); an attribute this cuBLASLt does not know (the scale modes before CUDA 12.8) reads
+// as its default.
+LtOperands ltOperands(cublasLtMatmulDesc_t desc, const db::Gemm& g) {
+  LtOperands lt;
+  lt.epilogue = descAttr<uint32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT);
+  readEpilogueOperands(desc, lt);
+  const bool scaled = eightBitFloatOrUnknown(g.a_dtype) || eightBitFloatOrUnknown(g.b_dtype) ||
+                      eightBitFloatOrUnknown(g.c_dtype) || eightBitFloatOrUnknown(g.d_dtype);
+  if (!scaled) return lt;
+  using Attr = cublasLtMatmulDescAttributes_t;
+  constexpr std::array<std::pair<Attr, Attr>, 5> kScales = {{
+      {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE},
+      {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE},
+      {CUBLASLT_MATMUL_DESC_C_SCALE_POINTER, CUBLASLT_MATMUL_DESC_C_SCALE_MODE},
+      {CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, CUBLASLT_MATMUL_DESC_D_SCALE_MODE},
+      {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER,
+       CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE},
+  }};
+  for (size_t i = 0; i < kScales.size(); ++i) {
+    lt.scales[i] = descScale(desc, kScales[i].first, kScales[i].second);
+  }
+  lt.amax_d = descPointer(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER);
+  if (lt.aux != 0) lt.amax_aux = descPointer(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER);
+  return lt;
+}
+
+// The layouts of a cublasLtMatmul's matrices and its descriptor's other operands (read only where
+// they are fingerprinted).
 GemmLayouts ltLayouts(cublasLtMatmulDesc_t desc, const void* beta, cublasLtMatrixLayout_t Ad,
-                      cublasLtMatrixLayout_t Bd, cublasLtMatrixLayout_t Cd, cublasLtMatrixLayout_t Dd) {
+                      cublasLtMatrixLayout_t Bd, cublasLtMatrixLayout_t Cd,
+                      cublasLtMatrixLayout_t Dd, const db::Gemm& g) {
   GemmLayouts l;
   l.order = {layoutOrder(Ad), layoutOrder(Bd), layoutOrder(Cd), layoutOrder(Dd ? Dd : Cd)};
   l.c_unread = betaIsZero(desc, beta);
+  l.lt = ltOperands(desc, g);
   return l;
 }
 
@@ -411,6 +512,28 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
   }, true, c.api);
 }
 
+// DETRACE_DIAG_GEMM_OPERANDS=1: each fingerprinted GEMM's operands on stderr as they are planned,
+// before any digest is taken: for the CPU seam tests, whose fake drivers take none.
+bool diagGemmOperands() {
+  static const bool on = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GEMM_OPERANDS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+void logOperands(uint64_t token, const std::vector<OperandSpec>& specs) {
+  for (const OperandSpec& s : specs) {
+    logLine("gemm operand: token %llu slot %d %s role %d dtype %s address 0x%llx bytes %llu "
+            "rows %lld row_bytes %lld row_stride %lld",
+            static_cast<unsigned long long>(token), s.slot, s.name.c_str(),
+            static_cast<int>(s.role), db::dtypeName(s.dtype),
+            static_cast<unsigned long long>(s.address), static_cast<unsigned long long>(s.bytes),
+            static_cast<long long>(s.rows),
+            static_cast<long long>(s.row_bytes), static_cast<long long>(s.row_stride));
+  }
+}
+
 // Fingerprints around a GEMM call (stream-ordered): all operands after it in one enqueue where the
 // call cannot change its inputs (fingerprintPlan), else the inputs before it and the output after
 // it. On a stream being captured, the graph nodes the call creates are noted too: they find the
@@ -428,16 +551,17 @@ class GemmFingerprints {
         token_ = 0;
         return;
       }
-      specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests, layouts());
+      specs_ = gemmOperandSpecs(g, Session::get().policy().row_digests, layouts(g));
     } catch (...) {  // out of memory: this GEMM stays recorded, without fingerprints
       token_ = 0;
       return;
     }
+    if (diagGemmOperands()) logOperands(token_, specs_);
     plan_ = fingerprintPlan(stream_, specs_);
     if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr, !plan_.captured);
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
-    for (const OperandSpec& s : specs_) {
-      if (s.role == db::OperandRole::kOutput && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
+    for (const OperandSpec& s : specs_) {  // D's rows (not the aux's, whose mask rows are bits)
+      if (s.slot == kSlotD && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
     }
   }
   void after(bool ok) noexcept {
@@ -509,7 +633,7 @@ class GemmGap {
 
 // One interposed GEMM call: `record(g, stream)` records it (outermost GEMM call of the thread
 // only) and returns its token, `call()` forwards it; fingerprints around the forwarded call, of
-// the matrices as `layouts()` says they are stored (asked only when they are fingerprinted). With
+// the matrices as `layouts(g)` says they are stored (asked only when they are fingerprinted). With
 // DETRACE_DIAG_TIMING=1, gemm_wrapper times the whole outermost call and gemm_call the forwarded
 // one inside it: their difference is everything the tracer does on a GEMM's thread.
 template <typename Record, typename Call, typename Layouts>
@@ -559,7 +683,9 @@ DETRACE_EXPORT cublasStatus_t cublasLtMatmul(
         return fn(lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc,
                   algo, workspace, workspaceSizeInBytes, stream);
       },
-      [&] { return ltLayouts(computeDesc, beta, Adesc, Bdesc, Cdesc, Ddesc); });
+      [&](const detrace::db::Gemm& g) {
+        return ltLayouts(computeDesc, beta, Adesc, Bdesc, Cdesc, Ddesc, g);
+      });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
@@ -586,7 +712,7 @@ DETRACE_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperatio
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
                   Ctype, ldc, computeType, algo);
       },
-      [&] { return columnMajor(handle, beta, computeType); });
+      [&](const detrace::db::Gemm&) { return columnMajor(handle, beta, computeType); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -614,7 +740,7 @@ DETRACE_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
         return fn(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
                   strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
       },
-      [&] { return columnMajor(handle, beta, computeType); });
+      [&](const detrace::db::Gemm&) { return columnMajor(handle, beta, computeType); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -635,7 +761,7 @@ DETRACE_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperat
       [&] {
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       },
-      [&] { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
+      [&](const detrace::db::Gemm&) { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
 }
 
 DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
@@ -658,5 +784,5 @@ DETRACE_EXPORT cublasStatus_t cublasSgemmStridedBatched(
         return fn(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
                   C, ldc, strideC, batchCount);
       },
-      [&] { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
+      [&](const detrace::db::Gemm&) { return columnMajor(handle, beta, CUBLAS_COMPUTE_32F); });
 }

@@ -152,7 +152,7 @@ struct Operand {
   int64_t id = kUnset;  // assigned by the writer
   int64_t seq = kUnset;  // events.seq of the op
   int32_t slot = 0;
-  int64_t name = kUnset;  // strings.id: "A", "B", "D", "send", "recv", ...
+  int64_t name = kUnset;  // strings.id: "A", "B", "D", "bias", "aux", "send", "recv", ...
   OperandRole role = OperandRole::kInput;
   DType dtype = DType::kUnknown;
   std::vector<int64_t> shape;
