@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "detrace/db/schema.h"
 #include "row_codec.h"
@@ -123,6 +124,30 @@ Status checkStringsKept(sqlite3* db, int64_t held) {
   return Status::ok();
 }
 
+// The SELECT list of `table`'s declared columns, with NULL in place of those added within schema
+// version 1 that the file lacks (ColumnDef::added_later). Any other missing column is left for
+// SQLite to name when the list is used.
+Result<std::string> presentColumnList(sqlite3* db, std::string_view table) {
+  std::set<std::string> present;
+  const std::string info = fmt::format("PRAGMA table_info({})", table);
+  DETRACE_RETURN_IF_ERROR(forEachRow(db, info, [&](sqlite3_stmt* s) {
+    present.insert(colText(s, 1));  // the column's name
+    return Status::ok();
+  }));
+  std::string out;
+  for (const ColumnDef& c : schemaTable(table).columns) {
+    if (!out.empty()) out += ", ";
+    const bool missing = c.added_later && present.count(c.name) == 0;
+    out += missing ? fmt::format("NULL AS {}", c.name) : std::string(c.name);
+  }
+  return out;
+}
+
+// SELECT of a details table's columns (`cols`, seq first), for one seq or for all.
+std::string detailSql(std::string_view cols, std::string_view table, bool one) {
+  return fmt::format("SELECT {} FROM {}{}", cols, table, one ? " WHERE seq = ?" : " ORDER BY seq");
+}
+
 enum CachedStmt { kEventBySeq, kCollectiveBySeq, kGemmBySeq, kMarkerBySeq, kOperandsBySeq,
                   kCaptureById, kLaunchParamsBySeq, kGraphOpBySeq, kCachedCount };
 
@@ -215,6 +240,8 @@ Status TraceReader::load() {
                    streams_.push_back(readStream(s));
                    return Status::ok();
                  }));
+  DETRACE_ASSIGN_OR_RETURN(collective_columns_, presentColumnList(db, "collectives"));
+  collective_by_seq_sql_ = detailSql(collective_columns_, "collectives", true);
   // Tables added within schema version 1 (schema.cc) may be missing from older files.
   return forEachRow(
       db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('launch_params', 'graph_ops')",
@@ -337,12 +364,6 @@ Result<EventCursor> TraceReader::events(int64_t from, int64_t to, std::optional<
 }
 
 namespace {
-// SELECT of a details table's columns after seq, for one seq or for all.
-std::string detailSql(std::string_view table, bool one) {
-  std::string cols = columnList(table);
-  return fmt::format("SELECT {} FROM {}{}", cols, table, one ? " WHERE seq = ?" : " ORDER BY seq");
-}
-
 // The row of event `seq` that a cached `... WHERE seq = ?` statement selects, if there is one;
 // read(stmt, 1) decodes it (the columns after seq).
 template <typename T, typename ReadFn>
@@ -358,10 +379,11 @@ Result<std::optional<T>> readDetail(sqlite3* db, Result<sqlite3_stmt*> stmt, int
 }
 
 template <typename T, typename ReadFn>
-Result<std::vector<std::pair<int64_t, T>>> readAllDetails(sqlite3* db, std::string_view table,
-                                                          ReadFn read, int64_t limit = INT64_MAX) {
+Result<std::vector<std::pair<int64_t, T>>> readAllDetails(sqlite3* db, std::string_view cols,
+                                                          std::string_view table, ReadFn read,
+                                                          int64_t limit = INT64_MAX) {
   std::vector<std::pair<int64_t, T>> out;
-  std::string sql = detailSql(table, false);
+  std::string sql = detailSql(cols, table, false);
   if (limit != INT64_MAX) sql += fmt::format(" LIMIT {}", limit);
   DETRACE_RETURN_IF_ERROR(forEachRow(db, sql, [&](sqlite3_stmt* s) {
     out.emplace_back(sqlite3_column_int64(s, 0), read(s, 1));
@@ -385,10 +407,9 @@ Status forEachRowIn(sqlite3* db, const std::string& sql, int64_t from, int64_t t
 }
 
 template <typename T, typename ReadFn>
-Status forEachDetail(sqlite3* db, std::string_view table, int64_t from, int64_t to, ReadFn read,
-                     const std::function<Status(int64_t, const T&)>& fn) {
-  std::string sql = fmt::format("SELECT {} FROM {} WHERE seq >= ? AND seq < ? ORDER BY seq",
-                                columnList(table), table);
+Status forEachDetail(sqlite3* db, std::string_view cols, std::string_view table, int64_t from,
+                     int64_t to, ReadFn read, const std::function<Status(int64_t, const T&)>& fn) {
+  std::string sql = fmt::format("SELECT {} FROM {} WHERE seq >= ? AND seq < ? ORDER BY seq", cols, table);
   return forEachRowIn(db, sql, from, to, [&](sqlite3_stmt* s) {
     return fn(sqlite3_column_int64(s, 0), read(s, 1));
   });
@@ -406,36 +427,37 @@ Result<int64_t> countRows(sqlite3* db, std::string_view table) {
 }  // namespace
 
 Result<std::optional<Collective>> TraceReader::collective(int64_t seq) {
-  static const std::string sql = detailSql("collectives", true);
-  return readDetail<Collective>(db_.get(), cached(kCollectiveBySeq, sql.c_str()), seq, readCollective);
+  return readDetail<Collective>(db_.get(), cached(kCollectiveBySeq, collective_by_seq_sql_.c_str()), seq,
+                                readCollective);
 }
 
 Result<std::optional<Gemm>> TraceReader::gemm(int64_t seq) {
-  static const std::string sql = detailSql("gemms", true);
+  static const std::string sql = detailSql(columnList("gemms"), "gemms", true);
   return readDetail<Gemm>(db_.get(), cached(kGemmBySeq, sql.c_str()), seq, readGemm);
 }
 
 Result<std::optional<Marker>> TraceReader::marker(int64_t seq) {
-  static const std::string sql = detailSql("markers", true);
+  static const std::string sql = detailSql(columnList("markers"), "markers", true);
   return readDetail<Marker>(db_.get(), cached(kMarkerBySeq, sql.c_str()), seq, readMarker);
 }
 
 Result<std::vector<std::pair<int64_t, Collective>>> TraceReader::collectives() {
-  return readAllDetails<Collective>(db_.get(), "collectives", readCollective);
+  return readAllDetails<Collective>(db_.get(), collective_columns_, "collectives", readCollective);
 }
 
 Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms(int64_t limit) {
-  return readAllDetails<Gemm>(db_.get(), "gemms", readGemm, limit);
+  return readAllDetails<Gemm>(db_.get(), columnList("gemms"), "gemms", readGemm, limit);
 }
 
 Status TraceReader::forEachCollective(int64_t from, int64_t to,
                                       const std::function<Status(int64_t, const Collective&)>& fn) {
-  return forEachDetail<Collective>(db_.get(), "collectives", from, to, readCollective, fn);
+  return forEachDetail<Collective>(db_.get(), collective_columns_, "collectives", from, to,
+                                   readCollective, fn);
 }
 
 Status TraceReader::forEachGemm(int64_t from, int64_t to,
                                 const std::function<Status(int64_t, const Gemm&)>& fn) {
-  return forEachDetail<Gemm>(db_.get(), "gemms", from, to, readGemm, fn);
+  return forEachDetail<Gemm>(db_.get(), columnList("gemms"), "gemms", from, to, readGemm, fn);
 }
 
 Result<int64_t> TraceReader::gemmCount() { return countRows(db_.get(), "gemms"); }

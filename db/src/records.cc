@@ -1,5 +1,11 @@
 #include "detrace/db/records.h"
 
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
 namespace detrace::db {
 
 const char* eventKindName(EventKind kind) {
@@ -69,8 +75,50 @@ const char* redOpName(RedOp op) {
     case RedOp::kMax: return "max";
     case RedOp::kMin: return "min";
     case RedOp::kAvg: return "avg";
+    case RedOp::kPreMulSum: return "premulsum";
+    case RedOp::kUnknownCustom: return "unknown custom op";
   }
   return "unknown";
+}
+
+namespace {
+
+// An IEEE binary16 value.
+double halfValue(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  double v = std::ldexp(mant | 0x400, exp - 25);
+  if (exp == 0) v = std::ldexp(mant, -24);
+  if (exp == 31) v = mant != 0 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  return (h & 0x8000) != 0 ? -v : v;
+}
+
+// A scalar's bytes (little-endian, zero-extended) as a number of type `t`; in hex where this
+// detrace does not decode the type (8-bit floats, unknown).
+std::string scalarText(DType t, uint64_t bits) {
+  switch (t) {
+    case DType::kF64: return fmt::format("{}", std::bit_cast<double>(bits));
+    case DType::kF32: return fmt::format("{}", std::bit_cast<float>(static_cast<uint32_t>(bits)));
+    case DType::kBF16: return fmt::format("{}", std::bit_cast<float>(static_cast<uint32_t>(bits << 16)));
+    case DType::kF16: return fmt::format("{}", halfValue(static_cast<uint16_t>(bits)));
+    case DType::kI8: return fmt::format("{}", static_cast<int8_t>(bits));
+    case DType::kU8: return fmt::format("{}", static_cast<uint8_t>(bits));
+    case DType::kI32: return fmt::format("{}", static_cast<int32_t>(bits));
+    case DType::kI64: return fmt::format("{}", static_cast<int64_t>(bits));
+    default: return fmt::format("0x{:x}", bits);
+  }
+}
+
+}  // namespace
+
+std::string redOpText(const Collective& c) {
+  const char* name = redOpName(c.redop);
+  if (c.redop == RedOp::kPreMulSum) {
+    return c.has_redop_scalar ? fmt::format("{}({})", name, scalarText(c.dtype, c.redop_scalar))
+                              : fmt::format("{}(unrecorded scalar)", name);
+  }
+  if (std::string_view(name) == "unknown") return fmt::format("unknown({})", static_cast<int32_t>(c.redop));
+  return name;
 }
 
 const char* operandRoleName(OperandRole role) {

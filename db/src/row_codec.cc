@@ -114,6 +114,11 @@ void bindCollective(sqlite3_stmt* s, int64_t seq, const Collective& c) {
   bindInt(s, 15, c.send_addr);
   bindInt(s, 16, c.recv_addr);
   bindOpt(s, 17, c.group_id);
+  if (c.has_redop_scalar) {
+    bindInt(s, 18, std::bit_cast<int64_t>(c.redop_scalar));
+  } else {
+    sqlite3_bind_null(s, 18);
+  }
 }
 
 Collective readCollective(sqlite3_stmt* s, int f) {
@@ -134,6 +139,8 @@ Collective readCollective(sqlite3_stmt* s, int f) {
   c.send_addr = sqlite3_column_int64(s, f + 13);
   c.recv_addr = sqlite3_column_int64(s, f + 14);
   c.group_id = colOpt(s, f + 15);
+  c.has_redop_scalar = sqlite3_column_type(s, f + 16) != SQLITE_NULL;
+  c.redop_scalar = std::bit_cast<uint64_t>(sqlite3_column_int64(s, f + 16));
   return c;
 }
 

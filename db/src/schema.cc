@@ -3,7 +3,8 @@
 // Timestamps are nanoseconds on CUPTI's clock (cuptiGetTimestamp), which the host and GPU
 // timestamps share. Digests are unsigned 64-bit values stored bit-cast in INTEGER columns.
 // A table added without changing the meaning of the others (launch_params, graph_ops) keeps the version:
-// older files simply lack it, and the reader treats a missing one as empty.
+// older files simply lack it, and the reader treats a missing one as empty. So does a column added
+// at the end of a table (collectives.redop_scalar): the reader selects NULL in place of a missing one.
 #include "detrace/db/schema.h"
 
 #include <array>
@@ -76,7 +77,11 @@ constexpr ColumnDef kCollectives[] = {
                                   "5 Reduce, 6 Send, 7 Recv, 8 AllToAll, 9 Gather, 10 Scatter"},
     {"dtype", "INTEGER", "", "DType of the elements"},
     {"count", "INTEGER", "", "Element count as passed to NCCL"},
-    {"redop", "INTEGER", "", "RedOp: 0 sum, 1 prod, 2 max, 3 min, 4 avg; NULL for non-reductions"},
+    {"redop", "INTEGER", "", "RedOp: 0 sum, 1 prod, 2 max, 3 min, 4 avg, 5 premulsum (made by "
+                             "`ncclRedOpCreatePreMulSum`: its scalar in redop_scalar), 6 a custom operator the "
+                             "tracer did not see made (before it loaded: the stat nccl_redops_unknown counts "
+                             "such calls); NULL for non-reductions. Traces written before 5 and 6 existed "
+                             "hold NCCL's own number (5 and up) for any custom operator"},
     {"root", "INTEGER", "", "Root rank (Broadcast, Reduce)"},
     {"peer", "INTEGER", "", "Peer rank (Send, Recv)"},
     {"comm_id", "INTEGER", "",
@@ -95,6 +100,13 @@ constexpr ColumnDef kCollectives[] = {
     {"send_addr", "INTEGER", "", "Send buffer address"},
     {"recv_addr", "INTEGER", "", "Receive buffer address"},
     {"group_id", "INTEGER", "", "ncclGroupStart/End group the call belonged to"},
+    {"redop_scalar", "INTEGER", "",
+     "premulsum's scalar where NCCL took it from the host when the operator was made "
+     "(`ncclScalarHostImmediate`): its bytes, in the collective's dtype, little-endian and zero-extended "
+     "to 64 bits, stored bit-cast; NULL for other operators and for a scalar in device memory "
+     "(`ncclScalarDevice`, read by NCCL at each call). Traces written before this column existed lack "
+     "it and read as NULL",
+     /*added_later=*/true},
 };
 
 constexpr ColumnDef kGemms[] = {

@@ -62,7 +62,7 @@ std::string gemmDetail(const db::Gemm& g) {
 
 std::string collectiveDetail(db::TraceReader& r, const db::Collective& c) {
   return fmt::format("{} {} count={} {} ({}/{}/{} ch) comm seq {}", db::collOpName(c.op),
-                     db::dtypeName(c.dtype), c.count, db::redOpName(c.redop),
+                     db::dtypeName(c.dtype), c.count, db::redOpText(c),
                      r.str(c.algo).empty() ? "?" : r.str(c.algo),
                      r.str(c.proto).empty() ? "?" : r.str(c.proto), c.channels, c.comm_seq);
 }

@@ -189,7 +189,7 @@ std::string describeOp(const RankOps& r, int64_t seq) {
                                                                        : childKernels(r, seq);
     return fmt::format("{}{} {} count={} {} rank {}/{} comm seq {}{}", nccl ? "" : name + ": ",
                        db::collOpName(c.op), db::dtypeName(c.dtype), c.count,
-                       db::redOpName(c.redop), c.comm_rank, c.comm_nranks, c.comm_seq,
+                       db::redOpText(c), c.comm_rank, c.comm_nranks, c.comm_seq,
                        ran.empty() ? "" : " (" + ran + ")");
   }
   return fmt::format("{} {}", db::eventKindName(op->kind()), shortKernelName(r.name(op->name)));

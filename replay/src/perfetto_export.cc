@@ -21,7 +21,7 @@ std::string jsonString(const std::string& s) {
 
 nlohmann::json collectiveArgs(const TraceReader& r, const db::Collective& c) {
   return {{"op", db::collOpName(c.op)},  {"dtype", db::dtypeName(c.dtype)},
-          {"count", c.count},            {"redop", db::redOpName(c.redop)},
+          {"count", c.count},            {"redop", db::redOpText(c)},
           {"comm_rank", c.comm_rank},    {"comm_nranks", c.comm_nranks},
           {"comm_seq", c.comm_seq},      {"algo", r.str(c.algo)},
           {"proto", r.str(c.proto)},     {"channels", c.channels}};

@@ -53,6 +53,10 @@ uint64_t collectiveKey(const db::Collective& c, const KeyOptions& o) {
   h.add(static_cast<uint64_t>(c.comm_nranks)).add(static_cast<uint64_t>(c.root));
   h.add(static_cast<uint64_t>(c.peer));
   h.add(static_cast<uint64_t>(o.batch_dim != BatchDim::kNone ? -1 : c.count));
+  // PreMulSum's scalar is part of the operator: sums scaled differently are different ops.
+  if (c.redop == db::RedOp::kPreMulSum) {
+    h.add(static_cast<uint64_t>(c.has_redop_scalar)).add(c.redop_scalar);
+  }
   return h.value();
 }
 

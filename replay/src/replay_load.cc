@@ -44,7 +44,7 @@ std::string gemmDescription(const db::TraceReader& r, const db::Gemm& g) {
 
 std::string collectiveDescription(const db::TraceReader& r, const db::Collective& c) {
   std::string s = fmt::format("{} {} count={} {} on {} rank(s)", db::collOpName(c.op),
-                              db::dtypeName(c.dtype), c.count, db::redOpName(c.redop),
+                              db::dtypeName(c.dtype), c.count, db::redOpText(c),
                               c.comm_nranks > 0 ? c.comm_nranks : 1);
   if (c.algo >= 0) s += fmt::format(" ({} {})", r.str(c.algo), r.str(c.proto));
   return s;
@@ -356,7 +356,7 @@ Result<LoadedOp> loadCollective(const db::Run& run, const EventRef& ref, RankOpe
   if (c.redop != db::RedOp::kSum || !isFloatDType(c.dtype)) {
     return makeError(ErrorCode::kInvalidArgument,
                      "replay supports sum reductions of fp32, fp16 and bf16; this one is {} of {}",
-                     db::redOpName(c.redop), db::dtypeName(c.dtype));
+                     db::redOpText(c), db::dtypeName(c.dtype));
   }
   auto p = std::make_shared<CollectiveProblem>();
   p->op = c.op;

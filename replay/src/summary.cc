@@ -227,6 +227,7 @@ std::string formatSummary(const RunSummary& s) {
   size_t before_warnings = out.size();
   for (const RankSummary& r : s.ranks) deepWarnings(r, out);
   bool deep_warned = out.size() != before_warnings;
+  const size_t before_rank_warnings = out.size();
   for (const RankSummary& r : s.ranks) {
     if (stat(r, "events_dropped") > 0 || stat(r, "operands_dropped") > 0) {
       out += fmt::format(
@@ -249,8 +250,16 @@ std::string formatSummary(const RunSummary& s) {
           "each of their communicators repeats their sequence number",
           r.info.rank, n);
     }
+    if (const int64_t n = stat(r, "nccl_group_calls_past_cap"); n > 0) {
+      out += fmt::format(
+          "\nwarning: rank {}: {} NCCL call(s) came past the 4096th of one group (an ncclGroupStart "
+          "never ended?) and were recorded without their outputs' fingerprints or NCCL's choices",
+          r.info.rank, n);
+    }
   }
-  if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned) {
+  const bool rank_warned = out.size() != before_rank_warnings;
+  if (!s.missing_ranks.empty() || !s.warnings.empty() || !s.unfinished_files.empty() || deep_warned ||
+      rank_warned) {
     out += "\n";
   }
   return out;

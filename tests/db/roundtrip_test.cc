@@ -31,7 +31,9 @@ Collective randomCollective(Rng& rng, TraceWriter& w) {
   c.op = static_cast<CollOp>(rng.range(1, 8));
   c.dtype = static_cast<DType>(rng.range(1, 10));
   c.count = rng.range(0, int64_t{1} << 40);
-  c.redop = static_cast<RedOp>(rng.range(0, 4));
+  c.redop = static_cast<RedOp>(rng.range(0, 6));
+  c.has_redop_scalar = c.redop == RedOp::kPreMulSum && rng.range(0, 1) != 0;
+  if (c.has_redop_scalar) c.redop_scalar = rng.u64();
   c.root = static_cast<int32_t>(rng.range(0, 7));
   c.peer = static_cast<int32_t>(rng.range(0, 7));
   c.comm_id = rng.range(0, int64_t{1} << 62);

@@ -24,7 +24,7 @@ using testing::mix;
 struct Plant {
   int32_t rank = -1, layer = -1;
   enum What { kNone, kGemmAlgo, kGemmNondet, kAllReduceNondet, kExtraKernel, kKernelVariant,
-              kRawKernel } what = kNone;
+              kRawKernel, kPreMulSumQuarter, kPreMulSumHalf } what = kNone;
 };
 
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
@@ -108,6 +108,11 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
       c.dtype = db::DType::kBF16;
       c.count = 8 * 4096;
       c.redop = db::RedOp::kSum;
+      if (at(r, layer, Plant::kPreMulSumQuarter) || at(r, layer, Plant::kPreMulSumHalf)) {
+        c.redop = db::RedOp::kPreMulSum;  // a sum of inputs times 0.25 or 0.5 (bf16 bits)
+        c.has_redop_scalar = true;
+        c.redop_scalar = at(r, layer, Plant::kPreMulSumQuarter) ? 0x3e80 : 0x3f00;
+      }
       c.comm_id = 42;
       c.comm_rank = r;
       c.comm_nranks = world;
@@ -311,6 +316,31 @@ TEST(Diff, ExtraKernelIsAScheduleDifferenceAndAlignmentRecovers) {
   EXPECT_EQ(r1.first->a, -1);
   EXPECT_EQ(r1.differing.size(), 1u) << "only the extra kernel differs; the rest realigned";
   EXPECT_TRUE(rankOf(d, 0).differing.empty());
+}
+
+// Sums scaled by different PreMulSum scalars are different ops (the scalar is part of a
+// collective's alignment key, as its operator is): a schedule difference where the scalar changed,
+// the op of each run present in that run only, its description showing its scalar; none where
+// the scalar is the same.
+TEST(Diff, APreMulSumScalarChangeIsADifference) {
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  auto model = [seed](Plant::What what) {
+    return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {1, 2, what}); };
+  };
+  auto same = diffWritten(model(Plant::kPreMulSumQuarter), model(Plant::kPreMulSumQuarter));
+  ASSERT_TRUE(same.isOk()) << same.status().message();
+  EXPECT_TRUE(same->identical());
+  auto d = diffWritten(model(Plant::kPreMulSumQuarter), model(Plant::kPreMulSumHalf));
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_FALSE(d->identical());
+  EXPECT_EQ(rankOf(*d, 0).differing_events, 0);
+  const RankDiff& r1 = rankOf(*d, 1);
+  ASSERT_TRUE(r1.first);
+  EXPECT_EQ(r1.first->status, PairStatus::kSchedule);
+  EXPECT_EQ(r1.first->b, -1);
+  EXPECT_NE(r1.first_a.find("AllReduce bf16 count=32768 premulsum(0.25)"), std::string::npos) << r1.first_a;
+  EXPECT_EQ(r1.differing_events, 2) << "the op of A and the op of B, the rest realigned";
 }
 
 TEST(Diff, KernelVariantOfTheSameFamilyIsKernelSelection) {

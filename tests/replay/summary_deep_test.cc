@@ -80,6 +80,20 @@ TEST(SummaryDeep, WarnsOfSimulatedCallsWrittenAsIfTheyRan) {
   EXPECT_EQ(info(clean.path().string()).find("simulated"), std::string::npos);
 }
 
+// Calls past the bound of one NCCL group (a group never ended) are warned of.
+TEST(SummaryDeep, WarnsOfGroupCallsPastTheBound) {
+  testing::TempDir dir, clean;
+  testing::Rng rng;
+  const int64_t n = rng.range(1, 9);
+  writeRank(dir.file("proc-42.dtrace"), {{"nccl_group_calls_past_cap", n}}, false);
+  std::string text = info(dir.path().string());
+  EXPECT_NE(text.find(fmt::format("warning: rank 0: {} NCCL call(s) came past the 4096th of one group", n)),
+            std::string::npos)
+      << text;
+  writeRank(clean.file("proc-42.dtrace"), {{"nccl_group_calls_past_cap", 0}}, false);
+  EXPECT_EQ(info(clean.path().string()).find("past the"), std::string::npos);
+}
+
 // The capture line: level, row digests, kernel placement and window, as rank 0's trace says; none
 // for traces that do not say (recorded before these were written).
 TEST(SummaryDeep, SaysHowTheRunWasCaptured) {

@@ -59,6 +59,7 @@ struct ncclComm {
   bool blocking = true;  // its config's blocking (ncclCommInitRankConfig); splits inherit it
   bool connected = false;  // a non-blocking one's first all-reduce connects its peers, on a thread
   bool split = false;      // made by ncclCommSplit or ncclCommShrink
+  std::vector<bool> user_ops;  // custom reduction operators ncclNumOps + i: whether i is in use
 };
 
 namespace {
@@ -244,7 +245,9 @@ ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) { *count = comm->n
 // ncclCommGetAsyncError says when it is done. NCCL's thread may report before the call returns to
 // the program or after: a world made by ncclCommInitRankConfig reports before (the fake waits for
 // its thread), a split of it 20 ms after. Inside a group, the whole group is made so at its end.
-ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  const size_t custom = static_cast<size_t>(op) - ncclNumOps;
+  if (op >= ncclNumOps && (custom >= comm->user_ops.size() || !comm->user_ops[custom])) return ncclInvalidArgument;
   if (!comm->blocking && !comm->connected && t_depth > 0) {
     t_async_colls.push_back({comm, count, send, recv});
     return ncclSuccess;
@@ -294,6 +297,27 @@ ncclResult_t ncclSend(const void* buff, size_t count, ncclDataType_t, int peer, 
 ncclResult_t ncclRecv(void* buff, size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t) {
   PendingP2p op{comm, "Recv", count, peer, buff};
   if (t_depth > 0) t_p2p.push_back(op); else profileP2p(op);
+  return ncclSuccess;
+}
+// Custom reduction operators, numbered per communicator from ncclNumOps up, the lowest free number
+// first (NCCL too hands a destroyed operator's number out again). The scalar is not looked at.
+// pncclRedOpCreatePreMulSum, NCCL's profiling alias, is one the tracer does not wrap: an operator
+// made unseen, as one made before the tracer loaded.
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t comm) {
+  std::vector<bool>& ops = comm->user_ops;
+  const size_t i = static_cast<size_t>(std::find(ops.begin(), ops.end(), false) - ops.begin());
+  if (i == ops.size()) ops.push_back(true); else ops[i] = true;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + i);
+  return ncclSuccess;
+}
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t type,
+                                      ncclScalarResidence_t residence, ncclComm_t comm) {
+  return pncclRedOpCreatePreMulSum(op, scalar, type, residence, comm);
+}
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  const size_t i = static_cast<size_t>(op) - ncclNumOps;
+  if (op < ncclNumOps || i >= comm->user_ops.size() || !comm->user_ops[i]) return ncclInvalidArgument;
+  comm->user_ops[i] = false;
   return ncclSuccess;
 }
 ncclResult_t ncclGroupStart() { ++t_depth; return ncclSuccess; }

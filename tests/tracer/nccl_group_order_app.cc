@@ -4,12 +4,60 @@
 // collectives in its plan's order, size ascending, which FAKE_NCCL_PLAN_ORDER=1 makes the fake do);
 // `RANK simsplit`: a split inside a group ended by ncclGroupSimulateEnd (NCCL still makes the
 // communicator: FAKE_NCCL_SIM_RUNS_JOBS=1), then an all-reduce on it; `RANK gather`: an
-// all-reduce, ncclGather, ncclScatter, an all-reduce.
+// all-reduce, ncclGather, ncclScatter, an all-reduce; `RANK premulsum`: all-reduces with custom
+// reduction operators (see premulsum below); `RANK unclosed` and `RANK late`: a group of 4196
+// all-reduces, never ended or ended late (see longGroup below).
 #include <nccl.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+namespace {
+
+// Four all-reduces with PreMulSum operators, then one with ncclSum: one whose scalar (0.25f) NCCL
+// reads on the host when it is made, one whose scalar is in device memory; once both are
+// destroyed, a new one (2.0f) on the first's number, and one made through NCCL's profiling alias
+// pncclRedOpCreatePreMulSum (unseen by the tracer, as one made before it loaded) on the second's.
+int premulsum(ncclComm_t comm, cudaStream_t stream) {
+  static char in[64], out[64];
+  static float device_scalar;  // stands for device memory: the fake NCCL never reads it
+  float quarter = 0.25f, two = 2.0f;
+  const ncclScalarResidence_t host = ncclScalarHostImmediate;
+  ncclRedOp_t host_op, device_op, again, unseen;
+  if (ncclRedOpCreatePreMulSum(&host_op, &quarter, ncclFloat32, host, comm) != ncclSuccess) return 30;
+  if (ncclRedOpCreatePreMulSum(&device_op, &device_scalar, ncclFloat32, ncclScalarDevice, comm) != ncclSuccess) {
+    return 31;
+  }
+  if (host_op < ncclNumOps || device_op == host_op) return 32;
+  if (ncclAllReduce(in, out, 8, ncclFloat32, host_op, comm, stream) != ncclSuccess) return 33;
+  if (ncclAllReduce(in, out, 8, ncclFloat32, device_op, comm, stream) != ncclSuccess) return 34;
+  if (ncclRedOpDestroy(host_op, comm) != ncclSuccess || ncclRedOpDestroy(device_op, comm) != ncclSuccess) return 35;
+  if (ncclRedOpCreatePreMulSum(&again, &two, ncclFloat32, host, comm) != ncclSuccess) return 36;
+  if (pncclRedOpCreatePreMulSum(&unseen, &two, ncclFloat32, host, comm) != ncclSuccess) return 37;
+  if (again != host_op || unseen != device_op) return 38;  // the numbers were handed out again
+  if (ncclAllReduce(in, out, 8, ncclFloat32, again, comm, stream) != ncclSuccess) return 39;
+  if (ncclAllReduce(in, out, 8, ncclFloat32, unseen, comm, stream) != ncclSuccess) return 40;
+  if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 41;
+  if (ncclRedOpDestroy(again, comm) != ncclSuccess || ncclRedOpDestroy(unseen, comm) != ncclSuccess) return 42;
+  return 0;
+}
+
+// A group of 4096 + 100 all-reduces (more than the tracer holds for a group's end): never ended,
+// the program exiting with it open (its bug), or ended late, then one all-reduce more.
+int longGroup(ncclComm_t comm, cudaStream_t stream, bool end) {
+  static char in[64], out[64];
+  if (ncclGroupStart() != ncclSuccess) return 50;
+  for (int i = 0; i < 4096 + 100; ++i) {
+    if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 51;
+  }
+  if (!end) return 0;
+  if (ncclGroupEnd() != ncclSuccess) return 52;
+  if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 53;
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int rank = argc > 1 ? std::atoi(argv[1]) : 0;
@@ -41,6 +89,14 @@ int main(int argc, char** argv) {
     if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 23;
     ncclCommDestroy(comm);
     std::printf("nccl_group_order_app: rank %d gather done\n", rank);
+    return 0;
+  }
+  const std::string mode = argc > 2 ? argv[2] : "";
+  if (mode == "premulsum" || mode == "unclosed" || mode == "late") {
+    const int failed = mode == "premulsum" ? premulsum(comm, stream) : longGroup(comm, stream, mode == "late");
+    if (failed != 0) return failed;
+    if (mode != "unclosed") ncclCommDestroy(comm);
+    std::printf("nccl_group_order_app: rank %d %s done\n", rank, mode.c_str());
     return 0;
   }
   static char big_in[64], big_out[64], small_in[64], small_out[64];

@@ -1,7 +1,9 @@
 // LD_PRELOAD wrappers for NCCL: every collective and point-to-point call is recorded at API time
 // (op, dtype, count, reduction, root/peer, buffers, communicator id/rank/size, per-communicator
 // sequence number), then forwarded to the real NCCL unchanged. Communicator constructors teach the
-// tracer this process's rank and world size.
+// tracer this process's rank and world size; ncclRedOpCreatePreMulSum teaches it what a custom
+// reduction operator is (CustomRedOps). Calls inside an open group wait for its end to be
+// completed, at most kMaxGroupCalls of them: a group the program never ends stays bounded.
 //
 // In-process rules (see session.h): wrappers never throw, never change what NCCL returns, and
 // forward even when recording is off or failed. If the real function cannot be found (which only
@@ -17,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "detrace/tracer/custom_redops.h"
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "placement.h"
@@ -45,10 +48,32 @@ db::DType ncclDType(ncclDataType_t t) {
   }
 }
 
+// Bytes of one element of `t` (a PreMulSum scalar's); 0 for a type this NCCL header does not name.
+size_t ncclTypeBytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+// The custom reduction operators the program made (never destroyed: NCCL's threads may call in
+// at exit).
+CustomRedOps& customRedOps() {
+  static auto* ops = new CustomRedOps;
+  return *ops;
+}
+
 // Group nesting on this thread, and the id of the outermost open group.
 thread_local int t_group_depth = 0;
 thread_local int64_t t_group_id = -1;
 thread_local uint64_t t_group_first_op = 0;
+// Calls made in this thread's open group. The first kMaxGroupCalls wait for its end (t_pending,
+// t_group_seqs); a program that never ends its group (its bug) must not grow those without end,
+// so a call past them is recorded complete at once (see heldForGroupEnd).
+thread_local size_t t_group_calls = 0;
 
 // Calls recorded on this thread whose NCCL choices have not arrived yet (see settle()).
 struct Pending {
@@ -68,6 +93,7 @@ thread_local std::vector<Pending> t_pending;
 thread_local std::vector<std::pair<ncclComm_t, int64_t>> t_group_seqs;
 thread_local std::vector<NcclChoice> t_choices;
 constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
+constexpr size_t kMaxGroupCalls = kMaxChoices;
 std::atomic<int64_t> g_next_group{0};
 
 struct Call {
@@ -89,17 +115,76 @@ void resolveDevice(ncclComm_t comm) noexcept;
 void followLate(ncclComm_t comm) noexcept;
 void settleInProgress(ncclComm_t comm, bool outputs) noexcept;
 
+// The reduction of a call: NCCL's built-in operators as they are; a custom one as what the
+// program made it (ncclRedOpCreatePreMulSum), with the scalar NCCL took from the host; one whose
+// making the tracer did not see (before it loaded, past CustomRedOps' bound) as an unknown custom
+// operator, counted and said once.
+void describeRedOp(const Call& c, db::Collective& coll) {
+  if (c.redop < static_cast<int>(ncclNumOps)) {  // -1: not a reduction
+    coll.redop = static_cast<db::RedOp>(c.redop);
+    return;
+  }
+  const std::optional<CustomRedOps::PreMulSum> op = customRedOps().find(c.comm, c.redop);
+  if (!op) {
+    coll.redop = db::RedOp::kUnknownCustom;
+    Session::get().addStat("nccl_redops_unknown", 1);
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      logLine("a collective used a custom reduction operator (%d) the tracer did not see made (made before "
+              "it loaded?): recorded as an unknown custom operator", c.redop);
+    }
+    return;
+  }
+  coll.redop = db::RedOp::kPreMulSum;
+  coll.has_redop_scalar = op->host && op->datatype == static_cast<int32_t>(c.dtype);  // NCCL refuses others
+  if (coll.has_redop_scalar) coll.redop_scalar = op->scalar;
+}
+
+// Whether this call may wait for the end of its group to be completed (settle()): any call outside
+// a group, and the first kMaxGroupCalls of one. A call past them is still forwarded and numbered,
+// and is recorded complete at once, without its outputs' digests or NCCL's choices: nothing would
+// complete it at an end that may never come, and the reorder buffer would hold everything after it
+// until its timeout. Counted (nccl_group_calls_past_cap) and said once. In a group only simulated,
+// such calls stay in the trace as if they had run, their numbers not given back.
+bool heldForGroupEnd() noexcept {
+  if (t_group_depth == 0 || t_group_calls++ < kMaxGroupCalls) return true;
+  try {
+    Session::get().addStat("nccl_group_calls_past_cap", 1);
+  } catch (...) {
+  }
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    logLine("an NCCL group holds more than %zu calls (ncclGroupStart without its ncclGroupEnd?): the calls "
+            "past them are recorded without their outputs' digests or NCCL's choices", kMaxGroupCalls);
+  }
+  return false;
+}
+
+// A recorded call that waits for NCCL's choices and its outputs' digests (settle()).
+void holdPending(const Call& c, uint64_t token, const std::vector<OperandSpec>& specs) noexcept {
+  try {
+    Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
+              reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv, c.count, c.peer};
+    for (const OperandSpec& s : specs) {
+      if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
+    }
+    t_pending.push_back(std::move(p));
+  } catch (...) {  // out of memory: the call stays recorded, without its outputs' digests
+  }
+}
+
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   // Counted for every call, recorded or not (paused, outside a --window): the same collective must
   // carry the same number on every rank, whenever each rank's recording started.
   settleInProgress(c.comm, /*outputs=*/true);  // NCCL has made its calls by now (its rules)
+  const bool held = heldForGroupEnd();
   int64_t seq = db::kUnset;
   try {
     if (Session::get().enabled()) {
       followLate(c.comm);
       seq = Session::get().comms().nextSeq(c.comm);
     }
-    if (t_group_depth > 0 && seq >= 0) t_group_seqs.emplace_back(c.comm, seq);
+    if (t_group_depth > 0 && seq >= 0 && held) t_group_seqs.emplace_back(c.comm, seq);
     if (seq == 0) resolveDevice(c.comm);
   } catch (...) {
   }
@@ -114,7 +199,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     coll.op = c.op;
     coll.dtype = ncclDType(c.dtype);
     coll.count = static_cast<int64_t>(c.count);
-    coll.redop = static_cast<db::RedOp>(c.redop);
+    describeRedOp(c, coll);
     coll.root = c.root;
     coll.peer = c.peer;
     if (comm) {
@@ -129,19 +214,9 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     op.detail = coll;
     *specs = collectiveOperandSpecs(coll, lastGemmRowBytes());
     return true;
-  }, /*complete=*/false);
+  }, /*complete=*/!held);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
-  if (token != 0) {
-    try {
-      Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
-                reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv, c.count, c.peer};
-      for (const OperandSpec& s : *specs) {
-        if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
-      }
-      t_pending.push_back(std::move(p));
-    } catch (...) {  // out of memory: the call stays recorded, without its outputs' digests
-    }
-  }
+  if (token != 0 && held) holdPending(c, token, *specs);
   return token;
 }
 
@@ -528,8 +603,25 @@ void followPromised() noexcept {
 void forgetComm(ncclComm_t comm) noexcept {
   settleInProgress(comm, /*outputs=*/false);
   try {
+    customRedOps().removeComm(comm);
     Session::get().comms().remove(comm);
     Session::get().lateComms().forget(comm);
+  } catch (...) {
+  }
+}
+
+// A PreMulSum operator NCCL has made: what it is, and the scalar's value where NCCL took it from
+// the host (it read it before returning; the program's memory is still there until it returns).
+void rememberPreMulSum(ncclRedOp_t op, const void* scalar, ncclDataType_t datatype,
+                       ncclScalarResidence_t residence, ncclComm_t comm) noexcept {
+  CustomRedOps::PreMulSum info;
+  info.datatype = datatype;
+  info.host = residence == ncclScalarHostImmediate && scalar != nullptr && ncclTypeBytes(datatype) > 0;
+  if (info.host) info.scalar = CustomRedOps::packScalar(scalar, ncclTypeBytes(datatype));
+  if (residence == ncclScalarDevice) info.device_scalar = scalar;
+  try {
+    if (customRedOps().add(comm, op, info)) return;
+    Session::get().addStat("nccl_redops_untracked", 1);  // past CustomRedOps::kMaxOps
   } catch (...) {
   }
 }
@@ -627,6 +719,33 @@ DETRACE_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
   return forward(real, c, recvbuff, count, datatype, peer, comm, stream);
 }
 
+// Custom reduction operators (NCCL's PreMulSum): remembered per communicator, so that the
+// collectives using one are recorded with what it is (describeRedOp).
+DETRACE_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                     ncclScalarResidence_t residence, ncclComm_t comm) {
+  DETRACE_REAL(ncclRedOpCreatePreMulSum);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclRedOpCreatePreMulSum");
+  const ncclResult_t r = fn(op, scalar, datatype, residence, comm);
+  if (r == ncclSuccess && op != nullptr) rememberPreMulSum(*op, scalar, datatype, residence, comm);
+  return r;
+}
+
+// Forgotten once NCCL has destroyed it (its number may then be handed out again).
+DETRACE_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  DETRACE_REAL(ncclRedOpDestroy);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclRedOpDestroy");
+  const ncclResult_t r = fn(op, comm);
+  if (r == ncclSuccess) {
+    try {
+      customRedOps().remove(comm, op);
+    } catch (...) {
+    }
+  }
+  return r;
+}
+
 // Groups: calls inside share a group id; NCCL launches the group's kernels at the outermost
 // ncclGroupEnd, whose kernels take the group's first op as parent.
 DETRACE_EXPORT ncclResult_t ncclGroupStart() {
@@ -636,6 +755,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupStart() {
   if (t_group_depth++ == 0) {
     t_group_id = g_next_group.fetch_add(1);
     t_group_first_op = 0;
+    t_group_calls = 0;
     t_group_seqs.clear();
   }
   return fn();

@@ -54,8 +54,12 @@ enum class CollOp : int32_t {
 };
 const char* collOpName(CollOp op);
 
-// Reduction operators. Stored as collectives.redop.
-enum class RedOp : int32_t { kNone = -1, kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
+// Reduction operators. Stored as collectives.redop; 0..4 are NCCL's built-in ones (ncclRedOp_t).
+enum class RedOp : int32_t {
+  kNone = -1, kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4,
+  kPreMulSum = 5,      // made by ncclRedOpCreatePreMulSum: each input times a scalar, then summed
+  kUnknownCustom = 6,  // a custom operator the tracer did not see made (e.g. before it loaded)
+};
 const char* redOpName(RedOp op);
 
 enum class OperandRole : int32_t { kInput = 1, kOutput = 2, kInOut = 3 };
@@ -112,9 +116,19 @@ struct Collective {
   int64_t send_addr = 0;
   int64_t recv_addr = 0;
   int64_t group_id = kUnset;
+  // PreMulSum's scalar when NCCL took it from the host at the operator's creation
+  // (ncclScalarHostImmediate): its bytes, in the collective's dtype, little-endian and
+  // zero-extended to 64 bits. Absent for other operators and for a scalar in device memory.
+  bool has_redop_scalar = false;
+  uint64_t redop_scalar = 0;
 
   bool operator==(const Collective&) const = default;
 };
+
+// The reduction as people read it: redOpName, with PreMulSum's scalar as a number of the
+// collective's dtype ("premulsum(0.25)", "premulsum(unrecorded scalar)"); "unknown(N)" for a
+// value this detrace does not name.
+std::string redOpText(const Collective& c);
 
 struct Gemm {
   int64_t api = kUnset;  // strings.id, e.g. "cublasLtMatmul"

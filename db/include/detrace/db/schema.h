@@ -20,6 +20,9 @@ struct ColumnDef {
   const char* type;        // SQLite type: INTEGER, TEXT, BLOB
   const char* constraint;  // e.g. "PRIMARY KEY", "NOT NULL", ""
   const char* doc;
+  // Added at the end of its table within schema version 1: older files lack it, and the reader
+  // reads it as NULL there (any other missing column is damage, and an error).
+  bool added_later = false;
 };
 
 struct TableDef {

@@ -1,0 +1,147 @@
+// The LD_PRELOAD seam on NCCL's custom reduction operators and on a group the program never ends:
+// tests/tracer/nccl_group_order_app (linked against the fake libnccl) recorded as two ranks by
+// `detrace record`.
+#include <bit>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "common/shell.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+
+namespace detrace {
+namespace {
+
+using testing::TempDir;
+
+// One rank's recording: its collectives in seq order and its stats.
+struct RankTrace {
+  std::vector<db::Collective> collectives;
+  std::vector<std::string> protos;
+  std::map<std::string, int64_t> stats;
+  bool finished = false;
+};
+
+// nccl_group_order_app run as ranks 0 and 1 in `mode` under `detrace record`: the recorder's
+// output, and each rank's trace (empty where it could not be read: the test has failed then).
+std::vector<RankTrace> recordApp(TempDir& tmp, const std::string& mode, std::string* out) {
+  const std::string run = tmp.file("run");
+  const std::string app = fmt::format("{}/tests/nccl_group_order_app", DETRACE_BINARY_DIR);
+  const testing::ShellOutput o = testing::runShell(fmt::format("{} record -o {} -- /bin/sh -c '{} 0 {} & {} 1 {}; wait'",
+                                                               testing::detraceExe(), run, app, mode, app, mode));
+  *out = o.out;
+  EXPECT_EQ(o.status, 0) << o.out;
+  std::vector<RankTrace> ranks;
+  auto r = db::Run::open(run);
+  EXPECT_TRUE(r.isOk()) << (r.isOk() ? "" : r.status().message()) << o.out;
+  if (!r.isOk()) return ranks;
+  EXPECT_EQ(r->ranks().size(), 2u) << o.out;
+  for (const auto& rank : r->ranks()) {
+    auto reader = r->openRank(rank.rank);
+    EXPECT_TRUE(reader.isOk());
+    if (!reader.isOk()) continue;
+    db::TraceReader& t = **reader;
+    auto colls = t.collectives();
+    auto stats = t.stats();
+    EXPECT_TRUE(colls.isOk() && stats.isOk());
+    if (!colls.isOk() || !stats.isOk()) continue;
+    RankTrace rt;
+    for (const auto& [seq, c] : *colls) {
+      rt.collectives.push_back(c);
+      rt.protos.push_back(t.str(c.proto));
+    }
+    rt.stats = *stats;
+    rt.finished = t.finished();
+    ranks.push_back(std::move(rt));
+  }
+  return ranks;
+}
+
+int64_t stat(const RankTrace& t, const std::string& key) {
+  auto it = t.stats.find(key);
+  return it == t.stats.end() ? 0 : it->second;
+}
+
+// A collective using an operator made by ncclRedOpCreatePreMulSum is recorded as premulsum, with
+// the scalar NCCL read on the host at the operator's creation, none for one in device memory; a
+// number handed out again after ncclRedOpDestroy carries its new operator's scalar; an operator
+// made where the tracer did not see it is recorded as an unknown custom operator, counted and said.
+TEST(RecordSeam, PreMulSumOperatorsAreRecordedWithTheirScalars) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "premulsum", &out);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    const std::vector<db::Collective>& c = t.collectives;
+    ASSERT_EQ(c.size(), 5u);
+    for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i].comm_seq, static_cast<int64_t>(i));
+    EXPECT_EQ(c[0].redop, db::RedOp::kPreMulSum);
+    EXPECT_TRUE(c[0].has_redop_scalar);
+    EXPECT_EQ(c[0].redop_scalar, std::bit_cast<uint32_t>(0.25f));
+    EXPECT_EQ(db::redOpText(c[0]), "premulsum(0.25)");
+    EXPECT_EQ(c[1].redop, db::RedOp::kPreMulSum);
+    EXPECT_FALSE(c[1].has_redop_scalar) << "a scalar in device memory is not read";
+    EXPECT_EQ(db::redOpText(c[1]), "premulsum(unrecorded scalar)");
+    EXPECT_EQ(c[2].redop, db::RedOp::kPreMulSum);
+    EXPECT_TRUE(c[2].has_redop_scalar);
+    EXPECT_EQ(c[2].redop_scalar, std::bit_cast<uint32_t>(2.0f)) << "the destroyed operator's scalar stuck";
+    EXPECT_EQ(c[3].redop, db::RedOp::kUnknownCustom);
+    EXPECT_FALSE(c[3].has_redop_scalar);
+    EXPECT_EQ(db::redOpText(c[3]), "unknown custom op");
+    EXPECT_EQ(c[4].redop, db::RedOp::kSum);
+    EXPECT_FALSE(c[4].has_redop_scalar);
+    EXPECT_EQ(stat(t, "nccl_redops_unknown"), 1);
+    EXPECT_EQ(stat(t, "nccl_redops_untracked"), 0);
+  }
+  EXPECT_NE(out.find("custom reduction operator (6) the tracer did not see made"), std::string::npos) << out;
+}
+
+// A group the program never ends (it exits with it open): the first 4096 calls wait for its end,
+// the rest are recorded complete at once and counted; every call keeps its number, the trace is
+// finished at exit (the waiting calls written as they are), and the program exits normally.
+TEST(RecordSeam, AGroupNeverEndedStaysBoundedAndTheTraceIsFinished) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "unclosed", &out);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    EXPECT_TRUE(t.finished);
+    ASSERT_EQ(t.collectives.size(), 4196u);
+    for (size_t i = 0; i < t.collectives.size(); ++i) {
+      ASSERT_EQ(t.collectives[i].comm_seq, static_cast<int64_t>(i));
+      ASSERT_EQ(t.collectives[i].group_id, t.collectives[0].group_id);
+    }
+    EXPECT_NE(t.collectives[0].group_id, db::kUnset);
+    EXPECT_EQ(stat(t, "nccl_group_calls_past_cap"), 100);
+    // Only the calls held for the group's end were written incomplete (at exit, or after the
+    // reorder buffer's timeout); those past the bound were complete when recorded.
+    EXPECT_EQ(stat(t, "tracer_slots_incomplete_at_exit") + stat(t, "tracer_slots_timed_out"), 4096);
+  }
+  EXPECT_NE(out.find("holds more than 4096 calls"), std::string::npos) << out;
+}
+
+// The same group ended late: the calls it held are completed with NCCL's choices, those past the
+// bound have none; the call after it is numbered on and settled as usual.
+TEST(RecordSeam, AGroupEndedPastTheBoundCompletesTheCallsItHeld) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "late", &out);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    ASSERT_EQ(t.collectives.size(), 4197u);
+    for (size_t i = 0; i < t.collectives.size(); ++i) {
+      ASSERT_EQ(t.collectives[i].comm_seq, static_cast<int64_t>(i));
+      ASSERT_EQ(t.protos[i], i < 4096 || i == 4196 ? "LL" : "") << i;  // the fake: LL up to 1024 elements
+    }
+    EXPECT_NE(t.collectives[4195].group_id, db::kUnset);
+    EXPECT_EQ(t.collectives[4196].group_id, db::kUnset);
+    EXPECT_EQ(stat(t, "nccl_group_calls_past_cap"), 100);
+  }
+}
+
+}  // namespace
+}  // namespace detrace
