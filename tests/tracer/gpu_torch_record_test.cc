@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <bit>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -201,7 +202,8 @@ void recordScript(const std::string& dir, const std::string& script, const std::
 // then every function looked up on that handle, never linked) is recorded like NCCL called through
 // torch: its calls, communicator and numbers, and fingerprints of what each call read and wrote
 // equal to the CPU twin's digests of the bytes the program saved (receive buffers poisoned
-// before); an all-reduce captured into a CUDA graph gets one replayed op per replay, each with
+// before); all-reduces with PreMulSum operators are recorded as premulsum, with the host scalar's
+// value (a device scalar is not read); an all-reduce captured into a CUDA graph gets one replayed op per replay, each with
 // that replay's fingerprints; and a call NCCL refuses keeps its send digest and gets no receive
 // digest (it wrote nothing).
 TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
@@ -242,7 +244,18 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   for (size_t i = 0; i < calls.size(); ++i) {
     SCOPED_TRACE(i);
     const auto& [seq, c] = (*colls)[i];
-    EXPECT_EQ(c.op, calls[i]["op"] == "allgather" ? db::CollOp::kAllGather : db::CollOp::kAllReduce);
+    const std::string op = calls[i]["op"];
+    EXPECT_EQ(c.op, op == "allgather" ? db::CollOp::kAllGather : db::CollOp::kAllReduce);
+    if (op == "premulsum-host") {  // a PreMulSum operator: the scalar NCCL copied from the host
+      EXPECT_EQ(c.redop, db::RedOp::kPreMulSum);
+      ASSERT_TRUE(c.has_redop_scalar);
+      EXPECT_EQ(std::bit_cast<float>(static_cast<uint32_t>(c.redop_scalar)), 0.5f);
+    } else if (op == "premulsum-device") {  // its scalar in device memory: not read
+      EXPECT_EQ(c.redop, db::RedOp::kPreMulSum);
+      EXPECT_FALSE(c.has_redop_scalar);
+    } else if (op == "allreduce") {
+      EXPECT_EQ(c.redop, db::RedOp::kSum);
+    }
     EXPECT_EQ(c.count, calls[i]["count"].get<int64_t>());
     EXPECT_EQ(c.comm_seq, static_cast<int64_t>(i));
     EXPECT_EQ(c.comm_nranks, 1);

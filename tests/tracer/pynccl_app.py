@@ -5,11 +5,13 @@ The library is loaded with ctypes.CDLL (RTLD_LOCAL) and every function is looked
 (ctypes' getattr: dlsym(handle, name)); nothing links to it. The NCCL is torch's where torch has
 loaded one, else "libnccl.so.2", as vLLM finds it. A world of one rank; the buffers are torch
 tensors on the current stream: an out-of-place all-reduce (the receive buffer poisoned first), an
-in-place one and an all-gather; then, as vLLM decodes, an all-reduce captured into a CUDA graph
+in-place one, an all-gather and two all-reduces with PreMulSum operators (a host scalar of 0.5, a
+device one of 0.25); then, as vLLM decodes, an all-reduce captured into a CUDA graph
 and the graph replayed three times with new data. What each call read and wrote goes to
 --expect-dir:
 
-  expect.json      the calls: op, count; the replays and their count
+  expect.json      the calls: op (allreduce, allgather, premulsum-host, premulsum-device), count;
+                   the replays and their count
   N-send.bin       the N-th call's send buffer, taken before the call
   N-recv.bin       its receive buffer, taken after it (after a synchronize)
   replayR-*.bin    the same for replay R of the graph
@@ -79,6 +81,29 @@ def main() -> None:
     record("allgather", part, gathered, lambda: nccl.ncclAllGather(
         ctypes.c_void_p(part.data_ptr()), ctypes.c_void_p(gathered.data_ptr()),
         ctypes.c_size_t(n // 3), ncclFloat32, comm, stream))
+    # Sums scaled by a PreMulSum operator (as a ReduceScatter averages in FSDP), its scalar on the
+    # host (NCCL copies it when making the operator) and in device memory (read when the call runs).
+    for name in ("ncclRedOpCreatePreMulSum", "ncclRedOpDestroy"):
+        getattr(nccl, name).restype = ctypes.c_int
+    ncclScalarDevice, ncclScalarHostImmediate = 0, 1
+    host_scalar = ctypes.c_float(0.5)
+    device_scalar = torch.tensor([0.25], device="cuda")
+    made = []
+    for op_name, scalar, residence in (("premulsum-host", ctypes.byref(host_scalar), ncclScalarHostImmediate),
+                                       ("premulsum-device", ctypes.c_void_p(device_scalar.data_ptr()),
+                                        ncclScalarDevice)):
+        op = ctypes.c_int()
+        assert nccl.ncclRedOpCreatePreMulSum(ctypes.byref(op), scalar, ncclFloat32, residence, comm) == 0
+        made.append(op.value)
+        scaled = torch.randn(n // 6, device="cuda", generator=gen)
+        scaled_out = torch.full((n // 6,), float("nan"), device="cuda")
+        record(op_name, scaled, scaled_out, lambda: nccl.ncclAllReduce(
+            ctypes.c_void_p(scaled.data_ptr()), ctypes.c_void_p(scaled_out.data_ptr()),
+            ctypes.c_size_t(n // 6), ncclFloat32, op.value, comm, stream))
+        expected = scaled * (0.5 if residence == ncclScalarHostImmediate else 0.25)
+        assert torch.equal(scaled_out, expected), op_name
+    for op in made:
+        assert nccl.ncclRedOpDestroy(op, comm) == 0
     # As vLLM runs it in a decode step: the all-reduce captured into a CUDA graph on torch's
     # capture stream, the graph replayed with new data each time.
     m = n // 4
