@@ -81,7 +81,8 @@ constexpr ColumnDef kCollectives[] = {
                              "`ncclRedOpCreatePreMulSum`: its scalar in redop_scalar), 6 a custom operator the "
                              "tracer did not see made (before it loaded: the stat nccl_redops_unknown counts "
                              "such calls); NULL for non-reductions. Traces written before 5 and 6 existed "
-                             "hold NCCL's own number (5 and up) for any custom operator"},
+                             "hold NCCL's own number for any custom operator (any value past 4: NCCL "
+                             "mixes it with the communicator's address)"},
     {"root", "INTEGER", "", "Root rank (Broadcast, Reduce)"},
     {"peer", "INTEGER", "", "Peer rank (Send, Recv)"},
     {"comm_id", "INTEGER", "",

@@ -252,8 +252,9 @@ std::string formatSummary(const RunSummary& s) {
     }
     if (const int64_t n = stat(r, "nccl_group_calls_past_cap"); n > 0) {
       out += fmt::format(
-          "\nwarning: rank {}: {} NCCL call(s) came past the 4096th of one group (an ncclGroupStart "
-          "never ended?) and were recorded without their outputs' fingerprints or NCCL's choices",
+          "\nwarning: rank {}: {} NCCL call(s) came past the 4096th of one group (a group that large, or "
+          "an ncclGroupStart never ended) and were recorded without their outputs' fingerprints or "
+          "NCCL's choices",
           r.info.rank, n);
     }
   }

@@ -143,5 +143,26 @@ TEST(RecordSeam, AGroupEndedPastTheBoundCompletesTheCallsItHeld) {
   }
 }
 
+// The same group only simulated (ncclGroupSimulateEnd): the calls it held are discarded, those
+// past the bound stay in the trace as if they had run and are counted as such, and every number
+// the group took is given back, so that the real all-reduce after it carries 0 as on a rank that
+// simulated nothing.
+TEST(RecordSeam, AGroupSimulatedPastTheBoundGivesItsNumbersBack) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "simlong", &out);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    ASSERT_EQ(t.collectives.size(), 101u);
+    for (size_t i = 0; i < 100; ++i) {
+      EXPECT_EQ(t.collectives[i].comm_seq, static_cast<int64_t>(4096 + i));
+    }
+    EXPECT_EQ(t.collectives[100].group_id, db::kUnset);
+    EXPECT_EQ(t.collectives[100].comm_seq, 0) << "the simulated group's numbers given back";
+    EXPECT_EQ(stat(t, "nccl_group_calls_past_cap"), 100);
+    EXPECT_EQ(stat(t, "nccl_simulated_calls_written"), 100);
+  }
+}
+
 }  // namespace
 }  // namespace detrace

@@ -102,11 +102,11 @@ TEST(RecordSeam, CublasLtEpilogueAndScaleOperandsArePlannedAfterD) {
   ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
   auto recorded = (*reader)->gemms();
   ASSERT_TRUE(recorded.isOk());
-  EXPECT_EQ(recorded->size(), 5u) << o.out;
+  EXPECT_EQ(recorded->size(), 6u) << o.out;
   const auto buf = buffers(o.out);
   ASSERT_EQ(buf.size(), 8u) << o.out;
   const auto g = plannedGemms(o.out);
-  ASSERT_EQ(g.size(), 5u) << o.out;
+  ASSERT_EQ(g.size(), 6u) << o.out;
   for (size_t k = 0; k < g.size(); ++k) {
     const auto& ops = g[k];
     for (size_t i = 1; i < ops.size(); ++i) EXPECT_LT(ops[i - 1].slot, ops[i].slot) << "slot order";
@@ -164,6 +164,8 @@ TEST(RecordSeam, CublasLtEpilogueAndScaleOperandsArePlannedAfterD) {
   // 5. Batch 2, BIAS_BATCH_STRIDE 64: a vector per batch.
   ASSERT_EQ(names(g[4]), (std::vector<std::string>{"A", "B", "D", "bias"})) << o.out;
   EXPECT_EQ(named(g[4], "bias").bytes, (64u + 64) * 2);
+  // 6. No epilogue operand and no FP8 matrix: the pointers left set are not read.
+  EXPECT_EQ(names(g[5]), (std::vector<std::string>{"A", "B", "D"})) << o.out;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 //   3. bf16, CUBLASLT_EPILOGUE_BGRADB: bias (gradient output, n = 8 bf16)
 //   4. A and B e4m3, D bf16, CUBLASLT_EPILOGUE_BIAS, A and B scales, D's amax
 //   5. bf16, batch 2, CUBLASLT_EPILOGUE_GELU_BIAS with bias batch stride 64
+//   6. bf16, CUBLASLT_EPILOGUE_DEFAULT with bias, aux, A scale and D amax pointers left set (as a
+//      reused descriptor has them): none of them read (no epilogue uses them, no matrix is FP8)
 // It prints each buffer's address ("buffer NAME ADDRESS") for the test to compare.
 #include <cstdint>
 #include <cstdio>
@@ -107,9 +109,16 @@ int calls(cublasLtHandle_t h) {
     return 1;
   }
   const Call batched{h, CUDA_R_16BF, 2};
-  return matmul(batched, [](cublasLtMatmulDesc_t d) {
-    CHECK(setDesc<int64_t>(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, 64));
-    return epilogue(d, CUBLASLT_EPILOGUE_GELU_BIAS);
+  if (matmul(batched, [](cublasLtMatmulDesc_t d) {
+        CHECK(setDesc<int64_t>(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, 64));
+        return epilogue(d, CUBLASLT_EPILOGUE_GELU_BIAS);
+      }) != 0) {
+    return 1;
+  }
+  return matmul(bf16, [](cublasLtMatmulDesc_t d) {
+    CHECK(setDesc<const void*>(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g_scale_a));
+    CHECK(setDesc<void*>(d, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, g_amax_d));
+    return epilogue(d, CUBLASLT_EPILOGUE_DEFAULT) + aux(d, 72);
   });
 }
 

@@ -300,7 +300,9 @@ ncclResult_t ncclRecv(void* buff, size_t count, ncclDataType_t, int peer, ncclCo
   return ncclSuccess;
 }
 // Custom reduction operators, numbered per communicator from ncclNumOps up, the lowest free number
-// first (NCCL too hands a destroyed operator's number out again). The scalar is not looked at.
+// first (NCCL too hands a destroyed operator's number out again, mixed with a hash of the
+// communicator's address; the tracer keys operators by the value either way). The scalar is not
+// looked at.
 // pncclRedOpCreatePreMulSum, NCCL's profiling alias, is one the tracer does not wrap: an operator
 // made unseen, as one made before the tracer loaded.
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t comm) {

@@ -44,15 +44,17 @@ int premulsum(ncclComm_t comm, cudaStream_t stream) {
 }
 
 // A group of 4096 + 100 all-reduces (more than the tracer holds for a group's end): never ended,
-// the program exiting with it open (its bug), or ended late, then one all-reduce more.
-int longGroup(ncclComm_t comm, cudaStream_t stream, bool end) {
+// the program exiting with it open (its bug), ended late, or only simulated
+// (ncclGroupSimulateEnd), then one all-reduce more.
+int longGroup(ncclComm_t comm, cudaStream_t stream, bool end, bool simulate = false) {
   static char in[64], out[64];
   if (ncclGroupStart() != ncclSuccess) return 50;
   for (int i = 0; i < 4096 + 100; ++i) {
     if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 51;
   }
   if (!end) return 0;
-  if (ncclGroupEnd() != ncclSuccess) return 52;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  if ((simulate ? ncclGroupSimulateEnd(&sim) : ncclGroupEnd()) != ncclSuccess) return 52;
   if (ncclAllReduce(in, out, 8, ncclFloat32, ncclSum, comm, stream) != ncclSuccess) return 53;
   return 0;
 }
@@ -92,8 +94,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string mode = argc > 2 ? argv[2] : "";
-  if (mode == "premulsum" || mode == "unclosed" || mode == "late") {
-    const int failed = mode == "premulsum" ? premulsum(comm, stream) : longGroup(comm, stream, mode == "late");
+  if (mode == "premulsum" || mode == "unclosed" || mode == "late" || mode == "simlong") {
+    const int failed = mode == "premulsum" ? premulsum(comm, stream)
+                                           : longGroup(comm, stream, mode != "unclosed", mode == "simlong");
     if (failed != 0) return failed;
     if (mode != "unclosed") ncclCommDestroy(comm);
     std::printf("nccl_group_order_app: rank %d %s done\n", rank, mode.c_str());

@@ -95,6 +95,20 @@ thread_local std::vector<NcclChoice> t_choices;
 constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
 constexpr size_t kMaxGroupCalls = kMaxChoices;
 std::atomic<int64_t> g_next_group{0};
+// The numbers taken by a group's calls past kMaxGroupCalls (not in t_group_seqs): per
+// communicator one run of consecutive numbers, so that a simulated end gives them back too
+// (newest first, before the held calls' own). A run another thread's call broke into is not given
+// back (nor, then, are the held calls' numbers on that communicator: returnSeq refuses them).
+struct SeqRun {
+  ncclComm_t comm;
+  int64_t first, last;
+  bool broken;
+};
+thread_local std::vector<SeqRun> t_group_seq_runs;
+constexpr size_t kMaxSeqRuns = 64;  // communicators of one group
+// The group's calls past kMaxGroupCalls that were recorded (complete at once: a simulated end
+// cannot discard them).
+thread_local int64_t t_group_unheld_recorded = 0;
 
 struct Call {
   db::CollOp op;
@@ -119,6 +133,7 @@ void settleInProgress(ncclComm_t comm, bool outputs) noexcept;
 // program made it (ncclRedOpCreatePreMulSum), with the scalar NCCL took from the host; one whose
 // making the tracer did not see (before it loaded, past CustomRedOps' bound) as an unknown custom
 // operator, counted and said once.
+static_assert(ncclNumOps == 5, "NCCL has a built-in reduction detrace does not name (db::RedOp)");
 void describeRedOp(const Call& c, db::Collective& coll) {
   if (c.redop < static_cast<int>(ncclNumOps)) {  // -1: not a reduction
     coll.redop = static_cast<db::RedOp>(c.redop);
@@ -145,7 +160,8 @@ void describeRedOp(const Call& c, db::Collective& coll) {
 // and is recorded complete at once, without its outputs' digests or NCCL's choices: nothing would
 // complete it at an end that may never come, and the reorder buffer would hold everything after it
 // until its timeout. Counted (nccl_group_calls_past_cap) and said once. In a group only simulated,
-// such calls stay in the trace as if they had run, their numbers not given back.
+// such calls stay in the trace as if they had run (counted as nccl_simulated_calls_written), their
+// numbers given back with the held calls' (t_group_seq_runs).
 bool heldForGroupEnd() noexcept {
   if (t_group_depth == 0 || t_group_calls++ < kMaxGroupCalls) return true;
   try {
@@ -158,6 +174,20 @@ bool heldForGroupEnd() noexcept {
             "past them are recorded without their outputs' digests or NCCL's choices", kMaxGroupCalls);
   }
   return false;
+}
+
+// A number taken by a call past kMaxGroupCalls (see t_group_seq_runs).
+void notePastCapSeq(ncclComm_t comm, int64_t seq) noexcept {
+  try {
+    for (SeqRun& r : t_group_seq_runs) {
+      if (r.comm != comm) continue;
+      if (seq != r.last + 1) r.broken = true;
+      r.last = seq;
+      return;
+    }
+    if (t_group_seq_runs.size() < kMaxSeqRuns) t_group_seq_runs.push_back({comm, seq, seq, false});
+  } catch (...) {
+  }
 }
 
 // A recorded call that waits for NCCL's choices and its outputs' digests (settle()).
@@ -184,7 +214,13 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
       followLate(c.comm);
       seq = Session::get().comms().nextSeq(c.comm);
     }
-    if (t_group_depth > 0 && seq >= 0 && held) t_group_seqs.emplace_back(c.comm, seq);
+    if (t_group_depth > 0 && seq >= 0) {
+      if (held) {
+        t_group_seqs.emplace_back(c.comm, seq);
+      } else {
+        notePastCapSeq(c.comm, seq);
+      }
+    }
     if (seq == 0) resolveDevice(c.comm);
   } catch (...) {
   }
@@ -217,6 +253,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   }, /*complete=*/!held);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;
   if (token != 0 && held) holdPending(c, token, *specs);
+  if (token != 0 && !held) ++t_group_unheld_recorded;
   return token;
 }
 
@@ -418,11 +455,19 @@ void settle(ncclResult_t result) noexcept {
 // run, its number repeated by the next real call: counted, and said once.
 void discardSimulated() noexcept {
   try {
+    for (const SeqRun& r : t_group_seq_runs) {  // the calls past kMaxGroupCalls took the newest
+      if (r.broken) continue;
+      for (int64_t seq = r.last; seq >= r.first; --seq) {
+        if (!Session::get().comms().returnSeq(r.comm, seq)) break;
+      }
+    }
     for (auto it = t_group_seqs.rbegin(); it != t_group_seqs.rend(); ++it) {
       (void)Session::get().comms().returnSeq(it->first, it->second);
     }
     if (ReorderBuffer* buffer = Session::get().startedBuffer()) {  // a stop may have come since
-      int64_t written = 0;
+      // The calls past kMaxGroupCalls were written complete when recorded: in the trace as if
+      // they had run, as a held call written before the end.
+      int64_t written = t_group_unheld_recorded;
       for (const Pending& p : t_pending) written += buffer->discardLibraryOp(p.token) ? 0 : 1;
       if (written > 0) {
         Session::get().addStat("nccl_simulated_calls_written", written);
@@ -436,6 +481,8 @@ void discardSimulated() noexcept {
   } catch (...) {
   }
   t_group_seqs.clear();
+  t_group_seq_runs.clear();
+  t_group_unheld_recorded = 0;
   t_pending.clear();
   t_choices.clear();
 }
@@ -756,7 +803,9 @@ DETRACE_EXPORT ncclResult_t ncclGroupStart() {
     t_group_id = g_next_group.fetch_add(1);
     t_group_first_op = 0;
     t_group_calls = 0;
+    t_group_unheld_recorded = 0;
     t_group_seqs.clear();
+    t_group_seq_runs.clear();
   }
   return fn();
 }
@@ -774,6 +823,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   }
   if (t_group_depth == 0) {
     t_group_seqs.clear();
+    t_group_seq_runs.clear();
     settle(result);
     followPromised();
   }

@@ -2,9 +2,11 @@
 // kind of custom operator), so that a collective using one is recorded as a PreMulSum with its
 // scalar rather than as a bare operator number.
 //
-// NCCL numbers custom operators per communicator, from ncclNumOps up, and hands a destroyed one's
-// number out again: an operator is known by (communicator, number), forgotten when destroyed, and
-// all of a communicator's are forgotten with it (NCCL may give its address to a new one).
+// NCCL hands out a custom operator's number per communicator (an index from ncclNumOps up, mixed
+// with a hash of the communicator's address, so the numbers differ from run to run) and gives a
+// destroyed one's number out again: an operator is known by (communicator, number) as the program
+// passes it, forgotten when destroyed, and all of a communicator's are forgotten with it (NCCL
+// may give its address to a new one).
 //
 // Thread-safety: every method may be called from any thread. Bounded: kMaxOps operators; later
 // ones are not remembered (their collectives are recorded as unknown custom operators).
