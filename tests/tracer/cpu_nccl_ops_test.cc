@@ -1,4 +1,5 @@
-// The LD_PRELOAD seam on NCCL's custom reduction operators and on a group the program never ends:
+// The LD_PRELOAD seam on NCCL's groups (the order NCCL reports their choices in, splits in a
+// simulated group, a group the program never ends), Gather and Scatter, and custom reduction operators:
 // tests/tracer/nccl_group_order_app (linked against the fake libnccl) recorded as two ranks by
 // `detrace record`.
 #include <bit>
@@ -26,13 +27,15 @@ struct RankTrace {
   bool finished = false;
 };
 
-// nccl_group_order_app run as ranks 0 and 1 in `mode` under `detrace record`: the recorder's
-// output, and each rank's trace (empty where it could not be read: the test has failed then).
-std::vector<RankTrace> recordApp(TempDir& tmp, const std::string& mode, std::string* out) {
+// nccl_group_order_app run as ranks 0 and 1 in `mode` under `detrace record` (`env` set for it,
+// e.g. the fake NCCL's switches): the recorder's output, and each rank's trace (empty where it
+// could not be read: the test has failed then).
+std::vector<RankTrace> recordApp(TempDir& tmp, const std::string& mode, std::string* out,
+                                 const std::string& env = "") {
   const std::string run = tmp.file("run");
   const std::string app = fmt::format("{}/tests/nccl_group_order_app", DETRACE_BINARY_DIR);
-  const testing::ShellOutput o = testing::runShell(fmt::format("{} record -o {} -- /bin/sh -c '{} 0 {} & {} 1 {}; wait'",
-                                                               testing::detraceExe(), run, app, mode, app, mode));
+  const testing::ShellOutput o = testing::runShell(fmt::format("{} {} record -o {} -- /bin/sh -c '{} 0 {} & {} 1 {}; wait'",
+                                                               env, testing::detraceExe(), run, app, mode, app, mode));
   *out = o.out;
   EXPECT_EQ(o.status, 0) << o.out;
   std::vector<RankTrace> ranks;
@@ -64,6 +67,60 @@ std::vector<RankTrace> recordApp(TempDir& tmp, const std::string& mode, std::str
 int64_t stat(const RankTrace& t, const std::string& key) {
   auto it = t.stats.find(key);
   return it == t.stats.end() ? 0 : it->second;
+}
+
+// NCCL reports a group's collectives to the profiler plugin in its plan's order (by size), not in
+// call order (the fake does so with FAKE_NCCL_PLAN_ORDER=1): each call still gets its own choices,
+// matched by buffers and count (the fake picks LL up to 1024 elements, Simple above). Before, they
+// were handed out in call order, and the two calls' protocols were swapped.
+TEST(RecordSeam, AGroupsChoicesGoToTheirOwnCallsWhateverOrderNcclReportsThem) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "", &out, "FAKE_NCCL_PLAN_ORDER=1");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    const std::vector<db::Collective>& colls = t.collectives;
+    ASSERT_EQ(colls.size(), 2u);
+    EXPECT_EQ(colls[0].count, 4096);
+    EXPECT_EQ(t.protos[0], "Simple");
+    EXPECT_EQ(colls[1].count, 16);
+    EXPECT_EQ(t.protos[1], "LL");
+  }
+}
+
+// NCCL runs a simulated group's splits (ncclGroupSimulateEnd skips only the launches): the
+// communicator made there is followed, and its calls carry its id and sequence numbers.
+TEST(RecordSeam, ASplitInASimulatedGroupIsFollowed) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "simsplit", &out, "FAKE_NCCL_SIM_RUNS_JOBS=1");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    const std::vector<db::Collective>& colls = t.collectives;
+    ASSERT_EQ(colls.size(), 1u);
+    EXPECT_NE(colls[0].comm_id, db::kUnset) << "the split's communicator was not followed";
+    EXPECT_NE(colls[0].comm_id, 0);
+    EXPECT_EQ(colls[0].comm_seq, 0);
+    EXPECT_EQ(colls[0].comm_nranks, 2);
+  }
+}
+
+// NCCL 2.28's ncclGather and ncclScatter are recorded, numbered with the other calls on their
+// communicator.
+TEST(RecordSeam, GatherAndScatterAreRecorded) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "gather", &out);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    const std::vector<db::Collective>& colls = t.collectives;
+    ASSERT_EQ(colls.size(), 4u);
+    const std::vector<db::CollOp> ops{colls[0].op, colls[1].op, colls[2].op, colls[3].op};
+    EXPECT_EQ(ops, (std::vector<db::CollOp>{db::CollOp::kAllReduce, db::CollOp::kGather, db::CollOp::kScatter,
+                                            db::CollOp::kAllReduce}));
+    for (size_t i = 0; i < colls.size(); ++i) EXPECT_EQ(colls[i].comm_seq, static_cast<int64_t>(i));
+    EXPECT_EQ(colls[1].root, 0);
+  }
 }
 
 // A collective using an operator made by ncclRedOpCreatePreMulSum is recorded as premulsum, with
