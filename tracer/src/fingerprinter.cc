@@ -557,6 +557,15 @@ int64_t fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t toke
     const char* v = std::getenv("DETRACE_DIAG_DIGEST_MANY");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
+  // DETRACE_DIAG_DIGEST_WORK=empty|none, for measuring what a digest costs (the trace's digests
+  // are then wrong or missing): `empty` launches every batch with its requests cut to 0 bytes (the
+  // launch and its completion signal, no hashing); `none` launches nothing and records no event
+  // (the op's entries fail at once: the bookkeeping alone).
+  static const int diag_work = [] {
+    const char* v = std::getenv("DETRACE_DIAG_DIGEST_WORK");
+    if (v == nullptr) return 0;
+    return std::strcmp(v, "empty") == 0 ? 1 : std::strcmp(v, "none") == 0 ? 2 : 0;
+  }();
   std::array<kernels::DigestRequest, kernels::Digester::kMaxBatch> batch{};
   uint32_t batch_count = 0;
   size_t batch_first = pending.size();
@@ -627,6 +636,18 @@ int64_t fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t toke
       req.out = reinterpret_cast<uint64_t*>(cx->whole_dev + p.entry * 8ull);
     }
     pending.push_back(std::move(p));
+    if (diag_work == 2) {
+      pending.back().failed = true;
+      ++skipped_error;
+      batch_first = pending.size();
+      continue;
+    }
+    if (diag_work == 1) {
+      req = kernels::DigestRequest{};
+      req.base = spec.address;
+      req.slot = cx->slots + pending.back().entry;
+      req.out = reinterpret_cast<uint64_t*>(cx->whole_dev + pending.back().entry * 8ull);
+    }
     if (!batched) {  // one launch per digest, as before digestMany
       DiagScope launch_timing(DiagSite::kDigestLaunch);
       const Status st = rows > 0 ? cx->digester->digestRows(req.base, req.rows, req.row_bytes,
@@ -643,7 +664,7 @@ int64_t fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t toke
     if (batch_count == batch.size()) launchBatch(false);
   }
   launchBatch(true);
-  if (pending.size() == first || signalled) return queuedBytesLocked(first);
+  if (pending.size() == first || signalled || diag_work == 2) return queuedBytesLocked(first);
   DiagScope event_timing(DiagSite::kFingerprintEvent);
   CUevent ev = nullptr;
   if (!cx->free_events.empty()) {
@@ -1082,9 +1103,14 @@ void writeReady(State& s, const std::vector<const Pending*>& ready, db::TraceWri
     if (seq == db::kUnset) {
       parked.push_back({p->token, State::awaitBytes(*p), fp::toOperand(*p, w)});
     } else if (seq >= 0) {  // kSeqDropped: the op was dropped; kSeqForgotten: out of the ring
+      // DETRACE_DIAG_FP_DISCARD=1 builds the row and drops it (for measuring the writer's share).
+      static const bool discard = [] {
+        const char* v = std::getenv("DETRACE_DIAG_FP_DISCARD");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+      }();
       db::Operand o = fp::toOperand(*p, w);
       o.seq = seq;
-      (void)w.appendOperand(o);
+      if (!discard) (void)w.appendOperand(o);
       ++written;
     } else {
       ++(seq == kSeqDiscarded ? discarded : lost);
