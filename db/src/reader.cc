@@ -242,6 +242,8 @@ Status TraceReader::load() {
                  }));
   DETRACE_ASSIGN_OR_RETURN(collective_columns_, presentColumnList(db, "collectives"));
   collective_by_seq_sql_ = detailSql(collective_columns_, "collectives", true);
+  DETRACE_ASSIGN_OR_RETURN(gemm_columns_, presentColumnList(db, "gemms"));
+  gemm_by_seq_sql_ = detailSql(gemm_columns_, "gemms", true);
   // Tables added within schema version 1 (schema.cc) may be missing from older files.
   return forEachRow(
       db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('launch_params', 'graph_ops')",
@@ -432,8 +434,7 @@ Result<std::optional<Collective>> TraceReader::collective(int64_t seq) {
 }
 
 Result<std::optional<Gemm>> TraceReader::gemm(int64_t seq) {
-  static const std::string sql = detailSql(columnList("gemms"), "gemms", true);
-  return readDetail<Gemm>(db_.get(), cached(kGemmBySeq, sql.c_str()), seq, readGemm);
+  return readDetail<Gemm>(db_.get(), cached(kGemmBySeq, gemm_by_seq_sql_.c_str()), seq, readGemm);
 }
 
 Result<std::optional<Marker>> TraceReader::marker(int64_t seq) {
@@ -446,7 +447,7 @@ Result<std::vector<std::pair<int64_t, Collective>>> TraceReader::collectives() {
 }
 
 Result<std::vector<std::pair<int64_t, Gemm>>> TraceReader::gemms(int64_t limit) {
-  return readAllDetails<Gemm>(db_.get(), columnList("gemms"), "gemms", readGemm, limit);
+  return readAllDetails<Gemm>(db_.get(), gemm_columns_, "gemms", readGemm, limit);
 }
 
 Status TraceReader::forEachCollective(int64_t from, int64_t to,
@@ -457,7 +458,7 @@ Status TraceReader::forEachCollective(int64_t from, int64_t to,
 
 Status TraceReader::forEachGemm(int64_t from, int64_t to,
                                 const std::function<Status(int64_t, const Gemm&)>& fn) {
-  return forEachDetail<Gemm>(db_.get(), columnList("gemms"), "gemms", from, to, readGemm, fn);
+  return forEachDetail<Gemm>(db_.get(), gemm_columns_, "gemms", from, to, readGemm, fn);
 }
 
 Result<int64_t> TraceReader::gemmCount() { return countRows(db_.get(), "gemms"); }

@@ -121,6 +121,31 @@ std::string redOpText(const Collective& c) {
   return name;
 }
 
+std::string epilogueText(int32_t epilogue) {
+  // cublasLtEpilogue_t's values (cublasLt.h, CUDA 13.0); tracer/src/cublas_wrappers.cc checks the
+  // tracer's copy of them against the header.
+  switch (epilogue) {
+    case kUnset: return "unrecorded";
+    case 1: return "default";
+    case 2: return "relu";
+    case 130: return "relu_aux";
+    case 4: return "bias";
+    case 6: return "relu_bias";
+    case 134: return "relu_aux_bias";
+    case 136: return "drelu";
+    case 152: return "drelu_bgrad";
+    case 32: return "gelu";
+    case 160: return "gelu_aux";
+    case 36: return "gelu_bias";
+    case 164: return "gelu_aux_bias";
+    case 192: return "dgelu";
+    case 208: return "dgelu_bgrad";
+    case 256: return "bgrada";
+    case 512: return "bgradb";
+    default: return fmt::format("epilogue {}", epilogue);
+  }
+}
+
 const char* operandRoleName(OperandRole role) {
   switch (role) {
     case OperandRole::kInput: return "in";

@@ -151,7 +151,7 @@ void bindGemm(sqlite3_stmt* s, int64_t seq, const Gemm& g) {
       static_cast<int64_t>(g.b_dtype), static_cast<int64_t>(g.c_dtype),
       static_cast<int64_t>(g.d_dtype), g.compute_type, g.algo_id, g.tile, g.split_k,
       g.reduction_scheme, g.stages, g.swizzle, g.custom_option, g.algo_source, g.a_addr, g.b_addr,
-      g.c_addr, g.d_addr};
+      g.c_addr, g.d_addr, g.epilogue};
   int i = 1;
   for (int64_t v : values) bindOpt(s, i++, v);
 }
@@ -175,6 +175,7 @@ Gemm readGemm(sqlite3_stmt* s, int f) {
   g.stages = next32(); g.swizzle = next32(); g.custom_option = next32();
   g.algo_source = next32();
   g.a_addr = next(); g.b_addr = next(); g.c_addr = next(); g.d_addr = next();
+  g.epilogue = next32();
   return g;
 }
 

@@ -4,7 +4,7 @@
 // timestamps share. Digests are unsigned 64-bit values stored bit-cast in INTEGER columns.
 // A table added without changing the meaning of the others (launch_params, graph_ops) keeps the version:
 // older files simply lack it, and the reader treats a missing one as empty. So does a column added
-// at the end of a table (collectives.redop_scalar): the reader selects NULL in place of a missing one.
+// at the end of a table (collectives.redop_scalar, gemms.epilogue): the reader selects NULL in place of a missing one.
 #include "detrace/db/schema.h"
 
 #include <array>
@@ -144,6 +144,13 @@ constexpr ColumnDef kGemms[] = {
     {"b_addr", "INTEGER", "", "Address of B"},
     {"c_addr", "INTEGER", "", "Address of C"},
     {"d_addr", "INTEGER", "", "Address of D"},
+    {"epilogue", "INTEGER", "",
+     "cublasLtEpilogue_t of a cuBLASLt matmul's descriptor (1 default: none, 2 relu, 4 bias, 6 relu_bias, "
+     "32 gelu, 36 gelu_bias, 130 relu_aux, 134 relu_aux_bias, 160 gelu_aux, 164 gelu_aux_bias, 136 drelu, "
+     "152 drelu_bgrad, 192 dgelu, 208 dgelu_bgrad, 256 bgrada, 512 bgradb; cublasLt.h); 1 for the classic "
+     "cuBLAS entry points, which have none. Traces written before this column existed lack it and read "
+     "as NULL",
+     /*added_later=*/true},
 };
 
 constexpr ColumnDef kMarkers[] = {

@@ -56,8 +56,9 @@ std::string gemmDetail(const db::Gemm& g) {
   std::string algo = g.algo_id >= 0 ? fmt::format("algo {}", g.algo_id) : "algo ?";
   if (g.tile >= 0) algo += fmt::format(" tile {}", g.tile);
   if (g.split_k >= 0) algo += fmt::format(" split-K {}", g.split_k);
-  return fmt::format("m={} n={} k={} {}{} {} ({})", g.m, g.n, g.k, g.trans_a ? "T" : "N",
-                     g.trans_b ? "T" : "N", db::dtypeName(g.a_dtype), algo);
+  return fmt::format("m={} n={} k={} {}{} {}{} ({})", g.m, g.n, g.k, g.trans_a ? "T" : "N",
+                     g.trans_b ? "T" : "N", db::dtypeName(g.a_dtype),
+                     g.epilogue > 1 ? " epilogue " + db::epilogueText(g.epilogue) : "", algo);
 }
 
 std::string collectiveDetail(db::TraceReader& r, const db::Collective& c) {

@@ -175,8 +175,9 @@ std::string describeOp(const RankOps& r, int64_t seq) {
   if (op == nullptr) return "(none)";
   if (const GemmInfo* gemm = r.gemm(*op)) {
     const GemmInfo& g = *gemm;
-    return fmt::format("GEMM {} m={} n={} k={} {}{} {} ({})", r.name(g.api), g.m, g.n, g.k,
+    return fmt::format("GEMM {} m={} n={} k={} {}{} {}{} ({})", r.name(g.api), g.m, g.n, g.k,
                        g.trans_a ? "T" : "N", g.trans_b ? "T" : "N", db::dtypeName(g.a_dtype),
+                       g.epilogue > 1 ? " epilogue " + db::epilogueText(g.epilogue) : "",
                        gemmChoiceText(g));
   }
   if (const db::Collective* coll = r.collective(*op)) {

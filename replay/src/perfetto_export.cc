@@ -33,7 +33,7 @@ nlohmann::json gemmArgs(const TraceReader& r, const db::Gemm& g) {
           {"batch", g.batch_count},    {"a_dtype", db::dtypeName(g.a_dtype)},
           {"d_dtype", db::dtypeName(g.d_dtype)}, {"compute", r.str(g.compute_type)},
           {"algo_id", g.algo_id},      {"tile", g.tile},   {"split_k", g.split_k},
-          {"stages", g.stages}};
+          {"stages", g.stages},      {"epilogue", db::epilogueText(g.epilogue)}};
 }
 
 nlohmann::json kernelArgs(const Event& e) {

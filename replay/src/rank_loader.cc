@@ -34,6 +34,9 @@ uint64_t gemmKey(const GemmInfo& g, const RankOps& r, const KeyOptions& o) {
   h.add(static_cast<uint64_t>(o.batch_dim == BatchDim::kN ? -1 : g.n));
   h.add(static_cast<uint64_t>(g.k)).add(static_cast<uint64_t>(g.batch_count));
   for (db::DType t : {g.a_dtype, g.b_dtype, g.c_dtype, g.d_dtype}) h.add(static_cast<uint64_t>(t));
+  // An epilogue (bias, GeLU, ...) is part of what the call computes. None (1) and unrecorded (-1,
+  // traces from before it was recorded) add nothing, so such traces still pair with newer ones.
+  if (g.epilogue > 1) h.add(static_cast<uint64_t>(g.epilogue));
   return h.value();
 }
 
@@ -88,6 +91,7 @@ GemmInfo compactGemm(const db::Gemm& g) {
   c.custom_option = g.custom_option;
   c.trans_a = static_cast<int8_t>(g.trans_a);
   c.trans_b = static_cast<int8_t>(g.trans_b);
+  c.epilogue = g.epilogue >= -1 && g.epilogue <= INT16_MAX ? static_cast<int16_t>(g.epilogue) : int16_t{0};
   c.a_dtype = g.a_dtype;
   c.b_dtype = g.b_dtype;
   c.c_dtype = g.c_dtype;

@@ -33,6 +33,7 @@ std::string gemmDescription(const db::TraceReader& r, const db::Gemm& g) {
   std::string s = fmt::format("GEMM {} m={} n={} k={} {}{} {}", r.str(g.api), g.m, g.n, g.k,
                               g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', db::dtypeName(g.a_dtype));
   if (g.d_dtype != g.a_dtype) s += fmt::format("->{}", db::dtypeName(g.d_dtype));
+  if (g.epilogue > 1) s += fmt::format(" epilogue {}", db::epilogueText(g.epilogue));
   if (g.algo_id >= 0) {
     s += fmt::format(" (algo {}", g.algo_id);
     if (g.tile >= 0) s += fmt::format(" tile {}", g.tile);
@@ -257,11 +258,16 @@ Result<LoadedOp> loadGemm(const db::Run& run, const EventRef& ref, RankOperands&
     op.header.notes.push_back(
         "the call has a C operand; replay computes D = A·B (alpha 1, beta 0: not recorded)");
   }
-  // The tracer's cuBLASLt epilogue operands (tracer/include/detrace/tracer/operand_specs.h).
-  if (ro.find("bias") != nullptr || ro.find("aux") != nullptr) {
+  // The recorded cuBLASLt epilogue; traces from before it was recorded name it by its operands
+  // (tracer/include/detrace/tracer/operand_specs.h).
+  if (g.epilogue > 1) {
+    op.header.notes.push_back(fmt::format(
+        "the call has the cuBLASLt epilogue {}; replay computes D = A·B without it",
+        db::epilogueText(g.epilogue)));
+  } else if (g.epilogue == db::kUnset && (ro.find("bias") != nullptr || ro.find("aux") != nullptr)) {
     op.header.notes.push_back(
         "the call has a cuBLASLt epilogue (bias or aux operands); replay computes D = A·B without "
-        "it (the epilogue is not recorded)");
+        "it (the trace does not say which epilogue: it predates their recording)");
   }
   const std::string compute = r.str(g.compute_type);
   if (!compute.empty() && compute != "CUBLAS_COMPUTE_32F") {

@@ -24,7 +24,8 @@ using testing::mix;
 struct Plant {
   int32_t rank = -1, layer = -1;
   enum What { kNone, kGemmAlgo, kGemmNondet, kAllReduceNondet, kExtraKernel, kKernelVariant,
-              kRawKernel, kPreMulSumQuarter, kPreMulSumHalf } what = kNone;
+              kRawKernel, kPreMulSumQuarter, kPreMulSumHalf, kGemmBiasEpilogue,
+              kGemmEpilogueUnrecorded } what = kNone;
 };
 
 // Writes a run of `world` ranks x `layers` layers: rmsnorm kernel, GEMM (+ its kernel), all-reduce
@@ -85,6 +86,9 @@ void writeModel(const std::string& dir, int32_t world, int layers, uint64_t seed
       g.m = 8; g.n = 1024; g.k = 4096;
       g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
       g.algo_id = 66; g.tile = 27; g.split_k = at(r, layer, Plant::kGemmAlgo) ? 4 : 1;
+      g.epilogue = at(r, layer, Plant::kGemmBiasEpilogue)          ? 4    // CUBLASLT_EPILOGUE_BIAS
+                   : at(r, layer, Plant::kGemmEpilogueUnrecorded) ? -1   // a trace from before it
+                                                                  : 1;  // DEFAULT: none
       auto gseq = wr.appendGemm(ge, g);
       ASSERT_TRUE(gseq.has_value());
       uint64_t weight = mix(seed, static_cast<uint64_t>(layer * 1000 + r));
@@ -341,6 +345,37 @@ TEST(Diff, APreMulSumScalarChangeIsADifference) {
   EXPECT_EQ(r1.first->b, -1);
   EXPECT_NE(r1.first_a.find("AllReduce bf16 count=32768 premulsum(0.25)"), std::string::npos) << r1.first_a;
   EXPECT_EQ(r1.differing_events, 2) << "the op of A and the op of B, the rest realigned";
+}
+
+// A GEMM whose cuBLASLt epilogue changed (none in A, a bias in B) computes something else: a
+// schedule difference naming the epilogue, as for any other change of an op's key. A trace that
+// predates the epilogue's recording pairs with one that records none.
+TEST(Diff, AGemmEpilogueChangeIsADifference) {
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  auto model = [seed](Plant::What what) {
+    return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {1, 2, what}); };
+  };
+  auto unrecorded = diffWritten(model(Plant::kNone), model(Plant::kGemmEpilogueUnrecorded));
+  ASSERT_TRUE(unrecorded.isOk()) << unrecorded.status().message();
+  EXPECT_TRUE(unrecorded->identical());
+  // Each way round: the first difference is run A's GEMM, present in A only.
+  for (bool bias_in_a : {true, false}) {
+    SCOPED_TRACE(bias_in_a ? "bias in A" : "bias in B");
+    auto d = bias_in_a ? diffWritten(model(Plant::kGemmBiasEpilogue), model(Plant::kNone))
+                       : diffWritten(model(Plant::kNone), model(Plant::kGemmBiasEpilogue));
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    EXPECT_FALSE(d->identical());
+    EXPECT_EQ(rankOf(*d, 0).differing_events, 0);
+    const RankDiff& r1 = rankOf(*d, 1);
+    ASSERT_TRUE(r1.first);
+    EXPECT_EQ(r1.first->status, PairStatus::kSchedule);
+    EXPECT_EQ(r1.first->b, -1);
+    const bool named = r1.first_a.find("cublasLtMatmul m=8 n=1024 k=4096 NN bf16 epilogue bias") !=
+                       std::string::npos;
+    EXPECT_EQ(named, bias_in_a) << r1.first_a;
+    EXPECT_EQ(r1.differing_events, 2) << "the op of A and the op of B, the rest realigned";
+  }
 }
 
 TEST(Diff, KernelVariantOfTheSameFamilyIsKernelSelection) {

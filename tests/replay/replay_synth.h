@@ -168,6 +168,7 @@ struct GemmSpec {
   db::DType d_dtype = db::DType::kF32;
   int split = 1;  // how the recorded D is summed (see dot())
   bool bias = false;  // a cuBLASLt epilogue's bias operand (slot 4, m bf16), not in the recorded D
+  int32_t epilogue = -1;  // db::Gemm::epilogue (-1: unrecorded, as in traces from before it)
 };
 
 struct GemmData {
@@ -246,6 +247,7 @@ inline int64_t appendGemm(db::TraceWriter& w, const GemmSpec& s, const GemmData&
     g.custom_option = algo->custom_option;
     g.algo_source = algo->algo_source;
   }
+  g.epilogue = s.epilogue;
   g.a_addr = 0x7f0000100000;
   g.b_addr = 0x7f0000200000;
   g.c_addr = g.d_addr = 0x7f0000300000;

@@ -228,6 +228,30 @@ TEST(ReplayGemm, AnEpilogueOperandIsNamedInTheNotes) {
   EXPECT_NE(r->notes[0].find("epilogue"), std::string::npos) << r->notes[0];
 }
 
+// With the epilogue recorded, the note names it; a GEMM recorded without one has no such note.
+TEST(ReplayGemm, ARecordedEpilogueIsNamedInTheNotes) {
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  for (int32_t epilogue : {36, 1}) {  // CUBLASLT_EPILOGUE_GELU_BIAS, DEFAULT
+    SCOPED_TRACE(epilogue);
+    TempDir dir;
+    synth::GemmSpec spec;
+    spec.bias = epilogue != 1;
+    spec.epilogue = epilogue;
+    db::Run run = gemmRun(dir, spec, rng.seed());
+    auto r = replay::replayEvent(run, {0, 0}, cpuOnly(1));
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    size_t named = 0;
+    for (const std::string& n : r->notes) named += n.find("epilogue") != std::string::npos;
+    if (epilogue == 1) {
+      EXPECT_EQ(named, 0u);
+    } else {
+      ASSERT_EQ(r->notes.size(), 1u);
+      EXPECT_NE(r->notes[0].find("the cuBLASLt epilogue gelu_bias"), std::string::npos) << r->notes[0];
+    }
+  }
+}
+
 TEST(ReplayGemm, ComparesDigestsWhenTheOutputWasNotCaptured) {
   testing::Rng rng;
   SCOPED_TRACE(rng.seed());

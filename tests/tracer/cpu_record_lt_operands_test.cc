@@ -168,5 +168,31 @@ TEST(RecordSeam, CublasLtEpilogueAndScaleOperandsArePlannedAfterD) {
   EXPECT_EQ(names(g[5]), (std::vector<std::string>{"A", "B", "D"})) << o.out;
 }
 
+// The epilogue itself is recorded with the GEMM (gemms.epilogue), at `meta` (which plans no
+// operands) as at `digest`: the app's six calls, in order.
+TEST(RecordSeam, CublasLtEpiloguesAreRecordedAtEveryLevel) {
+  const std::string bin = DETRACE_BINARY_DIR;
+  // GELU_AUX_BIAS, DRELU_BGRAD, BGRADB, BIAS, GELU_BIAS, DEFAULT (cublasLt.h's values).
+  const std::vector<int32_t> expected = {164, 152, 512, 4, 36, 1};
+  for (const char* level : {"meta", "digest"}) {
+    SCOPED_TRACE(level);
+    TempDir tmp;
+    const std::string run = tmp.file("run");
+    testing::ShellOutput o = testing::runShell(fmt::format(
+        "DETRACE_DIAG_FINGERPRINTS_WITHOUT_CUPTI=1 {} record --capture {} -o {} -- "
+        "/bin/sh -c 'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec "
+        "{}/tests/cublas_epilogue_app'",
+        testing::detraceExe(), level, run, bin, bin));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+    auto recorded = (*reader)->gemms();
+    ASSERT_TRUE(recorded.isOk());
+    std::vector<int32_t> epilogues;
+    for (const auto& [seq, g] : *recorded) epilogues.push_back(g.epilogue);
+    EXPECT_EQ(epilogues, expected) << o.out;
+  }
+}
+
 }  // namespace
 }  // namespace detrace

@@ -589,6 +589,8 @@ TEST(RecordSeam, GemmCallsAreRecordedWithShapesAndAlgorithms) {
             (std::array<int64_t, 3>{24576, 1024, 384}));
   EXPECT_EQ(g[7].algo_source, 2);
   EXPECT_EQ(g[7].algo_id, 146);
+  // No epilogue anywhere: classic cuBLAS has none, the cuBLASLt calls leave it at its default.
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(g[i].epilogue, 1) << i;
   // Calls 1-4 named one stream, 5-8 another.
   for (size_t i = 1; i < 8; ++i) EXPECT_EQ(ev[i].stream, ev[i < 4 ? 0 : 4].stream) << i;
   EXPECT_NE(ev[0].stream, ev[4].stream);

@@ -419,10 +419,19 @@ TEST(TracerTorch, EagerAttentionKeepsTheRowsOfItsBatchedA) {
   EXPECT_EQ(t.metaValue("row_digests"), "tokens");
   auto gemms = t.gemms();
   ASSERT_TRUE(gemms.isOk());
-  int batched_a = 0, weight_a = 0, operands = 0;
+  int batched_a = 0, weight_a = 0, operands = 0, biased = 0;
   for (const auto& [seq, g] : *gemms) {
     auto ops = t.operands(seq);
     ASSERT_TRUE(ops.isOk());
+    // The recorded epilogue agrees with the operands: a bias operand exactly where the epilogue
+    // has one (BIAS, RELU_BIAS, GELU_BIAS and their AUX forms, and the bias gradients: cublasLt.h).
+    const std::set<int32_t> kBiasEpilogues = {4, 6, 36, 134, 164, 152, 208, 256, 512};
+    const bool bias_epilogue = kBiasEpilogues.count(g.epilogue) > 0;
+    bool bias_operand = false;
+    for (const db::Operand& o : *ops) bias_operand = bias_operand || t.str(o.name) == "bias";
+    EXPECT_NE(g.epilogue, db::kUnset) << "GEMM " << seq;
+    EXPECT_EQ(bias_operand, bias_epilogue) << "GEMM " << seq << " epilogue " << db::epilogueText(g.epilogue);
+    biased += bias_epilogue ? 1 : 0;
     for (const db::Operand& o : *ops) {
       const std::string name = t.str(o.name);
       SCOPED_TRACE(fmt::format("GEMM {} ({} x {} x {}, batch {}) {}", seq, g.m, g.n, g.k,
@@ -453,6 +462,7 @@ TEST(TracerTorch, EagerAttentionKeepsTheRowsOfItsBatchedA) {
     }
   }
   EXPECT_GT(batched_a, 0) << "no batched GEMM (eager attention's) among " << gemms->size();
+  std::printf("GEMMs %zu, with a bias epilogue %d\n", gemms->size(), biased);
   EXPECT_GT(weight_a, 0);
   EXPECT_GT(operands, 0);
   auto stats = t.stats();

@@ -288,12 +288,12 @@ bool eightBitFloatOrUnknown(db::DType t) {
 // fingerprinted and asked only where cuBLASLt takes them: the bias and aux attributes where the
 // epilogue has them, the scales where a matrix is an 8-bit float or of a type detrace does not
 // name (FP4 and the like; cublasLt.h has a scale set for a type combination without scales fail
-// the call). A bf16 or fp16 GEMM without an epilogue costs its thread one attribute read more (the
-// epilogue); an attribute this cuBLASLt does not know (the scale modes before CUDA 12.8) reads
-// as its default.
+// the call). The epilogue itself is recordLt's (g.epilogue, read for every call, at meta too), so a
+// bf16 or fp16 GEMM without an epilogue costs nothing more here; an attribute this cuBLASLt does
+// not know (the scale modes before CUDA 12.8) reads as its default.
 LtOperands ltOperands(cublasLtMatmulDesc_t desc, const db::Gemm& g) {
   LtOperands lt;
-  lt.epilogue = descAttr<uint32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT);
+  lt.epilogue = static_cast<uint32_t>(g.epilogue);  // recordLt read it
   readEpilogueOperands(desc, lt);
   const bool scaled = eightBitFloatOrUnknown(g.a_dtype) || eightBitFloatOrUnknown(g.b_dtype) ||
                       eightBitFloatOrUnknown(g.c_dtype) || eightBitFloatOrUnknown(g.d_dtype);
@@ -366,6 +366,8 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
     g.b_addr = reinterpret_cast<int64_t>(B);
     g.c_addr = reinterpret_cast<int64_t>(C);
     g.d_addr = reinterpret_cast<int64_t>(D);
+    g.epilogue = static_cast<int32_t>(
+        descAttr<uint32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DEFAULT));
     if (algo != nullptr) {
       readAlgo(algo, g);
       g.algo_source = 1;
@@ -378,7 +380,7 @@ uint64_t recordLt(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void
       HeuristicKey key{reinterpret_cast<int64_t>(handle), g.trans_a, g.trans_b, compute, g.m, g.n, g.k,
                        g.lda, g.ldb, g.ldc, g.ldd, g.batch_count, ta, tb, tc, td,
                        static_cast<int64_t>(workspace),
-                       descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, 0),
+                       g.epilogue,
                        descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, -1),
                        alignment(A), alignment(B), alignment(C), alignment(D),
                        order(Ad), order(Bd), order(Cd), order(Dd),
@@ -503,6 +505,7 @@ uint64_t recordBlas(const BlasGemm& c, db::Gemm* recorded, cudaStream_t* stream_
     g.a_addr = reinterpret_cast<int64_t>(c.A);
     g.b_addr = reinterpret_cast<int64_t>(c.B);
     g.c_addr = g.d_addr = reinterpret_cast<int64_t>(c.C);
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no epilogue: D = alpha op(A) op(B) + beta C
     op.event.kind = db::EventKind::kGemm;
     op.event.name = g.api;
     op.event.stream = opStreamId(w, reinterpret_cast<int64_t>(stream), -1, op.record_stream);

@@ -158,10 +158,12 @@ class TraceReader {
   std::vector<StreamInfo> streams_;
   bool has_launch_params_ = false;  // older version-1 files lack the table
   bool has_graph_ops_ = false;      // likewise
-  // The collectives table's SELECT list (NULL for columns older version-1 files lack), and the
-  // lookup by seq made of it.
+  // The collectives and gemms tables' SELECT lists (NULL for columns older version-1 files lack),
+  // and the lookups by seq made of them.
   std::string collective_columns_;
   std::string collective_by_seq_sql_;
+  std::string gemm_columns_;
+  std::string gemm_by_seq_sql_;
   bool finished_ = true;
 };
 

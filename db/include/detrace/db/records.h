@@ -129,6 +129,10 @@ struct Collective {
 // collective's dtype ("premulsum(0.25)", "premulsum(unrecorded scalar)"); "unknown(N)" for a
 // value this detrace does not name.
 std::string redOpText(const Collective& c);
+// A GEMM's epilogue (Gemm::epilogue) as cublasLt.h names it, lower case and without its prefix
+// ("default", "bias", "gelu_aux_bias", ...); "unrecorded" for kUnset, "epilogue N" for a value
+// this detrace does not know.
+std::string epilogueText(int32_t epilogue);
 
 struct Gemm {
   int64_t api = kUnset;  // strings.id, e.g. "cublasLtMatmul"
@@ -149,6 +153,9 @@ struct Gemm {
   int32_t custom_option = -1;
   int32_t algo_source = 0;  // 0 unknown, 1 given by the caller, 2 chosen by cuBLASLt's heuristic
   int64_t a_addr = 0, b_addr = 0, c_addr = 0, d_addr = 0;
+  // cublasLtEpilogue_t of a cuBLASLt matmul (1 none, 4 bias, 32 GeLU, ...); 1 for the classic
+  // cuBLAS entry points, which have none; kUnset where not recorded (traces written before it).
+  int32_t epilogue = kUnset;
 
   bool operator==(const Gemm&) const = default;
 };

@@ -67,6 +67,7 @@ struct GemmInfo {
   int32_t algo_id = -1, tile = -1, split_k = -1, reduction_scheme = -1, stages = -1, swizzle = -1,
           custom_option = -1;
   int8_t trans_a = 0, trans_b = 0;  // cublasOperation_t: 0 N, 1 T, 2 C
+  int16_t epilogue = -1;            // db::Gemm::epilogue (cublasLtEpilogue_t; -1 unrecorded)
   db::DType a_dtype = db::DType::kUnknown, b_dtype = db::DType::kUnknown;
   db::DType c_dtype = db::DType::kUnknown, d_dtype = db::DType::kUnknown;
 };
