@@ -91,7 +91,7 @@ GemmInfo compactGemm(const db::Gemm& g) {
   c.custom_option = g.custom_option;
   c.trans_a = static_cast<int8_t>(g.trans_a);
   c.trans_b = static_cast<int8_t>(g.trans_b);
-  c.epilogue = g.epilogue >= -1 && g.epilogue <= INT16_MAX ? static_cast<int16_t>(g.epilogue) : int16_t{0};
+  c.epilogue = static_cast<int16_t>(std::clamp<int32_t>(g.epilogue, -1, INT16_MAX));  // newer ones stay apart
   c.a_dtype = g.a_dtype;
   c.b_dtype = g.b_dtype;
   c.c_dtype = g.c_dtype;

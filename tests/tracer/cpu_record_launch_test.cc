@@ -143,6 +143,7 @@ class Process {
 
   std::string line(int timeout_ms = 20000) { return testing::readLine(from_, timeout_ms); }
   std::string send(const std::string& cmd) { return testing::writeLine(to_, cmd) ? line() : "<write failed>"; }
+  int to() const { return to_; }  // its stdin, for a line that gets no answer
 
   // Its wait status once it has ended; nullopt if it is still running after `limit`.
   std::optional<int> waitFor(milliseconds limit) {
@@ -312,10 +313,11 @@ TEST(RecordLaunch, AProcessGroupKillFinishesTheTrace) {
 // its writer held DETRACE_DIAG_WRITER_HOLD_MS inside every batch: a slow disk, so that finishing
 // the trace after a SIGTERM takes at least that long. `calls` ncclAllReduce calls made.
 struct SlowFinishApp {
-  SlowFinishApp(const TempDir& tmp, int hold_ms, int calls)
+  SlowFinishApp(const TempDir& tmp, int hold_ms, int calls, const std::string& flag = "")
       : run(tmp.file("run")),
         xdg(tmp.file("xdg")),
-        p({controlApp()}, start(hold_ms), tmp.file("err"), /*own_group=*/false, /*pipes=*/true) {
+        p(flag.empty() ? std::vector<std::string>{controlApp()} : std::vector<std::string>{controlApp(), flag},
+          start(hold_ms), tmp.file("err"), /*own_group=*/false, /*pipes=*/true) {
     const std::string ready = p.line();
     EXPECT_EQ(ready, "ready " + std::to_string(p.pid())) << readFile(tmp.file("err"));
     for (int c = 1; c <= calls; ++c) EXPECT_EQ(p.send(fmt::format("call {}", c)), "ok");
@@ -356,6 +358,58 @@ TEST(RecordLaunch, ACopyOfTheSignalWithinASecondDoesNotCutTheFinishShort) {
   ASSERT_TRUE(trace.opened) << trace.error;
   EXPECT_TRUE(trace.finished);
   EXPECT_EQ(trace.counts, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+}
+
+// A program that handles the signal itself (here its own SIGINT handler, which prints "sigint"
+// and goes on) sees a process-group kill once: the same signal from its parent (this test,
+// standing for `detrace record` forwarding it) within a second of one from elsewhere is that
+// signal's copy and is dropped. Its parent's signal alone, or one more than a second later, is a
+// signal of its own and reaches the handler.
+TEST(RecordLaunch, AProgramsOwnHandlerSeesTheCopyOfASignalOnce) {
+  TempDir tmp;
+  SlowFinishApp app(tmp, /*hold_ms=*/0, /*calls=*/1, "--own-sigint");
+  ASSERT_EQ(sh(fmt::format("kill -INT {}", app.p.pid())).status, 0) << "sent by a shell, not the parent";
+  EXPECT_EQ(app.p.line(), "sigint");
+  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_EQ(kill(app.p.pid(), SIGINT), 0);  // the copy
+  EXPECT_EQ(app.p.send("call 2"), "ok") << "the copy reached the program's handler";
+  std::this_thread::sleep_for(milliseconds(1000));
+  ASSERT_EQ(kill(app.p.pid(), SIGINT), 0);  // more than a second after: a signal of its own
+  EXPECT_EQ(app.p.line(), "sigint");
+  ASSERT_EQ(kill(app.p.pid(), SIGINT), 0);  // the parent's alone, again
+  EXPECT_EQ(app.p.line(), "sigint");
+  EXPECT_EQ(app.p.send("call 3"), "ok");
+  ASSERT_TRUE(testing::writeLine(app.p.to(), "exit"));
+  const std::optional<int> status = app.p.waitFor(milliseconds(20000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe(*status);
+}
+
+// End to end: `detrace record` of a program with its own SIGINT handler, killed as a process
+// group (kill -INT -PGID, as timeout(1) and job control send it). The program's handler runs once
+// and the program runs on until told to exit. (Without the tracer's drop of the copy this often
+// passes too: a signal still pending takes no second copy, and detrace's usually comes that soon.
+// The test above makes the late copy certain; this one checks the whole path.)
+TEST(RecordLaunch, AProcessGroupKillReachesTheProgramsHandlerOnce) {
+  TempDir tmp;
+  const std::string xdg = tmp.file("xdg");
+  fs::create_directories(xdg);
+  fs::permissions(xdg, fs::perms::owner_all);
+  Process p({detrace(), "record", "-o", tmp.file("run"), "--", controlApp(), "--own-sigint"},
+            environmentWith({"XDG_RUNTIME_DIR=" + xdg}), tmp.file("err"), /*own_group=*/true,
+            /*pipes=*/true);
+  const std::string ready = p.line();
+  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready << "\n" << readFile(tmp.file("err"));
+  ASSERT_EQ(p.send("call 1"), "ok");
+  ASSERT_EQ(kill(-p.pid(), SIGINT), 0) << std::strerror(errno);
+  EXPECT_EQ(p.line(), "sigint") << readFile(tmp.file("err"));
+  std::this_thread::sleep_for(milliseconds(300));  // detrace's copy has long arrived
+  EXPECT_EQ(p.send("call 2"), "ok") << "the program's handler ran twice";
+  ASSERT_TRUE(testing::writeLine(p.to(), "exit"));
+  const std::optional<int> status = p.waitFor(milliseconds(30000));
+  ASSERT_TRUE(status.has_value()) << "detrace still runs 30 s after the command's exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe(*status) << "\n"
+                                                               << readFile(tmp.file("err"));
 }
 
 // Two signals from the same sender soon after each other (a double Ctrl-C, two kills by hand) are

@@ -61,6 +61,10 @@ int64_t monotonicNs() {  // clock_gettime is async-signal-safe
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
+// When each signal last came from elsewhere than the process's parent (CLOCK_MONOTONIC ns; 0:
+// never). The copy `detrace record` forwards within kCopyWithinNs of it is that same signal again:
+// it reaches neither the program's handler nor the default action (see onSignal).
+std::atomic<int64_t> g_direct_ns[kCount];
 std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
 std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
 std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
@@ -114,6 +118,19 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   if (i < 0) return;
   const struct sigaction& old = g_old[i];  // never changed after install: a handler may run on
                                            // several threads at once
+  // A process-group kill reaches the command of `detrace record` directly and again through
+  // detrace, its parent, which forwards what it gets; a signal still pending takes no second copy,
+  // so the direct one always comes first. The copy is dropped: a program handling the signal
+  // itself (an engine's graceful shutdown, Python's KeyboardInterrupt) sees it once, and a
+  // one-shot handler's next signal is not this copy.
+  const int64_t now = monotonicNs();
+  const bool from_parent = fromParent(info);
+  if (!from_parent) {
+    g_direct_ns[i].store(now);
+  } else if (const int64_t direct = g_direct_ns[i].load(); direct != 0 && now - direct < kCopyWithinNs) {
+    errno = saved_errno;
+    return;
+  }
   // A one-shot handler of the program (SA_RESETHAND) runs once; from then on the signal takes
   // its default action, as it would have without the tracer (ours then finishes the trace first).
   // The kernel resets such a disposition atomically at delivery; exchange does it here.
@@ -122,8 +139,6 @@ void onSignal(int sig, siginfo_t* info, void* context) {
     // The program would die now. Let the flush thread finish the trace first; a second signal
     // (not the copy of the first that `detrace record` forwards after a process-group kill), or
     // no thread to do it (a forked child), and it dies at once.
-    const int64_t now = monotonicNs();
-    const bool from_parent = fromParent(info);
     int64_t first = 0;
     if (g_terminating_since_ns.compare_exchange_strong(first, now)) {
       g_terminating_sig.store(sig);
@@ -353,6 +368,7 @@ void resetSignalsAfterFork() noexcept {
   g_terminating_since_ns.store(0);
   g_terminating_sig.store(0);
   g_terminating_from_parent.store(false);
+  for (auto& t : g_direct_ns) t.store(0);  // the parent's signals; the child's parent is another
   g_abandoned.store(false);  // the parent's finish, not this process's
 }
 
