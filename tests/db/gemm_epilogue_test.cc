@@ -2,7 +2,6 @@
 // read path; traces written before the column existed read as unrecorded; the value reads as text.
 #include <sqlite3.h>
 
-#include <filesystem>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -48,25 +47,10 @@ std::vector<Gemm> writeGemms(const std::string& path, const std::vector<int32_t>
 }
 
 void expectGemms(const std::string& path, const std::vector<Gemm>& expected) {
-  auto r = TraceReader::open(path);
-  ASSERT_TRUE(r.isOk()) << r.status().message();
-  auto all = (*r)->gemms();
-  ASSERT_TRUE(all.isOk()) << all.status().message();
-  ASSERT_EQ(all->size(), expected.size());
-  size_t scanned = 0;
-  Status st = (*r)->forEachGemm(0, INT64_MAX, [&](int64_t seq, const Gemm& g) {
-    EXPECT_EQ(g, expected[static_cast<size_t>(seq)]) << seq;
-    ++scanned;
-    return Status::ok();
-  });
-  EXPECT_TRUE(st.isOk()) << st.message();
-  EXPECT_EQ(scanned, expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ((*all)[i].second, expected[i]) << i;
-    auto one = (*r)->gemm(static_cast<int64_t>(i));
-    ASSERT_TRUE(one.isOk() && one->has_value()) << i;
-    EXPECT_EQ(**one, expected[i]) << i;
-  }
+  testing::expectEveryReadPath(
+      path, expected, [](TraceReader& r) { return r.gemms(); },
+      [](TraceReader& r, auto fn) { return r.forEachGemm(0, INT64_MAX, fn); },
+      [](TraceReader& r, int64_t seq) { return r.gemm(seq); });
 }
 
 TEST(GemmEpilogue, EveryValueAndItsAbsenceComeBack) {
@@ -98,20 +82,15 @@ TEST(GemmEpilogue, TracesWrittenBeforeTheColumnReadAsUnrecorded) {
 
   // The recorded traces checked into tests/data were written before the column existed.
   int64_t gemms = 0;
-  for (const char* sub : {"runs", "replay"}) {
-    const std::filesystem::path root = std::filesystem::path(DETRACE_TEST_DATA_DIR) / sub;
-    if (!std::filesystem::exists(root)) continue;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
-      if (e.path().extension() != ".dtrace") continue;
-      SCOPED_TRACE(e.path().string());
-      auto r = TraceReader::open(e.path().string());
-      ASSERT_TRUE(r.isOk()) << r.status().message();
-      auto all = (*r)->gemms();
-      ASSERT_TRUE(all.isOk()) << all.status().message();
-      for (const auto& [seq, g] : *all) EXPECT_EQ(g.epilogue, kUnset) << seq;
-      gemms += static_cast<int64_t>(all->size());
-    }
-  }
+  const int files = testing::forEachCheckedInTrace([&](const std::string& trace) {
+    auto r = TraceReader::open(trace);
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    auto all = (*r)->gemms();
+    ASSERT_TRUE(all.isOk()) << all.status().message();
+    for (const auto& [seq, g] : *all) EXPECT_EQ(g.epilogue, kUnset) << seq;
+    gemms += static_cast<int64_t>(all->size());
+  });
+  EXPECT_GT(files, 0);
   EXPECT_GT(gemms, 0);
 }
 

@@ -227,17 +227,7 @@ TEST(LaunchParams, TracesWithoutTheTableReadAsHavingNone) {
   expectNoLaunchParams(path);
 
   // ...and the recorded traces checked into tests/data, written before the table existed.
-  int files = 0;
-  for (const char* sub : {"runs", "replay"}) {
-    std::filesystem::path root = std::filesystem::path(DETRACE_TEST_DATA_DIR) / sub;
-    if (!std::filesystem::exists(root)) continue;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
-      if (e.path().extension() != ".dtrace") continue;
-      expectNoLaunchParams(e.path().string());
-      ++files;
-    }
-  }
-  EXPECT_GT(files, 0);
+  EXPECT_GT(testing::forEachCheckedInTrace([](const std::string& trace) { expectNoLaunchParams(trace); }), 0);
 }
 
 }  // namespace

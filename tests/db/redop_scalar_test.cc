@@ -4,7 +4,6 @@
 
 #include <bit>
 #include <cmath>
-#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -53,25 +52,10 @@ std::vector<Collective> writeCollectives(const std::string& path, const std::vec
 
 // Every way the reader gives collectives: by seq, all at once, and a range at a time.
 void expectCollectives(const std::string& path, const std::vector<Collective>& expected) {
-  auto r = TraceReader::open(path);
-  ASSERT_TRUE(r.isOk()) << r.status().message();
-  auto all = (*r)->collectives();
-  ASSERT_TRUE(all.isOk()) << all.status().message();
-  ASSERT_EQ(all->size(), expected.size());
-  size_t scanned = 0;
-  Status st = (*r)->forEachCollective(0, INT64_MAX, [&](int64_t seq, const Collective& c) {
-    EXPECT_EQ(c, expected[static_cast<size_t>(seq)]) << seq;
-    ++scanned;
-    return Status::ok();
-  });
-  EXPECT_TRUE(st.isOk()) << st.message();
-  EXPECT_EQ(scanned, expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ((*all)[i].second, expected[i]) << i;
-    auto one = (*r)->collective(static_cast<int64_t>(i));
-    ASSERT_TRUE(one.isOk() && one->has_value()) << i;
-    EXPECT_EQ(**one, expected[i]) << i;
-  }
+  testing::expectEveryReadPath(
+      path, expected, [](TraceReader& r) { return r.collectives(); },
+      [](TraceReader& r, auto fn) { return r.forEachCollective(0, INT64_MAX, fn); },
+      [](TraceReader& r, int64_t seq) { return r.collective(seq); });
 }
 
 void exec(const std::string& path, const char* sql) {
@@ -107,23 +91,17 @@ TEST(RedOpScalar, TracesWrittenBeforeTheColumnReadAsHavingNone) {
 
   // ...and the recorded traces checked into tests/data, written before the column existed.
   int64_t collectives = 0;
-  for (const char* sub : {"runs", "replay"}) {
-    const std::filesystem::path root = std::filesystem::path(DETRACE_TEST_DATA_DIR) / sub;
-    if (!std::filesystem::exists(root)) continue;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
-      if (e.path().extension() != ".dtrace") continue;
-      SCOPED_TRACE(e.path().string());
-      auto r = TraceReader::open(e.path().string());
-      ASSERT_TRUE(r.isOk()) << r.status().message();
-      auto all = (*r)->collectives();
-      ASSERT_TRUE(all.isOk()) << all.status().message();
-      for (const auto& [seq, c] : *all) EXPECT_FALSE(c.has_redop_scalar) << seq;
-      if (!all->empty()) {
-        EXPECT_TRUE((*r)->collective(all->front().first).isOk());
-      }
-      collectives += static_cast<int64_t>(all->size());
+  testing::forEachCheckedInTrace([&](const std::string& trace) {
+    auto r = TraceReader::open(trace);
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    auto all = (*r)->collectives();
+    ASSERT_TRUE(all.isOk()) << all.status().message();
+    for (const auto& [seq, c] : *all) EXPECT_FALSE(c.has_redop_scalar) << seq;
+    if (!all->empty()) {
+      EXPECT_TRUE((*r)->collective(all->front().first).isOk());
     }
-  }
+    collectives += static_cast<int64_t>(all->size());
+  });
   EXPECT_GT(collectives, 0);
 }
 

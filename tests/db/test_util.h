@@ -112,4 +112,50 @@ inline Result<std::unique_ptr<db::TraceReader>> openOnlyRank(const std::string& 
   return r.openRank(r.ranks().front().rank);
 }
 
+// Calls fn(path) for every trace checked into tests/data (runs/ and replay/, recorded before the
+// columns and tables added later within schema version 1); returns how many there were.
+template <typename Fn>
+int forEachCheckedInTrace(Fn&& fn) {
+  int files = 0;
+  for (const char* sub : {"runs", "replay"}) {
+    const std::filesystem::path root = std::filesystem::path(DETRACE_TEST_DATA_DIR) / sub;
+    if (!std::filesystem::exists(root)) continue;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+      if (e.path().extension() != ".dtrace") continue;
+      SCOPED_TRACE(e.path().string());
+      fn(e.path().string());
+      ++files;
+    }
+  }
+  return files;
+}
+
+// Every way the reader gives a details table's rows (`all`: all at once; `range`: a range at a
+// time; `one`: by seq) against `expected`, whose index is the row's seq. E.g. for the gemms:
+//   [](auto& r) { return r.gemms(); }, [](auto& r, auto fn) { return r.forEachGemm(0, INT64_MAX,
+//   fn); }, [](auto& r, int64_t seq) { return r.gemm(seq); }
+template <typename T, typename All, typename Range, typename One>
+void expectEveryReadPath(const std::string& path, const std::vector<T>& expected, All all,
+                         Range range, One one) {
+  auto r = db::TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto rows = all(**r);
+  ASSERT_TRUE(rows.isOk()) << rows.status().message();
+  ASSERT_EQ(rows->size(), expected.size());
+  size_t scanned = 0;
+  Status st = range(**r, [&](int64_t seq, const T& row) {
+    EXPECT_EQ(row, expected[static_cast<size_t>(seq)]) << seq;
+    ++scanned;
+    return Status::ok();
+  });
+  EXPECT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(scanned, expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ((*rows)[i].second, expected[i]) << i;
+    auto by_seq = one(**r, static_cast<int64_t>(i));
+    ASSERT_TRUE(by_seq.isOk() && by_seq->has_value()) << i;
+    EXPECT_EQ(**by_seq, expected[i]) << i;
+  }
+}
+
 }  // namespace detrace::testing

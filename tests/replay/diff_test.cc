@@ -322,6 +322,11 @@ TEST(Diff, ExtraKernelIsAScheduleDifferenceAndAlignmentRecovers) {
   EXPECT_TRUE(rankOf(d, 0).differing.empty());
 }
 
+// A writer of a 2-rank, 4-layer model with `what` planted at rank 1, layer 2 (for diffWritten).
+std::function<void(const std::string&)> plantedAtRank1Layer2(uint64_t seed, Plant::What what) {
+  return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {1, 2, what}); };
+}
+
 // Sums scaled by different PreMulSum scalars are different ops (the scalar is part of a
 // collective's alignment key, as its operator is): a schedule difference where the scalar changed,
 // the op of each run present in that run only, its description showing its scalar; none where
@@ -329,9 +334,7 @@ TEST(Diff, ExtraKernelIsAScheduleDifferenceAndAlignmentRecovers) {
 TEST(Diff, APreMulSumScalarChangeIsADifference) {
   testing::Rng rng;
   const uint64_t seed = rng.u64();
-  auto model = [seed](Plant::What what) {
-    return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {1, 2, what}); };
-  };
+  auto model = [seed](Plant::What what) { return plantedAtRank1Layer2(seed, what); };
   auto same = diffWritten(model(Plant::kPreMulSumQuarter), model(Plant::kPreMulSumQuarter));
   ASSERT_TRUE(same.isOk()) << same.status().message();
   EXPECT_TRUE(same->identical());
@@ -353,9 +356,7 @@ TEST(Diff, APreMulSumScalarChangeIsADifference) {
 TEST(Diff, AGemmEpilogueChangeIsADifference) {
   testing::Rng rng;
   const uint64_t seed = rng.u64();
-  auto model = [seed](Plant::What what) {
-    return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {1, 2, what}); };
-  };
+  auto model = [seed](Plant::What what) { return plantedAtRank1Layer2(seed, what); };
   auto unrecorded = diffWritten(model(Plant::kNone), model(Plant::kGemmEpilogueUnrecorded));
   ASSERT_TRUE(unrecorded.isOk()) << unrecorded.status().message();
   EXPECT_TRUE(unrecorded->identical());
