@@ -19,6 +19,7 @@
 #include "detrace/db/run.h"
 #include "detrace/kernels/digest.h"
 #include "common/shell.h"
+#include "lt_epilogue_values.h"
 
 namespace detrace {
 namespace {
@@ -36,11 +37,13 @@ struct Recorded {
   std::vector<db::Event> events;
 };
 
-// Records the app with `options` and loads every event of its one rank.
-void recordApp(const std::string& dir, const std::string& options, Recorded& out) {
+// Records the app (with `app_args`, e.g. " lt-epilogue") with `options` and loads every event of
+// its one rank.
+void recordApp(const std::string& dir, const std::string& options, Recorded& out,
+               const std::string& app_args = "") {
   std::string log;
-  int rc = shell(fmt::format("timeout -k 5 120 {0}/replay/detrace record -o {1} {2} -- {0}/tests/tracer_gpu_app",
-                             DETRACE_BINARY_DIR, dir, options),
+  int rc = shell(fmt::format("timeout -k 5 120 {0}/replay/detrace record -o {1} {2} -- {0}/tests/tracer_gpu_app{3}",
+                             DETRACE_BINARY_DIR, dir, options, app_args),
                  log);
   ASSERT_EQ(rc, 0) << log;
   auto run = db::Run::open(dir);
@@ -258,6 +261,68 @@ TEST(TracerCapture, StepWindowRecordsOnlyThatStep) {
   EXPECT_EQ(kernels_outside, 0) << "kernels outside step 1 were recorded";
   EXPECT_EQ(markerNames(r, db::MarkerKind::kRangeStart), (std::vector<std::string>{"step 1", "layer 0"}));
   EXPECT_EQ(r.reader->metaValue("window"), "steps:1:2");
+}
+
+// cuBLASLt matmuls with epilogues (tracer_gpu_app lt-epilogue, lt_epilogue_values.h): each is
+// recorded with its epilogue; the bias that BIAS, GELU_BIAS and GELU_AUX_BIAS read is an input
+// operand whose copy is the program's bias and whose digest is the CPU twin's; the GeLU input that
+// GELU_AUX_BIAS writes (aux) is an output with a row per token; the last call, back at the default
+// epilogue with the pointers still set, has neither. Every operand's digest (and row digests) equal
+// the CPU twin's of the tracer's copy.
+TEST(TracerCapture, CublasLtEpiloguesAndTheirOperandsAreRecorded) {
+  DETRACE_REQUIRE_GPU();
+  namespace v = lt_epilogue_values;
+  testing::TempDir tmp;
+  Recorded r;
+  ASSERT_NO_FATAL_FAILURE(recordApp(tmp.file("run"), "--capture full --capture-ops gemm", r, " lt-epilogue"));
+  auto gemms = r.reader->gemms();
+  ASSERT_TRUE(gemms.isOk());
+  ASSERT_EQ(gemms->size(), std::size(v::kEpilogues));
+  std::vector<uint8_t> bias_bytes(v::kM * 2);
+  for (int i = 0; i < v::kM; ++i) {
+    const uint16_t b = v::biasValue(i);
+    std::memcpy(bias_bytes.data() + 2 * i, &b, 2);
+  }
+  for (size_t call = 0; call < gemms->size(); ++call) {
+    const auto& [seq, g] = (*gemms)[call];
+    SCOPED_TRACE(fmt::format("call {} ({})", call, db::epilogueText(g.epilogue)));
+    EXPECT_EQ(g.epilogue, v::kEpilogues[call]);
+    EXPECT_EQ((std::array<int64_t, 3>{g.m, g.n, g.k}), (std::array<int64_t, 3>{v::kM, v::kN, v::kK}));
+    auto ops = r.reader->operands(seq);
+    ASSERT_TRUE(ops.isOk());
+    std::map<std::string, db::Operand> by_name;
+    for (const db::Operand& o : *ops) {
+      const std::string name = r.reader->str(o.name);
+      by_name[name] = o;
+      ASSERT_TRUE(o.has_digest) << name;
+      auto bytes = r.reader->captureBytes(o.id);
+      ASSERT_TRUE(bytes.isOk() && !bytes->empty()) << name << " not copied";
+      std::vector<uint64_t> rows;
+      EXPECT_EQ(cpuDigest(o, *bytes, rows), o.digest) << name << ": GPU digest != CPU twin";
+      if (o.rows > 0) {
+        EXPECT_EQ(rows, o.row_digests) << name;
+      }
+      if (name == "bias") {
+        EXPECT_EQ(*bytes, bias_bytes) << "the bias copied is not the program's";
+      }
+    }
+    const bool has_bias = call < 3, has_aux = call == 2;
+    ASSERT_EQ(by_name.count("bias"), has_bias ? 1u : 0u);
+    ASSERT_EQ(by_name.count("aux"), has_aux ? 1u : 0u);
+    if (has_bias) {
+      EXPECT_EQ(by_name["bias"].slot, 4);
+      EXPECT_EQ(by_name["bias"].role, db::OperandRole::kInput);
+      EXPECT_EQ(by_name["bias"].bytes, v::kM * 2);
+    }
+    if (has_aux) {
+      const db::Operand& aux = by_name["aux"];
+      EXPECT_EQ(aux.slot, 5);
+      EXPECT_EQ(aux.role, db::OperandRole::kOutput);
+      EXPECT_EQ((std::array<int64_t, 3>{aux.rows, aux.row_bytes, aux.row_stride}),
+                (std::array<int64_t, 3>{v::kN, v::kM * 2, v::kM * 2}))
+          << "a row per token";
+    }
+  }
 }
 
 }  // namespace

@@ -16,7 +16,8 @@
 // `tracer_gpu_app graph-disabled DIR [before-start]` launches a graph with one of its kernel nodes
 // disabled for a while (graphDisabledMain);
 // `tracer_gpu_app lt-heuristic` calls cuBLASLt matmuls with and without an algorithm in pairs
-// (lt_heuristic_gpu_app.cuh).
+// (lt_heuristic_gpu_app.cuh); `tracer_gpu_app lt-epilogue` calls them with epilogues
+// (lt_epilogue_gpu_app.cuh).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <nccl.h>  // for ncclConfig_t and its initializer only: NCCL's functions are looked up
@@ -32,6 +33,7 @@
 #include <thread>
 
 #include "graph_gpu_app.cuh"
+#include "lt_epilogue_gpu_app.cuh"
 #include "lt_heuristic_gpu_app.cuh"
 
 #define CK(call)                                                                    \
@@ -429,6 +431,7 @@ int main(int argc, char** argv) {
                                        std::strcmp(how, "serialized-reset") == 0);
   }
   if (argc >= 2 && std::strcmp(argv[1], "lt-heuristic") == 0) return lt_heuristic_app::ltHeuristicMain();
+  if (argc >= 2 && std::strcmp(argv[1], "lt-epilogue") == 0) return lt_epilogue_app::ltEpilogueMain();
   if (argc >= 2 && std::strcmp(argv[1], "threads") == 0) return threadsMain(argc >= 3 ? std::atoi(argv[2]) : 200);
   const int n = 1 << 16;
   float *a = nullptr, *b = nullptr;

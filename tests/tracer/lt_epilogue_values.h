@@ -1,0 +1,26 @@
+// The values `tracer_gpu_app lt-epilogue` gives its matmuls (lt_epilogue_gpu_app.cuh), shared with
+// the test that checks what the tracer copied (gpu_capture_test.cc). All are small multiples of
+// 1/8, exact in bf16, so a value's bf16 bits are its float's upper half.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace lt_epilogue_values {
+
+inline constexpr int kM = 256, kN = 8, kK = 128;  // D is m x n: n tokens of m features
+
+inline uint16_t bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline uint16_t aValue(int i) { return bf16Bits(static_cast<float>(i % 13 - 6) * 0.125f); }
+inline uint16_t bValue(int i) { return bf16Bits(static_cast<float>(i % 7 - 3) * 0.125f); }
+inline uint16_t biasValue(int i) { return bf16Bits(static_cast<float>(i % 9 - 4) * 0.5f); }
+
+// cublasLtEpilogue_t of the calls, in order: BIAS, GELU_BIAS, GELU_AUX_BIAS, and DEFAULT with the
+// bias and aux pointers left set on the descriptor (as a reused one has them: not operands).
+inline constexpr int32_t kEpilogues[] = {4, 36, 164, 1};
+
+}  // namespace lt_epilogue_values
