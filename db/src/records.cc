@@ -142,7 +142,7 @@ std::string epilogueText(int32_t epilogue) {
     case 208: return "dgelu_bgrad";
     case 256: return "bgrada";
     case 512: return "bgradb";
-    default: return fmt::format("epilogue {}", epilogue);
+    default: return fmt::format("{}", epilogue);  // callers label it ("epilogue 1048576")
   }
 }
 

@@ -137,10 +137,14 @@ Result<KeyOptions> keyOptions(db::TraceReader& ra, db::TraceReader& rb, const Di
   DETRACE_ASSIGN_OR_RETURN(auto gemms_b, loadFirstGemms(rb, kBatchDimGemms));
   BatchDim batch_dim = batchDimOf(gemms_a, gemms_b);
   batch_mode = options.batch.value_or(batch_dim != BatchDim::kNone);
-  if (!batch_mode) return KeyOptions{};
+  auto unrecorded = [](const std::vector<GemmInfo>& gemms) {
+    return std::any_of(gemms.begin(), gemms.end(), [](const GemmInfo& g) { return g.epilogue < 0; });
+  };
+  const bool epilogues = !unrecorded(gemms_a) && !unrecorded(gemms_b);
+  if (!batch_mode) return KeyOptions{.epilogues = epilogues};
   if (batch_dim == BatchDim::kNone) batch_dim = BatchDim::kM;  // forced on
   // Keys that leave out the token dimension, and the rows.
-  return KeyOptions{.batch_dim = batch_dim, .rows = true};
+  return KeyOptions{.batch_dim = batch_dim, .rows = true, .epilogues = epilogues};
 }
 
 // What diffRuns gathers over the ranks before it joins them.

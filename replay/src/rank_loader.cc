@@ -34,9 +34,9 @@ uint64_t gemmKey(const GemmInfo& g, const RankOps& r, const KeyOptions& o) {
   h.add(static_cast<uint64_t>(o.batch_dim == BatchDim::kN ? -1 : g.n));
   h.add(static_cast<uint64_t>(g.k)).add(static_cast<uint64_t>(g.batch_count));
   for (db::DType t : {g.a_dtype, g.b_dtype, g.c_dtype, g.d_dtype}) h.add(static_cast<uint64_t>(t));
-  // An epilogue (bias, GeLU, ...) is part of what the call computes. None (1) and unrecorded (-1,
-  // traces from before it was recorded) add nothing, so such traces still pair with newer ones.
-  if (g.epilogue > 1) h.add(static_cast<uint64_t>(g.epilogue));
+  // An epilogue (bias, GeLU, ...) is part of what the call computes; none (1) adds nothing. Where
+  // one run predates the epilogue's recording (KeyOptions::epilogues off), no GEMM's key has it.
+  if (o.epilogues && g.epilogue > 1) h.add(static_cast<uint64_t>(g.epilogue));
   return h.value();
 }
 
@@ -91,7 +91,8 @@ GemmInfo compactGemm(const db::Gemm& g) {
   c.custom_option = g.custom_option;
   c.trans_a = static_cast<int8_t>(g.trans_a);
   c.trans_b = static_cast<int8_t>(g.trans_b);
-  c.epilogue = static_cast<int16_t>(std::clamp<int32_t>(g.epilogue, -1, INT16_MAX));  // newer ones stay apart
+  // cublasLt.h's values fit in 16 bits; any past them (none known) share one key.
+  c.epilogue = static_cast<int16_t>(std::clamp<int32_t>(g.epilogue, -1, INT16_MAX));
   c.a_dtype = g.a_dtype;
   c.b_dtype = g.b_dtype;
   c.c_dtype = g.c_dtype;

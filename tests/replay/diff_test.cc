@@ -352,7 +352,7 @@ TEST(Diff, APreMulSumScalarChangeIsADifference) {
 
 // A GEMM whose cuBLASLt epilogue changed (none in A, a bias in B) computes something else: a
 // schedule difference naming the epilogue, as for any other change of an op's key. A trace that
-// predates the epilogue's recording pairs with one that records none.
+// predates the epilogue's recording pairs with one that records none, or a fused one.
 TEST(Diff, AGemmEpilogueChangeIsADifference) {
   testing::Rng rng;
   const uint64_t seed = rng.u64();
@@ -360,6 +360,14 @@ TEST(Diff, AGemmEpilogueChangeIsADifference) {
   auto unrecorded = diffWritten(model(Plant::kNone), model(Plant::kGemmEpilogueUnrecorded));
   ASSERT_TRUE(unrecorded.isOk()) << unrecorded.status().message();
   EXPECT_TRUE(unrecorded->identical());
+  // A run recorded before epilogues were (its GEMMs unrecorded: here rank 0's first) pairs its GEMMs
+  // with a newer run's fused ones: the epilogue then stays out of every key.
+  auto at00 = [seed](Plant::What what) {
+    return [seed, what](const std::string& dir) { writeModel(dir, 2, 4, seed, {0, 0, what}); };
+  };
+  auto older = diffWritten(at00(Plant::kGemmEpilogueUnrecorded), at00(Plant::kGemmBiasEpilogue));
+  ASSERT_TRUE(older.isOk()) << older.status().message();
+  EXPECT_TRUE(older->identical());
   // Each way round: the first difference is run A's GEMM, present in A only.
   for (bool bias_in_a : {true, false}) {
     SCOPED_TRACE(bias_in_a ? "bias in A" : "bias in B");

@@ -312,12 +312,14 @@ TEST(RecordLaunch, AProcessGroupKillFinishesTheTrace) {
 // control_app under the tracer (LD_PRELOAD, as tests/tracer/cpu_attach_signal_test.cc starts it),
 // its writer held DETRACE_DIAG_WRITER_HOLD_MS inside every batch: a slow disk, so that finishing
 // the trace after a SIGTERM takes at least that long. `calls` ncclAllReduce calls made.
+// This test process stands for `detrace record` (DETRACE_LAUNCHER_PID) unless `launcher` is false:
+// then it is only the program's parent, as torchrun's agent is to its workers.
 struct SlowFinishApp {
-  SlowFinishApp(const TempDir& tmp, int hold_ms, int calls, const std::string& flag = "")
+  SlowFinishApp(const TempDir& tmp, int hold_ms, int calls, const std::string& flag = "", bool launcher = true)
       : run(tmp.file("run")),
         xdg(tmp.file("xdg")),
         p(flag.empty() ? std::vector<std::string>{controlApp()} : std::vector<std::string>{controlApp(), flag},
-          start(hold_ms), tmp.file("err"), /*own_group=*/false, /*pipes=*/true) {
+          start(hold_ms, launcher), tmp.file("err"), /*own_group=*/false, /*pipes=*/true) {
     const std::string ready = p.line();
     EXPECT_EQ(ready, "ready " + std::to_string(p.pid())) << readFile(tmp.file("err"));
     for (int c = 1; c <= calls; ++c) EXPECT_EQ(p.send(fmt::format("call {}", c)), "ok");
@@ -325,14 +327,16 @@ struct SlowFinishApp {
   std::string trace() const { return fmt::format("{}/proc-{}.dtrace", run, p.pid()); }
 
   // Makes its directories; the environment it starts with.
-  std::vector<std::string> start(int hold_ms) {
+  std::vector<std::string> start(int hold_ms, bool launcher) {
     fs::create_directories(run);
     fs::create_directories(xdg);
     fs::permissions(xdg, fs::perms::owner_all);
     const std::string lib = binDir() + "/tracer/libdetrace_tracer.so";
-    return {"LD_PRELOAD=" + lib, "NCCL_PROFILER_PLUGIN=" + lib, "DETRACE_OUT_DIR=" + run,
-            "XDG_RUNTIME_DIR=" + xdg, "PATH=/usr/bin:/bin",
-            fmt::format("DETRACE_DIAG_WRITER_HOLD_MS={}", hold_ms)};
+    std::vector<std::string> env = {"LD_PRELOAD=" + lib, "NCCL_PROFILER_PLUGIN=" + lib, "DETRACE_OUT_DIR=" + run,
+                                    "XDG_RUNTIME_DIR=" + xdg, "PATH=/usr/bin:/bin",
+                                    fmt::format("DETRACE_DIAG_WRITER_HOLD_MS={}", hold_ms)};
+    if (launcher) env.push_back(fmt::format("DETRACE_LAUNCHER_PID={}", getpid()));
+    return env;
   }
 
   std::string run, xdg;
@@ -361,10 +365,10 @@ TEST(RecordLaunch, ACopyOfTheSignalWithinASecondDoesNotCutTheFinishShort) {
 }
 
 // A program that handles the signal itself (here its own SIGINT handler, which prints "sigint"
-// and goes on) sees a process-group kill once: the same signal from its parent (this test,
-// standing for `detrace record` forwarding it) within a second of one from elsewhere is that
-// signal's copy and is dropped. Its parent's signal alone, or one more than a second later, is a
-// signal of its own and reaches the handler.
+// and goes on) sees a process-group kill once: the same signal from `detrace record` (this test,
+// standing for it) within a second of one from elsewhere is that signal's copy and is dropped.
+// detrace's signal alone, or one more than a second later, is a signal of its own and reaches the
+// handler.
 TEST(RecordLaunch, AProgramsOwnHandlerSeesTheCopyOfASignalOnce) {
   TempDir tmp;
   SlowFinishApp app(tmp, /*hold_ms=*/0, /*calls=*/1, "--own-sigint");
@@ -379,6 +383,23 @@ TEST(RecordLaunch, AProgramsOwnHandlerSeesTheCopyOfASignalOnce) {
   ASSERT_EQ(kill(app.p.pid(), SIGINT), 0);  // the parent's alone, again
   EXPECT_EQ(app.p.line(), "sigint");
   EXPECT_EQ(app.p.send("call 3"), "ok");
+  ASSERT_TRUE(testing::writeLine(app.p.to(), "exit"));
+  const std::optional<int> status = app.p.waitFor(milliseconds(20000));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describe(*status);
+}
+
+// A parent that is not `detrace record` (torchrun's agent passing a signal on to its workers) is
+// not taken for detrace: its copy reaches the program's handler, as it would without the tracer.
+TEST(RecordLaunch, AnotherParentsCopyOfASignalStillReachesTheProgram) {
+  TempDir tmp;
+  SlowFinishApp app(tmp, /*hold_ms=*/0, /*calls=*/1, "--own-sigint", /*launcher=*/false);
+  ASSERT_EQ(sh(fmt::format("kill -INT {}", app.p.pid())).status, 0) << "sent by a shell, not the parent";
+  EXPECT_EQ(app.p.line(), "sigint");
+  std::this_thread::sleep_for(milliseconds(100));
+  ASSERT_EQ(kill(app.p.pid(), SIGINT), 0);
+  EXPECT_EQ(app.p.line(), "sigint") << "the parent's signal was dropped";
+  EXPECT_EQ(app.p.send("call 2"), "ok");
   ASSERT_TRUE(testing::writeLine(app.p.to(), "exit"));
   const std::optional<int> status = app.p.waitFor(milliseconds(20000));
   ASSERT_TRUE(status.has_value());

@@ -382,7 +382,7 @@ bool isSetByRecord(std::string_view key) {
       "DETRACE_CAPTURE",           "DETRACE_DIGEST",          "DETRACE_CAPTURE_OPS",
       "DETRACE_CAPTURE_RANGE",     "DETRACE_MAX_CAPTURE_BYTES", "DETRACE_WINDOW",
       "DETRACE_DEEP",              "DETRACE_PAUSED",          "DETRACE_LAUNCH_CALLBACKS",
-      "DETRACE_ROW_DIGESTS",       "DETRACE_GRAPH_WEIGHTS_EVERY"};
+      "DETRACE_ROW_DIGESTS",       "DETRACE_GRAPH_WEIGHTS_EVERY", "DETRACE_LAUNCHER_PID"};
   return std::find(std::begin(kFromOptions), std::end(kFromOptions), key) != std::end(kFromOptions);
 }
 
@@ -419,6 +419,9 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
     }
   }
   env.push_back("DETRACE_OUT_DIR=" + out_dir);
+  // The signals detrace forwards come from this pid: the command's tracer drops the copy of one
+  // that reached the command directly (a process-group kill), signals.cc.
+  env.push_back("DETRACE_LAUNCHER_PID=" + std::to_string(getpid()));
   if (options.queue > 0) env.push_back("DETRACE_QUEUE=" + std::to_string(options.queue));
   env.push_back("DETRACE_CAPTURE=" + options.capture);
   if (options.capture == "meta") env.push_back("DETRACE_DIGEST=0");

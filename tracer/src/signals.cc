@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <iterator>
 #include <memory>
@@ -61,10 +62,14 @@ int64_t monotonicNs() {  // clock_gettime is async-signal-safe
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
-// When each signal last came from elsewhere than the process's parent (CLOCK_MONOTONIC ns; 0:
-// never). The copy `detrace record` forwards within kCopyWithinNs of it is that same signal again:
-// it reaches neither the program's handler nor the default action (see onSignal).
+// When each signal last came from elsewhere than `detrace record` (CLOCK_MONOTONIC ns; 0: never).
+// The copy detrace forwards within kCopyWithinNs of it is that same signal again: it reaches
+// neither the program's handler nor the default action (see onSignal). g_launcher: detrace's pid
+// (DETRACE_LAUNCHER_PID, read at install; 0: not started by `detrace record`). Other parents that
+// pass signals on (torchrun's agent to its workers) are not detrace: their copies are delivered,
+// as they would be without the tracer.
 std::atomic<int64_t> g_direct_ns[kCount];
+std::atomic<pid_t> g_launcher{0};
 std::atomic<bool> g_oneshot_used[kCount];  // a one-shot (SA_RESETHAND) program handler has run
 std::atomic<bool> g_abandoned{false};      // finishBounded gave up waiting
 std::mutex* g_mu = new std::mutex;  // heap: replaced in a forked child
@@ -119,13 +124,15 @@ void onSignal(int sig, siginfo_t* info, void* context) {
   const struct sigaction& old = g_old[i];  // never changed after install: a handler may run on
                                            // several threads at once
   // A process-group kill reaches the command of `detrace record` directly and again through
-  // detrace, its parent, which forwards what it gets; a signal still pending takes no second copy,
-  // so the direct one always comes first. The copy is dropped: a program handling the signal
+  // detrace, which forwards what it gets; a signal still pending takes no second copy, so the
+  // direct one always comes first. The copy is dropped: a program handling the signal
   // itself (an engine's graceful shutdown, Python's KeyboardInterrupt) sees it once, and a
   // one-shot handler's next signal is not this copy.
   const int64_t now = monotonicNs();
-  const bool from_parent = fromParent(info);
-  if (!from_parent) {
+  const pid_t launcher = g_launcher.load(std::memory_order_relaxed);
+  const bool from_launcher =
+      launcher > 0 && info != nullptr && info->si_code == SI_USER && info->si_pid == launcher;
+  if (!from_launcher) {
     g_direct_ns[i].store(now);
   } else if (const int64_t direct = g_direct_ns[i].load(); direct != 0 && now - direct < kCopyWithinNs) {
     errno = saved_errno;
@@ -139,6 +146,7 @@ void onSignal(int sig, siginfo_t* info, void* context) {
     // The program would die now. Let the flush thread finish the trace first; a second signal
     // (not the copy of the first that `detrace record` forwards after a process-group kill), or
     // no thread to do it (a forked child), and it dies at once.
+    const bool from_parent = fromParent(info);
     int64_t first = 0;
     if (g_terminating_since_ns.compare_exchange_strong(first, now)) {
       g_terminating_sig.store(sig);
@@ -347,6 +355,9 @@ void installSignalHandlers() noexcept {
       return;
     }
     if (!g_installed) {  // once per address space: a forked child keeps the saved actions
+      if (const char* v = std::getenv("DETRACE_LAUNCHER_PID"); v != nullptr) {
+        g_launcher.store(static_cast<pid_t>(std::strtol(v, nullptr, 10)));
+      }
       installHandlers();
       g_installed = true;
     }

@@ -22,8 +22,9 @@
 //    expects, and the thread only commits (the recording goes on; the program's own exit path
 //    finishes it).
 //  - A process-group kill reaches a command of `detrace record` directly and again through
-//    detrace (its parent) forwarding it: the parent's copy within a second of the same signal
-//    from elsewhere is dropped before either action above, so the program sees the signal once.
+//    detrace forwarding it: detrace's copy (from DETRACE_LAUNCHER_PID) within a second of the
+//    same signal from elsewhere is dropped before either action above, so the program sees the
+//    signal once. Copies other parents pass on (torchrun's agent) are delivered as without it.
 //  - A program that installs its own handler later simply replaces ours: nothing of the program
 //    breaks; it then ends through its own exit path (atexit finishes the session).
 //  - After fork(), the child's handlers pass signals straight to the saved actions until its own

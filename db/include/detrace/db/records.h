@@ -130,8 +130,8 @@ struct Collective {
 // value this detrace does not name.
 std::string redOpText(const Collective& c);
 // A GEMM's epilogue (Gemm::epilogue) as cublasLt.h names it, lower case and without its prefix
-// ("default", "bias", "gelu_aux_bias", ...); "unrecorded" for kUnset, "epilogue N" for a value
-// this detrace does not know.
+// ("default", "bias", "gelu_aux_bias", ...); "unrecorded" for kUnset, the number for a value this
+// detrace does not know.
 std::string epilogueText(int32_t epilogue);
 
 struct Gemm {

@@ -35,6 +35,9 @@ struct KeyOptions {
   BatchDim batch_dim = BatchDim::kNone;
   // Load the operands' per-row digests (batch-size mode compares rows).
   bool rows = false;
+  // GEMM keys include a cuBLASLt epilogue; off where either run was recorded before epilogues were
+  // (its GEMMs read as unrecorded), so that its fused GEMMs still pair with the other run's.
+  bool epilogues = true;
 };
 
 // One event. Its sequence number is base + its index in RankOps::ops (sequence numbers are dense).
