@@ -246,8 +246,8 @@ std::string formatSummary(const RunSummary& s) {
     if (const int64_t n = stat(r, "nccl_simulated_calls_written"); n > 0) {
       out += fmt::format(
           "\nwarning: rank {}: {} NCCL call(s) of a group only simulated (ncclGroupSimulateEnd) were "
-          "written as if they had run: a capture stop came before the group's end; the next call on "
-          "each of their communicators repeats their sequence number",
+          "written as if they had run (a capture stop came before the group's end, or they came past "
+          "its 4096th call); the next call on each of their communicators repeats their sequence number",
           r.info.rank, n);
     }
     if (const int64_t n = stat(r, "nccl_group_calls_past_cap"); n > 0) {

@@ -665,7 +665,6 @@ void rememberPreMulSum(ncclRedOp_t op, const void* scalar, ncclDataType_t dataty
   info.datatype = datatype;
   info.host = residence == ncclScalarHostImmediate && scalar != nullptr && ncclTypeBytes(datatype) > 0;
   if (info.host) info.scalar = CustomRedOps::packScalar(scalar, ncclTypeBytes(datatype));
-  if (residence == ncclScalarDevice) info.device_scalar = scalar;
   try {
     if (customRedOps().add(comm, op, info)) return;
     Session::get().addStat("nccl_redops_untracked", 1);  // past CustomRedOps::kMaxOps

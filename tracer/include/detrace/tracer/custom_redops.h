@@ -29,9 +29,8 @@ class CustomRedOps {
     int32_t datatype = -1;  // the ncclDataType_t it was made for (NCCL refuses it with any other)
     bool host = false;      // ncclScalarHostImmediate: NCCL read the scalar at creation...
     uint64_t scalar = 0;    // ...these bytes, little-endian, zero-extended to 64 bits
-    // ncclScalarDevice: where NCCL reads the scalar at each call. Kept, not read: the tracer reads
-    // no device memory on the program's thread (a digest of it would be an operand of its own).
-    const void* device_scalar = nullptr;
+    // (ncclScalarDevice: NCCL reads the scalar from device memory at each call; the tracer does
+    // not, on the program's thread, so nothing of it is kept.)
   };
 
   // A scalar's first `bytes` bytes (at most 8) as PreMulSum::scalar keeps them.
