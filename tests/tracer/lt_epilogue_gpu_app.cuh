@@ -1,8 +1,8 @@
 // `tracer_gpu_app lt-epilogue`: bf16 cuBLASLt matmuls D = A B (+ bias, GeLU) with epilogues, for
 // gpu_capture_test.cc's check that each is recorded with its epilogue and that the bias the
 // epilogue reads and the GeLU input it writes (aux) are operands whose copies and digests are
-// right. A is m x k, B k x n, D m x n, all column-major; the bias has m elements; the aux is D's
-// shape, EPILOGUE_AUX_LD = m. Values: lt_epilogue_values.h. The program prints nothing the test
+// right. As PyTorch's Linear calls it (TN): A is stored k x m and transposed, B is k x n, D m x n,
+// all column-major; the bias has m elements; the aux is D's shape, EPILOGUE_AUX_LD = m. Values: lt_epilogue_values.h. The program prints nothing the test
 // depends on.
 #pragma once
 
@@ -51,13 +51,15 @@ inline int ltEpilogueMain() {
   cublasLtHandle_t lt = nullptr;
   LE_CK(cublasLtCreate(&lt));
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  LE_CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, v::kM, v::kK, v::kM));
+  LE_CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, v::kK, v::kM, v::kK));
   LE_CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, v::kK, v::kN, v::kK));
   LE_CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, v::kM, v::kN, v::kM));
   // One descriptor for all the calls, as a program reusing one would: the bias and aux pointers
   // stay set when the last call goes back to the default epilogue.
   cublasLtMatmulDesc_t desc = nullptr;
   LE_CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t trans_a = CUBLAS_OP_T;
+  LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
   const cudaDataType_t bias_type = CUDA_R_16BF;
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -68,7 +70,11 @@ inline int ltEpilogueMain() {
   for (int32_t e : v::kEpilogues) {
     const cublasLtEpilogue_t epilogue = static_cast<cublasLtEpilogue_t>(e);
     LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    LE_CK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, ws, ws_bytes, s));
+    const cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, ws, ws_bytes, s);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "tracer_gpu_app lt-epilogue: cublasLtMatmul with epilogue %d failed (%d)\n", e, int(st));
+      return 1;
+    }
   }
   LE_CK(cudaStreamSynchronize(s));
   LE_CK(cublasLtMatmulDescDestroy(desc));

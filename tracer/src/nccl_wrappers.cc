@@ -145,8 +145,9 @@ void describeRedOp(const Call& c, db::Collective& coll) {
     Session::get().addStat("nccl_redops_unknown", 1);
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      logLine("a collective used a custom reduction operator (%d) the tracer did not see made (made before "
-              "it loaded?): recorded as an unknown custom operator", c.redop);
+      logLine("a collective used a reduction operator (%d) that is neither built in nor one the tracer saw "
+              "made (made before the tracer loaded, or never made, in which case NCCL refuses the call): "
+              "recorded as an unknown custom operator", c.redop);
     }
     return;
   }
