@@ -22,7 +22,8 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
       {"format", "detrace-run"}, {"version", kManifestVersion}, {"tool_version", m.tool_version},
       {"command", m.command},    {"env", m.env},                {"host", m.host},
       {"start_time_ns", m.start_time_ns}, {"end_time_ns", m.end_time_ns},
-      {"exit_code", m.exit_code}, {"options", m.options}};
+      {"exit_code", m.exit_code}, {"term_signal", m.term_signal}, {"launcher_pid", m.launcher_pid},
+      {"launcher_start_ticks", m.launcher_start_ticks}, {"options", m.options}};
   // Write then rename, so a reader never sees half a manifest. A file-size limit fails the write
   // rather than ending the process (`detrace record` still owes its command's exit status).
   std::string tmp = fmt::format("{}/.{}.tmp", dir, kManifestName);
@@ -120,6 +121,9 @@ Result<RunManifest> readManifest(const std::string& dir) {
   DETRACE_RETURN_IF_ERROR(readField(j, "start_time_ns", m.start_time_ns, path));
   DETRACE_RETURN_IF_ERROR(readField(j, "end_time_ns", m.end_time_ns, path));
   DETRACE_RETURN_IF_ERROR(readField(j, "exit_code", m.exit_code, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "term_signal", m.term_signal, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "launcher_pid", m.launcher_pid, path));
+  DETRACE_RETURN_IF_ERROR(readField(j, "launcher_start_ticks", m.launcher_start_ticks, path));
   DETRACE_RETURN_IF_ERROR(readField(j, "options", m.options, path));
   return m;
 }
@@ -154,14 +158,20 @@ Result<Run> Run::open(const std::string& path) {
     if (manifest.isOk()) {
       run.has_manifest_ = true;
       run.manifest_ = *manifest;
-    } else if (manifest.status().code() == ErrorCode::kIo) {
-      // Unreadable (permissions): the traces still are; what only the manifest says is missing.
-      run.warnings_.push_back(manifest.status().message() + "; the run's command, host and exit status are unknown");
-    } else if (manifest.status().code() != ErrorCode::kNotFound) {
-      return manifest.status();
+    } else if (const ErrorCode code = manifest.status().code();
+               code == ErrorCode::kIo || code == ErrorCode::kNotATrace || code == ErrorCode::kCorrupt) {
+      // Unreadable (permissions) or damaged (a hand edit, a pipe in its place): the traces still
+      // are readable; what only the manifest says is missing.
+      run.warnings_.push_back(manifest.status().message() +
+                              "; the run's command, host and exit status are unknown (the traces are read without it)");
+    } else if (code != ErrorCode::kNotFound) {
+      return manifest.status();  // another manifest version: another detrace's run
     }
     std::vector<std::string> left_out;
     DETRACE_ASSIGN_OR_RETURN(files, traceFilesIn(path, left_out));
+    if (files.empty() && !manifest.isOk() && manifest.status().code() != ErrorCode::kNotFound) {
+      return manifest.status();  // no traces either: what is wrong with the manifest says more
+    }
     for (const std::string& f : left_out) {
       run.warnings_.push_back(fmt::format("{} is not a regular file (a pipe, or a link to nothing); left out", f));
     }

@@ -23,7 +23,8 @@ namespace {
 constexpr const char* kAttachHelp =
     "Switch recording on or off in running processes recorded by `detrace record`, typically\n"
     "started dormant with `detrace record --paused`. TARGET is a process id or a run directory\n"
-    "(every live process of the run). ACTION is one of:\n"
+    "(every live process of the run; the pid of `detrace record` itself stands for its run).\n"
+    "ACTION is one of:\n"
     "  start   start capturing now; the trace file (RUN_DIR/proc-<pid>.dtrace) is created at the\n"
     "          first start and later starts append to it\n"
     "  stop    stop capturing: launches already made get their GPU records (up to ~2 s), then\n"
@@ -181,11 +182,11 @@ void addAttachCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--capture", opts->capture,
                   "With start: meta (launches, GEMMs, collectives), digest (plus operand "
                   "fingerprints) or full (plus operand copies); default: the level it was "
-                  "recorded with")
+                  "recorded with, whatever an earlier start set")
       ->check(CLI::IsMember({"meta", "digest", "full"}));
   cmd->add_option("--window", opts->window,
-                  "With start: record only steps:A:B, ops:A:B or launches:A:B, counted from this "
-                  "start; default: until stop");
+                  "With start: record only steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[+K] "
+                  "(as detrace record --window), counted from this start; default: until stop");
   cmd->add_flag("--json", opts->json, "Print JSON (processes, errors, exited) instead of lines");
   cmd->footer(kAttachFooter);
   cmd->callback([opts, &run] {

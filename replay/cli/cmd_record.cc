@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 
@@ -146,7 +147,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   CLI::App* cmd = app.add_subcommand("record", kRecordHelp);
   cmd->add_option("-o,--output", opts->out_dir, "Run directory to create (must be empty or new)")
       ->required();
-  cmd->add_flag("--force", opts->force, "Record into a non-empty RUN_DIR, replacing its run");
+  cmd->add_flag("--force", opts->force,
+                "Record into a non-empty RUN_DIR, replacing its run (its manifest and proc-*.dtrace "
+                "files; nothing else); refused while that run is still being recorded");
   cmd->add_option("--queue", opts->queue,
                   "Events each process's writer queue holds before it drops (default 262144; "
                   "1024 to 16777216)")
@@ -219,6 +222,13 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                                   "put the command to record after --, e.g. detrace record -o runA "
                                   "-- python serve.py"));
       }
+      if (!opts->out_dir.empty() && opts->out_dir[0] == '-') {  // `-o -- cmd`: -o took the separator
+        return reportError(Status(ErrorCode::kInvalidArgument,
+                                  fmt::format("-o got \"{}\", which looks like a flag: give the run "
+                                              "directory right after -o (write ./{} for a directory "
+                                              "whose name starts with -)",
+                                              opts->out_dir, opts->out_dir)));
+      }
 #ifdef DETRACE_HAVE_TRACER
       tracer::RecordOptions options;
       options.out_dir = opts->out_dir;
@@ -251,9 +261,13 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                              "detrace info {} names them",
                              unfinished, opts->out_dir);
       }
-      std::fprintf(stderr, "detrace: %s exited with status %d; %zu process trace(s) in %s%s\n",
-                   opts->command[0].c_str(), result->exit_status, result->trace_files.size(),
-                   opts->out_dir.c_str(), notes.c_str());
+      const std::string how =
+          result->term_signal > 0
+              ? fmt::format("was killed by signal {} ({}; exit status {})", result->term_signal,
+                            strsignal(result->term_signal), result->exit_status)
+              : fmt::format("exited with status {}", result->exit_status);
+      std::fprintf(stderr, "detrace: %s %s; %zu process trace(s) in %s%s\n", opts->command[0].c_str(),
+                   how.c_str(), result->trace_files.size(), opts->out_dir.c_str(), notes.c_str());
       // A command that SIGINT (SIGTERM, SIGHUP) killed kills detrace with the same signal, so the
       // shell that runs detrace sees an interrupt and stops its script, as it would without
       // detrace: bash takes an exit status of 130 for an interrupt the program handled, and goes on.

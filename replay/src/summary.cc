@@ -2,6 +2,7 @@
 
 #include "detrace/replay/deep_diff.h"
 
+#include <cstring>
 #include <ctime>
 #include <vector>
 
@@ -148,7 +149,10 @@ void deepWarnings(const RankSummary& r, std::string& out) {
 // these were written say nothing: no line.
 std::string captureLine(const RankSummary& r) {
   if (r.meta.find("capture") == r.meta.end()) return "";
-  std::string out = fmt::format("capture   {}", metaOr(r, "capture"));
+  const std::string levels = metaOr(r, "capture");
+  std::string out = fmt::format("capture   {}", levels);
+  // Several levels (attach starts at different --capture): each op has what its start's level took.
+  if (levels.find(',') != std::string::npos) out += " (by attach start, in that order)";
   if (metaOr(r, "capture") != "meta") out += ", row digests " + metaOr(r, "row_digests", "all");
   if (const std::string every = metaOr(r, "graph_weights_every", "1"); every != "1") {
     out += ", graph weights every " + every + " replays";
@@ -171,10 +175,13 @@ std::string formatSummary(const RunSummary& s) {
     std::string cmd;
     for (const std::string& a : s.manifest.command) cmd += (cmd.empty() ? "" : " ") + a;
     out += fmt::format("command   {}\n", cmd.empty() ? "?" : cmd);
+    std::string exit = s.manifest.exit_code >= 0 ? std::to_string(s.manifest.exit_code)
+                                                 : std::string("unknown (still running or killed)");
+    if (s.manifest.term_signal > 0) {
+      exit += fmt::format(" (killed by signal {}, {})", s.manifest.term_signal, strsignal(s.manifest.term_signal));
+    }
     out += fmt::format("recorded  {} on {}, exit {}\n", utc(s.manifest.start_time_ns),
-                       s.manifest.host.empty() ? "?" : s.manifest.host,
-                       s.manifest.exit_code >= 0 ? std::to_string(s.manifest.exit_code)
-                                                 : std::string("unknown (still running or killed)"));
+                       s.manifest.host.empty() ? "?" : s.manifest.host, exit);
   }
   if (!s.ranks.empty()) {
     const RankSummary& r0 = s.ranks.front();
@@ -285,6 +292,7 @@ nlohmann::json summaryJson(const RunSummary& s) {
     j["manifest"] = {{"command", s.manifest.command}, {"host", s.manifest.host},
                      {"start_time_ns", s.manifest.start_time_ns},
                      {"end_time_ns", s.manifest.end_time_ns}, {"exit_code", s.manifest.exit_code},
+                     {"term_signal", s.manifest.term_signal},
                      {"tool_version", s.manifest.tool_version}, {"env", s.manifest.env},
                      {"options", s.manifest.options}};
   }

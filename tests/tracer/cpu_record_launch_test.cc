@@ -259,7 +259,8 @@ TEST(RecordLaunch, ACommandKilledByAnInterruptKillsDetraceWithTheSameSignal) {
     ASSERT_TRUE(status.has_value()) << "detrace still runs after 30 s";
     const std::string out = readFile(tmp.file("out"));
     EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == sig) << describe(*status) << "\n" << out;
-    EXPECT_NE(out.find(fmt::format("exited with status {}", 128 + sig)), std::string::npos)
+    EXPECT_NE(out.find(fmt::format("was killed by signal {} ({}; exit status {})", sig, strsignal(sig), 128 + sig)),
+              std::string::npos)
         << "the summary was not printed first:\n" << out;
   }
   TempDir tmp;

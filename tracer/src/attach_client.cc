@@ -18,6 +18,7 @@
 #include "detrace/base/scoped.h"
 #include "detrace/db/run.h"
 #include "detrace/tracer/attach.h"
+#include "detrace/tracer/run_processes.h"
 
 namespace fs = std::filesystem;
 
@@ -45,21 +46,6 @@ bool parsePid(const std::string& text, pid_t& pid) {
   return pid > 0;
 }
 
-// Whether `pid` is alive (EPERM: alive, someone else's).
-bool alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
-
-// The initial environment of a process of ours (/proc/PID/environ), as a map.
-std::map<std::string, std::string> environOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::map<std::string, std::string> env;
-  std::string kv;
-  while (std::getline(in, kv, '\0')) {
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
-}
-
 // The socket a pointer file (RUN_DIR/proc-<pid>.dtrace-control) names, "" if unreadable. Only a
 // regular file is read: a FIFO put there would block the open for good.
 std::string socketFromPointer(const std::string& path) {
@@ -83,11 +69,25 @@ bool isSocket(const std::string& path) {
 // DETRACE_OUT_DIR says; a process without one (or whose environment cannot be read) is not
 // refused here (without a tracer it has no socket to answer on).
 bool recordsInto(pid_t pid, const std::string& dir) {
-  const std::map<std::string, std::string> env = environOf(pid);
+  const std::map<std::string, std::string> env = processEnvironment(pid);
   auto it = env.find("DETRACE_OUT_DIR");
   if (it == env.end()) return true;
   std::error_code ec;
   return fs::equivalent(it->second, dir, ec) && !ec;
+}
+
+Result<AttachTargets> targetsOfRun(const std::string& dir);
+
+// The run directory of a `detrace record` whose pid this is (`$!` after `detrace record --paused
+// ... &`): a child of it carries DETRACE_LAUNCHER_PID with this pid. "" if none does.
+std::string runOfLauncher(pid_t pid) {
+  for (pid_t child : childProcesses(pid)) {
+    const std::map<std::string, std::string> env = processEnvironment(child);
+    auto launcher = env.find("DETRACE_LAUNCHER_PID");
+    auto out = env.find("DETRACE_OUT_DIR");
+    if (launcher != env.end() && out != env.end() && launcher->second == std::to_string(pid)) return out->second;
+  }
+  return "";
 }
 
 Result<AttachTargets> targetsOfPid(pid_t pid) {
@@ -103,7 +103,7 @@ Result<AttachTargets> targetsOfPid(pid_t pid) {
                      "process's own user may control it; run detrace attach as that user",
                      pid, st.st_uid, ::geteuid());
   }
-  std::map<std::string, std::string> env = environOf(pid);
+  std::map<std::string, std::string> env = processEnvironment(pid);
   std::vector<std::string> candidates;
   if (auto it = env.find("DETRACE_OUT_DIR"); it != env.end()) {
     candidates.push_back(socketFromPointer(control::pointerPath(it->second, pid)));
@@ -116,9 +116,10 @@ Result<AttachTargets> targetsOfPid(pid_t pid) {
     }
   }
   for (const std::string& c : candidates) {
-    if (isSocket(c)) return AttachTargets{{AttachTarget{pid, c}}, {}};
+    if (isSocket(c)) return AttachTargets{{AttachTarget{pid, c}}, {}, {}};
   }
   if (!env.empty() && env.count("DETRACE_OUT_DIR") == 0) {
+    if (std::string run = runOfLauncher(pid); !run.empty()) return targetsOfRun(run);
     return makeError(ErrorCode::kNotFound,
                      "process {} is not recorded by detrace; start it with "
                      "`detrace record --paused -o RUN_DIR -- COMMAND` to attach to it later",
@@ -141,8 +142,12 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     pid_t pid = control::pidOfPointerName(entry.path().filename().string());
     if (pid <= 0) continue;
+    if (const int64_t uid = processUid(pid); processAlive(pid) && uid >= 0 && uid != ::geteuid()) {
+      t.other_users.push_back({pid, uid});
+      continue;
+    }
     std::string socket = socketFromPointer(entry.path().string());
-    if (!alive(pid) || !isSocket(socket) || !recordsInto(pid, dir)) {
+    if (!processAlive(pid) || !isSocket(socket) || !recordsInto(pid, dir)) {
       t.exited.push_back(pid);
     } else {
       t.live.push_back({pid, socket});
@@ -152,6 +157,14 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   auto byPid = [](const AttachTarget& a, const AttachTarget& b) { return a.pid < b.pid; };
   std::sort(t.live.begin(), t.live.end(), byPid);
   std::sort(t.exited.begin(), t.exited.end());
+  if (t.live.empty() && !t.other_users.empty()) {
+    const auto& [pid, uid] = t.other_users.front();
+    return makeError(ErrorCode::kIo,
+                     "the running processes of {} are another user's (process {} runs as uid {}, "
+                     "not as you, uid {}): only a process's own user may control it; run detrace "
+                     "attach as that user",
+                     dir, pid, uid, ::geteuid());
+  }
   if (t.live.empty()) {
     auto manifest = db::readManifest(dir);
     if (manifest.isOk() && manifest->end_time_ns > 0) {

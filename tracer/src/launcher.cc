@@ -21,6 +21,7 @@
 #include "detrace/db/run.h"
 #include "detrace/db/schema.h"
 #include "detrace/tracer/capture_policy.h"
+#include "detrace/tracer/run_processes.h"
 
 extern char** environ;
 
@@ -70,6 +71,23 @@ Result<std::string> resolveCommand(const std::string& name) {
 }
 
 // Creates the run directory, or empties the traces of an existing one under --force.
+// --force replaces a finished run, never one still being recorded: deleting a live process's
+// trace (and its -wal, which holds everything committed since the last checkpoint) loses what it
+// recorded, and its launcher would later write over the new run's manifest.
+Status refuseLiveRun(const std::string& dir) {
+  const std::vector<LiveRunProcess> live = liveProcessesOfRun(dir);
+  if (live.empty()) return Status::ok();
+  std::string who;
+  for (const LiveRunProcess& p : live) {
+    who += fmt::format("{}{} ({})", who.empty() ? "" : ", ", p.pid,
+                       p.launcher ? "its detrace record" : p.other_user ? "another user's" : "recording");
+  }
+  return makeError(ErrorCode::kInvalidArgument,
+                   "{} is still being recorded by process {}; --force replaces only a finished run. "
+                   "Wait for it or end it (kill the detrace record), or record into another directory",
+                   dir, who);
+}
+
 Status prepareRunDir(const std::string& dir, bool force) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
@@ -84,10 +102,11 @@ Status prepareRunDir(const std::string& dir, bool force) {
                        dir);
     }
     if (!empty) {
+      DETRACE_RETURN_IF_ERROR(refuseLiveRun(dir));
+      // The run's own files only: a user's notes or notebooks beside the traces stay.
       for (const auto& entry : fs::directory_iterator(dir, ec)) {
         std::string name = entry.path().filename().string();
-        bool trace = name.find(db::kTraceExtension) != std::string::npos;
-        if (trace || name == db::kManifestName) fs::remove(entry.path(), ec);
+        if (pidOfRunFile(name) > 0 || name == db::kManifestName) fs::remove(entry.path(), ec);
       }
     }
   } else {
@@ -472,6 +491,8 @@ Result<RecordResult> record(const RecordOptions& options) {
   manifest.env = recordedEnv();
   manifest.host = hostName();
   manifest.start_time_ns = nowNs();
+  manifest.launcher_pid = static_cast<int32_t>(::getpid());
+  manifest.launcher_start_ticks = processStartTicks(::getpid());
   manifest.options = {{"force", options.force ? "true" : "false"},
                       {"queue", std::to_string(options.queue)},
                       {"capture", options.capture},
@@ -501,6 +522,7 @@ Result<RecordResult> record(const RecordOptions& options) {
     result.exit_status = waitForExit(*pid, &result.term_signal);
   }
   manifest.exit_code = result.exit_status;
+  manifest.term_signal = result.term_signal;
   manifest.end_time_ns = nowNs();
   // The command ran: its exit status is still owed, and its traces are whole without this.
   if (Status st = db::writeManifest(out_dir, manifest); !st.isOk()) {

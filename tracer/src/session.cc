@@ -276,7 +276,8 @@ void Session::writeMetadataLocked() {
   w.setMeta("pid", std::to_string(rank_.pid));
   w.setMeta("command", commandLine());
   w.setMeta("start_time_ns", std::to_string(realtimeNs()));
-  w.setMeta("capture", captureLevelName(policy_.level));
+  if (capturing() && levels_used_.empty()) levels_used_ = captureLevelName(policy_.level);
+  w.setMeta("capture", levels_used_.empty() ? captureLevelName(policy_.level) : levels_used_);
   w.setMeta("row_digests", rowDigestsName(policy_.row_digests));
   w.setMeta("graph_weights_every", std::to_string(policy_.graph_weights_every));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
@@ -468,17 +469,23 @@ Status Session::startCapture(const std::string& level, const std::string& window
     return makeError(ErrorCode::kInvalidArgument,
                      "already capturing; stop first (detrace attach PID stop) to change --capture or --window");
   }
+  CaptureLevel wanted = recorded_level_;  // no --capture: the level the process was recorded with
   if (!level.empty()) {
-    DETRACE_ASSIGN_OR_RETURN(CaptureLevel l, parseCaptureLevel(level));
-    DETRACE_RETURN_IF_ERROR(setCaptureLevel(l));
+    DETRACE_ASSIGN_OR_RETURN(wanted, parseCaptureLevel(level));
   }
+  DETRACE_RETURN_IF_ERROR(setCaptureLevel(wanted));
   DETRACE_RETURN_IF_ERROR(setWindow(window));
   {
     std::lock_guard m(mu_);
     if (!started_.load(std::memory_order_relaxed) && !startLocked()) {
       return makeError(ErrorCode::kIo, "cannot create the trace in {} (the process's stderr says why)", out_dir_);
     }
-    writer_->setMeta("capture", captureLevelName(policy_.level));
+    // A trace whose starts used several levels says so: "digest,meta" (diff and info read it).
+    const std::string name = captureLevelName(policy_.level);
+    if (("," + levels_used_ + ",").find("," + name + ",") == std::string::npos) {
+      levels_used_ += (levels_used_.empty() ? "" : ",") + name;
+    }
+    writer_->setMeta("capture", levels_used_);
     writer_->addStat("capture_starts", 1);
   }
   if (hooks_.start) hooks_.start();

@@ -175,6 +175,9 @@ class Session {
   std::vector<std::string> policy_problems_;  // logged when recording starts (declared first:
   CapturePolicy policy_;                      // policy_ is built from the environment into it)
   WindowGate gate_;
+  const CaptureLevel recorded_level_ = policy_.level;  // `detrace record --capture`'s: an attach
+                                                       // start without --capture goes back to it
+  std::string levels_used_;  // the levels captured at so far, in order ("digest,meta"): meta "capture"
   std::unique_ptr<WindowGate> deep_gate_;  // set in the constructor, never changed
   // The gate in use: gate_, or one made by `attach start --window` (kept in attach_gates_ for
   // the life of the process, so a callback holding the old one never sees it freed).

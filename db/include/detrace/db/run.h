@@ -26,6 +26,9 @@ struct RunManifest {
   int64_t start_time_ns = 0;
   int64_t end_time_ns = 0;  // 0 while recording or if the recorder was killed
   int exit_code = -1;       // the recorded command's exit status, -1 if unknown
+  int term_signal = 0;      // the signal that killed the command (exit_code is then 128 + it), else 0
+  int32_t launcher_pid = 0;            // the `detrace record` that made the run, 0 if unknown
+  int64_t launcher_start_ticks = -1;   // its start (/proc/<pid>/stat field 22): pid reuse tells
   std::map<std::string, std::string> options;  // detrace record's options
 };
 

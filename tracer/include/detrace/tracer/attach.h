@@ -3,6 +3,8 @@
 // side is tracer/src/control.h; the protocol is control_protocol.h.
 #pragma once
 
+#include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@ struct AttachTarget {
 struct AttachTargets {
   std::vector<AttachTarget> live;
   std::vector<pid_t> exited;  // processes of the run that left a pointer file and are gone
+  std::vector<std::pair<pid_t, int64_t>> other_users;  // running processes of another uid: pid, uid
 };
 
 // "PID" or "RUN_DIR" to control sockets. Errors say what to do: no such process, a process of

@@ -1,0 +1,216 @@
+// A run directory used again, and the processes behind a run, end to end without a GPU:
+// `detrace record --force` replaces a finished run's own files and nothing else, and refuses a run
+// still being recorded (its launcher, or a program recording into it); `-o` does not take a flag
+// for a name; the manifest names its launcher and the signal that killed the command; `detrace
+// attach` takes the launcher's pid for its run; a start without --capture goes back to the level
+// the process was recorded with, and the trace names every level it captured at.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "../db/test_util.h"
+#include "common/shell.h"
+#include "detrace/db/reader.h"
+#include "detrace/db/run.h"
+#include "detrace/tracer/run_processes.h"
+#include "line_child.h"
+
+extern char** environ;
+
+namespace detrace {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+std::string detrace() { return testing::detraceExe(); }
+std::string controlApp() { return std::string(DETRACE_BINARY_DIR) + "/tests/control_app"; }
+testing::ShellOutput sh(const std::string& cmd) { return testing::runShell(cmd); }
+
+// This process's environment with a private XDG_RUNTIME_DIR (the control sockets' directory).
+std::vector<std::string> environmentWithXdg(const std::string& xdg) {
+  fs::create_directories(xdg);
+  fs::permissions(xdg, fs::perms::owner_all);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("XDG_RUNTIME_DIR=", 0) != 0) env.push_back(*e);
+  }
+  env.push_back("XDG_RUNTIME_DIR=" + xdg);
+  return env;
+}
+
+// A pid that no process has now: a child's, once it has been reaped.
+pid_t pidOfAnEndedProcess() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+void touch(const fs::path& p) { std::ofstream(p) << "mine\n"; }
+
+TEST(RunFiles, OnlyTheRunsOwnNamesArePicked) {
+  for (const char* name : {"proc-12.dtrace", "proc-12.dtrace-wal", "proc-12.dtrace-shm",
+                           "proc-12.dtrace-journal", "proc-12.dtrace-control"}) {
+    EXPECT_EQ(tracer::pidOfRunFile(name), 12) << name;
+  }
+  for (const char* name : {"analysis.dtrace.ipynb", "my.dtrace-notes.txt", "sub.dtrace", "proc-.dtrace",
+                           "proc-12.dtrace.bak", "proc-12x.dtrace", "xproc-12.dtrace", "proc-0.dtrace",
+                           "proc-99999999999.dtrace", "manifest.json", "proc-12.dtrace-wal2"}) {
+    EXPECT_EQ(tracer::pidOfRunFile(name), -1) << name;
+  }
+}
+
+// --force on a finished run removes its manifest and its processes' files (trace, SQLite side
+// files, control pointer) and leaves everything else: a notebook named after a trace, a folder.
+TEST(RunReuse, ForceReplacesOnlyTheRunsOwnFiles) {
+  TempDir tmp;
+  const fs::path run = tmp.file("run");
+  ASSERT_EQ(sh(fmt::format("{} record -o {} -- true", detrace(), run.string())).status, 0);
+  const pid_t gone = pidOfAnEndedProcess();
+  const std::vector<std::string> own = {fmt::format("proc-{}.dtrace", gone), fmt::format("proc-{}.dtrace-wal", gone),
+                                        fmt::format("proc-{}.dtrace-shm", gone),
+                                        fmt::format("proc-{}.dtrace-control", gone)};
+  for (const std::string& f : own) touch(run / f);
+  const std::vector<std::string> users = {"analysis.dtrace.ipynb", "my.dtrace-notes.txt", "keep.txt"};
+  for (const std::string& f : users) touch(run / f);
+  fs::create_directory(run / "sub.dtrace");
+  const testing::ShellOutput again = sh(fmt::format("{} record -o {} --force -- true", detrace(), run.string()));
+  ASSERT_EQ(again.status, 0) << again.out;
+  for (const std::string& f : own) EXPECT_FALSE(fs::exists(run / f)) << f << " of the old run is still there";
+  for (const std::string& f : users) EXPECT_TRUE(fs::exists(run / f)) << "the user's " << f << " was deleted";
+  EXPECT_TRUE(fs::is_directory(run / "sub.dtrace")) << "the user's folder was deleted";
+  EXPECT_TRUE(db::readManifest(run.string()).isOk());
+}
+
+// While its `detrace record` runs (no trace file yet: the command made no CUDA call), the run is
+// not replaced; once it has ended, it is.
+TEST(RunReuse, ForceRefusesARunWhoseRecorderStillRuns) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  testing::LineChild rec(detrace(), {"record", "-o", run, "--", "/bin/sh", "-c", "echo up; read x"},
+                         environmentWithXdg(tmp.file("xdg")));
+  ASSERT_EQ(rec.line(), "up");
+  const auto live = tracer::liveProcessesOfRun(run);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_TRUE(live[0].launcher);
+  EXPECT_EQ(live[0].pid, rec.pid());
+  const testing::ShellOutput refused = sh(fmt::format("{} record -o {} --force -- true", detrace(), run));
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find("still being recorded by process " + std::to_string(rec.pid())), std::string::npos)
+      << refused.out;
+  EXPECT_TRUE(db::readManifest(run).isOk()) << "the live run's manifest was removed";
+  rec.say("done");
+  const int status = rec.wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(tracer::liveProcessesOfRun(run).empty());
+  const testing::ShellOutput replaced = sh(fmt::format("{} record -o {} --force -- true", detrace(), run));
+  EXPECT_EQ(replaced.status, 0) << replaced.out;
+}
+
+// A recorded program whose launcher was killed (SIGKILL: nothing passed on) goes on recording into
+// the run: --force refuses it by the program's own files, and its trace keeps what it recorded.
+TEST(RunReuse, ForceRefusesARunWhoseProgramOutlivedItsRecorder) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  testing::LineChild rec(detrace(), {"record", "-o", run, "--", controlApp()}, environmentWithXdg(tmp.file("xdg")));
+  const std::string ready = rec.line();
+  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
+  const pid_t app = std::stoi(ready.substr(6));
+  ASSERT_EQ(rec.send("call 7"), "ok");
+  ASSERT_EQ(kill(rec.pid(), SIGKILL), 0);
+  (void)rec.wait();
+  const auto live = tracer::liveProcessesOfRun(run);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].pid, app);
+  EXPECT_FALSE(live[0].launcher);
+  const testing::ShellOutput refused = sh(fmt::format("{} record -o {} --force -- true", detrace(), run));
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find(fmt::format("process {} (recording)", app)), std::string::npos) << refused.out;
+  ASSERT_EQ(kill(app, SIGTERM), 0);  // the tracer finishes the trace and the program dies of it
+  for (int i = 0; i < 2000 && tracer::processAlive(app); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE(tracer::processAlive(app));
+  auto reader = db::TraceReader::open(fmt::format("{}/proc-{}.dtrace", run, app));
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_EQ(colls->size(), 1u) << "the call recorded before --force was tried is gone";
+  EXPECT_EQ(colls->front().second.count, 7);
+}
+
+TEST(RunReuse, AFlagIsNotTakenForTheRunDirectory) {
+  TempDir tmp;
+  const testing::ShellOutput out = sh(fmt::format("cd {} && {} record -o -- true", tmp.path().string(), detrace()));
+  EXPECT_EQ(out.status, 2) << out.out;
+  EXPECT_NE(out.out.find("looks like a flag"), std::string::npos) << out.out;
+  EXPECT_FALSE(fs::exists(tmp.file("--")));
+}
+
+// The manifest says which detrace record made the run (pid and start time) and, apart from an
+// exit status of 128 + N, that a signal killed the command.
+TEST(RunReuse, TheManifestNamesTheLauncherAndTheSignalThatKilledTheCommand) {
+  TempDir tmp;
+  const testing::ShellOutput killed =
+      sh(fmt::format("{} record -o {} -- /bin/sh -c 'kill -SEGV $$'", detrace(), tmp.file("segv")));
+  EXPECT_EQ(killed.status, 139) << killed.out;
+  auto m = db::readManifest(tmp.file("segv"));
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  EXPECT_EQ(m->exit_code, 139);
+  EXPECT_EQ(m->term_signal, SIGSEGV);
+  EXPECT_GT(m->launcher_pid, 0);
+  EXPECT_GT(m->launcher_start_ticks, 0);
+  EXPECT_NE(killed.out.find("killed by signal 11"), std::string::npos) << killed.out;
+  ASSERT_EQ(sh(fmt::format("{} record -o {} -- /bin/sh -c 'exit 139'", detrace(), tmp.file("exit"))).status, 139);
+  auto e = db::readManifest(tmp.file("exit"));
+  ASSERT_TRUE(e.isOk());
+  EXPECT_EQ(e->exit_code, 139);
+  EXPECT_EQ(e->term_signal, 0) << "an exit status of 139 is no signal";
+}
+
+// `detrace attach <pid of detrace record>` (the `$!` of `detrace record --paused ... &`) controls
+// the run that detrace record makes; a start without --capture is at the recorded level again, and
+// the trace names both levels it captured at.
+TEST(RunReuse, AttachTakesTheLaunchersPidAndAStartWithoutCaptureGoesBackToTheRecordedLevel) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  const std::string xdg = tmp.file("xdg");
+  testing::LineChild rec(detrace(), {"record", "--paused", "--capture", "meta", "-o", run, "--", controlApp()},
+                         environmentWithXdg(xdg));
+  const std::string ready = rec.line();
+  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
+  const pid_t app = std::stoi(ready.substr(6));
+  auto attach = [&](const std::string& what) {
+    return sh(fmt::format("XDG_RUNTIME_DIR={} {} attach {} {}", xdg, detrace(), rec.pid(), what));
+  };
+  const testing::ShellOutput status = attach("status");
+  ASSERT_EQ(status.status, 0) << status.out;
+  EXPECT_NE(status.out.find(std::to_string(app)), std::string::npos) << status.out;
+  ASSERT_EQ(attach("start --capture digest").status, 0);
+  ASSERT_EQ(rec.send("call 1"), "ok");
+  ASSERT_EQ(attach("stop").status, 0);
+  const testing::ShellOutput restarted = attach("start");
+  ASSERT_EQ(restarted.status, 0) << restarted.out;
+  EXPECT_NE(restarted.out.find("meta"), std::string::npos) << "not back at the recorded level: " << restarted.out;
+  ASSERT_EQ(rec.send("call 2"), "ok");
+  rec.say("exit");
+  const int st = rec.wait();
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  auto reader = db::TraceReader::open(fmt::format("{}/proc-{}.dtrace", run, app));
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  EXPECT_EQ((*reader)->metaValue("capture"), "digest,meta");
+  const testing::ShellOutput info = sh(fmt::format("{} info {}", detrace(), run));
+  EXPECT_NE(info.out.find("capture   digest,meta (by attach start, in that order)"), std::string::npos) << info.out;
+}
+
+}  // namespace
+}  // namespace detrace
