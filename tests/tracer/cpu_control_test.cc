@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <poll.h>
 #include <signal.h>
@@ -721,6 +722,33 @@ TEST(AttachClient, APointerOfAnotherRunsProcessOrAFifoIsNotALiveTarget) {
   const Result<tracer::AttachTargets>& found = **targets;
   ASSERT_FALSE(found.isOk()) << "a process of another run was taken for this run's";
   EXPECT_NE(found.status().message().find("has exited"), std::string::npos) << found.status().message();
+}
+
+// A run whose running process is another user's is named as such, not as exited (root only: the
+// test makes a process of uid 65534; as anyone else it is skipped).
+TEST(AttachClient, ARunsProcessOfAnotherUserIsNamedAsSuchNotAsExited) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a process of another user";
+  testing::TempDir tmp;
+  const std::string run = tmp.file("run");
+  fs::create_directories(run);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(126);
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("30"), nullptr};
+    execv("/bin/sleep", argv);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::ofstream(control::pointerPath(run, child)) << "socket=/nonexistent/" << child << ".sock\n";
+  auto found = tracer::findAttachTargets(run);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_FALSE(found.isOk());
+  EXPECT_NE(found.status().message().find(fmt::format("process {} runs as uid 65534, not as you", child)),
+            std::string::npos)
+      << found.status().message();
+  EXPECT_EQ(found.status().message().find("exited"), std::string::npos) << found.status().message();
 }
 
 // `detrace attach PID status --json` turns the reply's numeric fields into JSON numbers; one that
