@@ -1,5 +1,7 @@
 #include "detrace/db/reader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -17,7 +19,9 @@ namespace {
 
 // Checks the first bytes before handing the file to SQLite, so that a text file, an empty file or
 // random bytes get a plain sentence rather than an SQLite error code.
-Status checkHeader(const std::string& path) {
+// `wal`: the header says WAL mode (file format versions 2 at bytes 18 and 19): a trace the
+// writer has not closed, whose commits since the last checkpoint are in its -wal file.
+Status checkHeader(const std::string& path, bool& wal) {
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {  // e.g. a directory without search permission
@@ -39,19 +43,27 @@ Status checkHeader(const std::string& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return makeError(ErrorCode::kIo, "cannot read {} (permission denied?)", path);
-  std::array<char, 16> magic{};
-  in.read(magic.data(), magic.size());
-  if (in.gcount() == 0) {
+  std::array<char, 100> header{};  // SQLite's file header
+  in.read(header.data(), header.size());
+  const std::streamsize got = in.gcount();
+  if (got == 0) {
     return makeError(ErrorCode::kNotATrace,
                      "{} is empty: the recording wrote nothing (was it killed before it started?)",
                      path);
   }
-  if (in.gcount() < 16 || std::memcmp(magic.data(), "SQLite format 3", 16) != 0) {
+  if (got < 16 || std::memcmp(header.data(), "SQLite format 3", 16) != 0) {
     return makeError(ErrorCode::kNotATrace,
                      "{} is not a detrace trace (not an SQLite file); pass a run directory made "
                      "by `detrace record` or one of its .dtrace files",
                      path);
   }
+  if (got < static_cast<std::streamsize>(header.size())) {
+    return makeError(ErrorCode::kCorrupt,
+                     "{} is cut short ({} bytes, less than an SQLite header): a copy or a disk "
+                     "stopped early; copy it again from where it was recorded",
+                     path, got);
+  }
+  wal = header[18] == 2 && header[19] == 2;
   return Status::ok();
 }
 
@@ -165,8 +177,44 @@ Result<bool> EventCursor::next() {
   return true;
 }
 
+namespace {
+
+// Why an unfinished trace (WAL mode) cannot be read, where SQLite's own words ("unable to open
+// database file", "no committed data") would mislead: its -wal, where its last commits are, was
+// left behind by a copy; or reading it needs an index (-shm) beside it that this user cannot make.
+// `wal_was_there`: whether the -wal existed before SQLite opened the file (a reader may create an
+// empty one).
+Status unfinishedTraceProblem(const std::string& path, const Status& error, bool empty, bool wal_was_there) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string wal = path + "-wal";
+  if (!wal_was_there) {
+    if (!empty) return error.withContext(path);  // SQLite's own words: not a -wal problem
+    return makeError(ErrorCode::kNotATrace,
+                     "{} holds no committed data: its commits would be in {}, which is not there. If "
+                     "the trace was copied, copy its -wal with it (cp {}* ...); else its process was "
+                     "killed, or its disk filled, before the trace's first commit",
+                     path, fs::path(wal).filename().string(), fs::path(path).filename().string());
+  }
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (::access(dir.c_str(), W_OK) != 0 && !fs::exists(path + "-shm", ec)) {
+    return makeError(ErrorCode::kIo,
+                     "{} is an unfinished trace (its process was killed, or still runs) whose last "
+                     "commits are in its -wal; SQLite must write an index (-shm) beside it to read "
+                     "them, and {} is not writable for you. Copy the run somewhere you can write "
+                     "(cp -r {} /tmp/) and read the copy",
+                     path, dir.string(), dir.string());
+  }
+  return empty ? error : error.withContext(path);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
-  DETRACE_RETURN_IF_ERROR(checkHeader(path));
+  bool wal = false;
+  DETRACE_RETURN_IF_ERROR(checkHeader(path, wal));
+  std::error_code no_wal;
+  const bool wal_was_there = wal && std::filesystem::exists(path + "-wal", no_wal);
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->path_ = path;
   sqlite3* raw = nullptr;
@@ -176,12 +224,13 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   sqlite3_busy_timeout(raw, 2000);  // a live recording may hold a write lock briefly
 
   auto app_id = pragmaInt(raw, "application_id");
-  if (!app_id.isOk()) return app_id.status().withContext(path);
+  if (!app_id.isOk()) return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status().withContext(path);
   if (*app_id == 0 && tableCount(raw) == 0) {
-    return makeError(ErrorCode::kNotATrace,
-                     "{} holds no committed data: its process was killed, or its disk filled, before "
-                     "the trace's first commit",
-                     path);
+    Status nothing = makeError(ErrorCode::kNotATrace,
+                               "{} holds no committed data: its process was killed, or its disk filled, "
+                               "before the trace's first commit",
+                               path);
+    return wal ? unfinishedTraceProblem(path, nothing, true, wal_was_there) : nothing;
   }
   if (*app_id != kApplicationId) {
     return makeError(ErrorCode::kNotATrace,

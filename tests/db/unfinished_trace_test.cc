@@ -1,0 +1,119 @@
+// A trace its writer never closed (its process was killed) keeps its last commits in its -wal:
+// copied without it, or read where the reader cannot write SQLite's -shm index, the error says so
+// and what to do, instead of "no committed data" or "unable to open database file".
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "detrace/db/reader.h"
+#include "detrace/db/writer.h"
+#include "test_util.h"
+
+namespace detrace::db {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+// Writes `events` kernels to `path` in a child that commits them and exits without closing the
+// writer, as a killed process leaves its trace: WAL mode, the commits in the -wal.
+void writeUnclosed(const std::string& path, int events) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto w = TraceWriter::create(path, WriterOptions{});
+    if (!w.isOk()) _exit(3);
+    const int64_t name = (*w)->intern("kernel");
+    testing::Rng rng;
+    for (int i = 0; i < events; ++i) (void)(*w)->append(testing::randomKernel(rng, name, -1));
+    _exit((*w)->flush().isOk() ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(fs::exists(path + "-wal")) << "the child closed its trace after all";
+}
+
+TEST(UnfinishedTrace, ReadWithItsWalItHoldsEveryCommit) {
+  TempDir dir;
+  const std::string path = dir.file("proc-1.dtrace");
+  ASSERT_NO_FATAL_FAILURE(writeUnclosed(path, 300));
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_FALSE((*r)->finished());
+  EXPECT_EQ(*(*r)->eventCount(), 300);
+}
+
+TEST(UnfinishedTrace, CopiedWithoutItsWalTheErrorNamesTheWal) {
+  TempDir dir;
+  const std::string path = dir.file("proc-1.dtrace");
+  ASSERT_NO_FATAL_FAILURE(writeUnclosed(path, 300));
+  fs::create_directory(dir.file("copy"));
+  const std::string copy = dir.file("copy/proc-1.dtrace");
+  fs::copy_file(path, copy);
+  auto r = TraceReader::open(copy);
+  ASSERT_FALSE(r.isOk());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("proc-1.dtrace-wal, which is not there"), std::string::npos) << m;
+  EXPECT_NE(m.find("copy its -wal with it"), std::string::npos) << m;
+  fs::copy_file(path + "-wal", copy + "-wal", fs::copy_options::overwrite_existing);  // the reader may have made an empty one
+  auto again = TraceReader::open(copy);
+  ASSERT_TRUE(again.isOk()) << again.status().message();
+  EXPECT_EQ(*(*again)->eventCount(), 300);
+}
+
+TEST(UnfinishedTrace, CutShortTheErrorSaysSo) {
+  TempDir dir;
+  const std::string path = dir.file("proc-1.dtrace");
+  ASSERT_NO_FATAL_FAILURE(writeUnclosed(path, 10));
+  fs::resize_file(path, 50);
+  auto r = TraceReader::open(path);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("cut short (50 bytes"), std::string::npos) << r.status().message();
+}
+
+// Another user (uid 65534) reading the trace in a directory they cannot write, without the -shm a
+// reader would have made: the error says why and to read a copy. Root only (it starts a process of
+// another user); skipped otherwise.
+TEST(UnfinishedTrace, InADirectoryTheReaderCannotWriteTheErrorSaysToCopyIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to read as another user";
+  TempDir dir;
+  const std::string run = dir.file("run");
+  fs::create_directory(run);
+  const std::string path = run + "/proc-1.dtrace";
+  ASSERT_NO_FATAL_FAILURE(writeUnclosed(path, 300));
+  fs::remove(path + "-shm");
+  for (const std::string& p : {dir.path().string(), run}) ASSERT_EQ(chmod(p.c_str(), 0755), 0);
+  for (const std::string& p : {path, path + "-wal"}) ASSERT_EQ(chmod(p.c_str(), 0644), 0);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    auto r = TraceReader::open(path);
+    const std::string m = r.isOk() ? "opened" : r.status().message();
+    (void)!write(fds[1], m.data(), m.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string m;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_NE(m.find("is not writable for you"), std::string::npos) << m;
+  EXPECT_NE(m.find("cp -r " + run + " /tmp/"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace detrace::db
