@@ -4,6 +4,10 @@ namespace detrace::db {
 
 Status sqliteStatus(sqlite3* db, int rc, std::string_view what) {
   const char* msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  // The file, so that a command reading several (diff's two runs) says which one.
+  const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+  const std::string trace = file != nullptr && *file != '\0' ? fmt::format("the trace file {}", file)
+                                                             : std::string("the trace file");
   switch (rc & 0xff) {
     case SQLITE_OK:
     case SQLITE_ROW:
@@ -11,11 +15,11 @@ Status sqliteStatus(sqlite3* db, int rc, std::string_view what) {
       return Status::ok();
     case SQLITE_CORRUPT:
       return makeError(ErrorCode::kCorrupt,
-                       "{} failed: the trace file is damaged ({}); it may have been truncated or "
+                       "{} failed: {} is damaged ({}); it may have been truncated or "
                        "overwritten. Re-record the run",
-                       what, msg);
+                       what, trace, msg);
     case SQLITE_NOTADB:
-      return makeError(ErrorCode::kNotATrace, "{} failed: this is not a detrace trace ({})", what,
+      return makeError(ErrorCode::kNotATrace, "{} failed: {} is not a detrace trace ({})", what, trace,
                        msg);
     case SQLITE_FULL:
       return makeError(ErrorCode::kIo, "{} failed: the disk is full ({}); free space and re-record",
@@ -24,9 +28,9 @@ Status sqliteStatus(sqlite3* db, int rc, std::string_view what) {
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
     case SQLITE_READONLY:
-      return makeError(ErrorCode::kIo, "{} failed: {}", what, msg);
+      return makeError(ErrorCode::kIo, "{} failed ({}): {}", what, trace, msg);
     default:
-      return makeError(ErrorCode::kInternal, "{} failed: {} (SQLite code {})", what, msg, rc);
+      return makeError(ErrorCode::kInternal, "{} failed ({}): {} (SQLite code {})", what, trace, msg, rc);
   }
 }
 

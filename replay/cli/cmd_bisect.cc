@@ -57,7 +57,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--workdir", opts->workdir, "Directory for the runs and logs (created; runs in it are replaced)")
       ->capture_default_str();
   cmd->add_option("--repeat", opts->repeat, "Replay runs of each implementation")
-      ->check(CLI::Range(1, 1000))
+      ->check(nonNegativeInteger())->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option("--batch", opts->batch, "Batch-size mode of the diff: auto (detect), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))

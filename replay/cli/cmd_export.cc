@@ -30,7 +30,10 @@ Status notARunFile(const db::Run& run, const std::string& output) {
     own.push_back(own[i] + "-wal");
     own.push_back(own[i] + "-shm");
   }
-  if (run.hasManifest()) own.push_back(run.path() + "/manifest.json");
+  // The manifest of the directory each trace is in: a run opened by one of its .dtrace files too.
+  for (size_t i = 0; i < traces; ++i) {
+    own.push_back((std::filesystem::path(own[i]).parent_path() / "manifest.json").string());
+  }
   for (const std::string& f : own) {
     if (std::filesystem::equivalent(output, f, ec) && !ec) {
       return makeError(ErrorCode::kInvalidArgument,

@@ -153,7 +153,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--queue", opts->queue,
                   "Events each process's writer queue holds before it drops (default 262144; "
                   "1024 to 16777216)")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
+      ->check(nonNegativeInteger())->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
   cmd->add_option("--capture", opts->capture,
                   "What to record: meta (kernel launches, GEMMs, collectives and their choices), "
                   "digest (meta plus GPU fingerprints of every GEMM's and collective's operands) or "
@@ -174,7 +174,12 @@ void addRecordCommand(CLI::App& app, Runner& run) {
           [](std::string& text) -> std::string {  // a sign would wrap around in AsSizeValue
             if (!text.empty() && text.front() == '-')
               return "must be a positive size, e.g. 512M (got '" + text + "')";
-            return CLI::AsSizeValue(false)(text);
+            std::string problem = CLI::AsSizeValue(false)(text);
+            // AsSizeValue saturates what does not fit: a typo's extra digits must not pass as "no cap".
+            if (problem.empty() && (text.size() > 19 || std::stoull(text) > uint64_t{1} << 62)) {
+              return "is larger than any memory (at most 4E; e.g. 512M, 64G)";
+            }
+            return problem;
           },
           "SIZE"));
   cmd->add_option("--window", opts->window,
@@ -208,7 +213,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "digested on replays 0, N, 2N, ... of its graph only; the "
                   "replays between carry the last weight digest taken (at most about 12% of a "
                   "decode step on an H200; see below). Default 1: every replay")
-      ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+      ->check(nonNegativeInteger())->check(CLI::Range(int64_t{1}, int64_t{1000000}))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");

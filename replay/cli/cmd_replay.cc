@@ -130,7 +130,7 @@ void addReplayCommand(CLI::App& app, Runner& run) {
                   "Implementations to run, comma-separated (default: all; see below)")
       ->delimiter(',');
   cmd->add_option("--repeat", opts->repeat, "Runs of each implementation (default 3)")
-      ->check(CLI::Range(1, 100000));
+      ->check(nonNegativeInteger())->check(CLI::Range(1, 100000));
   cmd->add_option("--pair", opts->pair_run,
                   "A second run holding the same op at another batch size (batch-size pair)");
   cmd->add_option("--event-b", opts->event_b,

@@ -116,15 +116,52 @@ TEST(BadInput, TruncatedTraceGivesErrorsNotCrashes) {
     std::filesystem::resize_file(cut, static_cast<uintmax_t>(static_cast<double>(size) * fraction));
     auto r = TraceReader::open(cut);
     Status st = r.isOk() ? readAll(**r) : r.status();
-    // A truncated file must say it is damaged (or not a trace, when the header is gone).
+    // A truncated file must say it is damaged (or not a trace, when the header is gone), and which.
     EXPECT_FALSE(st.isOk()) << "truncated to " << fraction << " read without error";
     if (!st.isOk()) {
       EXPECT_TRUE(st.code() == ErrorCode::kCorrupt || st.code() == ErrorCode::kNotATrace)
           << st.message();
+      // Which file, also for a query that failed after the open (diff reads two runs).
+      EXPECT_NE(st.message().find(cut), std::string::npos) << st.message();
       ++corrupt_or_ok;
     }
   }
   EXPECT_EQ(corrupt_or_ok, 4);
+}
+
+// A damaged page that the open does not read (the events table's root) fails a later query, whose
+// error names the file: diff and bisect read several.
+TEST(BadInput, AQueryThatFindsDamageNamesTheFile) {
+  TempDir dir;
+  Rng rng;
+  const std::string path = makeTrace(dir, "proc-1.dtrace", 2000, rng);
+  int64_t root = 0, page_size = 0;
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_schema WHERE name = 'events'", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    root = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    page_size = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  ASSERT_GT(root, 1);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((root - 1) * page_size);
+    f.put(static_cast<char>(0x7f));  // no b-tree page has this type
+  }
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << "the open read the events table after all: " << r.status().message();
+  const Status st = readAll(**r);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt) << st.message();
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
 }
 
 TEST(BadInput, FlippedBytesInsideTheFileNeverCrash) {

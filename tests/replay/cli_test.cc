@@ -162,6 +162,11 @@ TEST(Cli, OutputsThatCannotBeWrittenAreErrorsAndTheRunIsNeverOverwritten) {
   Output onto_manifest = detrace(fmt::format("export {} -o {}/manifest.json", dir.path().string(), dir.path().string()));
   EXPECT_EQ(onto_manifest.status, 2) << onto_manifest.out;
   EXPECT_TRUE(db::readManifest(dir.path().string()).isOk());
+  // The run opened by one of its trace files: its manifest is still its own.
+  Output by_file = detrace(fmt::format("export {} -o {}/manifest.json", rank0, dir.path().string()));
+  EXPECT_EQ(by_file.status, 2) << by_file.out;
+  EXPECT_NE(by_file.out.find("one of the run's own files"), std::string::npos) << by_file.out;
+  EXPECT_TRUE(db::readManifest(dir.path().string()).isOk());
 
   Output full = detrace(fmt::format("export {} -o /dev/full", dir.path().string()));
   EXPECT_EQ(full.status, 2) << full.out;

@@ -242,6 +242,20 @@ TEST(RecordLaunch, AnInheritedEmptyTracerVariableIsPassedOnce) {
       << "the command's entries for NVTX_INJECTION64_PATH";
 }
 
+// detrace's own library as NCCL_PROFILER_PLUGIN (a detrace record run under another) is no user's
+// plugin: no warning that NCCL will not report to detrace, and one entry.
+TEST(RecordLaunch, DetracesOwnPluginInTheEnvironmentIsNoUsersPlugin) {
+  TempDir tmp;
+  const std::string lib = binDir() + "/tracer/libdetrace_tracer.so";
+  Output o = sh(fmt::format("NCCL_PROFILER_PLUGIN={} {} record -o {} -- /usr/bin/env", lib, detrace(), tmp.file("run")));
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_EQ(o.out.find("will not report"), std::string::npos) << o.out;
+  std::istringstream lines(o.out);
+  int entries = 0;
+  for (std::string l; std::getline(lines, l);) entries += l == "NCCL_PROFILER_PLUGIN=" + lib ? 1 : 0;
+  EXPECT_EQ(entries, 1) << o.out;
+}
+
 // ------------------------------------------------------------------ how detrace ends
 
 // A command killed by SIGINT, SIGTERM or SIGHUP kills detrace with the same signal once detrace

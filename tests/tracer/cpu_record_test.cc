@@ -147,6 +147,9 @@ TEST(Record, RefusesBadCaptureOptions) {
       {"--capture full --max-capture-bytes 0",
        "0 would copy nothing; for fingerprints alone use --capture digest"},
       {"--max-capture-bytes 0", "must be a positive size"},
+      {"--capture full --max-capture-bytes 9999999999999999999999", "larger than any memory"},
+      {"--queue abc", "must be a whole number"},
+      {"--graph-weights-every x1", "must be a whole number"},
   };
   for (const Case& c : cases) {
     Output o = sh(fmt::format("{} record -o {} {} -- /bin/true", detrace(), tmp.file("r"), c.options));

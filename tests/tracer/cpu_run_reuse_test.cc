@@ -156,6 +156,26 @@ TEST(RunReuse, AFlagIsNotTakenForTheRunDirectory) {
   EXPECT_FALSE(fs::exists(tmp.file("--")));
 }
 
+// A run directory that is a link to nothing, and a command that is a directory or not executable,
+// are named for what they are (were: "File exists", "no such executable file").
+TEST(RunReuse, WhatCannotBeUsedIsNamedForWhatItIs) {
+  TempDir tmp;
+  fs::create_symlink(tmp.file("nowhere"), tmp.file("link"));
+  const testing::ShellOutput link = sh(fmt::format("{} record -o {} -- true", detrace(), tmp.file("link")));
+  EXPECT_EQ(link.status, 2);
+  EXPECT_NE(link.out.find("is a symbolic link to " + tmp.file("nowhere") + ", which does not exist"), std::string::npos)
+      << link.out;
+  const testing::ShellOutput dir = sh(fmt::format("{} record -o {} -- {}", detrace(), tmp.file("r1"), tmp.path().string()));
+  EXPECT_EQ(dir.status, 2);
+  EXPECT_NE(dir.out.find("is a directory, not a program"), std::string::npos) << dir.out;
+  touch(tmp.file("script"));
+  fs::permissions(tmp.file("script"), fs::perms::owner_read | fs::perms::owner_write);
+  const testing::ShellOutput noexec = sh(fmt::format("{} record -o {} -- {}", detrace(), tmp.file("r2"), tmp.file("script")));
+  EXPECT_EQ(noexec.status, 2);
+  EXPECT_NE(noexec.out.find("is not executable by you"), std::string::npos) << noexec.out;
+  EXPECT_FALSE(fs::exists(tmp.file("r1")) || fs::exists(tmp.file("r2"))) << "a run directory was left behind";
+}
+
 // The manifest says which detrace record made the run (pid and start time) and, apart from an
 // exit status of 128 + N, that a signal killed the command.
 TEST(RunReuse, TheManifestNamesTheLauncherAndTheSignalThatKilledTheCommand) {

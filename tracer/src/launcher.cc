@@ -54,7 +54,14 @@ bool isExecutableFile(const std::string& path) {
 Result<std::string> resolveCommand(const std::string& name) {
   if (name.find('/') != std::string::npos) {
     if (isExecutableFile(name)) return name;
-    return makeError(ErrorCode::kNotFound, "{}: no such executable file", name);
+    struct stat st {};
+    if (::stat(name.c_str(), &st) != 0) {
+      return makeError(ErrorCode::kNotFound, "{}: no such file ({})", name, std::strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) return makeError(ErrorCode::kInvalidArgument, "{} is a directory, not a program", name);
+    if (!S_ISREG(st.st_mode)) return makeError(ErrorCode::kInvalidArgument, "{} is not a regular file", name);
+    return makeError(ErrorCode::kInvalidArgument, "{} is not executable by you (chmod +x {}, or run it "
+                     "through its interpreter: -- python {})", name, name, name);
   }
   const char* path = std::getenv("PATH");
   std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
@@ -110,6 +117,12 @@ Status prepareRunDir(const std::string& dir, bool force) {
       }
     }
   } else {
+    if (fs::is_symlink(dir, ec)) {  // exists() follows it: a link to nothing
+      return makeError(ErrorCode::kInvalidArgument,
+                       "{} is a symbolic link to {}, which does not exist; create that directory or "
+                       "choose another -o",
+                       dir, fs::read_symlink(dir, ec).string());
+    }
     fs::create_directories(dir, ec);
     if (ec) return makeError(ErrorCode::kIo, "cannot create {}: {}", dir, ec.message());
   }
@@ -418,7 +431,8 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   env.push_back("CUDA_INJECTION64_PATH=" + lib);
   // The same library is NCCL's profiler plugin: it is how NCCL's algorithm, protocol and channel
   // choices are recorded. NCCL loads one plugin only; a user's own plugin wins, with a warning.
-  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own && *own) {
+  // (detrace's own library, as under a detrace record of a detrace record, is no user's plugin.)
+  if (const char* own = std::getenv("NCCL_PROFILER_PLUGIN"); own && *own && lib != own) {
     std::fprintf(stderr,
                  "detrace: NCCL_PROFILER_PLUGIN=%s is set, so NCCL will not report its algorithm "
                  "and protocol to detrace; unset it to record them\n",
