@@ -156,7 +156,7 @@ int runAttach(const std::string& target, const std::string& action, const std::s
   if (json) {
     // Paths and echoed arguments are bytes, not necessarily UTF-8: replace what is not, rather
     // than abort (dump throws type_error 316) after the request was already carried out.
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    printJson(out);
   } else if (!targets->exited.empty()) {
     std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
   }

@@ -101,7 +101,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
       if (tty) std::fprintf(stderr, "\r\033[K");
       if (!r.isOk()) return reportError(r.status());
       if (opts->json) {
-        std::printf("%s\n", replay::bisectJson(*r).dump(2).c_str());
+        printJson(replay::bisectJson(*r));
       } else {
         std::printf("%s", replay::formatBisect(*r).c_str());
       }

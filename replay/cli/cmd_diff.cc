@@ -25,7 +25,7 @@ int diffTwo(const DiffCliOptions& o, const std::vector<db::Run>& runs,
   if (!diff.isOk()) return reportError(diff.status());
   replay::DiffLabels labels{o.runs[0], o.runs[1]};
   if (o.json) {
-    std::printf("%s\n", replay::diffJson(*diff, labels).dump(2).c_str());
+    printJson(replay::diffJson(*diff, labels));
   } else {
     std::printf("%s", replay::formatDiff(*diff, labels).c_str());
   }
@@ -49,7 +49,7 @@ int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
       j["explanations"].push_back(replay::diffJson(
           groups->explanations[k], {o.runs[classes[0].front()], o.runs[classes[k + 1].front()]}));
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    printJson(j);
     return classes.size() == 1 ? kExitOk : kExitDivergent;
   }
   std::printf("%zu distinct behaviour(s) over %zu runs\n", classes.size(), runs.size());

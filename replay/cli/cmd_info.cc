@@ -30,7 +30,7 @@ void addInfoCommand(CLI::App& app, Runner& run) {
       auto summary = replay::summarize(*r);
       if (!summary.isOk()) return reportError(summary.status());
       if (opts->json) {
-        std::printf("%s\n", replay::summaryJson(*summary).dump(2).c_str());
+        printJson(replay::summaryJson(*summary));
       } else {
         std::printf("%s", replay::formatSummary(*summary).c_str());
       }

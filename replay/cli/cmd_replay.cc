@@ -92,7 +92,7 @@ int runReplay(const ReplayCliOptions& o) {
     auto result = replay::replayEvent(*run, a, options);
     if (!result.isOk()) return reportError(result.status());
     if (o.json) {
-      std::printf("%s\n", replay::replayJson(*result).dump(2).c_str());
+      printJson(replay::replayJson(*result));
     } else {
       std::printf("%s", replay::formatReplay(*result).c_str());
     }
@@ -105,7 +105,7 @@ int runReplay(const ReplayCliOptions& o) {
   auto pair = replay::replayPair(*run, a, *run_b, b, options);
   if (!pair.isOk()) return reportError(pair.status());
   if (o.json) {
-    std::printf("%s\n", replay::pairJson(*pair).dump(2).c_str());
+    printJson(replay::pairJson(*pair));
   } else {
     std::printf("%s", replay::formatPair(*pair).c_str());
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "detrace/base/status.h"
 
@@ -30,7 +31,11 @@ void addAttachCommand(CLI::App& app, Runner& run);
 // The command line as given (main sets it), for checks CLI11 cannot make (e.g. `--` present).
 const std::vector<std::string>& rawArgs();
 
-// Prints "detrace: error: <message>" to stderr and returns kExitError.
+// Prints a command's JSON output (--json) on stdout.
+void printJson(const nlohmann::json& j);
+
+// Prints "detrace: error: <message>" to stderr and returns kExitError; under --json, also
+// {"error": {"code", "message"}, "exit_status": 2} on stdout unless the command printed its JSON.
 int reportError(const Status& status);
 
 // A whole number, 0 or more (an event's sequence number, a rank), with a message a user can read

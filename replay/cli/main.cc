@@ -14,12 +14,33 @@ namespace detrace::cli {
 
 namespace {
 std::vector<std::string> g_raw_args;
+bool g_json_printed = false;
+
+// Whether the command line asks for JSON: --json before any `--` (after it, the recorded
+// command's own arguments).
+bool jsonWanted() {
+  for (const std::string& a : g_raw_args) {
+    if (a == "--") return false;
+    if (a == "--json") return true;
+  }
+  return false;
+}
 }  // namespace
 
 const std::vector<std::string>& rawArgs() { return g_raw_args; }
 
+void printJson(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  g_json_printed = true;
+}
+
 int reportError(const Status& status) {
   std::fprintf(stderr, "detrace: error: %s\n", status.message().c_str());
+  // A script that asked for JSON reads an object on stdout, not nothing, when the command fails.
+  if (jsonWanted() && !g_json_printed) {
+    printJson({{"error", {{"code", errorCodeName(status.code())}, {"message", status.message()}}},
+               {"exit_status", kExitError}});
+  }
   return kExitError;
 }
 

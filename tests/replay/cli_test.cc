@@ -147,6 +147,30 @@ TEST(Cli, BadInputGivesOneSentenceAndExitStatus2) {
   EXPECT_EQ(fmt_bad.status, 2);
 }
 
+// Under --json a failing command prints an error object on stdout (a script reads JSON either
+// way) besides its sentence on stderr; a --json after `--` is the recorded command's, not detrace's.
+TEST(Cli, UnderJsonAnErrorIsAJsonObjectOnStdout) {
+  TempDir dir;
+  for (const std::string& args : {std::string("info /definitely/not/here --json"),
+                                  std::string("diff /definitely/not/here /definitely/not/here2 --json"),
+                                  std::string("replay /definitely/not/here --event 1 --json")}) {
+    SCOPED_TRACE(args);
+    Output o = testing::runShell(fmt::format("{} {} 2>/dev/null", testing::detraceExe(), args), /*with_stderr=*/false);
+    EXPECT_EQ(o.status, 2);
+    const nlohmann::json j = nlohmann::json::parse(o.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << o.out;
+    EXPECT_EQ(j.value("exit_status", 0), 2);
+    ASSERT_TRUE(j.contains("error")) << o.out;
+    EXPECT_EQ(j["error"].value("code", ""), "not found") << o.out;
+    EXPECT_NE(j["error"].value("message", "").find("/definitely/not/here"), std::string::npos) << o.out;
+  }
+  Output own = testing::runShell(
+      fmt::format("{} record -o {} -- /definitely/not/here --json 2>/dev/null", testing::detraceExe(), dir.file("r")),
+      /*with_stderr=*/false);
+  EXPECT_EQ(own.status, 2);
+  EXPECT_EQ(own.out, "") << "the recorded command's --json was taken for detrace's";
+}
+
 // Export never writes over the run it reads, leaves no partial file when the disk is full, and an
 // output that did not reach its destination (stdout to a full disk) is exit status 2, not 0.
 TEST(Cli, OutputsThatCannotBeWrittenAreErrorsAndTheRunIsNeverOverwritten) {
