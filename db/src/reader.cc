@@ -188,16 +188,21 @@ Status unfinishedTraceProblem(const std::string& path, const Status& error, bool
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string wal = path + "-wal";
-  if (!wal_was_there) {
-    if (!empty) return error.withContext(path);  // SQLite's own words: not a -wal problem
-    return makeError(ErrorCode::kNotATrace,
-                     "{} holds no committed data: its commits would be in {}, which is not there. If "
-                     "the trace was copied, copy its -wal with it (cp {}* ...); else its process was "
-                     "killed, or its disk filled, before the trace's first commit",
-                     path, fs::path(wal).filename().string(), fs::path(path).filename().string());
-  }
   const fs::path dir = fs::absolute(path, ec).parent_path();
-  if (::access(dir.c_str(), W_OK) != 0 && !fs::exists(path + "-shm", ec)) {
+  const bool writable = ::access(dir.c_str(), W_OK) == 0;
+  if (!wal_was_there) {
+    if (empty || !writable) {  // !writable: SQLite's words would be "attempt to write a readonly database"
+      return makeError(empty ? ErrorCode::kNotATrace : ErrorCode::kIo,
+                       "{} {}: its commits would be in {}, which is missing or empty. If the trace "
+                       "was copied, copy its -wal with it (cp {}* ...) into a directory you can "
+                       "write; else its process was killed, or its disk filled, before the trace's "
+                       "first commit",
+                       path, empty ? "holds no committed data" : "cannot be read here",
+                       fs::path(wal).filename().string(), fs::path(path).filename().string());
+    }
+    return error;  // SQLite's own words (they name the file): not a -wal problem
+  }
+  if (!writable && !fs::exists(path + "-shm", ec)) {
     return makeError(ErrorCode::kIo,
                      "{} is an unfinished trace (its process was killed, or still runs) whose last "
                      "commits are in its -wal; SQLite must write an index (-shm) beside it to read "
@@ -205,7 +210,7 @@ Status unfinishedTraceProblem(const std::string& path, const Status& error, bool
                      "(cp -r {} /tmp/) and read the copy",
                      path, dir.string(), dir.string());
   }
-  return empty ? error : error.withContext(path);
+  return error;
 }
 
 }  // namespace
@@ -214,7 +219,8 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   bool wal = false;
   DETRACE_RETURN_IF_ERROR(checkHeader(path, wal));
   std::error_code no_wal;
-  const bool wal_was_there = wal && std::filesystem::exists(path + "-wal", no_wal);
+  // (Empty: a reader before this one may have left an empty -wal where the copy had none.)
+  const bool wal_was_there = wal && std::filesystem::file_size(path + "-wal", no_wal) > 0 && !no_wal;
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->path_ = path;
   sqlite3* raw = nullptr;
@@ -224,7 +230,8 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   sqlite3_busy_timeout(raw, 2000);  // a live recording may hold a write lock briefly
 
   auto app_id = pragmaInt(raw, "application_id");
-  if (!app_id.isOk()) return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status().withContext(path);
+  // (SQLite's errors name the file themselves: sqliteStatus.)
+  if (!app_id.isOk()) return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status();
   if (*app_id == 0 && tableCount(raw) == 0) {
     Status nothing = makeError(ErrorCode::kNotATrace,
                                "{} holds no committed data: its process was killed, or its disk filled, "

@@ -152,7 +152,7 @@ std::string captureLine(const RankSummary& r) {
   const std::string levels = metaOr(r, "capture");
   std::string out = fmt::format("capture   {}", levels);
   // Several levels (attach starts at different --capture): each op has what its start's level took.
-  if (levels.find(',') != std::string::npos) out += " (by attach start, in that order)";
+  if (levels.find(',') != std::string::npos) out += " (in the order its captures used them)";
   if (metaOr(r, "capture") != "meta") out += ", row digests " + metaOr(r, "row_digests", "all");
   if (const std::string every = metaOr(r, "graph_weights_every", "1"); every != "1") {
     out += ", graph weights every " + every + " replays";

@@ -34,6 +34,7 @@
 #include "detrace/tracer/attach.h"
 #include "detrace/tracer/control_protocol.h"
 #include "detrace/tracer/control_server.h"
+#include "detrace/tracer/run_processes.h"
 
 #include "../db/test_util.h"
 #include "common/shell.h"
@@ -739,7 +740,10 @@ TEST(AttachClient, ARunsProcessOfAnotherUserIsNamedAsSuchNotAsExited) {
     execv("/bin/sleep", argv);
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < 1000 && tracer::processUid(child) != 65534; ++i) {  // until its setuid
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(tracer::processUid(child), 65534);
   std::ofstream(control::pointerPath(run, child)) << "socket=/nonexistent/" << child << ".sock\n";
   auto found = tracer::findAttachTargets(run);
   ::kill(child, SIGKILL);

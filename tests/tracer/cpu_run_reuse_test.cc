@@ -148,6 +148,54 @@ TEST(RunReuse, ForceRefusesARunWhoseProgramOutlivedItsRecorder) {
   EXPECT_EQ(colls->front().second.count, 7);
 }
 
+// What --force will not take for a finished run's: trace files that are no recorded process's own
+// (they would be read as ranks of the new run), and a run recorded on another host that has not
+// ended (its processes cannot be seen from here).
+TEST(RunReuse, ForceRefusesForeignTracesAndAnUnendedRunOfAnotherHost) {
+  TempDir tmp;
+  const fs::path run = tmp.file("run");
+  ASSERT_EQ(sh(fmt::format("{} record -o {} -- true", detrace(), run.string())).status, 0);
+  touch(run / "baseline.dtrace");
+  const testing::ShellOutput foreign = sh(fmt::format("{} record -o {} --force -- true", detrace(), run.string()));
+  EXPECT_EQ(foreign.status, 2) << foreign.out;
+  EXPECT_NE(foreign.out.find("not a recorded process's own (baseline.dtrace)"), std::string::npos) << foreign.out;
+  EXPECT_TRUE(fs::exists(run / "baseline.dtrace"));
+  fs::remove(run / "baseline.dtrace");
+  auto m = db::readManifest(run.string());
+  ASSERT_TRUE(m.isOk());
+  m->host = "another-host-of-the-cluster";
+  m->end_time_ns = 0;
+  ASSERT_TRUE(db::writeManifest(run.string(), *m).isOk());
+  const testing::ShellOutput elsewhere = sh(fmt::format("{} record -o {} --force -- true", detrace(), run.string()));
+  EXPECT_EQ(elsewhere.status, 2) << elsewhere.out;
+  EXPECT_NE(elsewhere.out.find("recorded on host another-host-of-the-cluster and has not ended"), std::string::npos)
+      << elsewhere.out;
+}
+
+// A pid named by a run's files that now belongs to a process started after they were last written
+// (the pid handed out again), or to a process that does not record into the run, is no reason to
+// refuse --force.
+TEST(RunReuse, APidHandedOutAgainIsNotALiveRecorder) {
+  TempDir tmp;
+  const fs::path run = tmp.file("run");
+  ASSERT_EQ(sh(fmt::format("{} record -o {} -- true", detrace(), run.string())).status, 0);
+  testing::LineChild other("/bin/sh", {"-c", "echo up; read x"}, {"DETRACE_OUT_DIR=" + run.string()});
+  ASSERT_EQ(other.line(), "up");
+  const fs::path trace = run / fmt::format("proc-{}.dtrace", other.pid());
+  touch(trace);
+  EXPECT_EQ(tracer::liveProcessesOfRun(run.string()).size(), 1u) << "a fresh file of a process recording here";
+  fs::last_write_time(trace, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  EXPECT_TRUE(tracer::liveProcessesOfRun(run.string()).empty()) << "the process started after its file was written";
+  testing::LineChild unrelated("/bin/sh", {"-c", "echo up; read x"}, {"HOME=/"});
+  ASSERT_EQ(unrelated.line(), "up");
+  touch(run / fmt::format("proc-{}.dtrace-control", unrelated.pid()));
+  EXPECT_TRUE(tracer::liveProcessesOfRun(run.string()).empty()) << "a process that records elsewhere";
+  const testing::ShellOutput replaced = sh(fmt::format("{} record -o {} --force -- true", detrace(), run.string()));
+  EXPECT_EQ(replaced.status, 0) << replaced.out;
+  other.say("done");
+  unrelated.say("done");
+}
+
 TEST(RunReuse, AFlagIsNotTakenForTheRunDirectory) {
   TempDir tmp;
   const testing::ShellOutput out = sh(fmt::format("cd {} && {} record -o -- true", tmp.path().string(), detrace()));
@@ -229,7 +277,7 @@ TEST(RunReuse, AttachTakesTheLaunchersPidAndAStartWithoutCaptureGoesBackToTheRec
   ASSERT_TRUE(reader.isOk()) << reader.status().message();
   EXPECT_EQ((*reader)->metaValue("capture"), "digest,meta");
   const testing::ShellOutput info = sh(fmt::format("{} info {}", detrace(), run));
-  EXPECT_NE(info.out.find("capture   digest,meta (by attach start, in that order)"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("capture   digest,meta (in the order its captures used them)"), std::string::npos) << info.out;
 }
 
 }  // namespace

@@ -142,12 +142,20 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     pid_t pid = control::pidOfPointerName(entry.path().filename().string());
     if (pid <= 0) continue;
-    if (const int64_t uid = processUid(pid); processAlive(pid) && uid >= 0 && uid != ::geteuid()) {
+    // Gone, or its pid handed to a process that started after the pointer was written.
+    struct stat pointer {};
+    const bool stale = ::stat(entry.path().c_str(), &pointer) == 0 &&
+                       !mayHaveWritten(pid, static_cast<int64_t>(pointer.st_mtime));
+    if (!processRunning(pid) || stale) {
+      t.exited.push_back(pid);
+      continue;
+    }
+    if (const int64_t uid = processUid(pid); uid >= 0 && uid != ::geteuid()) {
       t.other_users.push_back({pid, uid});
       continue;
     }
     std::string socket = socketFromPointer(entry.path().string());
-    if (!processAlive(pid) || !isSocket(socket) || !recordsInto(pid, dir)) {
+    if (!isSocket(socket) || !recordsInto(pid, dir)) {
       t.exited.push_back(pid);
     } else {
       t.live.push_back({pid, socket});
@@ -157,7 +165,9 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   auto byPid = [](const AttachTarget& a, const AttachTarget& b) { return a.pid < b.pid; };
   std::sort(t.live.begin(), t.live.end(), byPid);
   std::sort(t.exited.begin(), t.exited.end());
-  if (t.live.empty() && !t.other_users.empty()) {
+  const auto manifest = db::readManifest(dir);
+  const bool ended = manifest.isOk() && manifest->end_time_ns > 0;
+  if (t.live.empty() && !t.other_users.empty() && !ended) {
     const auto& [pid, uid] = t.other_users.front();
     return makeError(ErrorCode::kIo,
                      "the running processes of {} are another user's (process {} runs as uid {}, "
@@ -166,8 +176,7 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
                      dir, pid, uid, ::geteuid());
   }
   if (t.live.empty()) {
-    auto manifest = db::readManifest(dir);
-    if (manifest.isOk() && manifest->end_time_ns > 0) {
+    if (ended) {
       return makeError(ErrorCode::kNotFound,
                        "the recording in {} has ended (its command exited with "
                        "status {}); nothing to attach to",
@@ -260,8 +269,10 @@ Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
 Result<AttachTargets> findAttachTargets(const std::string& pid_or_run_dir) {
   pid_t pid = 0;
   // A run directory named by digits (`record -o 20241206`) is a run, not a pid: `record` wrote
-  // its manifest before starting the command.
-  if (parsePid(pid_or_run_dir, pid) && !db::readManifest(pid_or_run_dir).isOk()) return targetsOfPid(pid);
+  // its manifest before starting the command (one damaged since still says so).
+  std::error_code ec;
+  const bool run = fs::exists(fs::path(pid_or_run_dir) / db::kManifestName, ec);
+  if (parsePid(pid_or_run_dir, pid) && !run) return targetsOfPid(pid);
   return targetsOfRun(pid_or_run_dir);
 }
 

@@ -84,6 +84,13 @@ Result<std::string> resolveCommand(const std::string& name) {
 Status refuseLiveRun(const std::string& dir) {
   const std::vector<LiveRunProcess> live = liveProcessesOfRun(dir);
   if (live.empty()) return Status::ok();
+  if (!live.front().other_host.empty()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "{} was recorded on host {} and has not ended there; whether it still records "
+                     "cannot be seen from here, so --force does not replace it. Record into another "
+                     "directory, or, if nothing records into it any more, delete it by hand",
+                     dir, live.front().other_host);
+  }
   std::string who;
   for (const LiveRunProcess& p : live) {
     who += fmt::format("{}{} ({})", who.empty() ? "" : ", ", p.pid,
@@ -93,6 +100,26 @@ Status refuseLiveRun(const std::string& dir) {
                    "{} is still being recorded by process {}; --force replaces only a finished run. "
                    "Wait for it or end it (kill the detrace record), or record into another directory",
                    dir, who);
+}
+
+// Trace files that are not a run's own (a baseline copied in as baseline.dtrace) would be read as
+// ranks of the new run; --force does not delete them either: they are named.
+Status refuseForeignTraces(const std::string& dir) {
+  std::string names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code kind;  // a folder named *.dtrace is no trace (Run::open leaves it out)
+    if (entry.path().extension() == db::kTraceExtension && entry.is_regular_file(kind) && pidOfRunFile(name) < 0) {
+      names += (names.empty() ? "" : ", ") + name;
+    }
+  }
+  if (names.empty()) return Status::ok();
+  return makeError(ErrorCode::kInvalidArgument,
+                   "{} holds trace files that are not a recorded process's own ({}); every *{} file "
+                   "of a run directory is read as one of its processes, so move them out or record "
+                   "into another directory",
+                   dir, names, db::kTraceExtension);
 }
 
 Status prepareRunDir(const std::string& dir, bool force) {
@@ -110,6 +137,7 @@ Status prepareRunDir(const std::string& dir, bool force) {
     }
     if (!empty) {
       DETRACE_RETURN_IF_ERROR(refuseLiveRun(dir));
+      DETRACE_RETURN_IF_ERROR(refuseForeignTraces(dir));
       // The run's own files only: a user's notes or notebooks beside the traces stay.
       for (const auto& entry : fs::directory_iterator(dir, ec)) {
         std::string name = entry.path().filename().string();

@@ -8,6 +8,9 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -96,30 +99,106 @@ pid_t pidOfRunFile(std::string_view name) {
   return -1;
 }
 
+bool processRunning(pid_t pid) {
+  if (!processAlive(pid)) return false;
+  const std::vector<std::string> f = statFields(pid);
+  return f.empty() || (f[0] != "Z" && f[0] != "X");  // unreadable: alive counts
+}
+
+namespace {
+
+// The boot time (/proc/stat's btime), seconds since the epoch; -1 if unknown.
+int64_t bootTime() {
+  std::ifstream in("/proc/stat");
+  for (std::string key; in >> key;) {
+    if (key == "btime") {
+      int64_t t = -1;
+      in >> t;
+      return t;
+    }
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return -1;
+}
+
+int64_t mtimeSeconds(const fs::path& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : -1;
+}
+
+std::string thisHost() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// The run's launcher while its manifest has no end: by pid and start time where both were read,
+// else by a start no later than the manifest's last change. A run recorded on another host cannot
+// be checked from here: it counts as live.
+std::optional<LiveRunProcess> liveLauncher(const std::string& dir) {
+  auto m = db::readManifest(dir);
+  if (!m.isOk() || m->end_time_ns != 0) return std::nullopt;
+  if (!m->host.empty() && m->host != thisHost()) {
+    LiveRunProcess p;
+    p.pid = m->launcher_pid;
+    p.launcher = true;
+    p.other_host = m->host;
+    return p;
+  }
+  const pid_t pid = m->launcher_pid;
+  if (pid <= 0 || !processRunning(pid)) return std::nullopt;
+  const int64_t ticks = processStartTicks(pid);
+  const bool same = ticks >= 0 && m->launcher_start_ticks >= 0
+                        ? ticks == m->launcher_start_ticks
+                        : mayHaveWritten(pid, mtimeSeconds(fs::path(dir) / db::kManifestName));
+  if (!same) return std::nullopt;
+  LiveRunProcess p;
+  p.pid = pid;
+  p.launcher = true;
+  return p;
+}
+
+}  // namespace
+
+bool mayHaveWritten(pid_t pid, int64_t mtime) {
+  const int64_t ticks = processStartTicks(pid), boot = bootTime();
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (ticks < 0 || boot < 0 || hz <= 0 || mtime < 0) return true;  // unknown: it may have
+  return boot + ticks / hz <= mtime + 2;  // 2 s: the clocks' granularity
+}
+
 std::vector<LiveRunProcess> liveProcessesOfRun(const std::string& dir) {
   std::vector<LiveRunProcess> live;
-  if (auto m = db::readManifest(dir); m.isOk() && m->end_time_ns == 0 && m->launcher_pid > 0 &&
-                                      processAlive(m->launcher_pid) &&
-                                      processStartTicks(m->launcher_pid) == m->launcher_start_ticks) {
-    live.push_back({m->launcher_pid, true, false});
+  if (std::optional<LiveRunProcess> launcher = liveLauncher(dir)) {
+    live.push_back(*launcher);
+    if (!launcher->other_host.empty()) return live;  // its pids mean nothing here
   }
-  std::set<pid_t> pids;
+  std::map<pid_t, int64_t> newest;  // pid -> its files' latest change
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (pid_t pid = pidOfRunFile(entry.path().filename().string()); pid > 0) pids.insert(pid);
+    if (pid_t pid = pidOfRunFile(entry.path().filename().string()); pid > 0) {
+      newest[pid] = std::max(newest.count(pid) ? newest[pid] : int64_t{-1}, mtimeSeconds(entry.path()));
+    }
   }
-  for (pid_t pid : pids) {
+  for (const auto& [pid, mtime] : newest) {
     if (!live.empty() && live.front().pid == pid) continue;
-    if (!processAlive(pid)) continue;
-    const int64_t uid = processUid(pid);
-    if (uid >= 0 && uid != static_cast<int64_t>(::geteuid())) {
-      live.push_back({pid, false, true});
+    // Gone, or its pid handed to a process that started after the files were last written.
+    if (!processRunning(pid) || !mayHaveWritten(pid, mtime)) continue;
+    const std::map<std::string, std::string> env = processEnvironment(pid);
+    if (env.empty()) {  // unreadable (another user's, or /proc mounted hidepid): it may record here
+      LiveRunProcess p;
+      p.pid = pid;
+      p.other_user = true;
+      live.push_back(p);
       continue;
     }
-    const std::map<std::string, std::string> env = processEnvironment(pid);
     auto it = env.find("DETRACE_OUT_DIR");
     std::error_code same;
-    if (it != env.end() && fs::equivalent(it->second, dir, same) && !same) live.push_back({pid, false, false});
+    if (it != env.end() && fs::equivalent(it->second, dir, same) && !same) {
+      LiveRunProcess p;
+      p.pid = pid;
+      live.push_back(p);
+    }
   }
   return live;
 }

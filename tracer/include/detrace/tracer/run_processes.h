@@ -15,8 +15,14 @@
 
 namespace detrace::tracer {
 
-// Whether `pid` exists (ours or another user's).
+// Whether `pid` exists (ours or another user's; a zombie too).
 bool processAlive(pid_t pid);
+// Whether `pid` exists and has not ended (not a zombie waiting for its parent).
+bool processRunning(pid_t pid);
+// Whether process `pid` may have written a file last changed at `mtime` (seconds since the
+// epoch): it started no later (2 s of slack). False means its pid was handed out again since;
+// true where its start cannot be read.
+bool mayHaveWritten(pid_t pid, int64_t mtime);
 // The owner of /proc/<pid>, or -1 when it cannot be read (the process has gone).
 int64_t processUid(pid_t pid);
 // The process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), -1 when it
@@ -34,13 +40,15 @@ pid_t pidOfRunFile(std::string_view file_name);
 // A process that is still recording into a run directory.
 struct LiveRunProcess {
   pid_t pid = 0;
-  bool launcher = false;  // the run's `detrace record`, by the manifest's pid and start time
-  bool other_user = false;  // runs as another user: whether it records here cannot be read, and
-                            // it is counted as live
+  bool launcher = false;    // the run's `detrace record`, by the manifest's pid and start time
+  bool other_user = false;  // its environment cannot be read (another user's, or /proc mounted
+                            // hidepid): whether it records here is unknown, and it counts as live
+  std::string other_host;   // the run was recorded on this other host and has not ended: its
+                            // processes cannot be seen from here, and it counts as live
 };
 // The run's processes still running: its launcher while its manifest has no end, and any process
-// named by one of the run's files whose environment says it records into `dir` (a recorded
-// program outlives a killed launcher).
+// named by one of the run's files that started before they were last written and whose
+// environment says it records into `dir` (a recorded program outlives a killed launcher).
 std::vector<LiveRunProcess> liveProcessesOfRun(const std::string& dir);
 
 }  // namespace detrace::tracer
