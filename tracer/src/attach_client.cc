@@ -79,7 +79,8 @@ bool recordsInto(pid_t pid, const std::string& dir) {
 Result<AttachTargets> targetsOfRun(const std::string& dir);
 
 // The run directory of a `detrace record` whose pid this is (`$!` after `detrace record --paused
-// ... &`): a child of it carries DETRACE_LAUNCHER_PID with this pid. "" if none does.
+// ... &`): a child of it carries DETRACE_LAUNCHER_PID with this pid. "" if none does (also in the
+// moment between fork and exec, while the child's environment is still detrace's own).
 std::string runOfLauncher(pid_t pid) {
   for (pid_t child : childProcesses(pid)) {
     const std::map<std::string, std::string> env = processEnvironment(child);
