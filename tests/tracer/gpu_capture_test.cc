@@ -264,11 +264,10 @@ TEST(TracerCapture, StepWindowRecordsOnlyThatStep) {
 }
 
 // cuBLASLt matmuls with epilogues (tracer_gpu_app lt-epilogue, lt_epilogue_values.h): each is
-// recorded with its epilogue; the bias that BIAS, GELU_BIAS and GELU_AUX_BIAS read is an input
-// operand whose copy is the program's bias and whose digest is the CPU twin's; the GeLU input that
-// GELU_AUX_BIAS writes (aux) is an output with a row per token; the last call, back at the default
-// epilogue with the pointers still set, has neither. Every operand's digest (and row digests) equal
-// the CPU twin's of the tracer's copy.
+// recorded with its epilogue; the bias that BIAS and GELU_AUX_BIAS read is an input operand whose
+// copy is the program's bias and whose digest is the CPU twin's; the GeLU input that GELU_AUX_BIAS
+// writes (aux) is an output with a row per token; the last call, at the default epilogue, has
+// neither. Every operand's digest (and row digests) equal the CPU twin's of the tracer's copy.
 TEST(TracerCapture, CublasLtEpiloguesAndTheirOperandsAreRecorded) {
   DETRACE_REQUIRE_GPU();
   namespace v = lt_epilogue_values;
@@ -306,7 +305,7 @@ TEST(TracerCapture, CublasLtEpiloguesAndTheirOperandsAreRecorded) {
         EXPECT_EQ(*bytes, bias_bytes) << "the bias copied is not the program's";
       }
     }
-    const bool has_bias = call < 3, has_aux = call == 2;
+    const bool has_bias = call < v::kWithBias, has_aux = call == v::kWithAux;
     ASSERT_EQ(by_name.count("bias"), has_bias ? 1u : 0u);
     ASSERT_EQ(by_name.count("aux"), has_aux ? 1u : 0u);
     if (has_bias) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <vector>
 
 #include "lt_epilogue_values.h"
@@ -54,12 +55,15 @@ inline int ltEpilogueMain() {
   LE_CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, v::kK, v::kM, v::kK));
   LE_CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, v::kK, v::kN, v::kK));
   LE_CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, v::kM, v::kN, v::kM));
-  // One descriptor for all the calls, as a program reusing one would: the bias and aux pointers
-  // stay set when the last call goes back to the default epilogue.
-  cublasLtMatmulDesc_t desc = nullptr;
+  // One descriptor for the bias epilogues, as a program reusing one would; the last call, without
+  // an epilogue, gets a descriptor of its own (cuBLASLt refuses a default epilogue with the bias
+  // pointer set: lt_epilogue_values.h).
+  cublasLtMatmulDesc_t desc = nullptr, plain = nullptr;
+  LE_CK(cublasLtMatmulDescCreate(&plain, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LE_CK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t trans_a = CUBLAS_OP_T;
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
+  LE_CK(cublasLtMatmulDescSetAttribute(plain, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
   const cudaDataType_t bias_type = CUDA_R_16BF;
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -67,10 +71,12 @@ inline int ltEpilogueMain() {
   const int64_t aux_ld = v::kM;
   LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
   const float alpha = 1.0f, beta = 0.0f;
-  for (int32_t e : v::kEpilogues) {
+  for (size_t call = 0; call < std::size(v::kEpilogues); ++call) {
+    const int32_t e = v::kEpilogues[call];
+    cublasLtMatmulDesc_t d = call < v::kWithBias ? desc : plain;
     const cublasLtEpilogue_t epilogue = static_cast<cublasLtEpilogue_t>(e);
-    LE_CK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    const cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, ws, ws_bytes, s);
+    LE_CK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    const cublasStatus_t st = cublasLtMatmul(lt, d, &alpha, A, la, B, lb, &beta, D, ld, D, ld, nullptr, ws, ws_bytes, s);
     if (st != CUBLAS_STATUS_SUCCESS) {
       std::fprintf(stderr, "tracer_gpu_app lt-epilogue: cublasLtMatmul with epilogue %d failed (%d)\n", e, int(st));
       return 1;
@@ -78,6 +84,7 @@ inline int ltEpilogueMain() {
   }
   LE_CK(cudaStreamSynchronize(s));
   LE_CK(cublasLtMatmulDescDestroy(desc));
+  LE_CK(cublasLtMatmulDescDestroy(plain));
   LE_CK(cublasLtMatrixLayoutDestroy(la));
   LE_CK(cublasLtMatrixLayoutDestroy(lb));
   LE_CK(cublasLtMatrixLayoutDestroy(ld));
