@@ -92,17 +92,15 @@ std::string runOfLauncher(pid_t pid) {
 }
 
 Result<AttachTargets> targetsOfPid(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) {
+  if (!processAlive(pid)) {
     return makeError(ErrorCode::kNotFound,
                      "no process {}: it has exited, or the pid is wrong (ps -p {})", pid, pid);
   }
-  struct stat st {};
-  std::string proc = "/proc/" + std::to_string(pid);
-  if (::stat(proc.c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
+  if (const int64_t uid = processUid(pid); uid >= 0 && uid != ::geteuid()) {
     return makeError(ErrorCode::kIo,
                      "process {} runs as uid {}, not as you (uid {}): only a "
                      "process's own user may control it; run detrace attach as that user",
-                     pid, st.st_uid, ::geteuid());
+                     pid, uid, ::geteuid());
   }
   std::map<std::string, std::string> env = processEnvironment(pid);
   std::vector<std::string> candidates;

@@ -22,6 +22,12 @@ namespace fs = std::filesystem;
 
 namespace detrace::tracer {
 
+std::string hostName() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
 bool processAlive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
 int64_t processUid(pid_t pid) {
@@ -126,19 +132,13 @@ int64_t mtimeSeconds(const fs::path& p) {
   return ::stat(p.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : -1;
 }
 
-std::string thisHost() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // The run's launcher while its manifest has no end: by pid and start time where both were read,
 // else by a start no later than the manifest's last change. A run recorded on another host cannot
 // be checked from here: it counts as live.
 std::optional<LiveRunProcess> liveLauncher(const std::string& dir) {
   auto m = db::readManifest(dir);
   if (!m.isOk() || m->end_time_ns != 0) return std::nullopt;
-  if (!m->host.empty() && m->host != thisHost()) {
+  if (!m->host.empty() && m->host != hostName()) {
     LiveRunProcess p;
     p.pid = m->launcher_pid;
     p.launcher = true;

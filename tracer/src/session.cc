@@ -276,8 +276,7 @@ void Session::writeMetadataLocked() {
   w.setMeta("pid", std::to_string(rank_.pid));
   w.setMeta("command", commandLine());
   w.setMeta("start_time_ns", std::to_string(realtimeNs()));
-  if (capturing() && levels_used_.empty()) levels_used_ = captureLevelName(policy_.level);
-  w.setMeta("capture", levels_used_.empty() ? captureLevelName(policy_.level) : levels_used_);
+  w.setMeta("capture", capturing() ? noteLevelLocked() : std::string(captureLevelName(policy_.level)));
   w.setMeta("row_digests", rowDigestsName(policy_.row_digests));
   w.setMeta("graph_weights_every", std::to_string(policy_.graph_weights_every));
   if (const char* win = std::getenv("DETRACE_WINDOW"); win && *win) w.setMeta("window", win);
@@ -458,6 +457,16 @@ Status Session::setWindow(const std::string& spec) {
   return Status::ok();
 }
 
+// The levels captured at so far with the current one, in order of first use: a trace whose starts
+// used several says so ("digest,meta"; diff and info read it). Under mu_.
+const std::string& Session::noteLevelLocked() {
+  const std::string name = captureLevelName(policy_.level);
+  if (("," + levels_used_ + ",").find("," + name + ",") == std::string::npos) {
+    levels_used_ += (levels_used_.empty() ? "" : ",") + name;
+  }
+  return levels_used_;
+}
+
 Status Session::startCapture(const std::string& level, const std::string& window) {
   std::lock_guard lk(capture_mu_);
   if (!enabled()) {
@@ -480,12 +489,7 @@ Status Session::startCapture(const std::string& level, const std::string& window
     if (!started_.load(std::memory_order_relaxed) && !startLocked()) {
       return makeError(ErrorCode::kIo, "cannot create the trace in {} (the process's stderr says why)", out_dir_);
     }
-    // A trace whose starts used several levels says so: "digest,meta" (diff and info read it).
-    const std::string name = captureLevelName(policy_.level);
-    if (("," + levels_used_ + ",").find("," + name + ",") == std::string::npos) {
-      levels_used_ += (levels_used_.empty() ? "" : ",") + name;
-    }
-    writer_->setMeta("capture", levels_used_);
+    writer_->setMeta("capture", noteLevelLocked());
     writer_->addStat("capture_starts", 1);
   }
   if (hooks_.start) hooks_.start();

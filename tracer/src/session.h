@@ -178,6 +178,7 @@ class Session {
   const CaptureLevel recorded_level_ = policy_.level;  // `detrace record --capture`'s: an attach
                                                        // start without --capture goes back to it
   std::string levels_used_;  // the levels captured at so far, in order ("digest,meta"): meta "capture"
+  const std::string& noteLevelLocked();  // adds the current level to levels_used_ (under mu_)
   std::unique_ptr<WindowGate> deep_gate_;  // set in the constructor, never changed
   // The gate in use: gate_, or one made by `attach start --window` (kept in attach_gates_ for
   // the life of the process, so a callback holding the old one never sees it freed).

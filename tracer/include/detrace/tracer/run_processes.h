@@ -15,6 +15,8 @@
 
 namespace detrace::tracer {
 
+// This machine's host name, as manifests record it.
+std::string hostName();
 // Whether `pid` exists (ours or another user's; a zombie too).
 bool processAlive(pid_t pid);
 // Whether `pid` exists and has not ended (not a zombie waiting for its parent).
