@@ -4,6 +4,7 @@
 // driver's graph launch callbacks stay on), and a few it should not (stale exits).
 #include <gtest/gtest.h>
 
+#include "detrace/tracer/callback_repeats.h"
 #include "detrace/tracer/launch_nesting.h"
 
 namespace detrace::tracer {
@@ -157,6 +158,57 @@ TEST(LaunchNesting, TheFastPathsRuntimeExitOnlyLeaves) {
   n.leaveRuntime();
   EXPECT_EQ(n.depth(), 0);
   EXPECT_TRUE(enter(n, kDriver, kPlain));
+}
+
+// CallbackRepeats (callback_repeats.h): a callback equal to the thread's last one is a repeat;
+// anything that differs (domain, callback, site, correlation id) is not.
+TEST(CallbackRepeats, OnlyTheSameCallbackRightAgainIsARepeat) {
+  constexpr uint32_t kRt = 1, kDrv = 2, kEnter = 0, kExit = 1, kGraphLaunch = 311;
+  CallbackRepeats f;
+  EXPECT_FALSE(f.repeated(kRt, kGraphLaunch, kEnter, 149));
+  EXPECT_TRUE(f.repeated(kRt, kGraphLaunch, kEnter, 149));
+  EXPECT_TRUE(f.repeated(kRt, kGraphLaunch, kEnter, 149)) << "as often as it comes";
+  EXPECT_FALSE(f.repeated(kDrv, kGraphLaunch, kEnter, 149)) << "another domain";
+  EXPECT_FALSE(f.repeated(kDrv, kGraphLaunch, kExit, 149)) << "another site";
+  EXPECT_FALSE(f.repeated(kRt, kGraphLaunch, kExit, 149));
+  EXPECT_FALSE(f.repeated(kRt, kGraphLaunch, kExit, 150)) << "another call";
+  EXPECT_FALSE(f.repeated(kRt, kGraphLaunch + 1, kExit, 150)) << "another callback";
+  CallbackRepeats fresh;
+  EXPECT_FALSE(fresh.repeated(0, 0, 0, 0)) << "the first callback is never a repeat";
+}
+
+// The sequence an H100 delivered after a start re-enabled the runtime's graph launch callbacks
+// (runtime enter twice, the driver half once, runtime exit twice), filtered as the adapter does:
+// one launch, opened once, closed once by its driver half; unfiltered it began twice.
+TEST(CallbackRepeats, ARepeatedRuntimeGraphLaunchIsOneLaunch) {
+  struct Callback {
+    bool runtime, enter;
+    uint32_t correlation;
+  };
+  const Callback delivered[] = {{kRuntime, true, 149},  {kRuntime, true, 149},  {kDriver, true, 149},
+                                {kDriver, false, 149},  {kRuntime, false, 149}, {kRuntime, false, 149},
+                                {kRuntime, true, 150},  {kRuntime, true, 150},  {kDriver, true, 150},
+                                {kDriver, false, 150},  {kRuntime, false, 150}, {kRuntime, false, 150}};
+  for (bool filtered : {true, false}) {
+    LaunchNesting n;
+    CallbackRepeats f;
+    int begun = 0, closed = 0;
+    for (const Callback& c : delivered) {
+      if (filtered && f.repeated(c.runtime ? 1 : 2, 311, c.enter ? 0 : 1, c.correlation)) continue;
+      if (c.enter) {
+        begun += enter(n, c.runtime, kGraph, c.correlation, /*opens=*/true) ? 1 : 0;
+      } else {
+        closed += n.exit(c.runtime, kGraph).close_graph ? 1 : 0;
+      }
+    }
+    if (filtered) {
+      EXPECT_EQ(begun, 2) << "two launches, each begun once";
+      EXPECT_EQ(closed, 2);
+      EXPECT_EQ(n.depth(), 0);
+    } else {
+      EXPECT_EQ(begun, 4) << "what the tracer did before: each launch begun twice";
+    }
+  }
 }
 
 }  // namespace

@@ -559,7 +559,21 @@ Execution execution(int k, const std::vector<float>& a, const std::vector<float>
 std::string graphStats(const std::map<std::string, int64_t>& stats) {
   std::string out;
   for (const auto& [name, value] : stats) {
-    if (name.rfind("graph_", 0) == 0) out += fmt::format("  {} = {}\n", name, value);
+    if (name.rfind("graph_", 0) == 0 || name == "cupti_callbacks_repeated") {
+      out += fmt::format("  {} = {}\n", name, value);
+    }
+  }
+  return out;
+}
+
+// "0-3 7 9-12": a set of replay numbers as runs (a failing GPU run prints which launches had what).
+std::string runsOf(const std::set<int64_t>& numbers) {
+  std::string out;
+  for (auto it = numbers.begin(); it != numbers.end();) {
+    int64_t first = *it, last = first;
+    while (++it != numbers.end() && *it == last + 1) last = *it;
+    out += out.empty() ? "" : " ";
+    out += first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
   }
   return out;
 }
@@ -567,8 +581,9 @@ std::string graphStats(const std::map<std::string, int64_t>& stats) {
 // Checks a graph-threads recording: every launch given fingerprints has both GEMMs' operands
 // equal to the CPU's of one execution k (found by X's digest: X spells k), each k at most once;
 // every other launch has no operands at all. `all_recorded`: every launch is in the trace (else
-// only those made while recording was on). Returns the launches given fingerprints.
-int checkThreadedLaunches(const Recording& r, bool all_recorded = true) {
+// only those made while recording was on). Returns the launches given fingerprints; `which`, when
+// given, says which replays were recorded and which had fingerprints.
+int checkThreadedLaunches(const Recording& r, bool all_recorded = true, std::string* which = nullptr) {
   db::TraceReader& t = *r.reader;
   const int launches = r.app.at("launches");
   const std::vector<float> a = readFloats(r.dir + "/A.bin"), w = readFloats(r.dir + "/W.bin");
@@ -655,6 +670,22 @@ int checkThreadedLaunches(const Recording& r, bool all_recorded = true) {
     }
   }
   EXPECT_EQ(mismatches, 0) << "launches whose fingerprints are not one execution's:\n" << described;
+  // Each recorded launch's replayed GEMMs own kernels of its graph (a launch recorded twice, or
+  // one whose records went to another, would leave one without).
+  std::set<int64_t> without_kernels;
+  for (const db::GraphOp& g : rows) {
+    bool owns = false;
+    for (size_t s = static_cast<size_t>(g.seq) + 1; !owns && s < r.events.size() && s < static_cast<size_t>(g.seq) + 64; ++s) {
+      owns = r.events[s].parent_seq == g.seq;
+    }
+    if (!owns) without_kernels.insert(g.replay);
+  }
+  EXPECT_TRUE(without_kernels.empty()) << "replays whose GEMMs own no kernel: " << runsOf(without_kernels);
+  if (which != nullptr) {
+    std::set<int64_t> with;
+    for (const auto& entry : by_launch) with.insert(entry.first);
+    *which = fmt::format("replays recorded: {}\nreplays with fingerprints: {}", runsOf(recorded), runsOf(with));
+  }
   return fingerprinted;
 }
 
@@ -670,6 +701,7 @@ struct TurnsRun {
   int launches = 0;
   int fingerprinted = 0;  // launches with one execution's fingerprints (checkThreadedLaunches)
   std::map<std::string, int64_t> stats;
+  std::string which;  // checkThreadedLaunches's
 };
 
 // Records the run and checks what holds whenever the threads take turns: CUDA never overlapped
@@ -679,7 +711,7 @@ void recordTurns(const std::string& how, bool all_recorded, TurnsRun& run) {
   ASSERT_NO_FATAL_FAILURE(recordGraphApp(run.tmp, run.r, "", "", "graph-threads", how));
   run.launches = run.r.app["launches"];
   EXPECT_EQ(run.r.app["overlapping_executions"], 0) << "CUDA orders one graph's executions";
-  run.fingerprinted = checkThreadedLaunches(run.r, all_recorded);
+  run.fingerprinted = checkThreadedLaunches(run.r, all_recorded, &run.which);
   auto stats = run.r.reader->stats();
   ASSERT_TRUE(stats.isOk());
   run.stats = std::move(*stats);
@@ -770,6 +802,7 @@ TEST(TracerGraph, LaunchesAcrossStopsAndStartsKeepTheirOwnFingerprints) {
   if (size_t at = run.r.log.find("switches were answered"); at != std::string::npos) {
     std::printf("note: %s\n", run.r.log.substr(at, run.r.log.find('\n', at) - at).c_str());
   }
+  std::printf("%s\n", run.which.c_str());
   if (HasFailure()) std::printf("detrace record said:\n%s\n", run.r.log.c_str());
 }
 

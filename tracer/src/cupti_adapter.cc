@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -41,6 +42,7 @@
 #include "own_stream.h"
 #include "nvtx_markers.h"
 #include "placement.h"
+#include "detrace/tracer/callback_repeats.h"
 #include "detrace/tracer/correlation_ids.h"
 #include "detrace/tracer/cupti_decode.h"
 #include "detrace/tracer/flush_settle.h"
@@ -81,6 +83,9 @@ std::vector<uint8_t*>& g_pool = *new std::vector<uint8_t*>();
 bool g_may_reject = true;
 bool g_zeroed_buffers = false;
 std::atomic<int64_t> g_buffers_refused{0};
+// API callbacks CUPTI delivered twice in a row, ignored (callback_repeats.h).
+thread_local CallbackRepeats t_repeats;
+std::atomic<int64_t> g_callbacks_repeated{0};
 
 // The size of each activity buffer: 1 MiB, or DETRACE_CUPTI_BUFFER_MIB (1 to 64, read once). A
 // benchmark knob: CUPTI's records alone cost the eager loops 0.3-0.7 points less with 8 MiB
@@ -560,6 +565,18 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   if (!classifyLaunch(domain, cbid, kind)) return;
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   Session& s = Session::get();
+  // DETRACE_DIAG_GRAPH_CALLBACKS=1: a line per graph launch callback, as it comes (diagnosis only).
+  static const bool diag_graph = [] {
+    const char* v = std::getenv("DETRACE_DIAG_GRAPH_CALLBACKS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (diag_graph && kind.graph) {
+    logLine("diag graph callback: thread %ld %s %s corr %u depth %d open %d capturing %d epoch %llu",
+            static_cast<long>(gettid()), runtime ? "runtime" : "driver",
+            cb->callbackSite == CUPTI_API_ENTER ? "enter" : "exit", cb->correlationId, t_nesting.depth(),
+            t_nesting.graphOpen() ? 1 : 0, s.buffer() != nullptr ? 1 : 0,
+            static_cast<unsigned long long>(t_capture_epoch));
+  }
   if (cb->callbackSite != CUPTI_API_ENTER) {
     onLaunchExit(cb, kind, runtime, s);
   } else if (!runtime && t_nesting.driverHalf(kind.graph)) {
@@ -824,6 +841,13 @@ void onOwnMemoryApi(const CUpti_CallbackData* cb) {
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    const auto* api = static_cast<const CUpti_CallbackData*>(data);
+    if (t_repeats.repeated(domain, cbid, api->callbackSite, api->correlationId)) {  // callback_repeats.h
+      g_callbacks_repeated.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   // The marker's own callback counts as "other": its whole call is the marker site.
   const bool marker = domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback;
   DiagScope timing(diagTimingOn() && !marker && !isOwnMemoryCallback(domain, cbid)
@@ -1059,6 +1083,9 @@ void finalFlush(std::chrono::steady_clock::time_point gpu_deadline) {
     g_active = false;
     int64_t refused = g_buffers_refused.load();
     if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
+    if (int64_t repeated = g_callbacks_repeated.load(); repeated > 0) {
+      Session::get().addStat("cupti_callbacks_repeated", repeated);
+    }
   } catch (...) {
   }
 }

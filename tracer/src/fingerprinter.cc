@@ -960,7 +960,7 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
           try {
             s.settleReplayForTeardownLocked(p, w);
           } catch (...) {
-            ++s.graph_replays_lost;
+            s.countReplayLost(fp::ReplayLoss::kTeardown);
           }
           continue;
         }
@@ -1206,6 +1206,11 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
       w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
       w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
       w->addStat("graph_replays_lost", s.graph_replays_lost);
+      for (size_t i = 0; i < s.graph_replays_lost_by.size(); ++i) {  // why, where any was
+        if (s.graph_replays_lost_by[i] == 0) continue;
+        w->addStat(std::string("graph_replays_lost_") + fp::replayLossName(static_cast<fp::ReplayLoss>(i)),
+                   s.graph_replays_lost_by[i]);
+      }
       w->addStat("graph_replays_settled_at_teardown", s.graph_replays_settled_at_teardown);
       w->addStat("graph_replays_waited", s.graph_replays_waited);
       w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);

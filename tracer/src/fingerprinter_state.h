@@ -11,6 +11,7 @@
 // and `lost` are the drainer's alone: drain_mu guards them, mu need not.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -272,6 +273,25 @@ struct ExecInfo {
 };
 
 // One launch of an executable graph whose replayed ops' digests land in the graph results ring.
+// Why a graph launch's results were given up (State::graph_replays_lost_by; a trace's stats
+// `graph_replays_lost_<name>`): the first reason found is kept.
+enum class ReplayLoss : uint8_t {
+  kNone,          // no reason noted (counted as `other`)
+  kLaunchFailed,  // the launch call returned an error: no digests ran
+  kExitUnseen,    // its API exit never came; the thread's next launch ended it (abandonReplay)
+  kOverlapped,    // another thread's launch may have run unordered against it
+  kUnordered,     // a later launch could not be ordered after it
+  kUnclosed,      // its cells' reset or its end event could not be queued
+  kCellsUnset,    // its cells could not be pointed at its words
+  kNoContext,     // its context could not be made current at its end
+  kStreamGone,    // its stream may have been destroyed before its end was seen
+  kEndTimeout,    // its end was still not seen when the drainer gave up waiting
+  kEventError,    // its end event answered an error
+  kTeardown,      // its context was torn down before its results could be read
+  kCount
+};
+const char* replayLossName(ReplayLoss why);
+
 struct Replay {
   std::shared_ptr<ExecInfo> exec;
   Context* ctx = nullptr;
@@ -286,6 +306,12 @@ struct Replay {
   bool failed = false;  // no results will come
   bool leak = false;    // its words may still be written: never hand them out again
   bool overlapped = false;  // a launch may have run unordered against it: give its words up
+  ReplayLoss loss = ReplayLoss::kNone;  // why `failed` was set (the first reason)
+
+  void fail(ReplayLoss why) {
+    failed = true;
+    if (loss == ReplayLoss::kNone) loss = why;
+  }
 };
 
 // One queued result: an operand's digests (eager), or a graph replay's (replay != nullptr).
@@ -424,6 +450,11 @@ class State {
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
+  std::array<int64_t, static_cast<size_t>(ReplayLoss::kCount)> graph_replays_lost_by{};  // by reason
+  void countReplayLost(ReplayLoss why) {
+    ++graph_replays_lost;
+    ++graph_replays_lost_by[static_cast<size_t>(why)];
+  }
   int64_t graph_replays_settled_at_teardown = 0;  // read out as their context was torn down
   int64_t graph_replays_unsupported = 0;
   // Launches that waited for another thread's launch of the same graph to end, and those given no

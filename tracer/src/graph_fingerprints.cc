@@ -47,6 +47,26 @@
 
 namespace detrace::tracer {
 namespace fp {
+
+const char* replayLossName(ReplayLoss why) {
+  switch (why) {
+    case ReplayLoss::kLaunchFailed: return "launch_failed";
+    case ReplayLoss::kExitUnseen: return "exit_unseen";
+    case ReplayLoss::kOverlapped: return "overlapped";
+    case ReplayLoss::kUnordered: return "unordered";
+    case ReplayLoss::kUnclosed: return "unclosed";
+    case ReplayLoss::kCellsUnset: return "cells_unset";
+    case ReplayLoss::kNoContext: return "no_context";
+    case ReplayLoss::kStreamGone: return "stream_gone";
+    case ReplayLoss::kEndTimeout: return "end_timeout";
+    case ReplayLoss::kEventError: return "event_error";
+    case ReplayLoss::kTeardown: return "teardown";
+    case ReplayLoss::kNone:
+    case ReplayLoss::kCount: break;
+  }
+  return "other";
+}
+
 namespace {
 
 constexpr size_t kMaxCapturedOps = 4096;                  // captured calls awaiting NCCL's choices
@@ -479,7 +499,7 @@ void State::reclaimCapturesLocked() {
 State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWriter* w) {
   Replay& r = *p.replay;
   if (r.failed) {
-    ++graph_replays_lost;
+    countReplayLost(r.loss);
     return ReplayStep::kWritten;
   }
   if (!r.ended) {
@@ -494,14 +514,14 @@ State::ReplayStep State::drainReplayLocked(Pending& p, bool final, db::TraceWrit
           "CUDA graph replays get no more fingerprints in this context: a replay's end was not "
           "seen");
     }
-    ++graph_replays_lost;
+    countReplayLost(ReplayLoss::kEndTimeout);
     return ReplayStep::kWritten;
   }
   CUresult q = Driver::get().event_query(r.event);
   if (q == CUDA_ERROR_NOT_READY && !final) return ReplayStep::kWait;
   if (q != CUDA_SUCCESS) {
     r.leak = true;  // the graph may still be writing
-    ++graph_replays_lost;
+    countReplayLost(ReplayLoss::kEventError);
     return ReplayStep::kWritten;
   }
   const ExecInfo& e = *r.exec;
@@ -563,7 +583,7 @@ void State::settleReplayForTeardownLocked(Pending& p, db::TraceWriter* w) {
     if (swap) d.setCurrent(callers);
   }
   if (q != CUDA_SUCCESS) {
-    ++graph_replays_lost;
+    countReplayLost(r.failed ? r.loss : ReplayLoss::kTeardown);
     return;
   }
   writeReplayLocked(r, w, /*park=*/true);
@@ -672,7 +692,7 @@ bool contextAliveLocked(State& s, const fp::Context* cx) {
 void giveUpLocked(fp::LaunchOrder& o, uint64_t serial, const char* why, bool unordered) {
   if (const std::shared_ptr<fp::Replay>& open = o.gate.openLaunch()) open->overlapped = true;
   if (std::shared_ptr<fp::Replay> last = o.last.lock(); unordered && last != nullptr && last->ended) {
-    last->failed = true;
+    last->fail(fp::ReplayLoss::kUnordered);
     last->leak = true;
     if (last->ctx != nullptr) last->ctx->graph_leaked = true;
   }
@@ -1015,7 +1035,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
              ->storeWords(cells.data(), values.data(), static_cast<uint32_t>(cells.size()), stream)
              .isOk()) {
       // Some cells may point at its words (one launch per 30 cells): never hand them out again.
-      r->failed = r->ended = r->leak = true;
+      r->fail(fp::ReplayLoss::kCellsUnset);
+      r->ended = r->leak = true;
       cx.graph_broken = true;
       return;
     }
@@ -1078,7 +1099,7 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
       // A launch from another thread may have run after this one's without waiting for its end,
       // and written into these words, now or later; or its graph may still be running. Its
       // cells still get their reset below.
-      failed = true;
+      r->fail(abandoned ? fp::ReplayLoss::kExitUnseen : fp::ReplayLoss::kOverlapped);
       r->leak = true;
     }
     if (!contextAliveLocked(s, e.ctx)) return;  // context gone
@@ -1086,14 +1107,20 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
       // Its stream may have been destroyed since (its handle even taken by another): nothing can
       // be queued after its graph, so the next launch cannot be ordered after it.
       giveUpLocked(*e.order, e.serial, "a launch whose end was not seen cannot be ordered", true);
-      if (r != nullptr) r->failed = r->leak = r->ended = true;
+      if (r != nullptr) {
+        r->fail(fp::ReplayLoss::kStreamGone);
+        r->leak = r->ended = true;
+      }
       return;
     }
     fp::Context& cx = *e.ctx;
     fp::ContextScope scope(cx.ctx);
     if (!scope.ok()) {
       giveUpLocked(*e.order, e.serial, "its context could not be made current to end a launch", true);
-      if (r != nullptr) r->failed = r->leak = r->ended = true;
+      if (r != nullptr) {
+        r->fail(fp::ReplayLoss::kNoContext);
+        r->leak = r->ended = true;
+      }
       return;
     }
     if (r == nullptr) {  // no results: only its end, for the next launch's order
@@ -1125,7 +1152,7 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
     markEndLocked(e, current.stream);
     if (!reset || !marked) {
       // The cells may still point at these words, or their end cannot be seen: never reuse them.
-      r->failed = true;
+      r->fail(fp::ReplayLoss::kUnclosed);
       r->leak = true;
       if (!cx.graph_broken) {
         cx.graph_broken = true;
@@ -1134,7 +1161,7 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
             "closed");
       }
     } else if (failed) {
-      r->failed = true;  // the launch failed: no digests ran; its words are free after the reset
+      r->fail(fp::ReplayLoss::kLaunchFailed);  // no digests ran; its words are free after the reset
     }
   } catch (...) {
   }

@@ -85,6 +85,7 @@ class LaunchNesting {
   }
 
   int depth() const { return depth_; }
+  bool graphOpen() const { return graph_open_; }
   uint64_t runtimeToken() const { return runtime_token_; }
 
  private:

@@ -1,0 +1,35 @@
+// A CUPTI API callback delivered twice. Seen on an H100 (CUDA 13.0, driver 580): after
+// `attach start` re-enabled the runtime's cudaGraphLaunch callbacks while the program's threads
+// were launching, every callback of that kind came twice in a row (the same thread, site and
+// correlation id) until the next stop turned it off; about one start in six under a loaded CPU.
+// Taken as two launches, each graph launch was recorded twice and the first copy's fingerprints
+// were lost. One API call's enter or exit comes once per thread, and correlation ids are never
+// reused, so a callback equal to the thread's previous one is that repeat. Plain logic over
+// standard types, so that CPU tests can check it.
+#pragma once
+
+#include <cstdint>
+
+namespace detrace::tracer {
+
+class CallbackRepeats {
+ public:
+  // True if this callback is the same as the last one this filter saw (then it is to be ignored).
+  bool repeated(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation) {
+    const Key key{domain, cbid, site, correlation};
+    if (seen_ && key == last_) return true;
+    last_ = key;
+    seen_ = true;
+    return false;
+  }
+
+ private:
+  struct Key {
+    uint32_t domain = 0, cbid = 0, site = 0, correlation = 0;
+    bool operator==(const Key&) const = default;
+  };
+  Key last_;
+  bool seen_ = false;
+};
+
+}  // namespace detrace::tracer
