@@ -1095,11 +1095,13 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
     fp::ExecInfo& e = *current.exec;
     fp::Replay* r = current.replay.get();
     if (current.gate && e.order->gate.close(current.gate)) s.replay_ended.notify_all();  // whatever happens below
+    fp::ReplayLoss why = fp::ReplayLoss::kLaunchFailed;
     if (r != nullptr && (r->overlapped || abandoned)) {
       // A launch from another thread may have run after this one's without waiting for its end,
       // and written into these words, now or later; or its graph may still be running. Its
       // cells still get their reset below.
-      r->fail(abandoned ? fp::ReplayLoss::kExitUnseen : fp::ReplayLoss::kOverlapped);
+      failed = true;
+      why = abandoned ? fp::ReplayLoss::kExitUnseen : fp::ReplayLoss::kOverlapped;
       r->leak = true;
     }
     if (!contextAliveLocked(s, e.ctx)) return;  // context gone
@@ -1161,7 +1163,7 @@ void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
             "closed");
       }
     } else if (failed) {
-      r->fail(fp::ReplayLoss::kLaunchFailed);  // no digests ran; its words are free after the reset
+      r->fail(why);  // no digests ran (or may be overwritten); its words are free after the reset
     }
   } catch (...) {
   }
