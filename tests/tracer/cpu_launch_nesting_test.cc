@@ -174,7 +174,9 @@ TEST(CallbackRepeats, OnlyTheSameCallbackRightAgainIsARepeat) {
   EXPECT_FALSE(f.repeated(kRt, kGraphLaunch, kExit, 150)) << "another call";
   EXPECT_FALSE(f.repeated(kRt, kGraphLaunch + 1, kExit, 150)) << "another callback";
   CallbackRepeats fresh;
-  EXPECT_FALSE(fresh.repeated(0, 0, 0, 0)) << "the first callback is never a repeat";
+  EXPECT_FALSE(fresh.repeated(kRt, kGraphLaunch, kEnter, 7)) << "the first callback is never a repeat";
+  EXPECT_FALSE(fresh.repeated(kRt, kGraphLaunch, kEnter, 0));
+  EXPECT_FALSE(fresh.repeated(kRt, kGraphLaunch, kEnter, 0)) << "no correlation id: two calls may look alike";
 }
 
 // The sequence an H100 delivered after a start re-enabled the runtime's graph launch callbacks

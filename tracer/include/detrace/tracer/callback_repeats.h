@@ -15,7 +15,12 @@ namespace detrace::tracer {
 class CallbackRepeats {
  public:
   // True if this callback is the same as the last one this filter saw (then it is to be ignored).
+  // A callback without a correlation id (0) cannot be told from another call's: never a repeat.
   bool repeated(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation) {
+    if (correlation == 0) {
+      seen_ = false;
+      return false;
+    }
     const Key key{domain, cbid, site, correlation};
     if (seen_ && key == last_) return true;
     last_ = key;
