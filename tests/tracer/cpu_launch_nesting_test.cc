@@ -2,6 +2,8 @@
 // closes a graph launch opened for the fingerprinter, fed the callback sequences CUPTI delivers,
 // with and without the exits a stop cuts off (the runtime's launch callbacks go off at a stop, the
 // driver's graph launch callbacks stay on), and a few it should not (stale exits).
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "detrace/tracer/callback_repeats.h"
@@ -180,37 +182,75 @@ TEST(CallbackRepeats, OnlyTheSameCallbackRightAgainIsARepeat) {
 }
 
 // The sequence an H100 delivered after a start re-enabled the runtime's graph launch callbacks
-// (runtime enter twice, the driver half once, runtime exit twice), filtered as the adapter does:
-// one launch, opened once, closed once by its driver half; unfiltered it began twice.
+// (runtime enter twice, the driver half once, runtime exit twice), with the tracer's own digest
+// launch (cuLaunchKernel, its callbacks nested in the handling of the runtime enter and exit, as
+// where driver launch callbacks are on), filtered as the adapter does: one launch, opened once and
+// closed once by its driver half. Unfiltered, each launch began twice; filtered without telling
+// nested callbacks apart, the own launch's callbacks came between the two copies and hid the repeat.
 TEST(CallbackRepeats, ARepeatedRuntimeGraphLaunchIsOneLaunch) {
+  constexpr uint32_t kRt = 1, kDrv = 2, kGraphCb = 311, kLaunchCb = 307;
   struct Callback {
     bool runtime, enter;
     uint32_t correlation;
   };
-  const Callback delivered[] = {{kRuntime, true, 149},  {kRuntime, true, 149},  {kDriver, true, 149},
-                                {kDriver, false, 149},  {kRuntime, false, 149}, {kRuntime, false, 149},
-                                {kRuntime, true, 150},  {kRuntime, true, 150},  {kDriver, true, 150},
-                                {kDriver, false, 150},  {kRuntime, false, 150}, {kRuntime, false, 150}};
-  for (bool filtered : {true, false}) {
+  std::vector<Callback> delivered;
+  for (uint32_t launch : {149u, 152u}) {  // the runtime call's id; its driver half's and own launch's follow
+    for (bool enter_site : {true, false}) {
+      const Callback runtime{kRuntime, enter_site, launch};
+      if (enter_site) {
+        delivered.insert(delivered.end(), {runtime, runtime, {kDriver, true, launch + 1}});
+      } else {
+        delivered.insert(delivered.end(), {{kDriver, false, launch + 1}, runtime, runtime});
+      }
+    }
+  }
+  auto run = [&](bool filtered, bool tell_nested) {
     LaunchNesting n;
     CallbackRepeats f;
     int begun = 0, closed = 0;
     for (const Callback& c : delivered) {
-      if (filtered && f.repeated(c.runtime ? 1 : 2, 311, c.enter ? 0 : 1, c.correlation)) continue;
+      const uint32_t site = c.enter ? 0 : 1;
+      if (filtered && f.begin(true, c.runtime ? kRt : kDrv, kGraphCb, site, c.correlation)) continue;
       if (c.enter) {
         begun += enter(n, c.runtime, kGraph, c.correlation, /*opens=*/true) ? 1 : 0;
       } else {
         closed += n.exit(c.runtime, kGraph).close_graph ? 1 : 0;
       }
+      if (c.runtime && filtered) {  // the tracer's digest launch inside the runtime callback
+        for (uint32_t own_site : {0u, 1u}) {
+          if (tell_nested) {
+            EXPECT_FALSE(f.begin(true, kDrv, kLaunchCb, own_site, 9000 + c.correlation));
+            f.end();
+          } else {
+            (void)f.repeated(kDrv, kLaunchCb, own_site, 9000 + c.correlation);
+          }
+        }
+      }
+      if (filtered) f.end();
     }
-    if (filtered) {
-      EXPECT_EQ(begun, 2) << "two launches, each begun once";
-      EXPECT_EQ(closed, 2);
-      EXPECT_EQ(n.depth(), 0);
-    } else {
-      EXPECT_EQ(begun, 4) << "what the tracer did before: each launch begun twice";
-    }
-  }
+    EXPECT_EQ(closed, 2);
+    return begun;
+  };
+  EXPECT_EQ(run(/*filtered=*/true, /*tell_nested=*/true), 2) << "two launches, each begun once";
+  EXPECT_EQ(run(/*filtered=*/false, false), 4) << "what the tracer did before: each launch begun twice";
+  EXPECT_EQ(run(/*filtered=*/true, /*tell_nested=*/false), 4) << "the own launch hides the repeat";
+}
+
+// Callbacks of other domains (resources, NVTX) are never repeats, and what they nest is not
+// looked at either.
+TEST(CallbackRepeats, OtherDomainsAndWhatTheyNestAreLeftAlone) {
+  CallbackRepeats f;
+  EXPECT_FALSE(f.begin(false, 3, 1, 0, 0));
+  EXPECT_FALSE(f.begin(true, 1, 311, 0, 5)) << "nested";
+  f.end();
+  EXPECT_FALSE(f.begin(true, 1, 311, 0, 5)) << "nested again: not remembered";
+  f.end();
+  f.end();
+  EXPECT_FALSE(f.begin(false, 3, 1, 0, 0)) << "a second resource callback alike";
+  f.end();
+  EXPECT_FALSE(f.begin(true, 1, 311, 0, 5));
+  f.end();
+  EXPECT_TRUE(f.begin(true, 1, 311, 0, 5)) << "now at the top: a repeat";
 }
 
 }  // namespace

@@ -670,17 +670,25 @@ int checkThreadedLaunches(const Recording& r, bool all_recorded = true, std::str
     }
   }
   EXPECT_EQ(mismatches, 0) << "launches whose fingerprints are not one execution's:\n" << described;
-  // Each recorded launch's replayed GEMMs own kernels of its graph (a launch recorded twice, or
-  // one whose records went to another, would leave one without).
+  // Each recorded launch's replayed GEMMs own kernels of its graph, of the same launch (a launch
+  // recorded twice, or one whose records went to another, would leave one without), unless CUPTI
+  // dropped records, which says so.
   std::set<int64_t> without_kernels;
   for (const db::GraphOp& g : rows) {
     bool owns = false;
+    const db::Event& op = r.events[static_cast<size_t>(g.seq)];
     for (size_t s = static_cast<size_t>(g.seq) + 1; !owns && s < r.events.size() && s < static_cast<size_t>(g.seq) + 64; ++s) {
-      owns = r.events[s].parent_seq == g.seq;
+      owns = r.events[s].parent_seq == g.seq && r.events[s].correlation_id == op.correlation_id;
     }
     if (!owns) without_kernels.insert(g.replay);
   }
-  EXPECT_TRUE(without_kernels.empty()) << "replays whose GEMMs own no kernel: " << runsOf(without_kernels);
+  auto stats = t.stats();
+  EXPECT_TRUE(stats.isOk());
+  const bool records_dropped =
+      stats.isOk() && ((*stats)["cupti_records_dropped"] > 0 || (*stats)["cupti_buffers_refused"] > 0);
+  if (!records_dropped) {
+    EXPECT_TRUE(without_kernels.empty()) << "replays whose GEMMs own no kernel: " << runsOf(without_kernels);
+  }
   if (which != nullptr) {
     std::set<int64_t> with;
     for (const auto& entry : by_launch) with.insert(entry.first);

@@ -294,7 +294,7 @@ inline bool askTracer(const std::string& request) {
 // threads take a mutex around each launch call, as CUDA's rules ask of calls on one graph object;
 // without it their launch calls may overlap (which those rules forbid, and the tracer must survive).
 // `switching`: serialized, a launch every 20 ms, while a third thread stops and starts the recording
-// through the control socket (kSwitches times): launches in progress at a switch, launches made
+// through the control socket (kSwitches times, or GRAPH_APP_SWITCHES): launches in progress at a switch, launches made
 // while paused, on either stream, and recorded ones after them. `serialized-reset`: serialized,
 // then a cudaDeviceReset right after the last launch's results are read back, while the tracer
 // still holds the latest launches' results (it writes them once their ops are placed).
@@ -384,7 +384,16 @@ inline int graphThreadsMain(const std::string& dir, bool serialized, bool switch
   int switched = 0;
   // GRAPH_APP_SWITCHES: more switches than the test's kSwitches (a rare failure found sooner).
   const char* switches_env = std::getenv("GRAPH_APP_SWITCHES");
-  const int switches = switches_env != nullptr ? std::atoi(switches_env) : kSwitches;
+  int switches = kSwitches;
+  if (switches_env != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(switches_env, &end, 10);
+    if (end == switches_env || *end != '\0' || n < 1 || n > 1000) {
+      std::fprintf(stderr, "tracer_gpu_app: GRAPH_APP_SWITCHES must be a number from 1 to 1000\n");
+      return 2;
+    }
+    switches = static_cast<int>(n);
+  }
   if (switching) {
     while (ready.load() < kThreads) {
     }

@@ -14,6 +14,8 @@
 // cuptiActivityFlushAll every kFlushPeriod and then times out stale slots.
 #include <cuda.h>
 #include <cupti.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
 #include <algorithm>
@@ -22,7 +24,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -571,8 +572,8 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   if (diag_graph && kind.graph) {
-    logLine("diag graph callback: thread %ld %s %s corr %u depth %d open %d capturing %d epoch %llu",
-            static_cast<long>(gettid()), runtime ? "runtime" : "driver",
+    logLine("diag graph callback: thread %ld %s %u %s corr %u depth %d open %d capturing %d epoch %llu",
+            static_cast<long>(syscall(SYS_gettid)), runtime ? "runtime" : "driver", static_cast<unsigned>(cbid),
             cb->callbackSite == CUPTI_API_ENTER ? "enter" : "exit", cb->correlationId, t_nesting.depth(),
             t_nesting.graphOpen() ? 1 : 0, s.buffer() != nullptr ? 1 : 0,
             static_cast<unsigned long long>(t_capture_epoch));
@@ -841,13 +842,17 @@ void onOwnMemoryApi(const CUpti_CallbackData* cb) {
 
 void CUPTIAPI onCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   if (!g_active.load(std::memory_order_relaxed) || data == nullptr) return;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-    const auto* api = static_cast<const CUpti_CallbackData*>(data);
-    if (t_repeats.repeated(domain, cbid, api->callbackSite, api->correlationId)) {  // callback_repeats.h
-      g_callbacks_repeated.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+  CallbackRepeats& repeats = t_repeats;  // callback_repeats.h
+  const bool api = domain == CUPTI_CB_DOMAIN_RUNTIME_API || domain == CUPTI_CB_DOMAIN_DRIVER_API;
+  const auto* cb_data = static_cast<const CUpti_CallbackData*>(data);
+  if (repeats.begin(api, domain, cbid, api ? cb_data->callbackSite : 0, api ? cb_data->correlationId : 0)) {
+    g_callbacks_repeated.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  struct End {
+    CallbackRepeats& r;
+    ~End() { r.end(); }
+  } end_callback{repeats};
   // The marker's own callback counts as "other": its whole call is the marker site.
   const bool marker = domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == kMarkerCallback;
   DiagScope timing(diagTimingOn() && !marker && !isOwnMemoryCallback(domain, cbid)

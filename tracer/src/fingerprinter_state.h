@@ -272,7 +272,6 @@ struct ExecInfo {
   LiveExecCount live;
 };
 
-// One launch of an executable graph whose replayed ops' digests land in the graph results ring.
 // Why a graph launch's results were given up (State::graph_replays_lost_by; a trace's stats
 // `graph_replays_lost_<name>`): the first reason found is kept.
 enum class ReplayLoss : uint8_t {
@@ -292,6 +291,7 @@ enum class ReplayLoss : uint8_t {
 };
 const char* replayLossName(ReplayLoss why);
 
+// One launch of an executable graph whose replayed ops' digests land in the graph results ring.
 struct Replay {
   std::shared_ptr<ExecInfo> exec;
   Context* ctx = nullptr;

@@ -3,9 +3,12 @@
 // were launching, every callback of that kind came twice in a row (the same thread, site and
 // correlation id) until the next stop turned it off; about one start in six under a loaded CPU.
 // Taken as two launches, each graph launch was recorded twice and the first copy's fingerprints
-// were lost. One API call's enter or exit comes once per thread, and correlation ids are never
-// reused, so a callback equal to the thread's previous one is that repeat. Plain logic over
-// standard types, so that CPU tests can check it.
+// were lost. One API call's enter or exit comes once per thread, and a correlation id comes back
+// only after 2^32 calls (correlation_ids.h), so a callback equal to the thread's previous one is
+// that repeat. "Previous" counts the program's callbacks only: those of the calls the tracer makes
+// inside a callback (its digest launches, its memsets) come between the two copies and must not
+// be shown to the filter (cupti_adapter.cc passes only callbacks that are not nested in another).
+// Plain logic over standard types, so that CPU tests can check it.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,22 @@ namespace detrace::tracer {
 
 class CallbackRepeats {
  public:
+  // A callback begins on this thread (`api`: a runtime or driver API callback; other domains are
+  // never repeats). True if it is a repeat, to be ignored; otherwise end() must follow when its
+  // handling returns. A callback that begins while another is handled (the tracer's own call
+  // inside it) is neither checked nor remembered.
+  bool begin(bool api, uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation) {
+    if (depth_++ > 0 || !api) return false;
+    if (repeated(domain, cbid, site, correlation)) {
+      --depth_;
+      return true;
+    }
+    return false;
+  }
+  void end() {
+    if (depth_ > 0) --depth_;
+  }
+
   // True if this callback is the same as the last one this filter saw (then it is to be ignored).
   // A callback without a correlation id (0) cannot be told from another call's: never a repeat.
   bool repeated(uint32_t domain, uint32_t cbid, uint32_t site, uint32_t correlation) {
@@ -35,6 +54,7 @@ class CallbackRepeats {
   };
   Key last_;
   bool seen_ = false;
+  int depth_ = 0;  // callbacks of this thread being handled
 };
 
 }  // namespace detrace::tracer
