@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
     } else {
       rc = reportError(detrace::Status(detrace::ErrorCode::kInvalidArgument, parseErrorText(app, e, argc, argv)));
     }
+  } catch (const std::exception& e) {  // a bug in detrace: said as an error, never an abort
+    rc = reportError(detrace::Status(detrace::ErrorCode::kInternal,
+                                     std::string("unexpected error (a bug in detrace; please report it): ") + e.what()));
   }
   return outputWritten(rc);
 }

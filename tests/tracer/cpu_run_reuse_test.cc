@@ -224,6 +224,27 @@ TEST(RunReuse, WhatCannotBeUsedIsNamedForWhatItIs) {
   EXPECT_FALSE(fs::exists(tmp.file("r1")) || fs::exists(tmp.file("r2"))) << "a run directory was left behind";
 }
 
+// Library paths that cannot even be looked at (a loop of links, a name too long for the system)
+// are an error or are passed over, never an abort of detrace (was: an uncaught filesystem_error,
+// SIGABRT, the command never run).
+TEST(RunReuse, LibraryPathsThatCannotBeLookedAtAreNoAbort) {
+  TempDir tmp;
+  fs::create_symlink(tmp.file("loop2"), tmp.file("loop1"));
+  fs::create_symlink(tmp.file("loop1"), tmp.file("loop2"));
+  const testing::ShellOutput tracer =
+      sh(fmt::format("DETRACE_TRACER_LIB={} {} record -o {} -- true", tmp.file("loop1"), detrace(), tmp.file("r1")));
+  EXPECT_EQ(tracer.status, 2) << tracer.out;
+  EXPECT_NE(tracer.out.find("DETRACE_TRACER_LIB names " + tmp.file("loop1") + ", which cannot be used"),
+            std::string::npos)
+      << tracer.out;
+  for (const std::string& cupti : {tmp.file("loop1"), std::string(5000, 'x')}) {
+    const testing::ShellOutput out = sh(fmt::format("DETRACE_CUPTI_LIB={} {} record -o {} --force -- true", cupti,
+                                                    detrace(), tmp.file("r2")));
+    EXPECT_EQ(out.status, 0) << "the command runs (CUPTI is then not found by the tracer): " << out.out;
+    EXPECT_EQ(out.out.find("terminate called"), std::string::npos) << out.out;
+  }
+}
+
 // The manifest says which detrace record made the run (pid and start time) and, apart from an
 // exit status of 128 + N, that a signal killed the command.
 TEST(RunReuse, TheManifestNamesTheLauncherAndTheSignalThatKilledTheCommand) {

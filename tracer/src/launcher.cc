@@ -348,8 +348,13 @@ bool isRecordedEnvVar(const std::string& name) {
 
 Result<std::string> findTracerLibrary() {
   if (const char* env = std::getenv("DETRACE_TRACER_LIB"); env && *env) {
-    if (fs::exists(env)) return fs::absolute(env).string();
-    return makeError(ErrorCode::kNotFound, "DETRACE_TRACER_LIB names {}, which does not exist", env);
+    std::error_code ec;
+    if (fs::exists(env, ec)) {
+      fs::path absolute = fs::absolute(env, ec);
+      if (!ec) return absolute.string();
+    }
+    return makeError(ErrorCode::kNotFound, "DETRACE_TRACER_LIB names {}, which {}", env,
+                     ec ? "cannot be used: " + ec.message() : std::string("does not exist"));
   }
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -468,7 +473,8 @@ std::vector<std::string> tracerEnvironment(const RecordOptions& options, const s
   if (own_nvtx == nullptr || *own_nvtx == '\0') {
     const char* cupti = std::getenv("DETRACE_CUPTI_LIB");
     std::string path = cupti && *cupti ? cupti : DETRACE_CUPTI_DEFAULT_PATH;
-    if (!path.empty() && fs::exists(path)) {
+    std::error_code ec;  // a name too long, a loop of links: CUPTI is not found there either
+    if (!path.empty() && fs::exists(path, ec)) {
       env.push_back("NVTX_INJECTION64_PATH=" + path);
       if (!(cupti && *cupti)) env.push_back("DETRACE_CUPTI_LIB=" + path);
     }
@@ -519,7 +525,12 @@ Result<RecordResult> record(const RecordOptions& options) {
   std::error_code ec;
   const bool existed = fs::exists(options.out_dir, ec);
   DETRACE_RETURN_IF_ERROR(prepareRunDir(options.out_dir, options.force));
-  std::string out_dir = fs::absolute(options.out_dir).lexically_normal().string();
+  const fs::path absolute_dir = fs::absolute(options.out_dir, ec);
+  if (ec) {  // the working directory is gone
+    return makeError(ErrorCode::kIo, "cannot tell where {} is ({}); give -o an absolute path", options.out_dir,
+                     ec.message());
+  }
+  std::string out_dir = absolute_dir.lexically_normal().string();
 
   db::RunManifest manifest;
   manifest.tool_version = kToolVersion;
