@@ -390,5 +390,44 @@ TEST(OperandSpecs, BuffersNcclIgnoresOffTheRootAreLeftOut) {
   }
 }
 
+// Arguments no GPU memory can hold (a refused call's: dimensions near INT_MAX, strides near
+// LLONG_MAX, 2^42 rows) give no extent, never one wrapped past 2^64 (a digest would read past the
+// program's memory); a large but real operand keeps its extent.
+TEST(OperandSpecs, ExtentsPastAnyMemoryOrOverflowingAreDropped) {
+  constexpr int64_t kIntMax = 2147483647, kLongMax = 9223372036854775807;
+  auto gemm = [](int64_t m, int64_t n, int64_t k, int32_t batch, int64_t stride) {
+    db::Gemm g;
+    g.m = m; g.n = n; g.k = k;
+    g.lda = m; g.ldb = k; g.ldc = g.ldd = m;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kF32;
+    g.a_addr = 0x1000; g.b_addr = 0x2000; g.c_addr = g.d_addr = 0x3000;
+    g.batch_count = batch;
+    g.stride_a = g.stride_b = g.stride_c = g.stride_d = stride;
+    return gemmOperandSpecs(g, RowDigests::kAll, betaZero());
+  };
+  EXPECT_TRUE(gemm(kIntMax, kIntMax, kIntMax, 1, 0).empty()) << "2^62 elements a matrix";
+  EXPECT_TRUE(gemm(64, 64, 64, kIntMax, kLongMax).empty()) << "batches a stride of 2^63 apart";
+  const auto tall = gemm(int64_t{1} << 42, 2, 2, 1, 0);  // A and D 32 TiB: past any GPU's memory
+  ASSERT_EQ(tall.size(), 1u);
+  EXPECT_EQ(tall[0].name, "B");
+  EXPECT_EQ(gemm(int64_t{1} << 40, 2, 2, 1, 0).size(), 3u) << "8 TiB: kept (managed memory may be that large)";
+  const auto big = gemm(100000, 100000, 8, 1, 0);  // D: 40 GB of fp32, a real (large) operand
+  ASSERT_EQ(big.size(), 3u);
+  EXPECT_EQ(big[2].bytes, uint64_t{100000} * 100000 * 4);
+
+  db::Collective c;
+  c.op = db::CollOp::kAllGather;
+  c.dtype = db::DType::kF32;
+  c.comm_nranks = 8;
+  c.send_addr = 0x1000;
+  c.recv_addr = 0x2000;
+  c.count = int64_t{1} << 61;  // times 8 ranks overflows; times 4 bytes too
+  EXPECT_TRUE(collectiveOperandSpecs(c, 0).empty());
+  c.count = 1 << 20;
+  const auto ok = collectiveOperandSpecs(c, 0);
+  ASSERT_EQ(ok.size(), 2u);
+  EXPECT_EQ(ok[1].bytes, uint64_t{8} << 22) << "the gathered receive buffer";
+}
+
 }  // namespace
 }  // namespace detrace::tracer

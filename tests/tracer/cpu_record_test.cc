@@ -685,6 +685,10 @@ TEST(RecordSeam, GemmsWithTheDriverLoadedButNoContextAskNothingOfTheirStreams) {
   auto gemms = (*reader)->gemms();
   ASSERT_TRUE(gemms.isOk());
   EXPECT_EQ(gemms->size(), 9u) << o.out;
+  // The refused call (m = -1) gets no digests after it: its arguments may name memory it lacks.
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["fingerprints_skipped_failed_call"], 1) << o.out;
 }
 
 // With DETRACE_DIAG_TIMING=1, gemm_wrapper times each outermost interposed GEMM call and gemm_call

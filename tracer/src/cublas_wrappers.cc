@@ -574,14 +574,16 @@ class GemmFingerprints {
     if (nodes_) nodes.ids = nodes_->take();
     nodes_.reset();
     const CallNodes* captured = plan_.captured ? &nodes : nullptr;
+    if (!ok) {
+      // A refused call's arguments may describe memory it does not have (the library checks
+      // them, the tracer cannot): nothing is read after it. (Inputs digested before the call,
+      // where it may overwrite them, were read already.)
+      Session::get().addStat("fingerprints_skipped_failed_call", 1);
+      return;
+    }
     if (plan_.all_after) {
-      // A failed call wrote nothing: its inputs are still worth their digests.
-      if (ok) {
-        fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
-      } else {
-        fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, captured, !plan_.captured);
-      }
-    } else if (ok) {
+      fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
+    } else {
       fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured, !plan_.captured);
     }
   }

@@ -1,6 +1,7 @@
 #include "detrace/tracer/operand_specs.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace detrace::tracer {
@@ -8,6 +9,19 @@ namespace {
 
 using db::DType;
 using db::OperandRole;
+
+// Extents past this are no operand a GPU holds (16 TiB): arguments a library would refuse. Such an
+// operand, or one whose size overflows 64 bits, gets no extent (no digest: a digest of a refused
+// call's made-up extent could read past its memory and fault the program's context).
+constexpr int64_t kMaxExtentBytes = int64_t{1} << 44;
+
+// a * b + c, or nullopt where it overflows or leaves [0, kMaxExtentBytes].
+std::optional<int64_t> extent(int64_t a, int64_t b, int64_t c = 0) {
+  int64_t product = 0, sum = 0;
+  if (__builtin_mul_overflow(a, b, &product) || __builtin_add_overflow(product, c, &sum)) return std::nullopt;
+  if (sum < 0 || sum > kMaxExtentBytes) return std::nullopt;
+  return sum;
+}
 
 // An operand without an extent yet (no bytes: dropped unless one is given).
 OperandSpec named(int32_t slot, const char* name, OperandRole role, DType dtype, uint64_t address) {
@@ -33,10 +47,14 @@ OperandSpec matrix(int32_t slot, const char* name, OperandRole role, DType dtype
   if (esize == 0 || rows <= 0 || cols <= 0 || ld < rows || address == 0) return s;
   batch = batch < 1 ? 1 : batch;
   if (batch > 1 && stride < 0) return s;  // batches below the address: not one extent from it
-  const int64_t one = (cols - 1) * ld + rows;  // elements from first to last of one matrix
-  s.bytes = static_cast<uint64_t>(((batch - 1) * stride + one) * esize);
+  // Elements from first to last of one matrix, then of every batch, then bytes.
+  const std::optional<int64_t> one = extent(cols - 1, ld, rows);
+  const std::optional<int64_t> all = one ? extent(batch - 1, stride, *one) : std::nullopt;
+  const std::optional<int64_t> bytes = all ? extent(*all, esize) : std::nullopt;
+  if (!bytes) return s;
+  s.bytes = static_cast<uint64_t>(*bytes);
   s.shape = batch > 1 ? OperandShape{batch, cols, rows} : OperandShape{cols, rows};
-  if (batch == 1 || stride == ld * cols) {  // columns evenly spaced through every batch
+  if (batch == 1 || stride == ld * cols) {  // columns evenly spaced through every batch (no overflow: within bytes)
     s.rows = cols * batch;
     s.row_bytes = rows * esize;
     s.row_stride = ld * esize;
@@ -52,7 +70,10 @@ OperandSpec vectorOperand(int32_t slot, const char* name, OperandRole role, DTyp
   const int64_t esize = db::dtypeSize(dtype);
   if (esize == 0 || len <= 0 || address == 0 || (batch > 1 && stride < 0)) return s;
   const int64_t n = batch > 1 && stride > 0 ? batch : 1;
-  s.bytes = static_cast<uint64_t>(((n - 1) * stride + len) * esize);
+  const std::optional<int64_t> elems = extent(n - 1, stride, len);
+  const std::optional<int64_t> bytes = elems ? extent(*elems, esize) : std::nullopt;
+  if (!bytes) return s;
+  s.bytes = static_cast<uint64_t>(*bytes);
   s.shape = n > 1 ? OperandShape{n, len} : OperandShape{len};
   return s;
 }
@@ -232,14 +253,15 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
   if (esize == 0 || c.count <= 0) return {};
   const int64_t n = c.comm_nranks > 0 ? c.comm_nranks : 1;
   int64_t send = c.count, recv = c.count;
+  const int64_t all = extent(c.count, n).value_or(0);  // every rank's count (0: past any memory)
   switch (c.op) {
-    case CollOp::kReduceScatter: send = c.count * n; break;
-    case CollOp::kAllGather: recv = c.count * n; break;
+    case CollOp::kReduceScatter: send = all; break;
+    case CollOp::kAllGather: recv = all; break;
     case CollOp::kSend: recv = 0; break;
     case CollOp::kRecv: send = 0; break;
-    case CollOp::kAllToAll: send = recv = c.count * n; break;
-    case CollOp::kGather: recv = c.count * n; break;   // the root's; none elsewhere (below)
-    case CollOp::kScatter: send = c.count * n; break;  // the root's; none elsewhere (below)
+    case CollOp::kAllToAll: send = recv = all; break;
+    case CollOp::kGather: recv = all; break;   // the root's; none elsewhere (below)
+    case CollOp::kScatter: send = all; break;  // the root's; none elsewhere (below)
     default: break;
   }
   // NCCL ignores a broadcast's send buffer and a reduce's receive buffer on every rank but the
@@ -250,14 +272,15 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
   if (non_root && c.op == CollOp::kScatter) send = 0;
   std::vector<OperandSpec> out;
   auto add = [&](int32_t slot, const char* name, db::OperandRole role, int64_t addr, int64_t elems) {
-    if (addr == 0 || elems <= 0) return;
+    const std::optional<int64_t> bytes = extent(elems, esize);
+    if (addr == 0 || elems <= 0 || !bytes) return;
     OperandSpec s;
     s.slot = slot;
     s.name = name;
     s.role = role;
     s.dtype = c.dtype;
     s.address = static_cast<uint64_t>(addr);
-    s.bytes = static_cast<uint64_t>(elems * esize);
+    s.bytes = static_cast<uint64_t>(*bytes);
     s.shape = {elems};
     if (row_bytes > 0 && static_cast<int64_t>(s.bytes) % row_bytes == 0) {
       s.rows = static_cast<int64_t>(s.bytes) / row_bytes;
