@@ -21,6 +21,7 @@
 #include <optional>
 #include <utility>
 
+#include "detrace/tracer/lru_map.h"
 #include "diag_timing.h"
 #include "fingerprinter.h"
 #include "library_ops.h"
@@ -136,13 +137,14 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-// Cache of heuristic answers, keyed by everything that was asked. Bounded: when full, further
-// problems are still answered, just not cached.
+// Cache of heuristic answers, keyed by everything that was asked.
 using HeuristicKey = std::array<int64_t, 36>;
 std::mutex g_heuristic_mu;
 // Leaked, like every container a wrapper uses: a wrapper may run during the host's static teardown.
-auto& g_heuristic_cache = *new std::map<HeuristicKey, cublasLtMatmulAlgo_t>;
-constexpr size_t kMaxHeuristicCache = 4096;
+// The least recently used problem is forgotten past kMaxHeuristicCache (about 400 bytes each):
+// a serving engine's token counts keep bringing new problems, and those seen lately come back.
+constexpr size_t kMaxHeuristicCache = 16384;
+auto& g_heuristic_cache = *new LruMap<HeuristicKey, cublasLtMatmulAlgo_t>(kMaxHeuristicCache);
 
 bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -150,8 +152,8 @@ bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtM
                    size_t workspace, const HeuristicKey& problem, cublasLtMatmulAlgo_t* out) {
   {
     std::lock_guard lk(g_heuristic_mu);
-    if (auto it = g_heuristic_cache.find(problem); it != g_heuristic_cache.end()) {
-      *out = it->second;
+    if (const cublasLtMatmulAlgo_t* known = g_heuristic_cache.find(problem)) {
+      *out = *known;
       return true;
     }
   }
@@ -177,7 +179,7 @@ bool heuristicAlgo(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtM
   if (st != CUBLAS_STATUS_SUCCESS || returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) return false;
   *out = result.algo;
   std::lock_guard lk(g_heuristic_mu);
-  if (g_heuristic_cache.size() < kMaxHeuristicCache) g_heuristic_cache.emplace(problem, result.algo);
+  g_heuristic_cache.put(problem, result.algo);
   return true;
 }
 
