@@ -661,6 +661,30 @@ std::optional<DiagRun> recordDiag(TempDir& tmp, const std::string& command) {
   return DiagRun{o.out, *stats, colls->size()};
 }
 
+// Number settings in the program's environment that are no number, or past their range, are
+// named in a log line and replaced; the program is recorded all the same (was: taken silently, a
+// huge reorder timeout overflowing into a negative one).
+TEST(RecordSeam, BadNumberSettingsAreNamedAndReplaced) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format(
+      "DETRACE_REORDER_TIMEOUT_MS=9223372036854775807 DETRACE_EXIT_TIMEOUT_S=abc DETRACE_RECORDS_HOLD_MS=-1 "
+      "{} record -o {} -- {}/tests/cublas_seam_app",
+      detrace(), run, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  for (const char* said : {"ignoring a setting: DETRACE_REORDER_TIMEOUT_MS=9223372036854775807 is outside 1 to "
+                           "3600000; using 3600000",
+                           "ignoring a setting: DETRACE_EXIT_TIMEOUT_S=abc is not a whole number (1 to 604800); using 60",
+                           "ignoring a setting: DETRACE_RECORDS_HOLD_MS=-1 is outside 1 to 60000; using 1"}) {
+    EXPECT_NE(o.out.find(said), std::string::npos) << said << "\n" << o.out;
+  }
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  auto gemms = (*reader)->gemms();
+  ASSERT_TRUE(gemms.isOk());
+  EXPECT_EQ(gemms->size(), 9u);
+}
+
 // A program may have the CUDA driver loaded without ever initializing it (no context): the GEMM
 // wrappers then ask nothing of the stream handles they are given. The H200 machine's driver,
 // asked whether the fake app's made-up stream 0x1234 was capturing, crashed the app (SIGSEGV);

@@ -35,6 +35,7 @@
 #include "cupti_api.h"
 #include "deep.h"
 #include "diag_timing.h"
+#include "env_setting.h"
 #include "launch_callback_ids.h"
 #include "library_ops.h"
 #include "log.h"
@@ -94,10 +95,7 @@ std::atomic<int64_t> g_callbacks_repeated{0};
 // docs/overhead.md, 2026-12-06), so the default stays small.
 size_t bufferBytes() {
   static const size_t bytes = [] {
-    const char* v = std::getenv("DETRACE_CUPTI_BUFFER_MIB");
-    long mib = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
-    if (mib < 1 || mib > 64) mib = 1;
-    return static_cast<size_t>(mib) << 20;
+    return static_cast<size_t>(envNumber("DETRACE_CUPTI_BUFFER_MIB", 1, 1, 64)) << 20;
   }();
   return bytes;
 }

@@ -26,6 +26,7 @@
 #include "detrace/kernels/digest.h"
 #include "commit_thread.h"
 #include "diag_timing.h"
+#include "env_setting.h"
 
 #include "fingerprinter_state.h"
 #include "log.h"
@@ -207,9 +208,7 @@ void State::allocateStagingLocked(Context& cx) {
   cx.staging_tried = true;
   const Driver& d = Driver::get();
   RelaxedCaptureScope relaxed;  // another thread may be capturing a graph (contextLocked)
-  int64_t mb = 256;
-  if (const char* v = std::getenv("DETRACE_CAPTURE_STAGING_MB"); v && std::atoll(v) > 0)
-    mb = std::atoll(v);
+  const int64_t mb = envNumber("DETRACE_CAPTURE_STAGING_MB", 256, 1, 65536);
   uint64_t size =
       std::min<uint64_t>(static_cast<uint64_t>(mb) << 20,
                          static_cast<uint64_t>(Session::get().policy().max_capture_bytes));

@@ -42,6 +42,7 @@
 #include "fingerprinter_state.h"
 #include "log.h"
 #include "relaxed_capture.h"
+#include "env_setting.h"
 #include "self_launch.h"
 #include "session.h"
 
@@ -196,8 +197,8 @@ void allocateGraphResults(Context& cx, uint64_t words) {
   cx.graph_results_tried = true;
   uint64_t bytes =
       std::clamp<uint64_t>(4 * words * 8, kGraphResultsMinBytes, kGraphResultsMaxBytes);
-  if (const char* v = std::getenv("DETRACE_GRAPH_RESULTS_MB"); v && std::atoll(v) > 0) {
-    bytes = static_cast<uint64_t>(std::atoll(v)) << 20;
+  if (const int64_t mb = envNumber("DETRACE_GRAPH_RESULTS_MB", 0, 1, 65536); mb > 0) {
+    bytes = static_cast<uint64_t>(mb) << 20;
   }
   RelaxedCaptureScope relaxed;  // another thread may be capturing a graph
   SelfLaunchScope self;         // the tracer's memory: not the program's (deep mode)
@@ -638,9 +639,7 @@ std::atomic<bool> g_orders_launches{false};  // some executable graph holds capt
 // sets it (for tests: 0 never waits; at most 10 s).
 std::chrono::microseconds graphLaunchWait() {
   static const std::chrono::microseconds wait = [] {
-    const char* v = std::getenv("DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US");
-    const long long us = v != nullptr && *v != '\0' ? std::clamp(std::atoll(v), 0ll, 10'000'000ll) : 50'000;
-    return std::chrono::microseconds(us);
+    return std::chrono::microseconds(envNumber("DETRACE_DIAG_GRAPH_LAUNCH_WAIT_US", 50'000, 0, 10'000'000));
   }();
   return wait;
 }

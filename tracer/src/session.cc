@@ -22,6 +22,7 @@
 #include "deep.h"
 #include "diag_timing.h"
 #include "fingerprinter.h"
+#include "env_setting.h"
 #include "log.h"
 #include "next_symbol.h"
 #include "placement.h"
@@ -67,14 +68,6 @@ int64_t realtimeNs() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
-int64_t envInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return end && *end == '\0' && x > 0 ? x : fallback;
 }
 
 std::string hostName() {
@@ -135,14 +128,7 @@ void atExit() {
     Session::get().finish(std::chrono::steady_clock::now());
     return;
   }
-  int64_t limit = 60;
-  if (const char* v = std::getenv("DETRACE_EXIT_TIMEOUT_S"); v != nullptr && *v != '\0') {
-    if (std::atoll(v) > 0) {
-      limit = std::min<int64_t>(std::atoll(v), 7 * 24 * 3600);  // a week: no clock overflow
-    } else {
-      logLine("DETRACE_EXIT_TIMEOUT_S=%s is not a positive number of seconds; using 60", v);
-    }
-  }
+  const int64_t limit = envNumber("DETRACE_EXIT_TIMEOUT_S", 60, 1, 7 * 24 * 3600);  // a week: no clock overflow
   finishBounded(std::chrono::seconds(limit), "program's exit");
 }
 
@@ -228,11 +214,10 @@ bool Session::startLocked() {
   options.open_in_background = true;
   // Tests only: the writer's thread waits inside every batch's transaction (a fork then finds it
   // inside SQLite).
-  options.hold_in_batch = std::chrono::milliseconds(std::max<int64_t>(0, envInt("DETRACE_DIAG_WRITER_HOLD_MS", 0)));
+  options.hold_in_batch = std::chrono::milliseconds(envNumber("DETRACE_DIAG_WRITER_HOLD_MS", 0, 0, 10'000));
   options.policy = db::OverflowPolicy::kDrop;
   // As `record --queue` allows: a hand-set DETRACE_QUEUE out of range is brought into it.
-  options.queue_capacity =
-      static_cast<size_t>(std::clamp<int64_t>(envInt("DETRACE_QUEUE", int64_t{1} << 18), 1024, int64_t{1} << 24));
+  options.queue_capacity = static_cast<size_t>(envNumber("DETRACE_QUEUE", int64_t{1} << 18, 1024, int64_t{1} << 24));
   std::string path = out_dir_ + "/proc-" + std::to_string(getpid()) + ".dtrace";
   auto w = [&] {
     SignalsBlockedScope blocked;  // the writer thread never takes the host's signals
@@ -246,8 +231,8 @@ bool Session::startLocked() {
   writer_ = std::move(*w);
   sink_ = std::make_unique<WriterSink>(*writer_);
   ReorderOptions ro;
-  ro.timeout_ns = envInt("DETRACE_REORDER_TIMEOUT_MS", 5000) * 1'000'000;
-  ro.records_hold_ns = envInt("DETRACE_RECORDS_HOLD_MS", 500) * 1'000'000;
+  ro.timeout_ns = envNumber("DETRACE_REORDER_TIMEOUT_MS", 5000, 1, 3'600'000) * 1'000'000;
+  ro.records_hold_ns = envNumber("DETRACE_RECORDS_HOLD_MS", 500, 1, 60'000) * 1'000'000;
   ro.on_written = [](uint64_t token, int64_t seq) { Fingerprinter::get().noteSeq(token, seq); };
   ro.drop_unmatched = gate().windowed();
   // The capture switch (captureOn) may have chosen placement by correlation id before this first
