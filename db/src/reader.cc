@@ -231,7 +231,19 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
 
   auto app_id = pragmaInt(raw, "application_id");
   // (SQLite's errors name the file themselves: sqliteStatus.)
-  if (!app_id.isOk()) return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status();
+  if (!app_id.isOk()) {
+    std::error_code no_journal;
+    if (!wal_was_there && std::filesystem::file_size(path + "-journal", no_journal) > 0 && !no_journal) {
+      // A rollback journal left behind, no -wal: the writer was still creating the file (turning
+      // WAL on) when its process was killed or its disk filled; SQLite would roll it back, which
+      // a reader may not.
+      return makeError(ErrorCode::kCorrupt,
+                       "{} was cut short while its process created it (its -journal remains: killed, "
+                       "or out of disk or file descriptors, before anything was recorded)",
+                       path);
+    }
+    return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status();
+  }
   if (*app_id == 0 && tableCount(raw) == 0) {
     Status nothing = makeError(ErrorCode::kNotATrace,
                                "{} holds no committed data: its process was killed, or its disk filled, "

@@ -188,17 +188,39 @@ Result<Run> Run::open(const std::string& path) {
   }
 
   std::vector<RankFile> unranked;
+  Status first_unreadable;
   for (const std::string& f : files) {
-    DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(f));
-    if (!reader->finished()) run.unfinished_.push_back(f);
+    // In a run of several processes, one file that cannot be read (a process killed while it
+    // created its trace, a trace cut short by a full disk) is left out with a warning, not made
+    // the whole run's error: the others hold what their processes recorded.
+    auto leave_out = [&](const Status& why) {
+      if (first_unreadable.isOk()) first_unreadable = why;
+      run.unreadable_.push_back(f);
+      const bool named = why.message().find(f) != std::string::npos;
+      run.warnings_.push_back(named ? fmt::format("left out, it cannot be read: {}", why.message())
+                                    : fmt::format("{} is left out, it cannot be read: {}", f, why.message()));
+    };
+    auto opened = TraceReader::open(f);
+    if (!opened.isOk()) {
+      if (files.size() == 1) return opened.status();
+      leave_out(opened.status());
+      continue;
+    }
+    std::unique_ptr<TraceReader>& reader = *opened;
     RankFile rf{reader->rank().rank, f, reader->rank()};
     if (rf.rank < 0 && files.size() > 1 && rf.info.device < 0) {
-      DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());
-      if (events == 0) {  // a process that did no GPU work is not a rank
+      auto events = reader->eventCount();
+      if (!events.isOk()) {
+        leave_out(events.status());
+        continue;
+      }
+      if (*events == 0) {  // a process that did no GPU work is not a rank
+        if (!reader->finished()) run.unfinished_.push_back(f);
         run.idle_.push_back(f);
         continue;
       }
     }
+    if (!reader->finished()) run.unfinished_.push_back(f);
     if (reader->rank().world_size > kMaxWorldSize || reader->rank().rank >= kMaxWorldSize) {
       return makeError(ErrorCode::kCorrupt,
                        "{} claims rank {} of a world of {}, more than any NCCL job: the file is "
@@ -208,6 +230,7 @@ Result<Run> Run::open(const std::string& path) {
     (rf.rank >= 0 ? run.ranks_ : unranked).push_back(std::move(rf));
     run.world_size_ = std::max(run.world_size_, reader->rank().world_size);
   }
+  if (run.ranks_.empty() && unranked.empty() && run.idle_.empty()) return first_unreadable;  // none readable
   if (run.ranks_.empty() && unranked.empty() && !run.idle_.empty()) {  // nothing but idle files
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(run.idle_.front()));
     unranked.push_back(RankFile{-1, run.idle_.front(), reader->rank()});

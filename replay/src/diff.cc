@@ -295,6 +295,9 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
         "{} and {} are the same run: a run always matches itself; diff two recordings", run_a.path(),
         run_b.path()));
   }
+  // What opening each run found (a file left out, a damaged manifest, ranks inferred).
+  for (const std::string& w : run_a.warnings()) out.warnings.push_back("run A: " + w);
+  for (const std::string& w : run_b.warnings()) out.warnings.push_back("run B: " + w);
   const std::optional<int32_t> only = options.rank;
   if (run_a.worldSize() != run_b.worldSize()) {
     out.warnings.push_back(

@@ -1,4 +1,6 @@
 // A run directory: one file per rank plus a manifest, read as one run.
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "detrace/db/run.h"
@@ -94,6 +96,38 @@ TEST(RunDir, ProcessesWithoutGpuWorkAreNotRanks) {
   ASSERT_EQ(idle->ranks().size(), 1u);
   EXPECT_EQ(idle->ranks()[0].rank, 0);
   EXPECT_EQ(idle->idleFiles().size(), 1u);
+}
+
+// A process killed while it created its trace leaves an empty file; a full disk, one cut short.
+// The run is still read, those files left out with a warning naming each; a run of nothing but
+// such files, or a single one, is an error as before.
+TEST(RunDir, FilesThatCannotBeReadAreLeftOutOfARunOfSeveral) {
+  TempDir dir;
+  writeRank(dir.file("proc-100.dtrace"), 0, 2, 7);
+  writeRank(dir.file("proc-200.dtrace"), 1, 2, 9);
+  { std::ofstream empty(dir.file("proc-300.dtrace")); }
+  { std::ofstream cut(dir.file("proc-400.dtrace")); cut << "SQLite format 3"; }
+  auto run = Run::open(dir.path().string());
+  ASSERT_TRUE(run.isOk()) << run.status().message();
+  ASSERT_EQ(run->ranks().size(), 2u);
+  EXPECT_EQ(*(*run->openRank(1))->eventCount(), 9);
+  EXPECT_EQ(run->unreadableFiles(),
+            (std::vector<std::string>{dir.file("proc-300.dtrace"), dir.file("proc-400.dtrace")}));
+  ASSERT_EQ(run->warnings().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NE(run->warnings()[i].find(run->unreadableFiles()[i]), std::string::npos) << run->warnings()[i];
+    EXPECT_NE(run->warnings()[i].find("left out"), std::string::npos) << run->warnings()[i];
+  }
+  EXPECT_TRUE(run->missingRanks().empty());
+
+  TempDir bad;
+  { std::ofstream empty(bad.file("proc-1.dtrace")); }
+  { std::ofstream empty(bad.file("proc-2.dtrace")); }
+  auto none = Run::open(bad.path().string());
+  EXPECT_FALSE(none.isOk()) << "no file readable: the first one's error";
+  EXPECT_NE(none.status().message().find("proc-1.dtrace"), std::string::npos) << none.status().message();
+  auto one = Run::open(bad.file("proc-1.dtrace"));
+  EXPECT_FALSE(one.isOk());
 }
 
 TEST(RunDir, SingleFileAndUnrankedProcess) {

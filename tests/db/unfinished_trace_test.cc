@@ -9,6 +9,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "detrace/db/reader.h"
 #include "detrace/db/writer.h"
@@ -142,6 +143,36 @@ TEST(UnfinishedTrace, InADirectoryTheReaderCannotWriteTheErrorSaysToCopyIt) {
     EXPECT_NE(m.find("cannot be read here"), std::string::npos) << m;
     EXPECT_NE(m.find("copy its -wal with it"), std::string::npos) << m;
   }
+}
+
+// A process killed while its trace was being created leaves the file with a rollback journal
+// beside it (the writer turns WAL on after creating its tables). A reader may not roll it back
+// (SQLite's words: "attempt to write a readonly database"); the error says what happened.
+TEST(UnfinishedTrace, AFileCutShortWhileItWasCreatedSaysSo) {
+  TempDir tmp;
+  const std::string path = tmp.file("proc-9.dtrace");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // a transaction that spilled pages into the file, never committed
+    sqlite3* db = nullptr;
+    if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) _exit(3);
+    if (sqlite3_exec(db, "PRAGMA cache_size=1; CREATE TABLE t(x BLOB); BEGIN;", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(4);
+    for (int i = 0; i < 200; ++i) {
+      if (sqlite3_exec(db, "INSERT INTO t VALUES (randomblob(4000));", nullptr, nullptr, nullptr) != SQLITE_OK) _exit(5);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::error_code ec;
+  ASSERT_GT(fs::file_size(path + "-journal", ec), 0u) << "no journal was left: the test proves nothing";
+  auto r = TraceReader::open(path);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find(path + " was cut short while its process created it"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_TRUE(fs::exists(path + "-journal")) << "the reader must not have touched it";
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <functional>
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "../db/test_util.h"
@@ -175,6 +177,27 @@ TEST(Diff, IdenticalRunsAreIdentical) {
     EXPECT_EQ(r.counts.at(PairStatus::kIdentical), r.events_a);
   }
   EXPECT_NE(formatDiff(d, {}).find("IDENTICAL"), std::string::npos);
+}
+
+// A run one of whose files cannot be read (its process killed while creating it) is compared on
+// the others, and the diff says which file was left out.
+TEST(Diff, AFileLeftOutOfARunIsNamedInTheDiffsWarnings) {
+  TempDir a, b;
+  testing::Rng rng;
+  const uint64_t seed = rng.u64();
+  writeModel(a.path().string(), 2, 4, seed, {});
+  writeModel(b.path().string(), 2, 4, seed, {});
+  { std::ofstream empty(b.file("proc-99.dtrace")); }
+  auto ra = db::Run::open(a.path().string());
+  auto rb = db::Run::open(b.path().string());
+  ASSERT_TRUE(ra.isOk() && rb.isOk()) << (rb.isOk() ? "" : rb.status().message());
+  auto d = diffRuns(*ra, *rb);
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_TRUE(d->identical()) << "both ranks compared";
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_EQ(d->warnings[0].rfind("run B: ", 0), 0u) << d->warnings[0];
+  EXPECT_NE(d->warnings[0].find(b.file("proc-99.dtrace")), std::string::npos) << d->warnings[0];
+  EXPECT_NE(formatDiff(*d, {}).find("proc-99.dtrace"), std::string::npos);
 }
 
 // Runs fingerprinted under different --row-digests are refused with a message that says how to

@@ -62,6 +62,9 @@ class Run {
   // Trace files whose writer never closed them (TraceReader::finished): a process killed, still
   // recording, or whose trace stopped on a write error. Each holds what was committed before.
   const std::vector<std::string>& unfinishedFiles() const { return unfinished_; }
+  // Trace files of a run of several that could not be read at all (a warning says why each),
+  // left out of ranks().
+  const std::vector<std::string>& unreadableFiles() const { return unreadable_; }
 
   const RankFile* findRank(int32_t rank) const;
   // A new reader (its own connection) for `rank`; call it once per thread.
@@ -77,6 +80,7 @@ class Run {
   std::vector<std::string> warnings_;
   std::vector<std::string> idle_;
   std::vector<std::string> unfinished_;
+  std::vector<std::string> unreadable_;
 };
 
 }  // namespace detrace::db
