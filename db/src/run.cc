@@ -1,6 +1,8 @@
 #include "detrace/db/run.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -30,6 +32,14 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
   {
     FileSizeSignalShield shield;
     std::ofstream out(tmp, std::ios::trunc);
+    if (!out.is_open()) {  // nothing written: say why the file could not be made
+      const int err = errno;
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec)) {
+        return makeError(ErrorCode::kIo, "cannot write the manifest: the run directory {} no longer exists", dir);
+      }
+      return makeError(ErrorCode::kIo, "cannot create {}: {}", tmp, std::strerror(err));
+    }
     out << j.dump(2) << '\n';
     if (!out.flush()) {
       std::string cause = writeFailureCause({tmp}, 4096);

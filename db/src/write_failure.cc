@@ -27,7 +27,8 @@ std::string writeFailureCause(std::initializer_list<std::string> files, int64_t 
   for (const std::string& f : files) {
     const std::string dir = std::filesystem::path(f).parent_path().string();
     struct statvfs fs{};
-    if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0 &&
+    // (A filesystem of no blocks at all, /proc or /sys, is not a full disk: it takes no files.)
+    if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0 && fs.f_blocks > 0 &&
         static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) < slack + 65536) {
       return "the disk is full; free space and re-record";
     }

@@ -130,6 +130,24 @@ TEST(RunDir, FilesThatCannotBeReadAreLeftOutOfARunOfSeveral) {
   EXPECT_FALSE(one.isOk());
 }
 
+// A manifest that cannot be written says why: its directory gone (was: "is the disk full?"), or
+// a directory of a filesystem that takes no files (/proc: was "the disk is full").
+TEST(RunDir, AManifestThatCannotBeWrittenSaysWhy) {
+  RunManifest m;
+  m.tool_version = "0.1.0";
+  std::string gone;
+  {
+    TempDir dir;
+    gone = dir.file("run");
+  }
+  Status st = writeManifest(gone, m);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("the run directory " + gone + " no longer exists"), std::string::npos) << st.message();
+  Status proc = writeManifest("/proc", m);
+  ASSERT_FALSE(proc.isOk());
+  EXPECT_EQ(proc.message().find("disk"), std::string::npos) << proc.message();
+}
+
 TEST(RunDir, SingleFileAndUnrankedProcess) {
   TempDir dir;
   writeRank(dir.file("solo.dtrace"), -1, -1, 7);
