@@ -47,7 +47,7 @@ Status checkHeader(const std::string& path, bool& wal) {
   in.read(header.data(), header.size());
   const std::streamsize got = in.gcount();
   if (got == 0) {
-    return makeError(ErrorCode::kNotATrace,
+    return makeError(ErrorCode::kNoData,
                      "{} is empty: the recording wrote nothing (was it killed before it started?)",
                      path);
   }
@@ -58,7 +58,10 @@ Status checkHeader(const std::string& path, bool& wal) {
                      path);
   }
   if (got < static_cast<std::streamsize>(header.size())) {
-    return makeError(ErrorCode::kCorrupt,
+    // With a -wal beside it, commits may be there: damaged, not a file that never held anything.
+    std::error_code no_wal;
+    const bool wal_data = std::filesystem::file_size(path + "-wal", no_wal) > 0 && !no_wal;
+    return makeError(wal_data ? ErrorCode::kCorrupt : ErrorCode::kNoData,
                      "{} is cut short ({} bytes, less than an SQLite header): a copy or a disk "
                      "stopped early; copy it again from where it was recorded",
                      path, got);
@@ -192,7 +195,7 @@ Status unfinishedTraceProblem(const std::string& path, const Status& error, bool
   const bool writable = ::access(dir.c_str(), W_OK) == 0;
   if (!wal_was_there) {
     if (empty || !writable) {  // !writable: SQLite's words would be "attempt to write a readonly database"
-      return makeError(empty ? ErrorCode::kNotATrace : ErrorCode::kIo,
+      return makeError(empty ? ErrorCode::kNoData : ErrorCode::kIo,
                        "{} {}: its commits would be in {}, which is missing or empty. If the trace "
                        "was copied, copy its -wal with it (cp {}* ...) into a directory you can "
                        "write; else its process was killed, or its disk filled, before the trace's "
@@ -233,11 +236,12 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
   // (SQLite's errors name the file themselves: sqliteStatus.)
   if (!app_id.isOk()) {
     std::error_code no_journal;
-    if (!wal_was_there && std::filesystem::file_size(path + "-journal", no_journal) > 0 && !no_journal) {
+    const bool busy = app_id.status().message().find("locked") != std::string::npos;  // still being created
+    if (!busy && !wal_was_there && std::filesystem::file_size(path + "-journal", no_journal) > 0 && !no_journal) {
       // A rollback journal left behind, no -wal: the writer was still creating the file (turning
       // WAL on) when its process was killed or its disk filled; SQLite would roll it back, which
       // a reader may not.
-      return makeError(ErrorCode::kCorrupt,
+      return makeError(ErrorCode::kNoData,
                        "{} was cut short while its process created it (its -journal remains: killed, "
                        "or out of disk or file descriptors, before anything was recorded)",
                        path);
@@ -245,7 +249,7 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
     return wal ? unfinishedTraceProblem(path, app_id.status(), false, wal_was_there) : app_id.status();
   }
   if (*app_id == 0 && tableCount(raw) == 0) {
-    Status nothing = makeError(ErrorCode::kNotATrace,
+    Status nothing = makeError(ErrorCode::kNoData,
                                "{} holds no committed data: its process was killed, or its disk filled, "
                                "before the trace's first commit",
                                path);

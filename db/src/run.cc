@@ -9,6 +9,8 @@
 #include <set>
 #include <type_traits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "detrace/db/schema.h"
@@ -35,7 +37,7 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
     if (!out.is_open()) {  // nothing written: say why the file could not be made
       const int err = errno;
       std::error_code ec;
-      if (!fs::is_directory(dir, ec)) {
+      if (fs::status(dir, ec).type() == fs::file_type::not_found) {
         return makeError(ErrorCode::kIo, "cannot write the manifest: the run directory {} no longer exists", dir);
       }
       return makeError(ErrorCode::kIo, "cannot create {}: {}", tmp, std::strerror(err));
@@ -200,9 +202,10 @@ Result<Run> Run::open(const std::string& path) {
   std::vector<RankFile> unranked;
   Status first_unreadable;
   for (const std::string& f : files) {
-    // In a run of several processes, one file that cannot be read (a process killed while it
-    // created its trace, a trace cut short by a full disk) is left out with a warning, not made
-    // the whole run's error: the others hold what their processes recorded.
+    // In a run of several processes, a file its process never recorded into (killed while it
+    // created its trace, out of disk or file descriptors: ErrorCode::kNoData) is left out with a
+    // warning, not made the whole run's error: the others hold what their processes recorded.
+    // Anything else (a foreign or newer file, a trace that cannot be read here) stays an error.
     auto leave_out = [&](const Status& why) {
       if (first_unreadable.isOk()) first_unreadable = why;
       run.unreadable_.push_back(f);
@@ -212,19 +215,15 @@ Result<Run> Run::open(const std::string& path) {
     };
     auto opened = TraceReader::open(f);
     if (!opened.isOk()) {
-      if (files.size() == 1) return opened.status();
+      if (files.size() == 1 || opened.status().code() != ErrorCode::kNoData) return opened.status();
       leave_out(opened.status());
       continue;
     }
     std::unique_ptr<TraceReader>& reader = *opened;
     RankFile rf{reader->rank().rank, f, reader->rank()};
     if (rf.rank < 0 && files.size() > 1 && rf.info.device < 0) {
-      auto events = reader->eventCount();
-      if (!events.isOk()) {
-        leave_out(events.status());
-        continue;
-      }
-      if (*events == 0) {  // a process that did no GPU work is not a rank
+      DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());
+      if (events == 0) {  // a process that did no GPU work is not a rank
         if (!reader->finished()) run.unfinished_.push_back(f);
         run.idle_.push_back(f);
         continue;
@@ -240,7 +239,8 @@ Result<Run> Run::open(const std::string& path) {
     (rf.rank >= 0 ? run.ranks_ : unranked).push_back(std::move(rf));
     run.world_size_ = std::max(run.world_size_, reader->rank().world_size);
   }
-  if (run.ranks_.empty() && unranked.empty() && run.idle_.empty()) return first_unreadable;  // none readable
+  // No rank readable (only idle processes, if any): the files left out were the run; say why.
+  if (run.ranks_.empty() && unranked.empty() && !first_unreadable.isOk()) return first_unreadable;
   if (run.ranks_.empty() && unranked.empty() && !run.idle_.empty()) {  // nothing but idle files
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(run.idle_.front()));
     unranked.push_back(RankFile{-1, run.idle_.front(), reader->rank()});
@@ -284,8 +284,10 @@ const RankFile* Run::findRank(int32_t rank) const {
 Result<std::unique_ptr<TraceReader>> Run::openRank(int32_t rank) const {
   const RankFile* rf = findRank(rank);
   if (rf == nullptr) {
-    return makeError(ErrorCode::kNotFound, "{} has no rank {} (it has {} rank file(s))", path_, rank,
-                     ranks_.size());
+    return makeError(ErrorCode::kNotFound, "{} has no rank {} (it has {} rank file(s){})", path_, rank,
+                     ranks_.size(),
+                     unreadable_.empty() ? std::string()
+                                         : fmt::format("; left out as unreadable: {}", fmt::join(unreadable_, ", ")));
   }
   return TraceReader::open(rf->path);
 }

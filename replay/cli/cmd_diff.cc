@@ -1,4 +1,5 @@
 // detrace diff RUN_A RUN_B [RUN_C ...] [--rank R] [--batch auto|on|off] [--json]
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -29,7 +30,9 @@ int diffTwo(const DiffCliOptions& o, const std::vector<db::Run>& runs,
   } else {
     std::printf("%s", replay::formatDiff(*diff, labels).c_str());
   }
-  return diff->identical() ? kExitOk : kExitDivergent;
+  if (!diff->identical()) return kExitDivergent;
+  // No divergence on the ranks compared, but not every rank was: neither answer is shown.
+  return diff->complete() ? kExitOk : kExitError;
 }
 
 int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
@@ -37,9 +40,18 @@ int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
   auto groups = replay::groupRuns(runs, options);
   if (!groups.isOk()) return reportError(groups.status());
   const auto& classes = groups->classes;
+  // 0: one class; 1: every other class diverges; 2: a class differs only by ranks not compared.
+  int rc = kExitOk;
+  for (const replay::RunDiff& d : groups->explanations) {
+    rc = std::max(rc, d.identical() ? kExitError : kExitDivergent);
+  }
   if (o.json) {
+    nlohmann::json run_warnings = nlohmann::json::object();
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (!runs[i].warnings().empty()) run_warnings[o.runs[i]] = runs[i].warnings();
+    }
     nlohmann::json j = {{"runs", o.runs}, {"classes", nlohmann::json::array()},
-                        {"explanations", nlohmann::json::array()}};
+                        {"explanations", nlohmann::json::array()}, {"run_warnings", run_warnings}};
     for (const auto& c : classes) {
       nlohmann::json members = nlohmann::json::array();
       for (size_t i : c) members.push_back(o.runs[i]);
@@ -50,9 +62,12 @@ int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
           groups->explanations[k], {o.runs[classes[0].front()], o.runs[classes[k + 1].front()]}));
     }
     printJson(j);
-    return classes.size() == 1 ? kExitOk : kExitDivergent;
+    return rc;
   }
   std::printf("%zu distinct behaviour(s) over %zu runs\n", classes.size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {  // what opening each run found, once
+    for (const std::string& w : runs[i].warnings()) std::printf("warning: %s: %s\n", o.runs[i].c_str(), w.c_str());
+  }
   for (size_t k = 0; k < classes.size(); ++k) {
     std::string members;
     for (size_t i : classes[k]) members += (members.empty() ? "" : ", ") + o.runs[i];
@@ -64,7 +79,7 @@ int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
                                    {o.runs[classes[0].front()], o.runs[classes[k + 1].front()]})
                     .c_str());
   }
-  return classes.size() == 1 ? kExitOk : kExitDivergent;
+  return rc;
 }
 
 }  // namespace

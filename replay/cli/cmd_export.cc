@@ -68,6 +68,7 @@ void addExportCommand(CLI::App& app, Runner& run) {
     run = [opts] {
       auto r = db::Run::open(opts->path);
       if (!r.isOk()) return reportError(r.status());
+      for (const std::string& w : r->warnings()) std::fprintf(stderr, "detrace: warning: %s\n", w.c_str());
       bool to_stdout = opts->output == "-";
       if (!to_stdout) {
         if (Status own = notARunFile(*r, opts->output); !own.isOk()) return reportError(own);

@@ -252,15 +252,21 @@ void addRecordCommand(CLI::App& app, Runner& run) {
       options.command = opts->command;
       auto result = tracer::record(options);
       if (!result.isOk()) return reportError(result.status());
-      size_t idle = 0, unfinished = 0;
+      size_t idle = 0, unfinished = 0, unreadable = 0;
       std::string notes;
       if (auto opened = db::Run::open(opts->out_dir); opened.isOk()) {
         idle = opened->idleFiles().size();
         unfinished = opened->unfinishedFiles().size();
+        unreadable = opened->unreadableFiles().size();
       } else if (!result->trace_files.empty()) {
         notes = fmt::format("; but the run cannot be read: {}", opened.status().message());
       }
       if (idle > 0) notes += fmt::format(" ({} of them did no GPU work: not ranks)", idle);
+      if (unreadable > 0) {
+        notes += fmt::format("; {} hold nothing recorded (their processes stopped as they began) and "
+                             "are left out: detrace info {} names them",
+                             unreadable, opts->out_dir);
+      }
       if (unfinished > 0) {
         notes += fmt::format("; {} not finished (killed, still running, or stopped on a write error): "
                              "detrace info {} names them",

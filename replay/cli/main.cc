@@ -1,4 +1,5 @@
 // detrace: record-and-replay debugger for bitwise reproducibility of GPU inference.
+#include <new>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -117,6 +118,8 @@ int main(int argc, char** argv) {
     } else {
       rc = reportError(detrace::Status(detrace::ErrorCode::kInvalidArgument, parseErrorText(app, e, argc, argv)));
     }
+  } catch (const std::bad_alloc&) {
+    rc = reportError(detrace::Status(detrace::ErrorCode::kIo, "out of memory"));
   } catch (const std::exception& e) {  // a bug in detrace: said as an error, never an abort
     rc = reportError(detrace::Status(detrace::ErrorCode::kInternal,
                                      std::string("unexpected error (a bug in detrace; please report it): ") + e.what()));

@@ -323,6 +323,11 @@ Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffO
   if (only && out.ranks.empty()) {
     return makeError(ErrorCode::kNotFound, "rank {} is not in both runs", *only);
   }
+  const int32_t world = std::max(run_a.worldSize(), run_b.worldSize());
+  for (int32_t r = 0; r < world; ++r) {
+    if (only && r != *only) continue;
+    if (run_a.findRank(r) == nullptr || run_b.findRank(r) == nullptr) out.uncompared_ranks.push_back(r);
+  }
   join(g, out);
   return out;
 }
@@ -333,7 +338,7 @@ Result<RunGroups> groupRuns(const std::vector<db::Run>& runs, const DiffOptions&
     bool placed = false;
     for (auto& c : classes) {
       DETRACE_ASSIGN_OR_RETURN(RunDiff d, diffRuns(runs[c.front()], runs[i], options));
-      if (d.identical()) {
+      if (d.identical() && d.complete()) {  // a run missing a rank is not shown to behave alike
         c.push_back(i);
         placed = true;
         break;

@@ -1,6 +1,7 @@
 #include "detrace/replay/diff_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace detrace::replay {
 namespace {
@@ -274,7 +275,12 @@ std::string nextStepText(const RankDiff& r, const DiffLabels& l) {
 std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
   std::string out;
   const RankDiff* origin = originRank(d);
-  if (origin == nullptr) {
+  if (origin == nullptr && !d.complete()) {
+    out += fmt::format("INCOMPLETE: {} and {} match on the {} rank(s) compared, but rank(s) {} are not in "
+                       "both runs (see the warnings): the runs are not shown identical.\n",
+                       l.a, l.b, d.ranks.size(), fmt::join(d.uncompared_ranks, ", "));
+    out += formatReordered(d);
+  } else if (origin == nullptr) {
     out += fmt::format("IDENTICAL: {} and {} match on every compared rank ({} rank(s)).\n", l.a,
                        l.b, d.ranks.size());
     out += formatReordered(d);
@@ -363,6 +369,8 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
                       {"run_b", l.b},
                       {"batch_mode", d.batch_mode},
                       {"identical", d.identical()},
+                      {"complete", d.complete()},
+                      {"uncompared_ranks", d.uncompared_ranks},
                       {"ranks", ranks},
                       {"selection_changes", changes},
                       {"collective_choice_changes", collectiveChoicesJson(d)},

@@ -60,6 +60,7 @@ Result<RunSummary> summarize(const db::Run& run) {
   s.warnings = run.warnings();
   s.idle_files = run.idleFiles();
   s.unfinished_files = run.unfinishedFiles();
+  s.unreadable_files = run.unreadableFiles();
   s.has_manifest = run.hasManifest();
   s.manifest = run.manifest();
   for (const db::RankFile& rf : run.ranks()) {
@@ -287,7 +288,8 @@ nlohmann::json summaryJson(const RunSummary& s) {
   nlohmann::json j = {{"path", s.path},       {"world_size", s.world_size},
                       {"ranks", ranks},       {"missing_ranks", s.missing_ranks},
                       {"warnings", s.warnings}, {"idle_files", s.idle_files},
-                      {"unfinished_files", s.unfinished_files}};
+                      {"unfinished_files", s.unfinished_files},
+                      {"unreadable_files", s.unreadable_files}};
   if (s.has_manifest) {
     j["manifest"] = {{"command", s.manifest.command}, {"host", s.manifest.host},
                      {"start_time_ns", s.manifest.start_time_ns},

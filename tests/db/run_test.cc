@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "detrace/db/run.h"
 #include "detrace/db/writer.h"
@@ -106,7 +107,7 @@ TEST(RunDir, FilesThatCannotBeReadAreLeftOutOfARunOfSeveral) {
   writeRank(dir.file("proc-100.dtrace"), 0, 2, 7);
   writeRank(dir.file("proc-200.dtrace"), 1, 2, 9);
   { std::ofstream empty(dir.file("proc-300.dtrace")); }
-  { std::ofstream cut(dir.file("proc-400.dtrace")); cut << "SQLite format 3"; }
+  { std::ofstream cut(dir.file("proc-400.dtrace"), std::ios::binary); cut << std::string("SQLite format 3\0", 16) << std::string(40, 'x'); }
   auto run = Run::open(dir.path().string());
   ASSERT_TRUE(run.isOk()) << run.status().message();
   ASSERT_EQ(run->ranks().size(), 2u);
@@ -128,6 +129,25 @@ TEST(RunDir, FilesThatCannotBeReadAreLeftOutOfARunOfSeveral) {
   EXPECT_NE(none.status().message().find("proc-1.dtrace"), std::string::npos) << none.status().message();
   auto one = Run::open(bad.file("proc-1.dtrace"));
   EXPECT_FALSE(one.isOk());
+  writeRank(bad.file("proc-3.dtrace"), -1, -1, 0);  // an idle launcher beside them: still no run
+  EXPECT_FALSE(Run::open(bad.path().string()).isOk());
+
+  // What holds data, or is not the run's, is never left out: a foreign SQLite file, a random one.
+  for (const std::string& stranger : {std::string("foreign"), std::string("random")}) {
+    TempDir mixed;
+    writeRank(mixed.file("proc-100.dtrace"), 0, 1, 3);
+    if (stranger == "foreign") {
+      sqlite3* db = nullptr;
+      ASSERT_EQ(sqlite3_open(mixed.file("proc-200.dtrace").c_str(), &db), SQLITE_OK);
+      ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES (1);", nullptr, nullptr, nullptr), SQLITE_OK);
+      sqlite3_close(db);
+    } else {
+      std::ofstream(mixed.file("proc-200.dtrace"), std::ios::binary) << std::string(4096, '\x5a');
+    }
+    auto opened = Run::open(mixed.path().string());
+    EXPECT_FALSE(opened.isOk()) << stranger;
+    EXPECT_EQ(opened.status().code(), ErrorCode::kNotATrace) << opened.status().message();
+  }
 }
 
 // A manifest that cannot be written says why: its directory gone (was: "is the disk full?"), or

@@ -289,6 +289,23 @@ TEST(Cli, DiffExitStatusIsZeroOneOrTwo) {
   Output bad = detrace(fmt::format("diff {} /no/such/run", a.path().string()));
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.out.find("does not exist"), std::string::npos);
+
+  // A copy of A whose rank 1 file was cut to nothing (its process killed as it began): rank 0
+  // matches, rank 1 cannot be compared: INCOMPLETE, exit status 2 (was: IDENTICAL, 0); with three
+  // runs, the copy is a class of its own, the file it left out named once.
+  testing::TempDir c;
+  for (const char* f : {"proc-10.dtrace", "proc-11.dtrace", "manifest.json"}) {
+    std::filesystem::copy_file(a.file(f), c.file(f));
+  }
+  std::filesystem::resize_file(c.file("proc-11.dtrace"), 0);
+  Output partial = detrace(fmt::format("diff {} {}", a.path().string(), c.path().string()));
+  EXPECT_EQ(partial.status, 2) << partial.out;
+  EXPECT_NE(partial.out.find("INCOMPLETE"), std::string::npos) << partial.out;
+  EXPECT_NE(partial.out.find("proc-11.dtrace"), std::string::npos) << partial.out;
+  Output three = detrace(fmt::format("diff {0} {0} {1}", a.path().string(), c.path().string()));
+  EXPECT_EQ(three.status, 2) << three.out;
+  EXPECT_NE(three.out.find("2 distinct behaviour(s) over 3 runs"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("warning: " + c.path().string() + ": left out"), std::string::npos) << three.out;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -198,6 +199,22 @@ TEST(Diff, AFileLeftOutOfARunIsNamedInTheDiffsWarnings) {
   EXPECT_EQ(d->warnings[0].rfind("run B: ", 0), 0u) << d->warnings[0];
   EXPECT_NE(d->warnings[0].find(b.file("proc-99.dtrace")), std::string::npos) << d->warnings[0];
   EXPECT_NE(formatDiff(*d, {}).find("proc-99.dtrace"), std::string::npos);
+  EXPECT_TRUE(d->complete());
+
+  // Rank 1's own file unreadable (its process killed as it began): rank 0 matches, but the runs
+  // are not shown identical (was: IDENTICAL, exit status 0, rank 1 only a warning).
+  std::filesystem::resize_file(b.file("proc-101.dtrace"), 0);
+  auto rb2 = db::Run::open(b.path().string());
+  ASSERT_TRUE(rb2.isOk()) << rb2.status().message();
+  auto partial = diffRuns(*ra, *rb2);
+  ASSERT_TRUE(partial.isOk()) << partial.status().message();
+  EXPECT_TRUE(partial->identical()) << "no divergence on rank 0";
+  EXPECT_FALSE(partial->complete());
+  EXPECT_EQ(partial->uncompared_ranks, (std::vector<int32_t>{1}));
+  const std::string text = formatDiff(*partial, {"A", "B"});
+  EXPECT_EQ(text.rfind("INCOMPLETE: A and B match on the 1 rank(s) compared, but rank(s) 1 are not in both runs", 0), 0u)
+      << text;
+  EXPECT_EQ(diffJson(*partial, {"A", "B"})["complete"], false);
 }
 
 // Runs fingerprinted under different --row-digests are refused with a message that says how to

@@ -36,7 +36,9 @@ TEST(LruMap, KeepsTheMostRecentlyUsedAndForgetsTheOldest) {
 
 // Random gets and puts against a model (a vector of keys, most recent first).
 TEST(LruMap, MatchesAModelOnRandomTraffic) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   const size_t capacity = 1 + rng() % 16;
   LruMap<int, int> m(capacity);
   std::vector<std::pair<int, int>> model;  // most recent first

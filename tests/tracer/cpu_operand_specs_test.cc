@@ -411,6 +411,17 @@ TEST(OperandSpecs, ExtentsPastAnyMemoryOrOverflowingAreDropped) {
   ASSERT_EQ(tall.size(), 1u);
   EXPECT_EQ(tall[0].name, "B");
   EXPECT_EQ(gemm(int64_t{1} << 40, 2, 2, 1, 0).size(), 3u) << "8 TiB: kept (managed memory may be that large)";
+  db::Gemm one_column;  // one column: its ld bounds nothing, and must not overflow a row stride
+  one_column.m = 4; one_column.n = 1; one_column.k = 1;
+  one_column.lda = 4; one_column.ldb = int64_t{1} << 62; one_column.ldc = one_column.ldd = 4;
+  one_column.a_dtype = one_column.b_dtype = one_column.c_dtype = one_column.d_dtype = db::DType::kF32;
+  one_column.a_addr = 0x1000; one_column.b_addr = 0x2000; one_column.c_addr = one_column.d_addr = 0x3000;
+  for (const OperandSpec& s : gemmOperandSpecs(one_column, RowDigests::kAll, betaZero())) {
+    EXPECT_GE(s.row_stride, 0) << s.name;
+    if (s.name == "B") {
+      EXPECT_EQ(s.rows, 0) << "no row stride to give";
+    }
+  }
   const auto big = gemm(100000, 100000, 8, 1, 0);  // D: 40 GB of fp32, a real (large) operand
   ASSERT_EQ(big.size(), 3u);
   EXPECT_EQ(big[2].bytes, uint64_t{100000} * 100000 * 4);

@@ -675,7 +675,7 @@ TEST(RecordSeam, BadNumberSettingsAreNamedAndReplaced) {
   for (const char* said : {"ignoring a setting: DETRACE_REORDER_TIMEOUT_MS=9223372036854775807 is outside 1 to "
                            "3600000; using 3600000",
                            "ignoring a setting: DETRACE_EXIT_TIMEOUT_S=abc is not a whole number (1 to 604800); using 60",
-                           "ignoring a setting: DETRACE_RECORDS_HOLD_MS=-1 is outside 1 to 60000; using 1"}) {
+                           "ignoring a setting: DETRACE_RECORDS_HOLD_MS=-1 is not a positive number (1 to 60000); using 500"}) {
     EXPECT_NE(o.out.find(said), std::string::npos) << said << "\n" << o.out;
   }
   auto reader = testing::openOnlyRank(run);

@@ -197,7 +197,7 @@ void allocateGraphResults(Context& cx, uint64_t words) {
   cx.graph_results_tried = true;
   uint64_t bytes =
       std::clamp<uint64_t>(4 * words * 8, kGraphResultsMinBytes, kGraphResultsMaxBytes);
-  if (const int64_t mb = envNumber("DETRACE_GRAPH_RESULTS_MB", 0, 1, 65536); mb > 0) {
+  if (const int64_t mb = envNumber("DETRACE_GRAPH_RESULTS_MB", 0, 1, 65536, "the size the graphs ask for"); mb > 0) {
     bytes = static_cast<uint64_t>(mb) << 20;
   }
   RelaxedCaptureScope relaxed;  // another thread may be capturing a graph

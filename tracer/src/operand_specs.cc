@@ -54,10 +54,13 @@ OperandSpec matrix(int32_t slot, const char* name, OperandRole role, DType dtype
   if (!bytes) return s;
   s.bytes = static_cast<uint64_t>(*bytes);
   s.shape = batch > 1 ? OperandShape{batch, cols, rows} : OperandShape{cols, rows};
-  if (batch == 1 || stride == ld * cols) {  // columns evenly spaced through every batch (no overflow: within bytes)
+  // Columns evenly spaced through every batch. (cols * batch and rows * esize are within bytes;
+  // ld * esize is not where there is one column, whose ld nothing bounds.)
+  const std::optional<int64_t> line = extent(ld, esize);
+  if (line && (batch == 1 || stride == ld * cols)) {
     s.rows = cols * batch;
     s.row_bytes = rows * esize;
-    s.row_stride = ld * esize;
+    s.row_stride = *line;
   }
   return s;
 }

@@ -26,6 +26,7 @@ enum class ErrorCode : int {
   kNotATrace,         // a file that is not a detrace trace (foreign SQLite, random bytes)
   kVersionMismatch,   // a trace of another schema version
   kCorrupt,           // a damaged or truncated trace
+  kNoData,            // a trace file its process never recorded into (empty, cut short as created)
   kIo,                // disk full, permission denied, ...
   kUnavailable,       // no GPU, no CUPTI, another profiler holds CUPTI
   kInternal,          // a bug in detrace
@@ -96,6 +97,7 @@ inline const char* errorCodeName(ErrorCode code) {
     case ErrorCode::kNotATrace: return "not a detrace trace";
     case ErrorCode::kVersionMismatch: return "version mismatch";
     case ErrorCode::kCorrupt: return "corrupt trace";
+    case ErrorCode::kNoData: return "no recorded data";
     case ErrorCode::kIo: return "I/O error";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal error";

@@ -180,7 +180,11 @@ struct RunDiff {
   std::vector<CollectiveChoiceChange> collective_choice_changes;
   std::vector<std::string> warnings;   // ranks missing on one side, inexact alignments, ...
   bool unfingerprinted = false;        // a run has no fingerprints: only choices can differ
+  // Ranks of either run's world (the one asked for, with DiffOptions::rank) that were not
+  // compared: a rank missing from one run (its file missing or unreadable, or another world size).
+  std::vector<int32_t> uncompared_ranks;
   bool identical() const { return !origin_rank.has_value(); }
+  bool complete() const { return uncompared_ranks.empty(); }
 };
 
 // Events read from a trace at a time (DiffOptions::chunk_events).

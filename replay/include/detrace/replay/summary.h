@@ -33,6 +33,7 @@ struct RunSummary {
   std::vector<std::string> warnings;
   std::vector<std::string> idle_files;  // processes that did no GPU work (db::Run::idleFiles)
   std::vector<std::string> unfinished_files;  // db::Run::unfinishedFiles
+  std::vector<std::string> unreadable_files;  // left out of a run of several (Run::unreadableFiles)
   bool has_manifest = false;
   db::RunManifest manifest;
   std::vector<RankSummary> ranks;

@@ -36,14 +36,18 @@ class LruMap {
       return;
     }
     if (index_.size() >= capacity_) {
-      const K* oldest = order_.back();
+      index_.erase(index_.find(*order_.back()));  // by iterator: the key is the node's own
       order_.pop_back();
-      index_.erase(*oldest);
       ++evicted_;
     }
-    auto it = index_.emplace(key, Entry{value, {}}).first;
-    order_.push_front(&it->first);  // a map's keys stay where they are
-    it->second.pos = order_.begin();
+    order_.push_front(nullptr);  // first: if the map's insertion throws, nothing points anywhere
+    try {
+      auto it = index_.emplace(key, Entry{value, order_.begin()}).first;
+      order_.front() = &it->first;  // a map's keys stay where they are
+    } catch (...) {
+      order_.pop_front();
+      throw;
+    }
   }
 
   size_t size() const { return index_.size(); }
