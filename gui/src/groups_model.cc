@@ -7,6 +7,7 @@ namespace {
 
 // Where a class parts from the largest: "rank 0, event 104 in B: schedule or shape difference".
 QString partsAt(const replay::RunDiff& d) {
+  if (d.identical() && !d.complete()) return "matches where compared, but not every rank is in both runs";
   if (d.identical()) return "bit-identical";
   for (const replay::RankDiff& r : d.ranks) {
     if (r.rank != *d.origin_rank || !r.first) continue;
@@ -33,7 +34,7 @@ void GroupsModel::setAnalysis(std::shared_ptr<const Analysis> a) {
       rows_.push_back(row);
     }
   } else if (a) {  // two runs: one class if identical, else two
-    if (a->diff.identical()) {
+    if (a->diff.identical() && a->diff.complete()) {
       rows_.push_back({{a->label_a, a->label_b}, "the largest class"});
     } else {
       rows_.push_back({{a->label_a}, "the largest class"});

@@ -285,10 +285,12 @@ void MainWindow::onAnalysed(int, std::shared_ptr<const Analysis> analysis, QStri
   if (!events_->jumpToFirstDivergence()) onPairChanged(events_->model()->rank(), {});
   if (!user_chose_tab_)
     tabs_->setCurrentWidget(verdict_);  // the landing tab while loading was the events
-  status_->setText(analysis->diff.identical() ? "The runs are bit-identical."
-                                              : verdict_->headline());
+  status_->setText(analysis->diff.identical() && analysis->diff.complete() ? "The runs are bit-identical."
+                                                                         : verdict_->headline());
   emit analysisShown();
 }
+
+QString MainWindow::statusText() const { return status_->text(); }
 
 void MainWindow::onPairChanged(int32_t rank, replay::AlignedRow pair) {
   if (!analysis_) return;

@@ -53,6 +53,7 @@ class MainWindow : public QMainWindow {
   TimelineView* timeline() { return timeline_; }
   ReplayPanel* replay() { return replay_; }
   QTabWidget* tabs() { return tabs_; }
+  QString statusText() const;  // the status line under the tabs
   const std::shared_ptr<const Analysis>& analysis() const { return analysis_; }
 
   // The verdict and key plots as a self-contained HTML file.

@@ -171,6 +171,17 @@ void VerdictPanel::setAnalysis(std::shared_ptr<const Analysis> a) {
         "Batch-size mode: the runs' token counts differ; the request's rows are compared.");
   }
   const replay::RankDiff* origin = a->originRank();
+  if ((!origin || !origin->first) && !a->diff.complete()) {  // a rank is in one run only
+    QStringList ranks;
+    for (int32_t r : a->diff.uncompared_ranks) ranks << QString::number(r);
+    headline_->setStyleSheet("color: #a05000");
+    headline_->setText(QString("INCOMPLETE: %1 and %2 match on the %3 rank(s) compared, but rank(s) %4 are not "
+                               "in both runs (see the warnings).")
+                           .arg(a->label_a, a->label_b)
+                           .arg(a->diff.ranks.size())
+                           .arg(ranks.join(", ")));
+    return;
+  }
   if (!origin || !origin->first) {
     headline_->setStyleSheet("color: #106010");
     headline_->setText(QString("IDENTICAL: %1 and %2 match on every compared rank (%3 rank(s)).")
