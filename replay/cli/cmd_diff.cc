@@ -115,12 +115,14 @@ void addDiffCommand(CLI::App& app, Runner& run) {
       "digests of the memory they reach: the first launch whose memory matched before it and\n"
       "differs after it is named as the origin (which argument's allocation changed); launches\n"
       "that read diverged memory are propagated.\n"
-      "With more than two runs, the runs are grouped into bit-identical classes first.\n\n"
+      "With more than two runs, the runs are grouped into bit-identical classes first.\n"
+      "A rank of either run's world that is not in both (a file missing, or left out as holding\n"
+      "nothing recorded) makes the verdict INCOMPLETE, never IDENTICAL.\n\n"
       "Examples:\n"
       "  detrace diff runA runB                 run-to-run\n"
       "  detrace diff bs1 bs64                  batch-size mode is detected from the GEMM shapes\n"
       "  detrace diff run1 run2 run3 run4       how many distinct behaviours, and where they part\n\n"
-      "Exit status: 0 identical, 1 divergent, 2 error.\n");
+      "Exit status: 0 identical, 1 divergent, 2 error or incomplete.\n");
   cmd->callback([opts, &run] {
     run = [opts] {
       std::vector<db::Run> runs;
