@@ -39,10 +39,10 @@
 #include <time.h>
 
 #include "fingerprinter.h"
+#include "env_setting.h"
 #include "fingerprinter_state.h"
 #include "log.h"
 #include "relaxed_capture.h"
-#include "env_setting.h"
 #include "self_launch.h"
 #include "session.h"
 
