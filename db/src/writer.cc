@@ -137,6 +137,7 @@ class TraceWriter::Impl {
   int64_t intern(std::string_view text);
   int64_t stream(int64_t handle, int32_t device, int32_t priority);
   void addStat(std::string_view key, int64_t delta);
+  void setStat(std::string_view key, int64_t value);
   Status flush(std::optional<std::chrono::milliseconds> limit = std::nullopt);
   Status close();
   Status status() const { std::lock_guard lk(mu_); return error_; }
@@ -189,6 +190,7 @@ class TraceWriter::Impl {
   }
   WriterCounters counters_;
   std::map<std::string, int64_t, std::less<>> user_stats_;
+  bool stats_dirty_ = false;  // a stat changed since the last batch took its snapshot
   std::unordered_map<std::string, int64_t, TransparentHash, std::equal_to<>> strings_;
   std::map<std::pair<int64_t, int32_t>, int64_t> streams_;
   std::thread thread_;
@@ -348,6 +350,20 @@ void TraceWriter::Impl::addStat(std::string_view key, int64_t delta) {
   auto it = user_stats_.find(key);
   if (it == user_stats_.end()) it = user_stats_.emplace(std::string(key), 0).first;
   it->second += delta;
+  stats_dirty_ = stats_dirty_ || delta != 0;
+}
+
+void TraceWriter::Impl::setStat(std::string_view key, int64_t value) {
+  std::lock_guard lk(mu_);
+  auto it = user_stats_.find(key);
+  if (it == user_stats_.end()) {
+    user_stats_.emplace(std::string(key), value);
+  } else if (it->second != value) {
+    it->second = value;
+  } else {
+    return;
+  }
+  stats_dirty_ = true;
 }
 
 std::map<std::string, int64_t> TraceWriter::Impl::statsSnapshotLocked(
@@ -394,7 +410,8 @@ void TraceWriter::Impl::run() {
       return closing_ || flush_requested_ || events_.size() >= batch_trigger_ ||
              cold_bytes_ >= std::max<size_t>(1, options_.cold_bytes_capacity / 2);
     });
-    bool has_work = !events_.empty() || !cold_.empty();
+    // Stats alone make a batch too (at the flush interval): a process killed later keeps them.
+    bool has_work = !events_.empty() || !cold_.empty() || stats_dirty_;
     if (!has_work && !closing_) {
       flush_requested_ = false;
       continue;
@@ -432,6 +449,7 @@ void TraceWriter::Impl::run() {
     after.batches += 1;
     try {
       batch.stats = statsSnapshotLocked(after);
+      stats_dirty_ = false;
     } catch (...) {  // out of memory: this batch leaves the stats as they were
     }
     lk.unlock();
@@ -625,7 +643,7 @@ Status TraceWriter::Impl::writeBatch(Batch& batch) {
 Status TraceWriter::Impl::flush(std::optional<std::chrono::milliseconds> limit) {
   std::unique_lock lk(mu_);
   if (closed_) return error_;
-  bool queued = !events_.empty() || !cold_.empty();
+  bool queued = !events_.empty() || !cold_.empty() || stats_dirty_;
   int64_t target = taken_gen_ + (queued ? 1 : 0);
   flush_requested_ = true;
   cv_work_.notify_one();
@@ -732,6 +750,7 @@ bool TraceWriter::appendLaunchParams(LaunchParams params) {
 }
 bool TraceWriter::appendGraphOp(const GraphOp& op) { return impl_->appendCold(op, sizeof(GraphOp)); }
 void TraceWriter::addStat(std::string_view key, int64_t delta) { impl_->addStat(key, delta); }
+void TraceWriter::setStat(std::string_view key, int64_t value) { impl_->setStat(key, value); }
 Status TraceWriter::flush() { return impl_->flush(); }
 Status TraceWriter::flush(std::chrono::milliseconds limit) { return impl_->flush(limit); }
 Status TraceWriter::close() { return impl_->close(); }

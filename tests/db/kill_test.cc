@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <vector>
+
 #include "detrace/db/reader.h"
 #include "detrace/db/writer.h"
 #include "test_util.h"
@@ -69,6 +72,66 @@ TEST(KillSafety, SigkillMidWriteKeepsEveryCommittedBatch) {
   ASSERT_TRUE(count.isOk()) << count.status().message();
   EXPECT_GE(*count, committed);
   EXPECT_EQ(testing::rowsInOrder(**r), *count);
+}
+
+// Stats set again and again (the tracer's counters, published every second) reach the file on
+// their own, without events to carry them: a process killed keeps the last value it flushed, and
+// a counter that is added to keeps its sum.
+[[noreturn]] void childStats(const std::string& path, int report_fd, uint64_t seed) {
+  auto w = TraceWriter::create(path, WriterOptions{});
+  if (!w.isOk()) _exit(3);
+  std::mt19937_64 rng(seed);
+  for (int64_t round = 1;; ++round) {
+    int64_t total = static_cast<int64_t>(rng() >> 2);
+    (*w)->setStat("published_total", total);
+    (*w)->addStat("added_rounds", 1);
+    if (!(*w)->flush().isOk()) _exit(4);
+    int64_t report[2] = {total, round};
+    if (write(report_fd, report, sizeof report) != sizeof report) _exit(5);
+  }
+}
+
+TEST(KillSafety, StatsSetWithoutEventsSurviveASigkill) {
+  TempDir dir;
+  std::string path = dir.file("stats.dtrace");
+  const uint64_t seed = std::random_device{}();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    childStats(path, fds[1], seed);
+  }
+  close(fds[1]);
+  int64_t report[2] = {0, 0};
+  std::vector<int64_t> totals;  // every value the child flushed, in order
+  while (report[1] < 20 && read(fds[0], report, sizeof report) == sizeof report) {
+    totals.push_back(report[0]);
+  }
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  while (read(fds[0], report, sizeof report) == sizeof report) totals.push_back(report[0]);
+  close(fds[0]);
+  ASSERT_GE(totals.size(), 20u);
+
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk()) << stats.status().message();
+  ASSERT_TRUE(stats->count("published_total")) << "seed " << seed;
+  ASSERT_TRUE(stats->count("added_rounds"));
+  // The child may have committed one more round than it reported before the kill.
+  const int64_t rounds = stats->at("added_rounds");
+  ASSERT_GE(rounds, static_cast<int64_t>(totals.size())) << "seed " << seed;
+  ASSERT_LE(rounds, static_cast<int64_t>(totals.size()) + 1) << "seed " << seed;
+  if (rounds == static_cast<int64_t>(totals.size())) {
+    EXPECT_EQ(stats->at("published_total"), totals.back()) << "seed " << seed;
+  } else {
+    EXPECT_NE(stats->at("published_total"), totals.back()) << "seed " << seed;
+  }
 }
 
 }  // namespace

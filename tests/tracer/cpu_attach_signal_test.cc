@@ -467,6 +467,41 @@ TEST(Commits, GemmsAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
   EXPECT_FALSE((*r)->finished()) << "a killed process's trace reads as closed";
 }
 
+// The tracer's own counters (tracer_library_ops and the rest, which say how complete a trace is)
+// are published every second while the program runs (Session::publishStats), not only at its
+// exit: a SIGKILL, which runs nothing of the tracer's, keeps them.
+TEST(Commits, TheTracersCountersAreCommittedWhileTheProgramRunsAndSurviveASigkill) {
+  TempDir tmp;
+  testing::Rng rng;
+  SCOPED_TRACE(rng.seed());
+  TracedApp app(tmp, /*paused=*/false);
+  const int64_t gemms = rng.range(3, 12);
+  for (int64_t i = 0; i < gemms; ++i) EXPECT_EQ(app.send("gemm " + std::to_string(rng.range(1, 64))), "ok");
+  auto libraryOps = [&]() -> int64_t {
+    auto r = db::TraceReader::open(app.trace());
+    if (!r.isOk()) return -1;
+    auto stats = (*r)->stats();
+    if (!stats.isOk() || !stats->count("tracer_library_ops")) return -1;
+    return stats->at("tracer_library_ops");
+  };
+  int64_t seen = -1;
+  for (int i = 0; i < 100 && seen < gemms; ++i) {  // at most 10 s; ~1 s expected
+    usleep(100'000);
+    seen = libraryOps();
+  }
+  ASSERT_GE(seen, gemms) << "the counters were not committed while the program ran";
+  ASSERT_EQ(kill(app.pid(), SIGKILL), 0);
+  int status = app.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  EXPECT_EQ(libraryOps(), seen) << "the program made no call after the counters were seen";
+  auto r = db::TraceReader::open(app.trace());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_FALSE((*r)->finished());
+  auto stats = (*r)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_TRUE(stats->count("tracer_sink_dropped")) << "every reorder-buffer counter is published";
+}
+
 // Where neither /proc nor sysfs gives the NVIDIA driver's version (this machine has no driver; some VMs and
 // containers hide /proc/driver) the tracer asks NVML, whose nvmlInit can take seconds. It does so
 // on a thread of its own (nvml_query.h): the program's thread that starts the recording (here, at

@@ -28,20 +28,23 @@ struct CommitThread {
 std::atomic<CommitThread*> g_commit{nullptr};  // leaked at stop and in a forked child
 std::atomic<bool> g_cupti_flusher{false};
 
-void commitOnce() {
+constexpr uint64_t kPublishEvery = 10;  // commits between publications of the counters (1 s)
+
+void commitOnce(uint64_t round) {
   Session& s = Session::get();
   if (ReorderBuffer* rb = s.startedBuffer()) rb->poll(s.now());
   s.failIfWriterFailed();
+  if (round % kPublishEvery == 0) s.publishStats();
 }
 
 void loopUntilStopped(CommitThread* c) {
   std::unique_lock lk(c->mu);
-  while (!c->stop) {
+  for (uint64_t round = 1; !c->stop; ++round) {
     c->cv.wait_for(lk, kPeriod, [c] { return c->stop; });
     if (c->stop || g_cupti_flusher.load(std::memory_order_acquire)) return;
     lk.unlock();
     try {  // the thread is the tracer's, but an exception leaving it would end the program
-      commitOnce();
+      commitOnce(round);
     } catch (...) {
       Session::get().fail("in the tracer's commit thread");
     }

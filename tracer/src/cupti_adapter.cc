@@ -62,6 +62,7 @@ namespace {
 
 constexpr size_t kPoolBuffers = 16;
 constexpr auto kFlushPeriod = std::chrono::milliseconds(100);
+constexpr uint64_t kPublishEvery = 10;  // flusher rounds between publications of the counters
 constexpr size_t kMaxGraphs = 1 << 14;
 
 CuptiApi& g_cupti = *new CuptiApi;  // leaked: callbacks and the late finish may use it during static teardown
@@ -961,9 +962,19 @@ void failIfWriterStopped() {
   if (Session::get().failIfWriterFailed()) (void)Session::get().stopCapture();
 }
 
+// CUPTI's counters (totals) in the trace's stats: every second and at the end.
+void publishCuptiStats() {
+  Session& s = Session::get();
+  if (s.startedWriter() == nullptr) return;
+  if (int64_t refused = g_buffers_refused.load(); refused > 0) s.setStat("cupti_buffers_refused", refused);
+  if (int64_t repeated = g_callbacks_repeated.load(); repeated > 0) {
+    s.setStat("cupti_callbacks_repeated", repeated);
+  }
+}
+
 void flusherLoop() {
   std::unique_lock lk(g_flush_mu);
-  while (!g_flush_stop) {
+  for (uint64_t round = 1; !g_flush_stop; ++round) {
     g_flush_cv.wait_for(lk, kFlushPeriod, [] { return g_flush_stop; });
     if (g_flush_stop) break;
     lk.unlock();
@@ -977,6 +988,10 @@ void flusherLoop() {
       if (ReorderBuffer* rb = Session::get().buffer()) rb->poll(cuptiNow());
       Fingerprinter::get().poll();
       failIfWriterStopped();
+      if (round % kPublishEvery == 0) {
+        publishCuptiStats();
+        Session::get().publishStats();
+      }
     } catch (const std::exception& e) {
       Session::get().fail("in the tracer's flusher thread", e.what());
     } catch (...) {
@@ -1084,11 +1099,7 @@ void finalFlush(std::chrono::steady_clock::time_point gpu_deadline) {
     if (g_active.load()) forcedFlush();
     awaitBuffersInHand();
     g_active = false;
-    int64_t refused = g_buffers_refused.load();
-    if (refused > 0) Session::get().addStat("cupti_buffers_refused", refused);
-    if (int64_t repeated = g_callbacks_repeated.load(); repeated > 0) {
-      Session::get().addStat("cupti_callbacks_repeated", repeated);
-    }
+    publishCuptiStats();
   } catch (...) {
   }
 }

@@ -641,27 +641,27 @@ void onModuleUnload() { forgetLayouts(); }
 
 void writeStats(db::TraceWriter& w) {
   Counters& c = counters();
-  w.addStat("deep_launches", c.launches);
-  w.addStat("deep_targets", c.targets);
-  w.addStat("deep_digested_bytes", c.digested_bytes);
-  w.addStat("deep_host_ns", c.host_ns);
-  w.addStat("deep_no_param_layout", c.no_layout);
-  w.addStat("deep_launches_without_params", c.no_params);
-  w.addStat("deep_params_too_large", c.params_too_large);
-  w.addStat("deep_params_missing", c.params_missing);
-  w.addStat("deep_pointer_words_ignored", c.words_ignored);
-  w.addStat("deep_allocations_seen", c.allocations_seen);
-  w.addStat("deep_frees_seen", c.frees_seen);
-  w.addStat("deep_maps_seen", c.maps_seen);
-  w.addStat("deep_imports_seen", c.imports_seen);
-  w.addStat("deep_allocations_refused", allocations().refused());
-  w.addStat("deep_zero_filled_bytes", c.zero_filled_bytes);
-  w.addStat("deep_zero_fill_failed", c.zero_fill_failed);
-  w.addStat("deep_zero_fill_skipped_graph_capture", c.zero_fill_skipped_capture);
-  w.addStat("deep_zero_fill_skipped_managed", c.zero_fill_skipped_managed);
+  w.setStat("deep_launches", c.launches);
+  w.setStat("deep_targets", c.targets);
+  w.setStat("deep_digested_bytes", c.digested_bytes);
+  w.setStat("deep_host_ns", c.host_ns);
+  w.setStat("deep_no_param_layout", c.no_layout);
+  w.setStat("deep_launches_without_params", c.no_params);
+  w.setStat("deep_params_too_large", c.params_too_large);
+  w.setStat("deep_params_missing", c.params_missing);
+  w.setStat("deep_pointer_words_ignored", c.words_ignored);
+  w.setStat("deep_allocations_seen", c.allocations_seen);
+  w.setStat("deep_frees_seen", c.frees_seen);
+  w.setStat("deep_maps_seen", c.maps_seen);
+  w.setStat("deep_imports_seen", c.imports_seen);
+  w.setStat("deep_allocations_refused", allocations().refused());
+  w.setStat("deep_zero_filled_bytes", c.zero_filled_bytes);
+  w.setStat("deep_zero_fill_failed", c.zero_fill_failed);
+  w.setStat("deep_zero_fill_skipped_graph_capture", c.zero_fill_skipped_capture);
+  w.setStat("deep_zero_fill_skipped_managed", c.zero_fill_skipped_managed);
   if (Session::get().policy().deep_window.before > 0) {
-    w.addStat("deep_lookback_speculative", c.speculative);
-    w.addStat("deep_lookback_kept", c.speculative_kept);
+    w.setStat("deep_lookback_speculative", c.speculative);
+    w.setStat("deep_lookback_kept", c.speculative_kept);
   }
 }
 

@@ -60,7 +60,8 @@ void resetThread();
 // A module is being unloaded: cached parameter layouts may name its functions.
 void onModuleUnload();
 
-// Writes deep mode's counters to the trace.
+// Sets deep mode's counters in the trace's stats (totals: written again every second and at the
+// end, Session::publishStats).
 void writeStats(db::TraceWriter& w);
 
 }  // namespace detrace::tracer::deep

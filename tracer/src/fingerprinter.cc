@@ -1184,56 +1184,70 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
     }
     if (finishAbandoned()) return;
     std::lock_guard lk(s.mu);
-    s.drainLocked(true, w);
-    if (w == nullptr) return;
-    w->addStat("fingerprints_written", s.written);
-    w->addStat("fingerprints_lost", s.lost);
-    if (s.discarded > 0) w->addStat("fingerprints_of_discarded_ops", s.discarded);
-    w->addStat("fingerprints_skipped_ring_full", s.skipped_full);
-    w->addStat("fingerprints_skipped_graph_capture", s.skipped_capture);
-    w->addStat("fingerprints_skipped_error", s.skipped_error);
-    if (s.contexts_rings_lost > 0) {
-      w->addStat("fingerprint_contexts_rings_lost", s.contexts_rings_lost);
-      w->addStat("fingerprints_skipped_rings_lost", s.skipped_rings_lost);
-    }
-    if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
-      w->addStat("graph_fingerprint_ops_captured", s.graph_ops_captured);
-      w->addStat("graph_fingerprint_operands_captured", s.graph_operands_captured);
-      w->addStat("graph_node_ids_dropped", s.graph_node_ids_dropped);
-      w->addStat("graph_replays_fingerprinted", s.graph_replays);
-      w->addStat("graph_replays_skipped_ring_full", s.graph_replays_ring_full);
-      w->addStat("graph_replays_skipped_shared", s.graph_replays_shared);
-      w->addStat("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
-      w->addStat("graph_replays_lost", s.graph_replays_lost);
-      for (size_t i = 0; i < s.graph_replays_lost_by.size(); ++i) {  // why, where any was
-        if (s.graph_replays_lost_by[i] == 0) continue;
-        w->addStat(std::string("graph_replays_lost_") + fp::replayLossName(static_cast<fp::ReplayLoss>(i)),
-                   s.graph_replays_lost_by[i]);
+    s.drainLocked(true, w);  // the counters follow (Session::finish, publishStats)
+  } catch (...) {
+  }
+}
+
+// The fingerprinter's counters, as totals: copied under its lock, written after it (setStat takes
+// the writer's lock; the program's threads wait for this one).
+void Fingerprinter::publishStats(db::TraceWriter& w) noexcept {
+  try {
+    std::vector<std::pair<std::string, int64_t>> stats;
+    {
+      State& s = state();
+      std::lock_guard lk(s.mu);
+      auto put = [&stats](std::string key, int64_t value) { stats.emplace_back(std::move(key), value); };
+      put("fingerprints_written", s.written);
+      put("fingerprints_lost", s.lost);
+      if (s.discarded > 0) put("fingerprints_of_discarded_ops", s.discarded);
+      put("fingerprints_skipped_ring_full", s.skipped_full);
+      put("fingerprints_skipped_graph_capture", s.skipped_capture);
+      put("fingerprints_skipped_error", s.skipped_error);
+      if (s.contexts_rings_lost > 0) {
+        put("fingerprint_contexts_rings_lost", s.contexts_rings_lost);
+        put("fingerprints_skipped_rings_lost", s.skipped_rings_lost);
       }
-      w->addStat("graph_replays_settled_at_teardown", s.graph_replays_settled_at_teardown);
-      w->addStat("graph_replays_waited", s.graph_replays_waited);
-      w->addStat("graph_replays_skipped_overlap", s.graph_replays_overlapped);
-      w->addStat("graph_captures_reclaimed", s.graph_captures_reclaimed);
-      int64_t reused = 0;  // of the contexts still alive
-      for (const auto& [ctx, cx] : s.contexts) reused += cx->graph_pool_reused;
-      w->addStat("graph_pool_reused", reused);
-      if (Session::get().policy().graph_weights_every > 1) {
-        w->addStat("graph_weight_digests_carried", s.graph_weights_carried);
-        w->addStat("graph_weight_digests_missing", s.graph_weights_missing);
+      if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
+        put("graph_fingerprint_ops_captured", s.graph_ops_captured);
+        put("graph_fingerprint_operands_captured", s.graph_operands_captured);
+        put("graph_node_ids_dropped", s.graph_node_ids_dropped);
+        put("graph_replays_fingerprinted", s.graph_replays);
+        put("graph_replays_skipped_ring_full", s.graph_replays_ring_full);
+        put("graph_replays_skipped_shared", s.graph_replays_shared);
+        put("graph_replays_skipped_unsupported", s.graph_replays_unsupported);
+        put("graph_replays_lost", s.graph_replays_lost);
+        for (size_t i = 0; i < s.graph_replays_lost_by.size(); ++i) {  // why, where any was
+          if (s.graph_replays_lost_by[i] == 0) continue;
+          put(std::string("graph_replays_lost_") + fp::replayLossName(static_cast<fp::ReplayLoss>(i)),
+                  s.graph_replays_lost_by[i]);
+        }
+        put("graph_replays_settled_at_teardown", s.graph_replays_settled_at_teardown);
+        put("graph_replays_waited", s.graph_replays_waited);
+        put("graph_replays_skipped_overlap", s.graph_replays_overlapped);
+        put("graph_captures_reclaimed", s.graph_captures_reclaimed);
+        int64_t reused = 0;  // of the contexts still alive
+        for (const auto& [ctx, cx] : s.contexts) reused += cx->graph_pool_reused;
+        put("graph_pool_reused", reused);
+        if (Session::get().policy().graph_weights_every > 1) {
+          put("graph_weight_digests_carried", s.graph_weights_carried);
+          put("graph_weight_digests_missing", s.graph_weights_missing);
+        }
+      }
+      if (Session::get().policy().deep) {
+        put("deep_params_written", s.params_written);
+        put("deep_params_lost", s.params_lost);
+        put("deep_lookback_fingerprints_dropped", s.lookback_dropped);
+      }
+      if (Session::get().policy().level == CaptureLevel::kFull) {
+        put("captures_written", s.copies);
+        put("captured_bytes", s.copied_bytes);
+        put("captures_skipped_budget", s.copy_skipped_budget);
+        put("captures_skipped_staging_full", s.copy_skipped_staging);
+        put("captures_failed", s.copy_failed);
       }
     }
-    if (Session::get().policy().deep) {
-      w->addStat("deep_params_written", s.params_written);
-      w->addStat("deep_params_lost", s.params_lost);
-      w->addStat("deep_lookback_fingerprints_dropped", s.lookback_dropped);
-    }
-    if (Session::get().policy().level == CaptureLevel::kFull) {
-      w->addStat("captures_written", s.copies);
-      w->addStat("captured_bytes", s.copied_bytes);
-      w->addStat("captures_skipped_budget", s.copy_skipped_budget);
-      w->addStat("captures_skipped_staging_full", s.copy_skipped_staging);
-      w->addStat("captures_failed", s.copy_failed);
-    }
+    for (const auto& [key, value] : stats) w.setStat(key, value);
   } catch (...) {
   }
 }

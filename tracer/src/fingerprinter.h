@@ -182,9 +182,12 @@ class Fingerprinter {
 
   // After fork(), in the child: the parent's state (pinned memory, held locks) is unusable here.
   static void resetAfterFork() noexcept;
-  // At exit, after the reorder buffer's flush: waits (bounded) for outstanding digests, writes
-  // them and the fingerprint counters to `writer`.
+  // At exit, after the reorder buffer's flush: waits (bounded) for outstanding digests and writes
+  // them to `writer` (the counters: publishStats).
   void finish(db::TraceWriter* writer) noexcept;
+  // Sets the fingerprint counters in `writer`'s stats (totals: Session::publishStats, every second
+  // and at finish).
+  void publishStats(db::TraceWriter& writer) noexcept;
 
  private:
   void endLaunch(bool failed, bool abandoned) noexcept;  // endReplay and abandonReplay

@@ -372,6 +372,10 @@ void Session::addStat(const char* key, int64_t delta) {
   if (db::TraceWriter* w = startedWriter()) w->addStat(key, delta);
 }
 
+void Session::setStat(const char* key, int64_t value) {
+  if (db::TraceWriter* w = startedWriter()) w->setStat(key, value);
+}
+
 bool Session::failIfWriterFailed() noexcept {
   Status st = writerStatus();
   if (st.isOk()) return false;
@@ -564,25 +568,10 @@ void Session::commit(Held held, uint32_t context) noexcept {
   }
 }
 
-void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
-  // A second finish (SIGTERM during the exit's) waits for the first, within its own caller's
-  // bound, instead of closing the file under the first one's final flush.
-  std::lock_guard one_at_a_time(finish_mu_);
-  stopControl();  // first: `detrace attach` must not start a capture into a closing file
-  stopCommitThread();
-  waitForNvml();  // the driver's version, where /proc hides it: at most 1 s
-  if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
-  std::lock_guard lk(mu_);
-  if (finished_ || !writer_) {
-    finished_ = true;
-    return;
-  }
-  finished_ = true;
-  buffer_->flush();
-  if (!finishAbandoned()) Fingerprinter::get().finish(writer_.get());  // CUDA calls: not past the bound
+// The tracer's counters, as totals: the reorder buffer's, the fingerprints' and deep mode's.
+void Session::writeCountersLocked() {
+  Fingerprinter::get().publishStats(*writer_);
   if (policy_.deep) deep::writeStats(*writer_);
-  diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
-  enabled_ = false;  // from here on, calls into the wrappers only forward
   ReorderStats s = buffer_->stats();
   const std::pair<const char*, int64_t> counters[] = {
       {"tracer_launches", s.launches},
@@ -611,7 +600,37 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
       {"tracer_records_placed_forced", s.placed_forced},
       {"tracer_records_placed_with_parent", s.placed_with_parent},
   };
-  for (const auto& [key, value] : counters) writer_->addStat(key, value);
+  for (const auto& [key, value] : counters) writer_->setStat(key, value);
+}
+
+void Session::publishStats() noexcept {
+  try {
+    std::lock_guard lk(mu_);
+    if (finished_ || !writer_ || !buffer_ || !started_.load(std::memory_order_acquire) || !enabled()) return;
+    writeCountersLocked();
+  } catch (...) {  // out of memory: the last publication stands
+  }
+}
+
+void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
+  // A second finish (SIGTERM during the exit's) waits for the first, within its own caller's
+  // bound, instead of closing the file under the first one's final flush.
+  std::lock_guard one_at_a_time(finish_mu_);
+  stopControl();  // first: `detrace attach` must not start a capture into a closing file
+  stopCommitThread();
+  waitForNvml();  // the driver's version, where /proc hides it: at most 1 s
+  if (auto hook = flush_hook_.exchange(nullptr)) hook(gpu_deadline);
+  std::lock_guard lk(mu_);
+  if (finished_ || !writer_) {
+    finished_ = true;
+    return;
+  }
+  finished_ = true;
+  buffer_->flush();
+  if (!finishAbandoned()) Fingerprinter::get().finish(writer_.get());  // CUDA calls: not past the bound
+  diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
+  enabled_ = false;  // from here on, calls into the wrappers only forward
+  writeCountersLocked();
   Status st = writer_->close();
   if (st.isOk()) return;
   if (writer_->opened()) {

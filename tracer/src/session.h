@@ -141,6 +141,13 @@ class Session {
   // or not: what is counted after a stop (CUPTI records dropped, NCCL calls completed late) still
   // concerns what was recorded. Starts nothing.
   void addStat(const char* key, int64_t delta);
+  // Sets a counter that its owner keeps as a total (db::TraceWriter::setStat); the same rules.
+  void setStat(const char* key, int64_t value);
+  // Sets the tracer's own counters (the reorder buffer's tracer_*, the fingerprints', deep mode's)
+  // in the trace's stats as totals, so that a process killed (SIGKILL, the OOM killer) keeps those
+  // of its last second: called every second by CUPTI's flusher or the commit thread, and at
+  // finish. Never throws; nothing before recording started or after finish.
+  void publishStats() noexcept;
 
   // After fork(), in the child: drop the parent's state (its writer thread did not survive).
   static void resetAfterFork();
@@ -150,6 +157,7 @@ class Session {
   bool startLocked();
   void writeMetadataLocked();
   void describeDeviceLocked(int32_t device);
+  void writeCountersLocked();  // publishStats' work, under mu_ (finish's too)
 
   std::atomic<bool> enabled_{false};
   // fail()'s first reason, written without allocating, then published by reason_set_.

@@ -102,6 +102,10 @@ class TraceWriter {
 
   // Adds `delta` to a counter in the stats table (e.g. recorder_overhead_ns).
   void addStat(std::string_view key, int64_t delta);
+  // Sets a counter to `value` (a total its owner keeps, published again and again: a process
+  // killed between two publications keeps the last). A key is either added to or set, never both.
+  // A changed stat is committed at the next flush interval even without events.
+  void setStat(std::string_view key, int64_t value);
 
   // Waits until everything appended so far is committed; returns the writer's status.
   Status flush();
