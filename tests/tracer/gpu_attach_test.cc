@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "detrace/db/reader.h"
 
@@ -196,6 +197,36 @@ TEST(AttachGpu, ContextTeardownCommits) {
   auto k = kernels(app.trace());
   EXPECT_EQ(k["phase_e_kernel"].n, 4);
   EXPECT_EQ(k["phase_e_kernel"].with_gpu_times, 4);
+}
+
+// A SIGKILL runs nothing of the tracer's: what CUPTI's flusher committed before it stays, the
+// tracer's counters included (published every second, Session::publishStats).
+TEST(AttachGpu, SigkillKeepsTheKernelsAndCountersCommittedBeforeIt) {
+  DETRACE_REQUIRE_GPU();
+  TempDir tmp;
+  GpuApp app(tmp, Tracer::kRecording);
+  ASSERT_TRUE(app.ready);
+  app.launch('b', 5);
+  auto launches = [&]() -> int64_t {
+    auto r = db::TraceReader::open(app.trace());
+    if (!r.isOk()) return -1;
+    auto stats = (*r)->stats();
+    if (!stats.isOk() || !stats->count("tracer_launches")) return -1;
+    return stats->at("tracer_launches");
+  };
+  int64_t seen = -1;
+  for (int i = 0; i < 100 && seen < 5; ++i) {  // at most 10 s; about 1 s expected
+    usleep(100'000);
+    seen = launches();
+  }
+  ASSERT_GE(seen, 5) << "the counters were not committed while the program ran";
+  ASSERT_EQ(kill(app.child.pid(), SIGKILL), 0);
+  int status = app.child.wait();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_EQ(launches(), seen);
+  auto k = kernels(app.trace());
+  EXPECT_EQ(k["phase_b_kernel"].n, 5);
+  EXPECT_EQ(k["phase_b_kernel"].with_gpu_times, 5);
 }
 
 TEST(AttachGpu, SigtermCommitsKernelsAndKillsTheProgram) {
