@@ -50,13 +50,7 @@ int main(int argc, char** argv) {
       QApplication::exit(status.isOk() ? 0 : 2);
     };
     // The report's plots need the timeline and the tensors of the first divergence.
-    auto pending = std::make_shared<int>(2);
-    auto one = [pending, write] {
-      if (--*pending == 0) write();
-    };
-    QObject::connect(window.timeline(), &detrace::gui::TimelineView::loaded, &app, one,
-                     Qt::SingleShotConnection);
-    QObject::connect(window.tensors(), &detrace::gui::TensorView::loaded, &app, one,
+    QObject::connect(&window, &detrace::gui::MainWindow::analysisReady, &app, write,
                      Qt::SingleShotConnection);
     QObject::connect(&window, &detrace::gui::MainWindow::analysisFailed, &app,
                      [](const QString& e) {

@@ -92,6 +92,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(verdict_, &VerdictPanel::jumpRequested, this, &MainWindow::jumpToFirstDivergence);
   connect(timeline_, &TimelineView::eventClicked, this,
           [this](int side, qint64 seq) { events_->jumpToEvent(side, seq); });
+  // analysisReady: both the timeline and the tensors of the analysis just shown have loaded.
+  auto partLoaded = [this] {
+    if (ready_pending_ > 0 && --ready_pending_ == 0) emit analysisReady();
+  };
+  connect(timeline_, &TimelineView::loaded, this, partLoaded);
+  connect(tensors_, &TensorView::loaded, this, partLoaded);
   resize(1500, 950);
 }
 
@@ -280,9 +286,15 @@ void MainWindow::onAnalysed(int, std::shared_ptr<const Analysis> analysis, QStri
                     analysis->diff.batch_mode);
   replay_->setBackend(
       makeLibraryReplayBackend(analysis->runs[analysis->a], analysis->runs[analysis->b]));
+  ready_pending_ = 2;  // the timeline and the tensors, both loaded after this returns
   timeline_->setAnalysis(analysis);
   events_->setAnalysis(session_, analysis);
-  if (!events_->jumpToFirstDivergence()) onPairChanged(events_->model()->rank(), {});
+  if (!events_->jumpToFirstDivergence()) {
+    onPairChanged(events_->model()->rank(), {});
+    tensors_->showNone(analysis->diff.identical() && analysis->diff.complete()
+                           ? "The runs are bit-identical: no divergence to show."
+                           : "No first divergence to show: the verdict says why.");
+  }
   if (!user_chose_tab_)
     tabs_->setCurrentWidget(verdict_);  // the landing tab while loading was the events
   status_->setText(analysis->diff.identical() && analysis->diff.complete() ? "The runs are bit-identical."

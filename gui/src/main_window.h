@@ -65,6 +65,10 @@ class MainWindow : public QMainWindow {
   void
   firstScreenShown();    // the first rows of the aligned events are visible (before the analysis)
   void analysisShown();  // the verdict and every analysis view are filled
+  // After analysisShown: the timeline and the first divergence's operands are loaded too (or
+  // could not be, or there is no divergence: their views say so). What --report and --screenshot
+  // wait for.
+  void analysisReady();
   void analysisFailed(QString error);
 
  protected:
@@ -108,6 +112,7 @@ class MainWindow : public QMainWindow {
   QProgressBar* busy_ = nullptr;
   QMenu* recent_menu_ = nullptr;
   bool first_screen_sent_ = false, jobs_started_ = false, user_chose_tab_ = false;
+  int ready_pending_ = 0;  // views still to load before analysisReady
 };
 
 }  // namespace detrace::gui

@@ -27,13 +27,9 @@ constexpr int kSettleMs = 700;  // for block fetches and layout after a tab swit
 ScreenshotTaker::ScreenshotTaker(MainWindow* window, QString dir, QString prefix)
     : QObject(window), window_(window), dir_(std::move(dir)), prefix_(std::move(prefix)) {
   QDir().mkpath(dir_);
-  connect(window_, &MainWindow::analysisShown, this, [this] {
-    waiting_ = 2;  // the timeline and the tensors of the first divergence
-    connect(window_->timeline(), &TimelineView::loaded, this, &ScreenshotTaker::onReady,
-            Qt::SingleShotConnection);
-    connect(window_->tensors(), &TensorView::loaded, this, &ScreenshotTaker::onReady,
-            Qt::SingleShotConnection);
-  });
+  // The timeline and the tensors of the first divergence (or their word that there is none).
+  connect(window_, &MainWindow::analysisReady, this, &ScreenshotTaker::onReady,
+          Qt::SingleShotConnection);
   connect(window_, &MainWindow::analysisFailed, this, [this](const QString& error) {
     std::fprintf(stderr, "detrace-view: %s\n", error.toUtf8().constData());
     emit done(false);
@@ -41,7 +37,6 @@ ScreenshotTaker::ScreenshotTaker(MainWindow* window, QString dir, QString prefix
 }
 
 void ScreenshotTaker::onReady() {
-  if (--waiting_ > 0) return;
   QTimer::singleShot(kSettleMs, this, &ScreenshotTaker::shootNext);
 }
 

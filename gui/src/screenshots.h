@@ -28,7 +28,6 @@ class ScreenshotTaker : public QObject {
   MainWindow* window_;
   QString dir_, prefix_;
   int next_ = 0;
-  int waiting_ = 0;  // loads still expected before shooting
   QStringList written_;
 };
 

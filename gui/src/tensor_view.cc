@@ -57,6 +57,16 @@ void TensorView::clear() {
   replaceChart(new QChart);
 }
 
+void TensorView::showNone(const QString& why) {
+  clear();
+  title_->setText(why);
+  // Queued: whoever waits for loaded() learns of this pair's view after the call that chose it
+  // returns, as for a pair loaded in the background.
+  const int job = job_;
+  QMetaObject::invokeMethod(
+      this, [this, job] { if (job == job_) emit loaded(); }, Qt::QueuedConnection);
+}
+
 void TensorView::showPair(int32_t rank, int64_t seq_a, int64_t seq_b) {
   if (!run_a_ || !run_b_) return;
   const int job = ++job_;
@@ -73,6 +83,7 @@ void TensorView::showPair(int32_t rank, int64_t seq_a, int64_t seq_b) {
         if (job != job_) return;  // another pair was selected meanwhile
         if (!result.isOk()) {
           title_->setText(QString::fromStdString(result.status().message()));
+          emit loaded();  // done, the title says why it shows nothing
           return;
         }
         onLoaded(*result);

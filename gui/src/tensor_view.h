@@ -24,8 +24,11 @@ class TensorView : public QWidget {
   // The runs to compare; by_content compares rows by content (batch-size mode).
   void setRuns(const db::Run& a, const db::Run& b, bool by_content);
   void clear();
-  // Loads the operands of the pair in the background: loaded() when shown.
+  // Loads the operands of the pair in the background: loaded() when shown (or when they could not
+  // be loaded: the title says why).
   void showPair(int32_t rank, int64_t seq_a, int64_t seq_b);
+  // No pair to show (runs without a divergence): empties the view, says `why`, then loaded().
+  void showNone(const QString& why);
   void selectOperand(int row);
 
   OperandsModel* model() { return &model_; }

@@ -86,6 +86,7 @@ void TimelineView::showRank(int32_t rank) {
         if (job != job_) return;  // stale
         if (!result.isOk()) {
           status_->setText(QString::fromStdString(result.status().message()));
+          emit loaded();  // done, the status line says why it shows nothing
           return;
         }
         timeline_->setTimeline(*result);

@@ -19,7 +19,8 @@ class TimelineView : public QWidget {
   explicit TimelineView(QWidget* parent = nullptr);
   TimelineWidget* widget() { return timeline_; }
   void setAnalysis(std::shared_ptr<const Analysis> analysis);
-  void showRank(int32_t rank);  // loads it if not shown yet: loaded() when done
+  void showRank(int32_t rank);  // loads it if not shown yet: loaded() when done (or failed: the
+                                // status line says why)
   void clear();
 
  signals:

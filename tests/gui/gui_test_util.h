@@ -26,13 +26,11 @@ inline QString runPath(const char* name) {
 // Opens runs and waits until the analysis is shown (and, optionally, the timeline and tensors).
 inline bool openAndWait(MainWindow& w, const QStringList& paths, bool plots = false) {
   QSignalSpy shown(&w, &MainWindow::analysisShown);
-  QSignalSpy timeline(w.timeline(), &TimelineView::loaded);
-  QSignalSpy tensors(w.tensors(), &TensorView::loaded);
+  QSignalSpy ready(&w, &MainWindow::analysisReady);
   w.openRuns(paths);
   if (!shown.wait(30000)) return false;
   if (!plots) return true;
-  return (timeline.count() > 0 || timeline.wait(30000)) &&
-         (tensors.count() > 0 || tensors.wait(30000));
+  return ready.count() > 0 || ready.wait(30000);
 }
 
 // One kernel event on stream `stream` at time t (ns).

@@ -39,6 +39,22 @@ class ReportSuite : public QObject {
     QCOMPARE(images, 2);  // timeline and row strip (these runs captured no bytes: no heatmap)
   }
 
+  // Identical runs have no first divergence: the tensors tab says so instead of loading a pair,
+  // and analysisReady (what --report and --screenshot wait for) still comes.
+  void identicalRunsAreReadyAndReported() {
+    MainWindow w;
+    QVERIFY(openAndWait(w, {runPath("bs1-a"), runPath("bs1-b")}, true));
+    QVERIFY2(w.tensors()->model()->rowCount() == 0, "no pair's operands are shown");
+    detrace::testing::TempDir dir;
+    QString path = QString::fromStdString(dir.file("identical.html"));
+    Status s = w.exportReport(path);
+    QVERIFY2(s.isOk(), s.message().c_str());
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QString html = QString::fromUtf8(f.readAll());
+    QVERIFY2(html.contains("IDENTICAL: bs1-a and bs1-b"), qPrintable(html.left(400)));
+  }
+
   void noAnalysisNoReport() {
     MainWindow w;
     QVERIFY(!w.exportReport("/tmp/never-written.html").isOk());
