@@ -38,7 +38,8 @@ constexpr const char* kBisectFooter =
     "the kernel that got identical memory and produced different memory. --no-deep skips that\n"
     "step; a two-command pair skips it (its launches see different shapes).\n"
     "\n"
-    "Exit status: 0 no divergence, 1 divergence found (the verdict says where), 2 error.\n";
+    "Exit status: 0 no divergence, 1 divergence found (the verdict says where), 2 error, or\n"
+    "INCOMPLETE: a rank missing or unreadable in one recording while the ranks compared agree.\n";
 
 }  // namespace
 
@@ -57,7 +58,8 @@ void addBisectCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--workdir", opts->workdir, "Directory for the runs and logs (created; runs in it are replaced)")
       ->capture_default_str();
   cmd->add_option("--repeat", opts->repeat, "Replay runs of each implementation")
-      ->check(nonNegativeInteger())->check(CLI::Range(1, 1000))
+      ->check(nonNegativeInteger())->check(inRange(1, 1000))
+      ->type_name("N")
       ->capture_default_str();
   cmd->add_option("--batch", opts->batch, "Batch-size mode of the diff: auto (detect), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
@@ -88,6 +90,13 @@ void addBisectCommand(CLI::App& app, Runner& run) {
                                   "bisect compares two commands: one :: between them, not more "
                                   "(CMD_A ... :: CMD_B ...)"));
       }
+      if (!opts->workdir.empty() && opts->workdir[0] == '-') {  // `--workdir -- cmd`
+        return reportError(Status(ErrorCode::kInvalidArgument,
+                                  fmt::format("--workdir got \"{}\", which looks like a flag: give the "
+                                              "directory right after --workdir (write ./{} for a "
+                                              "directory whose name starts with -)",
+                                              opts->workdir, opts->workdir)));
+      }
       o.workdir = opts->workdir;
       o.repeat = opts->repeat;
       o.allow_gpu = !opts->no_gpu;
@@ -105,7 +114,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
       } else {
         std::printf("%s", replay::formatBisect(*r).c_str());
       }
-      return r->diverged ? kExitDivergent : kExitOk;
+      return r->diverged ? kExitDivergent : r->incomplete ? kExitError : kExitOk;
     };
   });
 }

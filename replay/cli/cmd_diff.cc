@@ -25,14 +25,16 @@ int diffTwo(const DiffCliOptions& o, const std::vector<db::Run>& runs,
   auto diff = replay::diffRuns(runs[0], runs[1], options);
   if (!diff.isOk()) return reportError(diff.status());
   replay::DiffLabels labels{o.runs[0], o.runs[1]};
+  // No divergence on the ranks compared, but not every rank was: neither answer is shown (2).
+  const int rc = !diff->identical() ? kExitDivergent : diff->complete() ? kExitOk : kExitError;
   if (o.json) {
-    printJson(replay::diffJson(*diff, labels));
+    nlohmann::json j = replay::diffJson(*diff, labels);
+    j["exit_status"] = rc;
+    printJson(j);
   } else {
     std::printf("%s", replay::formatDiff(*diff, labels).c_str());
   }
-  if (!diff->identical()) return kExitDivergent;
-  // No divergence on the ranks compared, but not every rank was: neither answer is shown.
-  return diff->complete() ? kExitOk : kExitError;
+  return rc;
 }
 
 int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
@@ -51,7 +53,8 @@ int diffMany(const DiffCliOptions& o, const std::vector<db::Run>& runs,
       if (!runs[i].warnings().empty()) run_warnings[o.runs[i]] = runs[i].warnings();
     }
     nlohmann::json j = {{"runs", o.runs}, {"classes", nlohmann::json::array()},
-                        {"explanations", nlohmann::json::array()}, {"run_warnings", run_warnings}};
+                        {"explanations", nlohmann::json::array()}, {"run_warnings", run_warnings},
+                        {"exit_status", rc}};
     for (const auto& c : classes) {
       nlohmann::json members = nlohmann::json::array();
       for (size_t i : c) members.push_back(o.runs[i]);
@@ -90,7 +93,7 @@ void addDiffCommand(CLI::App& app, Runner& run) {
   cmd->add_option("RUNS", opts->runs, "Two or more run directories (or .dtrace files)")
       ->required()
       ->expected(2, -1);
-  cmd->add_option("--rank", opts->rank, "Compare only this rank")->check(nonNegativeInteger());
+  cmd->add_option("--rank", opts->rank, "Compare only this rank")->check(nonNegativeInteger())->type_name("R");
   cmd->add_option("--batch", opts->batch,
                   "Batch-size mode (bs=1 vs bs=N): compare the request's rows by per-row "
                   "fingerprints. auto: on when the runs' GEMMs differ only in their token dimension")

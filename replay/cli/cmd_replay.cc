@@ -79,6 +79,14 @@ Status somethingRan(const std::vector<replay::ImplResult>& impls) {
                    why);
 }
 
+// The replay's facts, with the exit status and, where nothing could run, the error (the object
+// reportError would print, merged: a script reads one object either way).
+nlohmann::json withExitStatus(nlohmann::json j, const Status& ran) {
+  j["exit_status"] = ran.isOk() ? kExitOk : kExitError;
+  if (!ran.isOk()) j["error"] = {{"code", errorCodeName(ran.code())}, {"message", ran.message()}};
+  return j;
+}
+
 int runReplay(const ReplayCliOptions& o) {
   replay::ReplayOptions options;
   options.impls = o.impls;
@@ -91,26 +99,26 @@ int runReplay(const ReplayCliOptions& o) {
   if (o.pair_run.empty()) {
     auto result = replay::replayEvent(*run, a, options);
     if (!result.isOk()) return reportError(result.status());
+    const Status ran = somethingRan(result->impls);
     if (o.json) {
-      printJson(replay::replayJson(*result));
+      printJson(withExitStatus(replay::replayJson(*result), ran));
     } else {
       std::printf("%s", replay::formatReplay(*result).c_str());
     }
-    if (Status ran = somethingRan(result->impls); !ran.isOk()) return reportError(ran);
-    return kExitOk;
+    return ran.isOk() ? kExitOk : reportError(ran);
   }
   auto run_b = db::Run::open(o.pair_run);
   if (!run_b.isOk()) return reportError(run_b.status());
   const replay::EventRef b{o.rank, o.event_b >= 0 ? o.event_b : o.event};
   auto pair = replay::replayPair(*run, a, *run_b, b, options);
   if (!pair.isOk()) return reportError(pair.status());
+  const Status ran = somethingRan(pair->a.impls);
   if (o.json) {
-    printJson(replay::pairJson(*pair));
+    printJson(withExitStatus(replay::pairJson(*pair), ran));
   } else {
     std::printf("%s", replay::formatPair(*pair).c_str());
   }
-  if (Status ran = somethingRan(pair->a.impls); !ran.isOk()) return reportError(ran);
-  return kExitOk;
+  return ran.isOk() ? kExitOk : reportError(ran);
 }
 
 }  // namespace
@@ -123,19 +131,23 @@ void addReplayCommand(CLI::App& app, Runner& run) {
       ->required();
   cmd->add_option("--event", opts->event, "Sequence number of the GEMM or collective to replay")
       ->required()
-      ->check(nonNegativeInteger());
+      ->check(nonNegativeInteger())
+      ->type_name("SEQ");
   cmd->add_option("--rank", opts->rank, "Rank whose event it is (default 0)")
-      ->check(nonNegativeInteger());
+      ->check(nonNegativeInteger())
+      ->type_name("R");
   cmd->add_option("--impl", opts->impls,
                   "Implementations to run, comma-separated (default: all; see below)")
       ->delimiter(',');
   cmd->add_option("--repeat", opts->repeat, "Runs of each implementation (default 3)")
-      ->check(nonNegativeInteger())->check(CLI::Range(1, 100000));
+      ->check(nonNegativeInteger())->check(inRange(1, 100000))
+      ->type_name("N");
   cmd->add_option("--pair", opts->pair_run,
                   "A second run holding the same op at another batch size (batch-size pair)");
   cmd->add_option("--event-b", opts->event_b,
                   "The op's sequence number in the --pair run (default: --event)")
-      ->check(nonNegativeInteger());
+      ->check(nonNegativeInteger())
+      ->type_name("SEQ");
   cmd->add_flag("--no-gpu", opts->no_gpu, "Run only the CPU implementations");
   cmd->add_flag("--progress", opts->progress,
                 "Draw the progress bar on stderr even when it is not a terminal");

@@ -153,6 +153,8 @@ Status Bisector::diffDigestRuns(const std::string& a, const std::string& b) {
   DETRACE_ASSIGN_OR_RETURN(RunDiff diff, diffRuns(run_a, run_b, d));
   BisectStep step{"diff", "detrace diff " + shellQuote(a) + " " + shellQuote(b), since(t0), ""};
   r_.diverged = !diff.identical();
+  r_.incomplete = !r_.diverged && !diff.complete();
+  r_.uncompared_ranks = diff.uncompared_ranks;
   r_.warnings = diff.warnings;
   if (r_.diverged) {
     r_.rank = *diff.origin_rank;
@@ -293,6 +295,15 @@ std::string recommend(const Impls& impls, Good good) {
 }
 
 std::string Bisector::verdict() const {
+  if (r_.incomplete) {
+    std::string v = fmt::format(
+        "INCOMPLETE: no divergence on the ranks compared, but rank(s) {} were not compared (a trace "
+        "file missing or unreadable in one recording: see the warnings), so bit-identity is not shown. "
+        "Look at the recordings' logs and run bisect again.",
+        fmt::join(r_.uncompared_ranks, ", "));
+    for (const auto& w : r_.warnings) v += " Note: " + w + ".";
+    return v;
+  }
   if (!r_.diverged) {
     std::string v = o_.command_b.empty()
                         ? "The two recordings are bit-identical at every fingerprinted op: no run-to-run "
@@ -483,6 +494,8 @@ std::string formatBisect(const BisectResult& r) {
 nlohmann::json bisectJson(const BisectResult& r) {
   nlohmann::json j;
   j["diverged"] = r.diverged;
+  j["complete"] = !r.incomplete;
+  j["uncompared_ranks"] = r.uncompared_ranks;
   j["seconds"] = r.seconds;
   j["verdict"] = r.verdict;
   if (r.diverged) {

@@ -331,6 +331,11 @@ std::string formatDiff(const RunDiff& d, const DiffLabels& l) {
   return out;
 }
 
+const char* diffVerdictName(const RunDiff& d) {
+  if (!d.identical()) return "divergent";
+  return d.complete() ? "identical" : "incomplete";
+}
+
 nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankDiff& r : d.ranks) {
@@ -368,7 +373,8 @@ nlohmann::json diffJson(const RunDiff& d, const DiffLabels& l) {
   nlohmann::json j = {{"run_a", l.a},
                       {"run_b", l.b},
                       {"batch_mode", d.batch_mode},
-                      {"identical", d.identical()},
+                      {"verdict", diffVerdictName(d)},
+                      {"identical", d.identical() && d.complete()},
                       {"complete", d.complete()},
                       {"uncompared_ranks", d.uncompared_ranks},
                       {"ranks", ranks},

@@ -215,6 +215,9 @@ TEST(Diff, AFileLeftOutOfARunIsNamedInTheDiffsWarnings) {
   EXPECT_EQ(text.rfind("INCOMPLETE: A and B match on the 1 rank(s) compared, but rank(s) 1 are not in both runs", 0), 0u)
       << text;
   EXPECT_EQ(diffJson(*partial, {"A", "B"})["complete"], false);
+  EXPECT_EQ(diffJson(*partial, {"A", "B"})["identical"], false) << "not identical: incomplete";
+  EXPECT_EQ(diffJson(*partial, {"A", "B"})["verdict"], "incomplete");
+  EXPECT_EQ(diffJson(*d, {"A", "B"})["verdict"], "identical");
 }
 
 // Runs fingerprinted under different --row-digests are refused with a message that says how to

@@ -62,6 +62,10 @@ struct BisectDeep {
 struct BisectResult {
   std::vector<BisectStep> steps;
   bool diverged = false;
+  // No divergence on the ranks compared, but a rank of either recording was not compared (a file
+  // missing or unreadable): neither answer (INCOMPLETE, exit status 2).
+  bool incomplete = false;
+  std::vector<int32_t> uncompared_ranks;
   std::optional<RunDiff> diff;  // of the two digest-level runs
   int32_t rank = -1;            // where divergence began
   int64_t seq_a = -1, seq_b = -1;

@@ -16,6 +16,9 @@ struct DiffLabels {
 
 std::string formatDiff(const RunDiff& diff, const DiffLabels& labels);
 nlohmann::json diffJson(const RunDiff& diff, const DiffLabels& labels);
+// "identical", "divergent" or "incomplete" (no divergence on the ranks compared, but a rank of
+// either run's world was not compared): the JSON's `verdict`.
+const char* diffVerdictName(const RunDiff& diff);
 // The "next" line of formatDiff for a rank with a first divergence: the command that would
 // confirm the verdict ("" if the rank has none).
 std::string nextStepText(const RankDiff& rank, const DiffLabels& labels);
