@@ -187,6 +187,14 @@ Result<Run> Run::open(const std::string& path) {
     for (const std::string& f : left_out) {
       run.warnings_.push_back(fmt::format("{} is not a regular file (a pipe, or a link to nothing); left out", f));
     }
+    if (files.empty() && run.has_manifest_ && run.manifest_.end_time_ns != 0 && run.manifest_.term_signal == 0) {
+      // The command ended on its own: no process of it made a call the tracer records.
+      return makeError(ErrorCode::kNotFound,
+                       "{} holds no trace files (*{}): its command ran to its end (exit status {}) "
+                       "without a CUDA, NCCL or cuBLAS call that detrace records; record a program "
+                       "that uses the GPU",
+                       path, kTraceExtension, run.manifest_.exit_code);
+    }
     if (files.empty()) {
       return makeError(ErrorCode::kNotFound,
                        "{} holds no trace files (*{}); was the recorded program killed before it "
@@ -196,7 +204,10 @@ Result<Run> Run::open(const std::string& path) {
   } else if (fs::exists(path, ec)) {
     files.push_back(path);
   } else {
-    return makeError(ErrorCode::kNotFound, "{} does not exist", path);
+    return makeError(ErrorCode::kNotFound,
+                     "{} does not exist: give a run directory made by `detrace record`, or one of its "
+                     ".dtrace files",
+                     path);
   }
 
   std::vector<RankFile> unranked;

@@ -101,7 +101,8 @@ constexpr const char* kRecordFooter =
     "CUDA graphs: a library op called while its stream is captured is recorded once, at capture,\n"
     "without fingerprints; its digest kernels are captured with it, and every replay of the graph\n"
     "records the op again with fingerprints of its own. Reading every GEMM's weight again at\n"
-    "every replay costs a decode step about 12% on the H200 (docs/overhead.md);\n"
+    "every replay costs a decode step 12-16% of its untraced time on the H200 (50-66 us a\n"
+    "token, two measurements in docs/overhead.md);\n"
     "--graph-weights-every N digests the weights on replays 0, N, 2N, ... of each executable\n"
     "graph only, and writes the replays between with the last weight digest taken (the trace's\n"
     "meta graph_weights_every says so): a weight that changes between two sampled replays is\n"
@@ -153,7 +154,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--queue", opts->queue,
                   "Events each process's writer queue holds before it drops (default 262144; "
                   "1024 to 16777216)")
-      ->check(nonNegativeInteger())->check(CLI::Range(int64_t{1024}, int64_t{1} << 24));
+      ->check(nonNegativeInteger())->check(inRange(1024, int64_t{1} << 24))
+      ->type_name("N");
   cmd->add_option("--capture", opts->capture,
                   "What to record: meta (kernel launches, GEMMs, collectives and their choices), "
                   "digest (meta plus GPU fingerprints of every GEMM's and collective's operands) or "
@@ -181,7 +183,8 @@ void addRecordCommand(CLI::App& app, Runner& run) {
             }
             return problem;
           },
-          "SIZE"));
+          ""))
+      ->type_name("SIZE");
   cmd->add_option("--window", opts->window,
                   "Record only a window: steps:A:B (NVTX steps A <= s < B), ops:A:B (library ops), "
                   "launches:A:B (kernel launches; a library call in range is recorded too) or "
@@ -211,9 +214,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "A GEMM replayed from a CUDA graph gets its weight (an input without per-row "
                   "digests over 64 KiB: a linear layer's weight under --row-digests tokens) "
                   "digested on replays 0, N, 2N, ... of its graph only; the "
-                  "replays between carry the last weight digest taken (at most about 12% of a "
+                  "replays between carry the last weight digest taken (12-16% of an untraced "
                   "decode step on an H200; see below). Default 1: every replay")
-      ->check(nonNegativeInteger())->check(CLI::Range(int64_t{1}, int64_t{1000000}))
+      ->check(nonNegativeInteger())->check(inRange(1, 1000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");
@@ -262,6 +265,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
         notes = fmt::format("; but the run cannot be read: {}", opened.status().message());
       }
       if (idle > 0) notes += fmt::format(" ({} of them did no GPU work: not ranks)", idle);
+      if (result->trace_files.empty()) {
+        notes += ": no process of the command made a CUDA, NCCL or cuBLAS call that detrace records";
+      }
       if (unreadable > 0) {
         notes += fmt::format("; {} hold nothing recorded (their processes stopped as they began) and "
                              "are left out: detrace info {} names them",

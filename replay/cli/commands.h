@@ -51,7 +51,10 @@ inline CLI::Validator nonNegativeInteger() {
         }
         return "must be a whole number, 0 or more (got '" + text + "')";
       },
-      "INT>=0");
+      "");  // --help shows the option's type name (N) alone
 }
+
+// CLI::Range without its description in --help (the option's text says the range in words).
+inline CLI::Validator inRange(int64_t lo, int64_t hi) { return CLI::Range(lo, hi).description(""); }
 
 }  // namespace detrace::cli

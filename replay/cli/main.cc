@@ -1,8 +1,12 @@
 // detrace: record-and-replay debugger for bitwise reproducibility of GPU inference.
-#include <new>
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,31 @@ namespace {
 // a closed stdout, is an error a script has to see, not a success with nothing written.
 // One sentence for a command line CLI11 refused, with the help to read: a misspelled command is
 // named as such (CLI11 says only that a subcommand is required).
+// The first word before `--` that looks like a flag the command does not have. CLI11 lists every
+// word it did not expect, the `--` after an unknown flag included ("-- --bogus"), which reads as
+// if `--` were the mistake.
+std::string unknownFlag(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* cmd = &app;
+  int first = 1;
+  if (argc > 1 && argv[1][0] != '-') {
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == argv[1]) cmd = sub;
+    }
+    first = 2;
+  }
+  for (int i = first; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (word.size() < 2 || word[0] != '-' || std::isdigit(static_cast<unsigned char>(word[1])) != 0) {
+      continue;  // a value (a negative number included)
+    }
+    const std::string name = word.substr(0, word.find('='));
+    if (name == "-h" || name == "--help") continue;
+    if (cmd->get_option_no_throw(name) == nullptr) return name;
+  }
+  return "";
+}
+
 std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -62,6 +91,11 @@ std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int ar
     if (!known) return fmt::format("no command '{}'; the commands are {} (see detrace --help)", argv[1], names);
   }
   const std::string sub = argc > 1 && argv[1][0] != '-' ? std::string(argv[1]) + " " : "";
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    if (std::string flag = unknownFlag(app, argc, argv); !flag.empty()) {
+      return fmt::format("unknown option {} for detrace {}(see detrace {}--help)", flag, sub, sub);
+    }
+  }
   return fmt::format("{} (see detrace {}--help)", e.what(), sub);
 }
 
@@ -73,6 +107,24 @@ int outputWritten(int rc) {
                e != 0 ? std::strerror(e) : "write error");
   return kExitError;
 }
+
+// `detrace --help` lists each command by its first sentence: a command whose description runs to a
+// paragraph (record, bisect, attach) would otherwise take a screen of the list; its own --help
+// shows the whole text.
+class CommandListFormatter : public CLI::Formatter {
+ public:
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::string text = sub->get_description();
+    if (text.size() > 100 || text.find('\n') != std::string::npos) {
+      std::replace(text.begin(), text.end(), '\n', ' ');
+      size_t cut = std::min(text.find(": "), text.find(". "));
+      if (cut != std::string::npos) text = text.substr(0, cut) + fmt::format(" (detrace {} --help)", sub->get_name());
+    }
+    std::stringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), text, column_width_);
+    return out.str();
+  }
+};
 
 }  // namespace
 
@@ -95,6 +147,7 @@ int main(int argc, char** argv) {
       "  detrace export runA -o runA.json        open runA.json in ui.perfetto.dev\n"
       "  detrace schema                          the trace format, table by table\n",
       "detrace"};
+  app.formatter(std::make_shared<CommandListFormatter>());  // before the commands: they inherit it
   app.set_version_flag("--version", std::string("detrace ") + detrace::kToolVersion);
   app.require_subcommand(1);
   app.fallthrough(false);

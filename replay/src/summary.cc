@@ -208,14 +208,18 @@ std::string formatSummary(const RunSummary& s) {
         duration(r.first_ns, r.last_ns), human(stat(r, "events_dropped")));
   }
   // Consecutive missing ranks as one line each run of them (a world of thousands stays short).
+  // Where files were left out as unreadable, a missing rank's may be one of them (named below).
+  const char* why = s.unreadable_files.empty()
+                        ? "(crashed, or not recorded)"
+                        : "(its file may be one of those left out below as unreadable; else crashed, or not recorded)";
   for (size_t i = 0; i < s.missing_ranks.size();) {
     size_t j = i;
     while (j + 1 < s.missing_ranks.size() && s.missing_ranks[j + 1] == s.missing_ranks[j] + 1) ++j;
     if (i == j) {
-      out += fmt::format("\nwarning: rank {} has no trace file (crashed, or not recorded)", s.missing_ranks[i]);
+      out += fmt::format("\nwarning: rank {} has no readable trace file {}", s.missing_ranks[i], why);
     } else {
-      out += fmt::format("\nwarning: ranks {} to {} have no trace file (crashed, or not recorded)",
-                         s.missing_ranks[i], s.missing_ranks[j]);
+      out += fmt::format("\nwarning: ranks {} to {} have no readable trace file {}", s.missing_ranks[i],
+                         s.missing_ranks[j], why);
     }
     i = j + 1;
   }

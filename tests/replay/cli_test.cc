@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <array>
-#include <set>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -206,6 +206,30 @@ TEST(Cli, OutputsThatCannotBeWrittenAreErrorsAndTheRunIsNeverOverwritten) {
   EXPECT_EQ(closed.status, 2) << closed.out;
 }
 
+// `detrace --help` lists every command on one line (its first sentence; the whole text is in its
+// own --help), and number options show a plain type name, not CLI11's validator text.
+TEST(Cli, HelpListsEachCommandOnOneLine) {
+  Output top = detrace("--help");
+  EXPECT_EQ(top.status, 0) << top.out;
+  const size_t list = top.out.find("Subcommands:\n");
+  ASSERT_NE(list, std::string::npos) << top.out;
+  std::istringstream lines(top.out.substr(list + 13));
+  std::set<std::string> commands;
+  for (std::string line; std::getline(lines, line) && !line.empty();) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    EXPECT_TRUE(commands.insert(name).second) << "listed twice: " << line;
+    EXPECT_LT(line.size(), 200u) << line;
+  }
+  EXPECT_EQ(commands, (std::set<std::string>{"attach", "bisect", "diff", "export", "info", "record", "replay", "schema"}));
+  EXPECT_NE(top.out.find("Record an unmodified GPU program into RUN_DIR (detrace record --help)"), std::string::npos);
+  Output record = detrace("record --help");
+  EXPECT_NE(record.out.find("--queue N "), std::string::npos) << record.out;
+  EXPECT_EQ(record.out.find("INT>=0"), std::string::npos) << record.out;
+  EXPECT_EQ(record.out.find("INT in ["), std::string::npos) << record.out;
+}
+
 // A command line detrace refuses gets one "detrace: error:" sentence that names the problem and
 // the help to read, and exit status 2.
 TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
@@ -213,7 +237,8 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"infos x", "no command 'infos'; the commands are"},
       {"diff a b --rank -1", "--rank: must be a whole number, 0 or more (got '-1')"},
       {"replay x --event abc", "--event: must be a whole number, 0 or more (got 'abc')"},
-      {"info --no-such-flag x", "--no-such-flag (see detrace info --help)"},
+      {"info --no-such-flag x", "unknown option --no-such-flag for detrace info (see detrace info --help)"},
+      {"record -o /tmp/x --bogus -- true", "unknown option --bogus for detrace record (see detrace record --help)"},
       {"record -o /tmp/x --queue 5 -- true", "--queue: Value 5 not in range 1024 to 16777216"},
       {"replay x --event 7 --impl , --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
   };
@@ -242,6 +267,17 @@ TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   Output skipped = detrace(fmt::format("replay {} --event 7 --impl gpu --no-gpu", synth));
   EXPECT_EQ(skipped.status, 2) << skipped.out;
   EXPECT_NE(skipped.out.find("nothing ran"), std::string::npos) << skipped.out;
+  // --json: the replay's object carries the exit status and the error (one object on stdout).
+  Output skipped_json = testing::runShell(
+      fmt::format("{} replay {} --event 7 --impl gpu --no-gpu --json 2>/dev/null", testing::detraceExe(), synth),
+      /*with_stderr=*/false);
+  EXPECT_EQ(skipped_json.status, 2);
+  const nlohmann::json sj = nlohmann::json::parse(skipped_json.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(sj.is_object()) << skipped_json.out;
+  EXPECT_EQ(sj.value("exit_status", 0), 2);
+  ASSERT_TRUE(sj.contains("error")) << skipped_json.out;
+  EXPECT_NE(sj["error"].value("message", "").find("nothing ran"), std::string::npos) << skipped_json.out;
+  EXPECT_TRUE(sj.contains("implementations")) << "the replay's facts are kept";
   Output cpu = detrace(fmt::format("replay {} --event 7 --impl cpu --no-gpu --repeat 1", synth));
   EXPECT_EQ(cpu.status, 0) << cpu.out;
 #endif
@@ -286,6 +322,8 @@ TEST(Cli, DiffExitStatusIsZeroOneOrTwo) {
   EXPECT_EQ(differ.status, 1) << differ.out;
   auto j = nlohmann::json::parse(differ.out);
   EXPECT_EQ(j["identical"], false);
+  EXPECT_EQ(j["verdict"], "divergent");
+  EXPECT_EQ(j["exit_status"], 1);
   Output bad = detrace(fmt::format("diff {} /no/such/run", a.path().string()));
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.out.find("does not exist"), std::string::npos);
@@ -302,6 +340,21 @@ TEST(Cli, DiffExitStatusIsZeroOneOrTwo) {
   EXPECT_EQ(partial.status, 2) << partial.out;
   EXPECT_NE(partial.out.find("INCOMPLETE"), std::string::npos) << partial.out;
   EXPECT_NE(partial.out.find("proc-11.dtrace"), std::string::npos) << partial.out;
+  // info names the missing rank without contradicting the warning that names its file.
+  Output info = detrace(fmt::format("info {}", c.path().string()));
+  EXPECT_NE(info.out.find("rank 1 has no readable trace file (its file may be one of those left out below"),
+            std::string::npos) << info.out;
+  // --json: a script that reads `identical` is not told the runs are identical.
+  Output partial_json = detrace(fmt::format("diff {} {} --json", a.path().string(), c.path().string()));
+  EXPECT_EQ(partial_json.status, 2) << partial_json.out;
+  auto pj = nlohmann::json::parse(partial_json.out);
+  EXPECT_EQ(pj["identical"], false);
+  EXPECT_EQ(pj["complete"], false);
+  EXPECT_EQ(pj["verdict"], "incomplete");
+  EXPECT_EQ(pj["exit_status"], 2);
+  Output three_json = detrace(fmt::format("diff {0} {0} {1} --json", a.path().string(), c.path().string()));
+  EXPECT_EQ(three_json.status, 2) << three_json.out;
+  EXPECT_EQ(nlohmann::json::parse(three_json.out)["exit_status"], 2);
   Output three = detrace(fmt::format("diff {0} {0} {1}", a.path().string(), c.path().string()));
   EXPECT_EQ(three.status, 2) << three.out;
   EXPECT_NE(three.out.find("2 distinct behaviour(s) over 3 runs"), std::string::npos) << three.out;

@@ -49,6 +49,16 @@ TEST(Bisect, UsageErrors) {
   EXPECT_EQ(sh(fmt::format("{} bisect", detrace())).status, 2);
   EXPECT_EQ(sh(fmt::format("{} bisect -- /bin/true ::", detrace())).status, 2);
   EXPECT_EQ(sh(fmt::format("{} bisect --repeat 0 -- /bin/true", detrace())).status, 2);
+  // --workdir without its value takes `--`: refused, nothing made in a directory named `--`.
+  TempDir tmp;
+  Output dashes = testing::runShell(fmt::format("cd {} && {} bisect --workdir -- /bin/true", tmp.path().string(), detrace()));
+  EXPECT_EQ(dashes.status, 2) << dashes.out;
+  EXPECT_NE(dashes.out.find("--workdir got \"--\", which looks like a flag"), std::string::npos) << dashes.out;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("--")));
+  // An unknown flag is named alone (CLI11 listed the `--` after it too).
+  Output bogus = testing::runShell(fmt::format("{} bisect --bogus -- /bin/true", detrace()));
+  EXPECT_EQ(bogus.status, 2);
+  EXPECT_NE(bogus.out.find("unknown option --bogus for detrace bisect"), std::string::npos) << bogus.out;
 }
 
 }  // namespace

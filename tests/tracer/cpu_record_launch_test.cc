@@ -592,6 +592,23 @@ TEST(RecordLaunch, AScriptWithoutAShebangRunsUnderSh) {
   EXPECT_NE(o.out.find(fmt::format("ran as [{}] with [arg1]", script)), std::string::npos) << o.out;
 }
 
+// A command that never uses the GPU leaves no trace file: record's summary and info say why (it
+// ran to its end without a call detrace records), not that it was killed or the directory wrong.
+TEST(RecordLaunch, ACommandWithoutGpuCallsIsToldApartFromAKilledOne) {
+  TempDir tmp;
+  const int code = static_cast<int>(testing::Rng().range(0, 9));
+  Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'exit {}'", detrace(), tmp.file("run"), code));
+  EXPECT_EQ(o.status, code) << o.out;
+  EXPECT_NE(o.out.find("0 process trace(s) in " + tmp.file("run") +
+                       ": no process of the command made a CUDA, NCCL or cuBLAS call that detrace records"),
+            std::string::npos) << o.out;
+  Output info = sh(fmt::format("{} info {}", detrace(), tmp.file("run")));
+  EXPECT_EQ(info.status, 2) << info.out;
+  EXPECT_NE(info.out.find(fmt::format("its command ran to its end (exit status {}) without a CUDA, NCCL or "
+                                      "cuBLAS call that detrace records", code)),
+            std::string::npos) << info.out;
+}
+
 // A tracer library whose path holds a space (or a colon) cannot be put in LD_PRELOAD, which ld.so
 // splits there: detrace refuses it before starting anything, naming DETRACE_TRACER_LIB, instead
 // of running the command unrecorded with only ld.so's complaint.

@@ -249,9 +249,7 @@ Result<RecordWindow> parseWindow(const std::string& raw) {
     return makeError(ErrorCode::kInvalidArgument, "window '{}' has no range: e.g. {}:2:4", raw, unit);
   }
   auto range = parseIndexRange(text.substr(colon + 1));
-  if (!range.isOk()) {
-    return makeError(ErrorCode::kInvalidArgument, "window: {}", range.status().message());
-  }
+  if (!range.isOk()) return range.status();  // the caller names the setting
   w.range = *range;
   return w;
 }
@@ -380,7 +378,7 @@ CapturePolicy CapturePolicy::fromEnvironment(std::vector<std::string>& problems)
   }
   if (const char* v = env("DETRACE_WINDOW")) {
     if (auto w = parseWindow(v); !w.isOk()) {
-      note(w.status());
+      problems.push_back(std::string("DETRACE_WINDOW=") + v + ": " + w.status().message());
     } else if (w->before > 0) {  // as `record --window` refuses it
       problems.push_back(std::string("DETRACE_WINDOW=") + v +
                          ": a recording window cannot look back; only DETRACE_DEEP can");

@@ -402,7 +402,11 @@ Status checkCaptureOptions(const RecordOptions& options) {
                      "with --row-digests all every weight has them and would still be digested at "
                      "every replay: drop one of the two options");
   }
-  if (!options.capture_range.empty()) DETRACE_RETURN_IF_ERROR(parseIndexRange(options.capture_range).status());
+  if (!options.capture_range.empty()) {
+    if (auto r = parseIndexRange(options.capture_range); !r.isOk()) {
+      return makeError(ErrorCode::kInvalidArgument, "--capture-range: {}", r.status().message());
+    }
+  }
   if (!options.window.empty()) {
     auto w = parseWindow(options.window);
     if (!w.isOk()) return makeError(ErrorCode::kInvalidArgument, "--window: {}", w.status().message());
@@ -541,11 +545,11 @@ Result<RecordResult> record(const RecordOptions& options) {
   manifest.launcher_pid = static_cast<int32_t>(::getpid());
   manifest.launcher_start_ticks = processStartTicks(::getpid());
   manifest.options = {{"force", options.force ? "true" : "false"},
-                      {"queue", std::to_string(options.queue)},
+                      {"queue", std::to_string(options.queue > 0 ? options.queue : kDefaultQueueEvents)},
                       {"capture", options.capture},
                       {"capture_ops", options.capture_ops},
                       {"capture_range", options.capture_range},
-                      {"max_capture_bytes", std::to_string(options.max_capture_bytes.value_or(0))},
+                      {"max_capture_bytes", std::to_string(options.max_capture_bytes.value_or(kDefaultMaxCaptureBytes))},
                       {"window", options.window},
                       {"deep", options.deep},
                       {"paused", options.paused ? "true" : "false"},

@@ -217,7 +217,7 @@ bool Session::startLocked() {
   options.hold_in_batch = std::chrono::milliseconds(envNumber("DETRACE_DIAG_WRITER_HOLD_MS", 0, 0, 10'000));
   options.policy = db::OverflowPolicy::kDrop;
   // As `record --queue` allows: a hand-set DETRACE_QUEUE out of range is brought into it.
-  options.queue_capacity = static_cast<size_t>(envNumber("DETRACE_QUEUE", int64_t{1} << 18, 1024, int64_t{1} << 24));
+  options.queue_capacity = static_cast<size_t>(envNumber("DETRACE_QUEUE", kDefaultQueueEvents, kMinQueueEvents, kMaxQueueEvents));
   std::string path = out_dir_ + "/proc-" + std::to_string(getpid()) + ".dtrace";
   auto w = [&] {
     SignalsBlockedScope blocked;  // the writer thread never takes the host's signals

@@ -94,6 +94,9 @@ Result<CaptureLevel> parseCaptureLevel(const std::string& text);
 const char* captureLevelName(CaptureLevel level);
 
 inline constexpr int64_t kDefaultMaxCaptureBytes = int64_t{1} << 30;
+// The trace writer's queue, in events (record --queue, DETRACE_QUEUE), and its bounds.
+inline constexpr int64_t kDefaultQueueEvents = int64_t{1} << 18;
+inline constexpr int64_t kMinQueueEvents = 1024, kMaxQueueEvents = int64_t{1} << 24;
 
 // Which of a GEMM's operands get per-row digests besides their whole digest. kTokens (the
 // default): only the operands whose stored columns are tokens (B when not transposed, C, D, and A
