@@ -429,6 +429,10 @@ TEST(Record, PausedFlagReachesTheChildAndTheManifest) {
   std::ifstream m(tmp.file("run") + "/manifest.json");
   std::string manifest((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
   EXPECT_NE(manifest.find("\"paused\""), std::string::npos) << manifest;
+  // Options left at their defaults are written as the values in effect, not as 0.
+  const auto options = nlohmann::json::parse(manifest)["options"];
+  EXPECT_EQ(options["queue"], "262144") << manifest;
+  EXPECT_EQ(options["max_capture_bytes"], std::to_string(int64_t{1} << 30)) << manifest;
 }
 
 // ---------------------------------------------------------------- commits
