@@ -188,11 +188,19 @@ Result<Run> Run::open(const std::string& path) {
       run.warnings_.push_back(fmt::format("{} is not a regular file (a pipe, or a link to nothing); left out", f));
     }
     if (files.empty() && run.has_manifest_ && run.manifest_.end_time_ns != 0 && run.manifest_.term_signal == 0) {
-      // The command ended on its own: no process of it made a call the tracer records.
+      // The command ended on its own and no process of it wrote a trace.
+      const auto paused = run.manifest_.options.find("paused");
+      if (paused != run.manifest_.options.end() && paused->second == "true") {
+        return makeError(ErrorCode::kNotFound,
+                         "{} holds no trace files (*{}): it was recorded with --paused and recording "
+                         "was never started (`detrace attach {} start` while the program runs)",
+                         path, kTraceExtension, path);
+      }
       return makeError(ErrorCode::kNotFound,
                        "{} holds no trace files (*{}): its command ran to its end (exit status {}) "
-                       "without a CUDA, NCCL or cuBLAS call that detrace records; record a program "
-                       "that uses the GPU",
+                       "and no process of it made a CUDA, NCCL or cuBLAS call that detrace records, "
+                       "or the tracer could not be loaded into it (a static or setuid program: the "
+                       "recording's stderr says)",
                        path, kTraceExtension, run.manifest_.exit_code);
     }
     if (files.empty()) {

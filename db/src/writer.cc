@@ -643,7 +643,8 @@ Status TraceWriter::Impl::writeBatch(Batch& batch) {
 Status TraceWriter::Impl::flush(std::optional<std::chrono::milliseconds> limit) {
   std::unique_lock lk(mu_);
   if (closed_) return error_;
-  bool queued = !events_.empty() || !cold_.empty() || stats_dirty_;
+  // Stats changed while closing go out with close()'s last batch: no commit of their own to wait for.
+  bool queued = !events_.empty() || !cold_.empty() || (stats_dirty_ && !closing_);
   int64_t target = taken_gen_ + (queued ? 1 : 0);
   flush_requested_ = true;
   cv_work_.notify_one();

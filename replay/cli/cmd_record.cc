@@ -264,7 +264,9 @@ void addRecordCommand(CLI::App& app, Runner& run) {
         notes = fmt::format("; but the run cannot be read: {}", opened.status().message());
       }
       if (idle > 0) notes += fmt::format(" ({} of them did no GPU work: not ranks)", idle);
-      if (result->trace_files.empty()) {
+      if (result->trace_files.empty() && opts->paused) {
+        notes += ": recording was never started (detrace attach RUN_DIR start)";
+      } else if (result->trace_files.empty() && result->term_signal == 0) {
         notes += ": no process of the command made a CUDA, NCCL or cuBLAS call that detrace records";
       }
       if (unreadable > 0) {

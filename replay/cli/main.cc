@@ -55,10 +55,12 @@ namespace {
 // a closed stdout, is an error a script has to see, not a success with nothing written.
 // One sentence for a command line CLI11 refused, with the help to read: a misspelled command is
 // named as such (CLI11 says only that a subcommand is required).
-// The first word before `--` that looks like a flag the command does not have. CLI11 lists every
-// word it did not expect, the `--` after an unknown flag included ("-- --bogus"), which reads as
-// if `--` were the mistake.
-std::string unknownFlag(const CLI::App& app, int argc, char** argv) {
+// What CLI11's "arguments were not expected" means, in words: the first word before `--` that
+// looks like a flag the command does not have ("unknown option --bogus"), or, for a command that
+// runs a program, that program's words given without `--` before them. CLI11 lists every word it
+// did not take, the `--` after an unknown flag included ("-- --bogus"), which reads as if `--`
+// were the mistake. "" where neither is certain (CLI11's own text is shown then).
+std::string extrasText(const CLI::App& app, int argc, char** argv) {
   const CLI::App* cmd = &app;
   int first = 1;
   if (argc > 1 && argv[1][0] != '-') {
@@ -67,15 +69,38 @@ std::string unknownFlag(const CLI::App& app, int argc, char** argv) {
     }
     first = 2;
   }
+  const bool runs_a_program = cmd->get_name() == "record" || cmd->get_name() == "bisect";
+  bool separator = false;
+  for (int i = first; i < argc; ++i) separator = separator || std::string(argv[i]) == "--";
+  int loose = -1;  // the first word no option took
   for (int i = first; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--") break;
     if (word.size() < 2 || word[0] != '-' || std::isdigit(static_cast<unsigned char>(word[1])) != 0) {
-      continue;  // a value (a negative number included)
+      if (loose < 0) loose = i;
+      continue;
     }
-    const std::string name = word.substr(0, word.find('='));
+    std::string name = word.substr(0, word.find('='));
+    const CLI::Option* opt = cmd->get_option_no_throw(name);
+    if (opt == nullptr && name[1] != '-' && name.size() > 2) {
+      opt = cmd->get_option_no_throw(name.substr(0, 2));  // -orun: -o with its value attached
+      if (opt == nullptr || opt->get_type_size_min() == 0) return "";
+      continue;
+    }
     if (name == "-h" || name == "--help") continue;
-    if (cmd->get_option_no_throw(name) == nullptr) return name;
+    if (opt == nullptr) {
+      if (runs_a_program && !separator && loose >= 0) {
+        std::string fixed = "detrace";
+        for (int k = 1; k < argc; ++k) fixed += std::string(k == loose ? " -- " : " ") + argv[k];
+        return fmt::format("put the command to run after --: {}", fixed);
+      }
+      return fmt::format("unknown option {} for detrace {}", name, cmd->get_name());
+    }
+    // The option's value, as the next word (not --name=value): not a flag, whatever it starts with.
+    if (word.find('=') == std::string::npos && opt->get_type_size_min() > 0 && i + 1 < argc &&
+        std::string(argv[i + 1]) != "--") {
+      ++i;
+    }
   }
   return "";
 }
@@ -92,8 +117,8 @@ std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int ar
   }
   const std::string sub = argc > 1 && argv[1][0] != '-' ? std::string(argv[1]) + " " : "";
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-    if (std::string flag = unknownFlag(app, argc, argv); !flag.empty()) {
-      return fmt::format("unknown option {} for detrace {}(see detrace {}--help)", flag, sub, sub);
+    if (std::string text = extrasText(app, argc, argv); !text.empty()) {
+      return fmt::format("{} (see detrace {}--help)", text, sub);
     }
   }
   return fmt::format("{} (see detrace {}--help)", e.what(), sub);

@@ -239,6 +239,10 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"replay x --event abc", "--event: must be a whole number, 0 or more (got 'abc')"},
       {"info --no-such-flag x", "unknown option --no-such-flag for detrace info (see detrace info --help)"},
       {"record -o /tmp/x --bogus -- true", "unknown option --bogus for detrace record (see detrace record --help)"},
+      {"record -o/tmp/x --bogus -- true", "unknown option --bogus for detrace record"},  // -o's value attached
+      {"record -o -x --bogus -- true", "unknown option --bogus for detrace record"},    // a value like a flag
+      {"record -o /tmp/x python app.py --model m",
+       "put the command to run after --: detrace record -o /tmp/x -- python app.py --model m"},
       {"record -o /tmp/x --queue 5 -- true", "--queue: Value 5 not in range 1024 to 16777216"},
       {"replay x --event 7 --impl , --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
   };

@@ -604,9 +604,17 @@ TEST(RecordLaunch, ACommandWithoutGpuCallsIsToldApartFromAKilledOne) {
             std::string::npos) << o.out;
   Output info = sh(fmt::format("{} info {}", detrace(), tmp.file("run")));
   EXPECT_EQ(info.status, 2) << info.out;
-  EXPECT_NE(info.out.find(fmt::format("its command ran to its end (exit status {}) without a CUDA, NCCL or "
-                                      "cuBLAS call that detrace records", code)),
+  EXPECT_NE(info.out.find(fmt::format("its command ran to its end (exit status {}) and no process of it made "
+                                      "a CUDA, NCCL or cuBLAS call that detrace records", code)),
             std::string::npos) << info.out;
+  // Recorded --paused and never started: that is what is said, not a program without GPU calls.
+  Output paused = sh(fmt::format("{} record --paused -o {} -- /bin/true", detrace(), tmp.file("paused")));
+  EXPECT_EQ(paused.status, 0) << paused.out;
+  EXPECT_NE(paused.out.find(": recording was never started (detrace attach RUN_DIR start)"), std::string::npos)
+      << paused.out;
+  Output paused_info = sh(fmt::format("{} info {}", detrace(), tmp.file("paused")));
+  EXPECT_NE(paused_info.out.find("it was recorded with --paused and recording was never started"),
+            std::string::npos) << paused_info.out;
 }
 
 // A tracer library whose path holds a space (or a colon) cannot be put in LD_PRELOAD, which ld.so

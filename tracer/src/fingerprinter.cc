@@ -1194,6 +1194,7 @@ void Fingerprinter::finish(db::TraceWriter* w) noexcept {
 void Fingerprinter::publishStats(db::TraceWriter& w) noexcept {
   try {
     std::vector<std::pair<std::string, int64_t>> stats;
+    stats.reserve(48);  // allocated before the lock
     {
       State& s = state();
       std::lock_guard lk(s.mu);

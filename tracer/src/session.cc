@@ -568,9 +568,9 @@ void Session::commit(Held held, uint32_t context) noexcept {
   }
 }
 
-// The tracer's counters, as totals: the reorder buffer's, the fingerprints' and deep mode's.
+// The tracer's counters, as totals: the reorder buffer's and deep mode's (the fingerprints' are
+// the caller's: Fingerprinter::publishStats).
 void Session::writeCountersLocked() {
-  Fingerprinter::get().publishStats(*writer_);
   if (policy_.deep) deep::writeStats(*writer_);
   ReorderStats s = buffer_->stats();
   const std::pair<const char*, int64_t> counters[] = {
@@ -605,6 +605,12 @@ void Session::writeCountersLocked() {
 
 void Session::publishStats() noexcept {
   try {
+    db::TraceWriter* w = startedWriter();
+    if (w == nullptr) return;
+    // Not under mu_: the program's threads hold the fingerprinter's lock across CUDA calls (an
+    // allocation, a digest launch), and mu_ must not wait for them. finish() stops the threads
+    // that call this before it writes the last values.
+    Fingerprinter::get().publishStats(*w);
     std::lock_guard lk(mu_);
     if (finished_ || !writer_ || !buffer_ || !started_.load(std::memory_order_acquire) || !enabled()) return;
     writeCountersLocked();
@@ -630,6 +636,7 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   if (!finishAbandoned()) Fingerprinter::get().finish(writer_.get());  // CUDA calls: not past the bound
   diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
   enabled_ = false;  // from here on, calls into the wrappers only forward
+  Fingerprinter::get().publishStats(*writer_);
   writeCountersLocked();
   Status st = writer_->close();
   if (st.isOk()) return;

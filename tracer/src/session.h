@@ -157,7 +157,7 @@ class Session {
   bool startLocked();
   void writeMetadataLocked();
   void describeDeviceLocked(int32_t device);
-  void writeCountersLocked();  // publishStats' work, under mu_ (finish's too)
+  void writeCountersLocked();  // publishStats' work but the fingerprints', under mu_ (finish's too)
 
   std::atomic<bool> enabled_{false};
   // fail()'s first reason, written without allocating, then published by reason_set_.
