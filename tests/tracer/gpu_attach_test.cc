@@ -222,6 +222,9 @@ TEST(AttachGpu, SigkillKeepsTheKernelsAndCountersCommittedBeforeIt) {
     seen = launches();
   }
   ASSERT_GE(seen, 5) << "the counters were not committed while the program ran";
+  // The kernels' rows follow their records by the ordering hold (about 500 ms).
+  for (int i = 0; i < 100 && kernels(app.trace())["phase_b_kernel"].n < 5; ++i) usleep(100'000);
+  ASSERT_EQ(kernels(app.trace())["phase_b_kernel"].n, 5) << "the kernels were not committed while the program ran";
   ASSERT_EQ(kill(app.child.pid(), SIGKILL), 0);
   int status = app.child.wait();
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
