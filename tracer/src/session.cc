@@ -636,7 +636,9 @@ void Session::finish(std::chrono::steady_clock::time_point gpu_deadline) {
   if (!finishAbandoned()) Fingerprinter::get().finish(writer_.get());  // CUDA calls: not past the bound
   diagWriteStats(*writer_);  // after the final flush (the hook above): every site's calls are in
   enabled_ = false;  // from here on, calls into the wrappers only forward
-  Fingerprinter::get().publishStats(*writer_);
+  // Its lock is held by program threads across CUDA calls: not taken while CUDA is torn down
+  // (the last second's publication stands).
+  if (!finishAbandoned()) Fingerprinter::get().publishStats(*writer_);
   writeCountersLocked();
   Status st = writer_->close();
   if (st.isOk()) return;
