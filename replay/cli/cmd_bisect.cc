@@ -58,7 +58,7 @@ void addBisectCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--workdir", opts->workdir, "Directory for the runs and logs (created; runs in it are replaced)")
       ->capture_default_str();
   cmd->add_option("--repeat", opts->repeat, "Replay runs of each implementation")
-      ->check(nonNegativeInteger())->check(inRange(1, 1000))
+      ->check(integerIn(1, 1000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("--batch", opts->batch, "Batch-size mode of the diff: auto (detect), on, off")

@@ -153,7 +153,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--queue", opts->queue,
                   "Events each process's writer queue holds before it drops (default 262144; "
                   "1024 to 16777216)")
-      ->check(nonNegativeInteger())->check(inRange(1024, int64_t{1} << 24))
+      ->check(integerIn(1024, int64_t{1} << 24))
       ->type_name("N");
   cmd->add_option("--capture", opts->capture,
                   "What to record: meta (kernel launches, GEMMs, collectives and their choices), "
@@ -215,7 +215,7 @@ void addRecordCommand(CLI::App& app, Runner& run) {
                   "digested on replays 0, N, 2N, ... of its graph only; the "
                   "replays between carry the last weight digest taken (12-16% of an untraced "
                   "decode step on an H200; see below). Default 1: every replay")
-      ->check(nonNegativeInteger())->check(inRange(1, 1000000))
+      ->check(integerIn(1, 1000000))
       ->type_name("N")
       ->capture_default_str();
   cmd->add_option("COMMAND", opts->command, "The program to record and its arguments, after --");

@@ -140,7 +140,7 @@ void addReplayCommand(CLI::App& app, Runner& run) {
                   "Implementations to run, comma-separated (default: all; see below)")
       ->delimiter(',');
   cmd->add_option("--repeat", opts->repeat, "Runs of each implementation (default 3)")
-      ->check(nonNegativeInteger())->check(inRange(1, 100000))
+      ->check(integerIn(1, 100000))
       ->type_name("N");
   cmd->add_option("--pair", opts->pair_run,
                   "A second run holding the same op at another batch size (batch-size pair)");

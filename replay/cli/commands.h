@@ -38,23 +38,42 @@ void printJson(const nlohmann::json& j);
 // {"error": {"code", "message"}, "exit_status": 2} on stdout unless the command printed its JSON.
 int reportError(const Status& status);
 
+namespace detail {
+// Parses a whole number written in full (no sign other than '-', no trailing text).
+inline bool parseWhole(const std::string& text, long long& v) {
+  try {
+    size_t used = 0;
+    v = std::stoll(text, &used);
+    return used == text.size();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+}  // namespace detail
+
 // A whole number, 0 or more (an event's sequence number, a rank), with a message a user can read
 // (CLI::NonNegativeNumber's names the largest double).
 inline CLI::Validator nonNegativeInteger() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        try {
-          size_t used = 0;
-          const long long v = std::stoll(text, &used);
-          if (used == text.size() && v >= 0) return {};
-        } catch (const std::exception&) {
-        }
+        long long v = 0;
+        if (detail::parseWhole(text, v) && v >= 0) return {};
         return "must be a whole number, 0 or more (got '" + text + "')";
       },
       "");  // --help shows the option's type name (N) alone
 }
 
-// CLI::Range without its description in --help (the option's text says the range in words).
-inline CLI::Validator inRange(int64_t lo, int64_t hi) { return CLI::Range(lo, hi).description(""); }
+// A whole number from lo to hi, one message for every way to miss it (a negative number, text, a
+// number out of range); --help shows the type name (N) alone: the option's text says the range.
+inline CLI::Validator integerIn(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        long long v = 0;
+        if (detail::parseWhole(text, v) && v >= lo && v <= hi) return {};
+        return "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+               " (got '" + text + "')";
+      },
+      "");
+}
 
 }  // namespace detrace::cli

@@ -243,7 +243,9 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"record -o -x --bogus -- true", "unknown option --bogus for detrace record"},    // a value like a flag
       {"record -o /tmp/x python app.py --model m",
        "put the command to run after --: detrace record -o /tmp/x -- python app.py --model m"},
-      {"record -o /tmp/x --queue 5 -- true", "--queue: Value 5 not in range 1024 to 16777216"},
+      {"record -o /tmp/x --queue 5 -- true", "--queue: must be a whole number from 1024 to 16777216 (got '5')"},
+      {"record -o /tmp/x --queue -5 -- true", "--queue: must be a whole number from 1024 to 16777216 (got '-5')"},
+      {"bisect --repeat 0 -- a -- b", "--repeat: must be a whole number from 1 to 1000 (got '0')"},
       {"replay x --event 7 --impl , --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
   };
   for (const auto& [args, expected] : cases) {
