@@ -42,7 +42,8 @@ Status writeManifest(const std::string& dir, const RunManifest& m) {
       }
       return makeError(ErrorCode::kIo, "cannot create {}: {}", tmp, std::strerror(err));
     }
-    out << j.dump(2) << '\n';
+    // A command's arguments are bytes (a Latin-1 file name): invalid UTF-8 is written as U+FFFD.
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     if (!out.flush()) {
       std::string cause = writeFailureCause({tmp}, 4096);
       out.close();

@@ -112,7 +112,8 @@ Result<std::shared_ptr<const Analysis>> analyse(const QStringList& paths,
   DETRACE_ASSIGN_OR_RETURN(out->diff, replay::diffRuns(out->runs[out->a], out->runs[out->b]));
   replay::DiffLabels labels{out->label_a.toStdString(), out->label_b.toStdString()};
   out->report = replay::formatDiff(out->diff, labels);
-  out->json = replay::diffJson(out->diff, labels).dump(2);
+  // Names from the trace (kernels, NVTX ranges) are the program's bytes, not always UTF-8.
+  out->json = replay::diffJson(out->diff, labels).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   for (const replay::RankDiff& rd : out->diff.ranks) {
     progress(QString("indexing rank %1").arg(rd.rank));
     std::shared_ptr<RankView> view = makeRankView(rd);

@@ -4,6 +4,8 @@
 
 #include <QtConcurrent/QtConcurrent>
 
+#include "async.h"
+
 namespace detrace::gui {
 
 int AnalysisLoader::start(const QStringList& paths) {
@@ -18,7 +20,10 @@ int AnalysisLoader::start(const QStringList& paths) {
         Qt::QueuedConnection);
   };
   (void)QtConcurrent::run([self, job, paths, report] {
-    auto result = analyse(paths, report);
+    // analyse() returns its errors; anything it throws is turned into one too (a worker's
+    // exception would otherwise be swallowed by the pool and `finished` never come).
+    auto work = [&] { return analyse(paths, report); };
+    auto result = runCaught(work);
     std::shared_ptr<const Analysis> analysis = result.isOk() ? *result : nullptr;
     QString error = result.isOk() ? QString() : QString::fromStdString(result.status().message());
     QMetaObject::invokeMethod(

@@ -151,14 +151,24 @@ void ReplayPanel::start() {
   auto backend = backend_;
   ReplayRequest q = request();
   (void)QtConcurrent::run([self, backend, q, job] {
-    ReplayOutcome outcome = backend->run(q, [self, job](int done, int total, const QString& what) {
-      QMetaObject::invokeMethod(
-          self.data(),
-          [self, job, done, total, what] {
-            if (self) self->onProgress(job, done, total, what);
-          },
-          Qt::QueuedConnection);
-    });
+    auto work = [&] {
+      return backend->run(q, [self, job](int done, int total, const QString& what) {
+        QMetaObject::invokeMethod(
+            self.data(),
+            [self, job, done, total, what] {
+              if (self) self->onProgress(job, done, total, what);
+            },
+            Qt::QueuedConnection);
+      });
+    };
+    ReplayOutcome outcome;
+    try {
+      outcome = work();
+    } catch (const std::exception& e) {
+      outcome.error = QString("internal error: %1").arg(QString::fromUtf8(e.what()));
+    } catch (...) {
+      outcome.error = "internal error";
+    }
     QMetaObject::invokeMethod(
         self.data(),
         [self, job, outcome] {

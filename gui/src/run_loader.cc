@@ -4,6 +4,7 @@
 
 #include <QtConcurrent/QtConcurrent>
 
+#include "async.h"
 #include "detrace/db/run.h"
 
 namespace detrace::gui {
@@ -15,9 +16,11 @@ int RunLoader::load(const QStringList& paths) {
     std::vector<replay::RunSummary> runs;
     QStringList errors;
     for (const QString& p : paths) {
-      auto run = db::Run::open(p.toStdString());
-      auto summary =
-          run.isOk() ? replay::summarize(*run) : Result<replay::RunSummary>(run.status());
+      auto load = [&p]() -> Result<replay::RunSummary> {
+        auto run = db::Run::open(p.toStdString());
+        return run.isOk() ? replay::summarize(*run) : Result<replay::RunSummary>(run.status());
+      };
+      auto summary = runCaught(load);  // an exception is an error of this run, not a lost job
       if (summary.isOk()) {
         runs.push_back(std::move(*summary));
       } else {

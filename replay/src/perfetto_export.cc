@@ -87,7 +87,8 @@ struct RankExporter {
     if (name.empty()) name = db::eventKindName(e.kind);
     int64_t tid = e.stream >= 0 ? e.stream + 1 : 0;
     std::string common = fmt::format(R"("pid":{},"tid":{},"name":{},"cat":"{}","args":{})", rank, tid,
-                                     jsonString(name), db::eventKindName(e.kind), args.dump());
+                                     jsonString(name), db::eventKindName(e.kind),
+                                     args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     if (e.gpu_start_ns >= 0 && e.gpu_end_ns >= e.gpu_start_ns) {
       emit(fmt::format(R"({{"ph":"X","ts":{},"dur":{:.3f},{}}})", ts(e.gpu_start_ns),
                        static_cast<double>(e.gpu_end_ns - e.gpu_start_ns) / 1e3, common));

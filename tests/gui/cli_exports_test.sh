@@ -26,4 +26,26 @@ check() {  # NAME EXPECTED_TEXT RUN_A RUN_B
 }
 check identical "IDENTICAL: bs1-a and bs1-b" bs1-a bs1-b
 check divergent "DIVERGENT: nondet-a and nondet-b" nondet-a nondet-b
+# Both at once: the screenshots, then the report.
+timeout 180 "$view" "$runs/nondet-a" "$runs/nondet-b" --screenshot "$out/both-shots" --report "$out/both.html"
+rc=$?
+n=$(ls "$out/both-shots" 2>/dev/null | grep -c '\.png$')
+if [ $rc -ne 0 ] || [ "$n" -lt 7 ] || ! grep -q "DIVERGENT: nondet-a" "$out/both.html" 2>/dev/null; then
+  echo "FAIL: --screenshot with --report exited $rc, wrote $n images and the report: $(ls "$out/both.html" 2>&1)"; fail=1
+else echo "ok: --screenshot with --report"; fi
+# A refused command line exits 2 with one line that names the problem, as detrace's do.
+refused() {  # EXPECTED_TEXT ARGS...
+  text=$1; shift
+  msg=$(timeout 30 "$view" "$@" 2>&1 >/dev/null | grep -av '^QStandardPaths')
+  rc=$(timeout 30 "$view" "$@" >/dev/null 2>&1; echo $?)
+  if [ "$rc" -ne 2 ]; then echo "FAIL: detrace-view $* exited $rc, not 2"; fail=1
+  elif ! printf '%s' "$msg" | grep -aq "$text"; then echo "FAIL: detrace-view $* said '$msg'"; fail=1
+  else echo "ok: detrace-view $* refused"; fi
+}
+refused "Unknown option 'no-such-flag' (see detrace-view --help)" --no-such-flag
+refused "Missing value after '--report'" --report
+refused "need two or more runs" "$runs/bs1-a" --report "$out/one.html"
+odd="$out/$(printf 'caf\351')"
+mkdir -p "$odd"
+refused "is not valid UTF-8" "$odd" "$runs/bs1-b" --report "$out/odd.html"
 exit $fail

@@ -4,6 +4,10 @@
 #include <QRegularExpression>
 #include <QTest>
 
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+
 #include "gui_test_util.h"
 #include "suites.h"
 
@@ -53,6 +57,45 @@ class ReportSuite : public QObject {
     QVERIFY(f.open(QIODevice::ReadOnly));
     QString html = QString::fromUtf8(f.readAll());
     QVERIFY2(html.contains("IDENTICAL: bs1-a and bs1-b"), qPrintable(html.left(400)));
+  }
+
+  // Kernel and NVTX names are the program's bytes, not always UTF-8: a pair whose divergence
+  // names one is analysed and reported (its JSON with U+FFFD), not left loading for good.
+  void namesThatAreNotUtf8AreReported() {
+    detrace::testing::TempDir dir;
+    std::srand(static_cast<unsigned>(std::time(nullptr)));
+    const char lone = static_cast<char>(0x80 + std::rand() % 0x40);  // never valid UTF-8 alone
+    const std::string odd = std::string("void caf") + lone + "_kernel(float*)";
+    auto write = [&](const std::string& run, const std::string& middle) {
+      std::filesystem::create_directories(run);
+      db::WriterOptions o;
+      o.policy = db::OverflowPolicy::kBlock;
+      auto w = db::TraceWriter::create(run + "/proc-1.dtrace", o);
+      QVERIFY2(w.isOk(), w.status().message().c_str());
+      (*w)->setRank({0, 1, 0, 0, 1, "test", "NVIDIA H200", ""});
+      const int64_t stream = (*w)->stream(7, 0);
+      const int64_t k = (*w)->intern("void fill_kernel<float>(float*)");
+      const int64_t m = (*w)->intern(middle);
+      int64_t t = 1000000;
+      (void)(*w)->append(kernelAt(k, stream, t += 1000));
+      (void)(*w)->append(kernelAt(m, stream, t += 1000));
+      (void)(*w)->append(kernelAt(k, stream, t += 1000));
+      QVERIFY((*w)->close().isOk());
+    };
+    const std::string a = dir.file("a"), b = dir.file("b");
+    write(a, odd);  // the op in A at the divergence: the report names it
+    write(b, "void plain_kernel(float*)");
+    MainWindow w;
+    QVERIFY2(openAndWait(w, {QString::fromStdString(a), QString::fromStdString(b)}, true),
+             "the analysis and its views came");
+    QString path = QString::fromStdString(dir.file("odd.html"));
+    Status s = w.exportReport(path);
+    QVERIFY2(s.isOk(), s.message().c_str());
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QString html = QString::fromUtf8(f.readAll());
+    QVERIFY2(html.contains("DIVERGENT"), qPrintable(html.left(400)));
+    QVERIFY2(html.contains(QString::fromUtf8("void caf\xEF\xBF\xBD_kernel")), qPrintable(html.left(1600)));
   }
 
   void noAnalysisNoReport() {

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -44,6 +46,27 @@ TEST(Record, PropagatesExitStatusAndWritesManifest) {
   EXPECT_EQ(m->env["NCCL_ALGO"], "Ring");
   EXPECT_EQ(m->env.count("PATH"), 0u);
   EXPECT_FALSE(m->options["tracer_library"].empty());
+}
+
+// A command's arguments are bytes, not always UTF-8 (a Latin-1 file name): the command runs with
+// them unchanged and the manifest is written, with U+FFFD in their place (it is JSON).
+TEST(Record, ArgumentsThatAreNotUtf8RunAndAreWrittenToTheManifest) {
+  TempDir tmp;
+  std::string run = tmp.file("run");
+  std::srand(static_cast<unsigned>(std::time(nullptr)));
+  const int lone = 0x80 + std::rand() % 0x40;  // a continuation byte alone: never valid UTF-8
+  const int status = 1 + std::rand() % 100;
+  const std::string arg = fmt::format("caf\\{:03o}", lone);  // printf's octal escape (dash has no \\x)
+  Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'printf %s \"$0\" | od -An -tx1; exit {}' "
+                            "\"$(printf '{}')\"", detrace(), run, status, arg));
+  EXPECT_EQ(o.status, status) << o.out;
+  EXPECT_NE(o.out.find(fmt::format("63 61 66 {:02x}", lone)), std::string::npos)
+      << "the program got the byte unchanged: " << o.out;
+  auto m = db::readManifest(run);
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  EXPECT_EQ(m->exit_code, status);
+  ASSERT_EQ(m->command.size(), 4u);
+  EXPECT_EQ(m->command[3], "caf\xef\xbf\xbd");
 }
 
 TEST(Record, ChildSeesTheInjectionEnvironment) {
