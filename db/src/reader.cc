@@ -158,6 +158,38 @@ Result<std::string> presentColumnList(sqlite3* db, std::string_view table) {
   return out;
 }
 
+// Every table of the schema is there with every column, but for those added within schema version
+// 1 (launch_params and graph_ops, and columns marked added_later), which older files lack. A file
+// without one is damaged (or edited by hand): said here, at open, rather than as an SQL error by
+// the first query that needs it.
+Status checkSchema(sqlite3* db) {
+  for (const TableDef& t : schemaTables()) {
+    const std::string_view name = t.name;
+    const bool optional = name == "launch_params" || name == "graph_ops";
+    std::set<std::string> present;
+    DETRACE_RETURN_IF_ERROR(forEachRow(db, fmt::format("PRAGMA table_info({})", t.name),
+                                       [&](sqlite3_stmt* s) {
+                                         present.insert(colText(s, 1));
+                                         return Status::ok();
+                                       }));
+    if (present.empty()) {
+      if (optional) continue;
+      return makeError(ErrorCode::kCorrupt,
+                       "its {} table is missing: the file is damaged (or was edited); record the "
+                       "run again",
+                       t.name);
+    }
+    for (const ColumnDef& c : t.columns) {
+      if (c.added_later || present.count(c.name) != 0) continue;
+      return makeError(ErrorCode::kCorrupt,
+                       "its {} table lacks the column {}: the file is damaged (or was edited); "
+                       "record the run again",
+                       t.name, c.name);
+    }
+  }
+  return Status::ok();
+}
+
 // SELECT of a details table's columns (`cols`, seq first), for one seq or for all.
 std::string detailSql(std::string_view cols, std::string_view table, bool one) {
   return fmt::format("SELECT {} FROM {}{}", cols, table, one ? " WHERE seq = ?" : " ORDER BY seq");
@@ -218,9 +250,27 @@ Status unfinishedTraceProblem(const std::string& path, const Status& error, bool
 
 }  // namespace
 
+// SQLite opens a trace's side files (-journal, -wal, -shm) when they are there: one that is not a
+// regular file (a FIFO would block the open for good, a directory fails it) is named instead.
+static Status checkSideFiles(const std::string& path) {
+  namespace fs = std::filesystem;
+  for (const char* suffix : {"-journal", "-wal", "-shm"}) {
+    std::error_code ec;
+    const fs::file_type type = fs::status(path + suffix, ec).type();
+    if (type == fs::file_type::not_found || type == fs::file_type::regular || ec) continue;
+    return makeError(ErrorCode::kCorrupt,
+                     "{}{} beside the trace is not a regular file (a FIFO, a device or a "
+                     "directory), which SQLite would block on or fail to read; remove it or copy "
+                     "the trace alone (cp {} /tmp/) and read the copy",
+                     path, suffix, path);
+  }
+  return Status::ok();
+}
+
 Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) {
   bool wal = false;
   DETRACE_RETURN_IF_ERROR(checkHeader(path, wal));
+  DETRACE_RETURN_IF_ERROR(checkSideFiles(path));
   std::error_code no_wal;
   // (Empty: a reader before this one may have left an empty -wal where the copy had none.)
   const bool wal_was_there = wal && std::filesystem::file_size(path + "-wal", no_wal) > 0 && !no_wal;
@@ -285,6 +335,7 @@ Result<std::unique_ptr<TraceReader>> TraceReader::open(const std::string& path) 
 
 Status TraceReader::load() {
   sqlite3* db = db_.get();
+  DETRACE_RETURN_IF_ERROR(checkSchema(db));
   DETRACE_RETURN_IF_ERROR(forEachRow(db, "SELECT key, value FROM meta", [&](sqlite3_stmt* s) {
     meta_[colText(s, 0)] = colText(s, 1);
     return Status::ok();

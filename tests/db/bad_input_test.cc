@@ -340,6 +340,55 @@ TEST(BadInput, APipeNamedLikeATraceIsRefusedWithoutBlocking) {
   EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().message();
 }
 
+// A side file SQLite would open (-journal, -wal, -shm) that is a FIFO would block the open for
+// good: it is named instead, and the open returns at once.
+TEST(BadInput, ASideFileThatIsAPipeIsNamedWithoutBlocking) {
+  Rng rng;
+  for (const char* suffix : {"-journal", "-wal", "-shm"}) {
+    SCOPED_TRACE(suffix);
+    TempDir dir;
+    const std::string path = makeTrace(dir, "proc-1.dtrace", rng.range(1, 50), rng);
+    ASSERT_EQ(mkfifo((path + suffix).c_str(), 0600), 0);
+    auto r = TraceReader::open(path);  // a hang here is the failure (ctest's timeout)
+    ASSERT_FALSE(r.isOk());
+    EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+    EXPECT_NE(r.status().message().find(std::string(suffix) + " beside the trace is not a regular file"),
+              std::string::npos) << r.status().message();
+  }
+}
+
+// A table or column of the schema that the file lacks (damage, or an edit by hand) is named when
+// the file opens, as damage, not met later as SQL's "no such table" from the first query.
+TEST(BadInput, AMissingTableOrColumnIsDamageNamedWhenTheFileOpens) {
+  Rng rng;
+  struct Cut {
+    const char* sql;
+    const char* said;
+  };
+  const Cut cuts[] = {{"DROP TABLE gemms", "its gemms table is missing"},
+                      {"DROP TABLE collectives", "its collectives table is missing"},
+                      {"DROP TABLE strings", "its strings table is missing"},
+                      {"ALTER TABLE gemms DROP COLUMN m", "its gemms table lacks the column m"},
+                      {"DROP VIEW kernel_launches; ALTER TABLE events DROP COLUMN gpu_end_ns",
+                       "its events table lacks the column gpu_end_ns"},
+                      {"ALTER TABLE operands DROP COLUMN row_digests", "its operands table lacks the column row_digests"}};
+  const Cut& cut = cuts[rng.range(0, static_cast<int64_t>(std::size(cuts)) - 1)];
+  SCOPED_TRACE(cut.sql);
+  TempDir dir;
+  const std::string path = makeTrace(dir, "proc-1.dtrace", rng.range(1, 50), rng);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, cut.sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto r = TraceReader::open(path);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt) << r.status().message();
+  EXPECT_NE(r.status().message().find(cut.said), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+}
+
 // An SQLite file with nothing committed (a process killed, or a disk that filled, before the first
 // commit) is named as such, not as a foreign database.
 TEST(BadInput, ATraceWithNothingCommittedSaysSo) {
