@@ -340,6 +340,17 @@ Status TraceReader::load() {
     meta_[colText(s, 0)] = colText(s, 1);
     return Status::ok();
   }));
+  // The rank's numbers are 32-bit: a larger one (damage) would read as another number.
+  DETRACE_RETURN_IF_ERROR(forEachRow(
+      db,
+      "SELECT rank FROM ranks WHERE rank NOT BETWEEN -2147483648 AND 2147483647 OR world_size "
+      "NOT BETWEEN -2147483648 AND 2147483647 OR local_rank NOT BETWEEN -2147483648 AND "
+      "2147483647 OR device NOT BETWEEN -2147483648 AND 2147483647 LIMIT 1",
+      [&](sqlite3_stmt*) {
+        return makeError(ErrorCode::kCorrupt,
+                         "its ranks table holds a rank, world size or device beyond any GPU job's: "
+                         "the file is damaged; re-record the run");
+      }));
   DETRACE_RETURN_IF_ERROR(forEachRow(
       db, fmt::format("SELECT {} FROM ranks LIMIT 1", columnList("ranks")), [&](sqlite3_stmt* s) {
         rank_ = readRank(s);
@@ -597,8 +608,9 @@ Result<std::vector<Operand>> TraceReader::operands(int64_t seq) {
     int rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) return sqliteStatus(db_.get(), rc, "reading operands");
-    DETRACE_ASSIGN_OR_RETURN(Operand o, readOperandFields(s));
-    out.push_back(std::move(o));
+    auto o = readOperandFields(s);  // its damage is named with the file
+    if (!o.isOk()) return o.status().withContext(path_);
+    out.push_back(std::move(*o));
   }
   return out;
 }
@@ -608,8 +620,9 @@ Result<std::vector<Operand>> TraceReader::allOperands() {
   Status st = forEachRow(
       db_.get(), fmt::format("SELECT {} FROM operands ORDER BY seq, slot, id", operandFieldList()),
       [&](sqlite3_stmt* s) -> Status {
-        DETRACE_ASSIGN_OR_RETURN(Operand o, readOperandFields(s));
-        out.push_back(std::move(o));
+        auto o = readOperandFields(s);
+        if (!o.isOk()) return o.status().withContext(path_);
+        out.push_back(std::move(*o));
         return Status::ok();
       });
   if (!st.isOk()) return st;
@@ -634,7 +647,11 @@ Status TraceReader::forEachOperandFingerprint(int64_t from, int64_t to,
         o.rows = sqlite3_column_int64(s, 3);
         o.has_digest = sqlite3_column_type(s, 4) != SQLITE_NULL;
         o.digest = static_cast<uint64_t>(sqlite3_column_int64(s, 4));
-        o.row_digests = decodeDigests(sqlite3_column_blob(s, 5), static_cast<size_t>(sqlite3_column_bytes(s, 5)));
+        auto rows = decodeRowDigests(sqlite3_column_blob(s, 5),
+                                     static_cast<size_t>(sqlite3_column_bytes(s, 5)), o.rows,
+                                     o.has_digest, o.seq, o.slot);
+        if (!rows.isOk()) return rows.status().withContext(path_);
+        o.row_digests = std::move(*rows);
         o.bytes = sqlite3_column_int64(s, 6);
         return fn(o);
       });

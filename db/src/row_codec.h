@@ -51,6 +51,11 @@ Result<Operand> readOperandFields(sqlite3_stmt* s);
 // Little-endian encoding of per-row digests.
 std::string encodeDigests(const std::vector<uint64_t>& digests);
 std::vector<uint64_t> decodeDigests(const void* data, size_t bytes);
+// An operand's row digests as read from a file: one per row (`rows`; any whole number of them
+// where `rows` is 0), or none where the operand has no rows or no digest at all. Any other length is damage (a cut or edited blob), kCorrupt: read
+// short, the rows would compare as if absent and a batch diff would call the op identical.
+Result<std::vector<uint64_t>> decodeRowDigests(const void* data, size_t bytes, int64_t rows,
+                                               bool has_digest, int64_t seq, int32_t slot);
 std::string encodeShape(const std::vector<int64_t>& shape);
 Result<std::vector<int64_t>> decodeShape(std::string_view text);
 

@@ -241,16 +241,19 @@ Result<Run> Run::open(const std::string& path) {
     }
     std::unique_ptr<TraceReader>& reader = *opened;
     RankFile rf{reader->rank().rank, f, reader->rank()};
-    if (rf.rank < 0 && files.size() > 1 && rf.info.device < 0) {
+    if (rf.rank < 0 && rf.info.device < 0) {
       DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());
-      if (events == 0) {  // a process that did no GPU work is not a rank
+      if (events == 0 && files.size() == 1) run.no_gpu_work_ = true;  // the run's one file: kept
+      if (events == 0 && files.size() > 1) {  // a process that did no GPU work is not a rank
         if (!reader->finished()) run.unfinished_.push_back(f);
         run.idle_.push_back(f);
         continue;
       }
     }
     if (!reader->finished()) run.unfinished_.push_back(f);
-    if (reader->rank().world_size > kMaxWorldSize || reader->rank().rank >= kMaxWorldSize) {
+    const RankInfo& said = reader->rank();
+    if (said.world_size > kMaxWorldSize || said.rank >= kMaxWorldSize ||
+        (said.rank >= 0 && said.world_size <= said.rank)) {
       return makeError(ErrorCode::kCorrupt,
                        "{} claims rank {} of a world of {}, more than any NCCL job: the file is "
                        "damaged; re-record the run",
@@ -265,6 +268,7 @@ Result<Run> Run::open(const std::string& path) {
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(run.idle_.front()));
     unranked.push_back(RankFile{-1, run.idle_.front(), reader->rank()});
     run.idle_.erase(run.idle_.begin());
+    run.no_gpu_work_ = true;
   }
   std::sort(run.ranks_.begin(), run.ranks_.end(),
             [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });

@@ -60,6 +60,25 @@ namespace {
 // runs a program, that program's words given without `--` before them. CLI11 lists every word it
 // did not take, the `--` after an unknown flag included ("-- --bogus"), which reads as if `--`
 // were the mistake. "" where neither is certain (CLI11's own text is shown then).
+// An option given before the command (`detrace --json info RUN`): commands take their options
+// after their name; the corrected command line is shown where a command follows.
+std::string topLevelOptionText(const CLI::App& app, int argc, char** argv, const std::string& name) {
+  for (int s = 1; s < argc; ++s) {
+    const std::string word = argv[s];
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() != word) continue;
+      if (sub->get_option_no_throw(name) == nullptr) {
+        return fmt::format("unknown option {} for detrace {}", name, word);
+      }
+      std::string fixed = "detrace " + word;
+      for (int k = 1; k < s; ++k) fixed += std::string(" ") + argv[k];
+      for (int k = s + 1; k < argc; ++k) fixed += std::string(" ") + argv[k];
+      return fmt::format("{} goes after the command's name: {}", name, fixed);
+    }
+  }
+  return fmt::format("unknown option {} (options follow a command: detrace COMMAND [OPTIONS])", name);
+}
+
 std::string extrasText(const CLI::App& app, int argc, char** argv) {
   const CLI::App* cmd = &app;
   int first = 1;
@@ -94,6 +113,7 @@ std::string extrasText(const CLI::App& app, int argc, char** argv) {
         for (int k = 1; k < argc; ++k) fixed += std::string(k == loose ? " -- " : " ") + argv[k];
         return fmt::format("put the command to run after --: {}", fixed);
       }
+      if (cmd == &app) return topLevelOptionText(app, argc, argv, name);
       return fmt::format("unknown option {} for detrace {}", name, cmd->get_name());
     }
     // The option's value, as the next word (not --name=value): not a flag, whatever it starts with.

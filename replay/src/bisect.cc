@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
@@ -65,6 +67,24 @@ Result<int> runLogged(const std::vector<std::string>& argv, const std::string& l
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The last lines of a step's log (at most 3 and 400 bytes), for its error: the recording's own
+// words ("no such file", a full disk). An empty log is said to be so, with the likely cause.
+std::string logTail(const std::string& log) {
+  std::ifstream in(log, std::ios::binary);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) {
+    return fmt::format("{} is empty: nothing could be written there (is its disk full?)", log);
+  }
+  const size_t first = lines.size() > 3 ? lines.size() - 3 : 0;
+  std::string tail;
+  for (size_t i = first; i < lines.size(); ++i) tail += (i > first ? " / " : "") + lines[i];
+  if (tail.size() > 400) tail = "..." + tail.substr(tail.size() - 400);
+  return fmt::format("its log {} ends: {}", log, tail);
 }
 
 // What must match between the suspect in the digest run and in the re-recorded run: kind and
@@ -135,7 +155,8 @@ Result<std::string> Bisector::record(const std::string& name, const std::vector<
   if (status != 0) {
     step.outcome = fmt::format("failed with status {} (log: {}.log)", status, dir);
     r_.steps.push_back(step);
-    return makeError(ErrorCode::kUnavailable, "recording {} failed with status {}; see {}.log", name, status, dir);
+    return makeError(ErrorCode::kUnavailable, "recording {} failed with status {}; {}", name, status,
+                     logTail(dir + ".log"));
   }
   step.outcome = "recorded into " + dir;
   r_.steps.push_back(step);

@@ -288,6 +288,15 @@ void join(Gathered& g, RunDiff& out) {
 }  // namespace
 
 Result<RunDiff> diffRuns(const db::Run& run_a, const db::Run& run_b, const DiffOptions& options) {
+  for (const db::Run* run : {&run_a, &run_b}) {
+    if (!run->noGpuWork()) continue;
+    return makeError(ErrorCode::kNoData,
+                     "{} holds no GPU work: no process of its command made a CUDA, NCCL or cuBLAS "
+                     "call that detrace records (its {} trace file(s) have no events), so there is "
+                     "nothing to compare; check that the command runs its GPU work, in a process "
+                     "that `detrace record` started, and record it again",
+                     run->path(), run->idleFiles().size() + run->ranks().size());
+  }
   RunDiff out;
   std::error_code ec;
   if (std::filesystem::equivalent(run_a.path(), run_b.path(), ec) && !ec) {

@@ -58,6 +58,11 @@ Result<RunSummary> summarize(const db::Run& run) {
   s.world_size = run.worldSize();
   s.missing_ranks = run.missingRanks();
   s.warnings = run.warnings();
+  if (run.noGpuWork()) {
+    s.warnings.push_back(
+        "no process of this run did GPU work (no CUDA, NCCL or cuBLAS call that detrace records): "
+        "its rank 0 has no events, and detrace diff has nothing to compare");
+  }
   s.idle_files = run.idleFiles();
   s.unfinished_files = run.unfinishedFiles();
   s.unreadable_files = run.unreadableFiles();

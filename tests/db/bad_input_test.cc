@@ -340,6 +340,72 @@ TEST(BadInput, APipeNamedLikeATraceIsRefusedWithoutBlocking) {
   EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status().message();
 }
 
+// An operand's row digests cut short, emptied or padded (damage, or an edit) are named as damage
+// when read, with the file: read short, the rows compared as absent and a batch diff called the op
+// identical.
+TEST(BadInput, DamagedRowDigestsAreNamedWhenRead) {
+  Rng rng;
+  TempDir dir;
+  const std::string path = dir.file("proc-1.dtrace");
+  const int64_t rows = rng.range(2, 64);
+  {
+    WriterOptions o;
+    o.policy = OverflowPolicy::kBlock;
+    auto w = TraceWriter::create(path, o);
+    ASSERT_TRUE(w.isOk());
+    Event e;
+    e.kind = EventKind::kGemm;
+    e.name = (*w)->intern("cublasLtMatmul");
+    Gemm g;
+    g.api = e.name;
+    auto seq = (*w)->appendGemm(e, g);
+    ASSERT_TRUE(seq.has_value());
+    Operand op;
+    op.seq = *seq;
+    op.slot = 3;
+    op.name = (*w)->intern("D");
+    op.role = OperandRole::kOutput;
+    op.rows = rows;
+    op.row_bytes = 16;
+    op.row_stride = 16;
+    op.bytes = rows * 16;
+    op.has_digest = true;
+    op.digest = rng.u64();
+    for (int64_t r = 0; r < rows; ++r) op.row_digests.push_back(rng.u64());
+    ASSERT_TRUE((*w)->appendOperand(std::move(op)));
+    ASSERT_TRUE((*w)->close().isOk());
+  }
+  {
+    auto r = TraceReader::open(path);
+    ASSERT_TRUE(r.isOk()) << r.status().message();
+    auto ops = (*r)->allOperands();
+    ASSERT_TRUE(ops.isOk()) << "the intact file reads: " << ops.status().message();
+    ASSERT_EQ(ops->at(0).row_digests.size(), static_cast<size_t>(rows));
+  }
+  const std::string damage[] = {
+      fmt::format("substr(row_digests, 1, {})", rng.range(1, rows * 8 - 1)),  // cut short
+      "NULL",                                                                  // emptied
+      "row_digests || x'0102030405060708'"};                                   // one too many
+  const std::string& how = damage[rng.range(0, 2)];
+  SCOPED_TRACE(how);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql = "UPDATE operands SET row_digests = " + how;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto r = TraceReader::open(path);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  for (int way = 0; way < 2; ++way) {  // whole operands, and the diff's fingerprints alone
+    Status st = way == 0 ? (*r)->allOperands().status() : (*r)->allOperandFingerprints().status();
+    ASSERT_FALSE(st.isOk());
+    EXPECT_EQ(st.code(), ErrorCode::kCorrupt) << st.message();
+    EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("row digests of operand slot 3"), std::string::npos) << st.message();
+  }
+}
+
 // A side file SQLite would open (-journal, -wal, -shm) that is a FIFO would block the open for
 // good: it is named instead, and the open returns at once.
 TEST(BadInput, ASideFileThatIsAPipeIsNamedWithoutBlocking) {
@@ -436,6 +502,29 @@ TEST(BadInput, DamagedNumberingAndWorldSizeAreCorruptNotTrusted) {
     ASSERT_TRUE((*w)->close().isOk());
     auto r = Run::open(dir.path().string());
     ASSERT_FALSE(r.isOk());
+    EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt) << r.status().message();
+  }
+  // A world size edited to a 64-bit number (it read as its low 32 bits), or to one no larger than
+  // the file's rank (0, negative, the rank itself).
+  const int32_t rank = static_cast<int32_t>(rng.range(0, 7));
+  const std::string sizes[] = {"9223372036854775807", fmt::format("{}", int64_t{1} << 33 | 4),
+                               fmt::format("{}", -rng.range(0, 3)), fmt::format("{}", rank)};
+  for (const std::string& size : sizes) {
+    SCOPED_TRACE(size);
+    TempDir dir;
+    {
+      auto w = TraceWriter::create(dir.file("proc-1.dtrace"), WriterOptions{});
+      ASSERT_TRUE(w.isOk());
+      (*w)->setRank({rank, rank + 1, 0, 0, 1, "h", "GPU", ""});
+      ASSERT_TRUE((*w)->close().isOk());
+    }
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(dir.file("proc-1.dtrace").c_str(), &db), SQLITE_OK);
+    const std::string sql = "UPDATE ranks SET world_size = " + size;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    auto r = Run::open(dir.path().string());
+    ASSERT_FALSE(r.isOk()) << "a world of " << size << " for rank " << rank << " was trusted";
     EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt) << r.status().message();
   }
 }

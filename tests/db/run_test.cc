@@ -88,6 +88,7 @@ TEST(RunDir, ProcessesWithoutGpuWorkAreNotRanks) {
   EXPECT_EQ(run->ranks()[2].path, dir.file("helper.dtrace"));
   ASSERT_EQ(run->idleFiles().size(), 1u);
   EXPECT_EQ(run->idleFiles()[0], dir.file("agent.dtrace"));
+  EXPECT_FALSE(run->noGpuWork());
 
   TempDir only;
   writeRank(only.file("agent.dtrace"), -1, -1, 0);
@@ -97,6 +98,18 @@ TEST(RunDir, ProcessesWithoutGpuWorkAreNotRanks) {
   ASSERT_EQ(idle->ranks().size(), 1u);
   EXPECT_EQ(idle->ranks()[0].rank, 0);
   EXPECT_EQ(idle->idleFiles().size(), 1u);
+  EXPECT_TRUE(idle->noGpuWork()) << "a run of nothing but idle files did no GPU work";
+
+  TempDir single;  // one file, of a process that did no GPU work
+  writeRank(single.file("proc-9.dtrace"), -1, -1, 0);
+  auto one = Run::open(single.path().string());
+  ASSERT_TRUE(one.isOk()) << one.status().message();
+  EXPECT_TRUE(one->noGpuWork());
+  TempDir worked;  // one file with events, no rank: GPU work without NCCL
+  writeRank(worked.file("proc-9.dtrace"), -1, -1, 2);
+  auto busy = Run::open(worked.path().string());
+  ASSERT_TRUE(busy.isOk()) << busy.status().message();
+  EXPECT_FALSE(busy->noGpuWork());
 }
 
 // A process killed while it created its trace leaves an empty file; a full disk, one cut short.

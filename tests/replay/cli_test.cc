@@ -238,6 +238,8 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"diff a b --rank -1", "--rank: must be a whole number, 0 or more (got '-1')"},
       {"replay x --event abc", "--event: must be a whole number, 0 or more (got 'abc')"},
       {"info --no-such-flag x", "unknown option --no-such-flag for detrace info (see detrace info --help)"},
+      {"--rank 1 diff a b", "--rank goes after the command's name: detrace diff --rank 1 a b"},
+      {"--no-such-flag info x", "unknown option --no-such-flag for detrace info"},
       {"record -o /tmp/x --bogus -- true", "unknown option --bogus for detrace record (see detrace record --help)"},
       {"record -o/tmp/x --bogus -- true", "unknown option --bogus for detrace record"},  // -o's value attached
       {"record -o -x --bogus -- true", "unknown option --bogus for detrace record"},    // a value like a flag
@@ -296,6 +298,14 @@ TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   Output three = detrace("bisect -- true :: true :: true");
   EXPECT_EQ(three.status, 2) << three.out;
   EXPECT_NE(three.out.find("one :: between them"), std::string::npos) << three.out;
+  // A recording that fails says why in the error itself (its log's last lines), not only in the
+  // log; an empty log (a full disk) is said to be empty.
+  const std::string missing = dir.file(fmt::format("no-such-program-{}", rng.range(0, 1 << 30)));
+  Output failed = detrace(fmt::format("bisect --workdir {} -- {}", dir.file("bw"), missing));
+  EXPECT_EQ(failed.status, 2) << failed.out;
+  EXPECT_NE(failed.out.find(fmt::format("its log {}/digest-a.log ends: detrace: error: {}: no such file",
+                                        dir.file("bw"), missing)),
+            std::string::npos) << failed.out;
 }
 
 TEST(Cli, DocsSchemaMatchesTheDeclaredSchema) {

@@ -656,13 +656,35 @@ TEST(DiffBadInput, DifferentProgramsMissingRanksAndNoFingerprintsAreSaid) {
   EXPECT_NE(said.find("no fingerprints"), std::string::npos) << said;
   EXPECT_NE(said.find("are the same run"), std::string::npos) << said;  // diffed against itself
 
+  // A run whose processes did no GPU work (their files hold no events, no rank, no device) is
+  // refused on either side, not compared as an empty rank 0.
+  TempDir idle;
+  const int idle_files = static_cast<int>(rng.range(1, 3));
+  for (int i = 0; i < idle_files; ++i) {
+    auto iw = db::TraceWriter::create(fmt::format("{}/proc-{}.dtrace", idle.path().string(), 100 + i));
+    ASSERT_TRUE(iw.isOk());
+    ASSERT_TRUE((*iw)->close().isOk());
+  }
+  auto idle_run = db::Run::open(idle.path().string());
+  ASSERT_TRUE(idle_run.isOk()) << idle_run.status().message();
+  for (bool idle_first : {true, false}) {
+    auto d4 = idle_first ? diffRuns(*idle_run, *db::Run::open(a.path().string()))
+                         : diffRuns(*db::Run::open(a.path().string()), *idle_run);
+    ASSERT_FALSE(d4.isOk());
+    EXPECT_EQ(d4.status().code(), ErrorCode::kNoData);
+    EXPECT_NE(d4.status().message().find(idle.path().string() + " holds no GPU work"), std::string::npos)
+        << d4.status().message();
+    EXPECT_NE(d4.status().message().find(fmt::format("its {} trace file(s) have no events", idle_files)),
+              std::string::npos) << d4.status().message();
+  }
+
   // Unrelated programs on the same world size: few library ops align.
   TempDir e1, e2;
   writeModel(e1.path().string(), 1, 8, rng.u64(), {});
   writeBatchModel(e2.path().string(), 8, 4, 0, -1, rng.u64());
   auto d3 = diffRuns(*db::Run::open(e1.path().string()), *db::Run::open(e2.path().string()),
                      {.rank = std::nullopt, .batch = false});
-  ASSERT_TRUE(d3.isOk());
+  ASSERT_TRUE(d3.isOk()) << d3.status().message();
   std::string w3;
   for (const auto& x : d3->warnings) w3 += x + "\n";
   EXPECT_NE(w3.find("look like runs of different programs"), std::string::npos) << w3;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "detrace/db/reader.h"
+#include "detrace/db/run.h"
 #include "detrace/tracer/control_protocol.h"
 
 #include "../db/test_util.h"
@@ -341,6 +342,25 @@ TEST(Attach, ARunDirectoryNamedByDigitsIsARun) {
   EXPECT_NE(status.out.find("recording in 999999998 has ended"), std::string::npos) << "the run's own answer: " << status.out;
   Output pid = sh(in + detrace() + " attach 999999997 status");
   EXPECT_NE(pid.out.find("no process 999999997"), std::string::npos) << "digits without a run are a pid: " << pid.out;
+}
+
+// A run whose `detrace record` was killed (SIGKILL: no end written to its manifest) and whose
+// processes are gone is over: attach says so, not that it may have been recorded without --paused.
+TEST(Attach, ARunWhoseRecorderWasKilledIsSaidToBeOver) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  // The command kills its parent, `detrace record`, and exits.
+  Output rec = sh(detrace() + " record -o " + run + " -- /bin/sh -c 'kill -9 $PPID'");
+  EXPECT_TRUE(rec.status == -1 || rec.status == 128 + SIGKILL) << "detrace record was killed: " << rec.out;
+  auto m = db::readManifest(run);
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  ASSERT_EQ(m->end_time_ns, 0) << "the killed recorder wrote no end";
+  ASSERT_GT(m->launcher_pid, 0);
+  for (int i = 0; i < 100 && kill(m->launcher_pid, 0) == 0; ++i) usleep(20'000);  // reaped by sh
+  Output status = sh(detrace() + " attach " + run + " status");
+  EXPECT_EQ(status.status, 2) << status.out;
+  EXPECT_NE(status.out.find(fmt::format("its `detrace record` (process {}) is gone", m->launcher_pid)),
+            std::string::npos) << status.out;
 }
 
 // A stop whose commit outlasts its 2 s wait (a slow file system; here the writer held 6 s per

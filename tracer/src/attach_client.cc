@@ -187,6 +187,15 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
                        "to attach to",
                        dir, t.exited.size());
     }
+    // Unfinished, and the `detrace record` that made it is gone (killed): the run is over.
+    if (manifest.isOk() && manifest->launcher_pid > 0 &&
+        liveProcessesOfRun(dir).empty()) {
+      return makeError(ErrorCode::kNotFound,
+                       "the recording in {} is over: its `detrace record` (process {}) is gone "
+                       "without finishing the run (killed?), and no process of it runs; nothing "
+                       "to attach to",
+                       dir, manifest->launcher_pid);
+    }
     return makeError(ErrorCode::kNotFound,
                      "no running process of {} can be controlled: {} Its processes make their "
                      "control socket at their first CUDA, NCCL or cuBLAS call",

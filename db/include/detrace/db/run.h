@@ -59,6 +59,9 @@ class Run {
   // Trace files of processes that did no GPU work (no events, no rank, no device: a launcher
   // such as torchrun's agent, a shell), left out of ranks() when the run has other files.
   const std::vector<std::string>& idleFiles() const { return idle_; }
+  // No process of the run did GPU work: every file is such an idle one (the run's one rank is then
+  // the first of them, with no events). Nothing in it can be compared.
+  bool noGpuWork() const { return no_gpu_work_; }
   // Trace files whose writer never closed them (TraceReader::finished): a process killed, still
   // recording, or whose trace stopped on a write error. Each holds what was committed before.
   const std::vector<std::string>& unfinishedFiles() const { return unfinished_; }
@@ -79,6 +82,7 @@ class Run {
   std::vector<int32_t> missing_;
   std::vector<std::string> warnings_;
   std::vector<std::string> idle_;
+  bool no_gpu_work_ = false;
   std::vector<std::string> unfinished_;
   std::vector<std::string> unreadable_;
 };
