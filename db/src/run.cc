@@ -243,7 +243,9 @@ Result<Run> Run::open(const std::string& path) {
     RankFile rf{reader->rank().rank, f, reader->rank()};
     if (rf.rank < 0 && rf.info.device < 0) {
       DETRACE_ASSIGN_OR_RETURN(int64_t events, reader->eventCount());
-      if (events == 0 && files.size() == 1) run.no_gpu_work_ = true;  // the run's one file: kept
+      // The run's one file is kept; an unfinished one (killed before its first commit) may have
+      // done GPU work that was never committed: not said to have done none.
+      if (events == 0 && files.size() == 1 && reader->finished()) run.no_gpu_work_ = true;
       if (events == 0 && files.size() > 1) {  // a process that did no GPU work is not a rank
         if (!reader->finished()) run.unfinished_.push_back(f);
         run.idle_.push_back(f);
@@ -252,12 +254,17 @@ Result<Run> Run::open(const std::string& path) {
     }
     if (!reader->finished()) run.unfinished_.push_back(f);
     const RankInfo& said = reader->rank();
-    if (said.world_size > kMaxWorldSize || said.rank >= kMaxWorldSize ||
-        (said.rank >= 0 && said.world_size <= said.rank)) {
+    if (said.world_size > kMaxWorldSize || said.rank >= kMaxWorldSize) {
       return makeError(ErrorCode::kCorrupt,
                        "{} claims rank {} of a world of {}, more than any NCCL job: the file is "
                        "damaged; re-record the run",
-                       f, reader->rank().rank, reader->rank().world_size);
+                       f, said.rank, said.world_size);
+    }
+    if (said.rank >= 0 && said.world_size <= said.rank) {
+      return makeError(ErrorCode::kCorrupt,
+                       "{} claims rank {} of a world of {}, a rank not below its world size: the "
+                       "file is damaged; re-record the run",
+                       f, said.rank, said.world_size);
     }
     (rf.rank >= 0 ? run.ranks_ : unranked).push_back(std::move(rf));
     run.world_size_ = std::max(run.world_size_, reader->rank().world_size);
@@ -268,7 +275,7 @@ Result<Run> Run::open(const std::string& path) {
     DETRACE_ASSIGN_OR_RETURN(auto reader, TraceReader::open(run.idle_.front()));
     unranked.push_back(RankFile{-1, run.idle_.front(), reader->rank()});
     run.idle_.erase(run.idle_.begin());
-    run.no_gpu_work_ = true;
+    run.no_gpu_work_ = run.unfinished_.empty();  // (as for one file: nothing uncommitted)
   }
   std::sort(run.ranks_.begin(), run.ranks_.end(),
             [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });

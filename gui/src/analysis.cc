@@ -3,6 +3,7 @@
 #include <QFileInfo>
 #include <thread>
 
+#include "async.h"
 #include "detrace/replay/diff_report.h"
 
 namespace detrace::gui {
@@ -18,9 +19,14 @@ Status loadSkeletons(const db::Run& a, const db::Run& b, RankView& view) {
       view.names[side].push_back(reader->str(id));
     return Status();
   };
+  // Neither side may throw past its thread while the other is joinable (std::terminate).
+  auto caught = [&load](const db::Run& run, int side) {
+    auto work = [&] { return load(run, side); };
+    return runCaught(work);
+  };
   Status sb;
-  std::thread other([&] { sb = load(b, 1); });
-  Status sa = load(a, 0);
+  std::thread other([&] { sb = caught(b, 1); });
+  Status sa = caught(a, 0);
   other.join();
   return sa.isOk() ? sb : sa;
 }

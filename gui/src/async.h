@@ -1,7 +1,7 @@
 // runAsync: the one way the viewer runs work off the UI thread. `work` runs on Qt's thread pool;
 // its result (a value) is handed to `done` on `receiver`'s thread through a queued call, and
 // dropped if `receiver` is gone. Callers drop stale results themselves by job id. A `work` that
-// throws still hands `done` a result (asyncFailure's: an error, or an empty value), so that no
+// throws still hands `done` a result (AsyncFailure's: an error, or null), so that no
 // view waits for good on work that died on the pool, where Qt would swallow the exception.
 #pragma once
 
@@ -31,9 +31,16 @@ struct AsyncFailure<Result<T>> {
     return makeError(ErrorCode::kInternal, "internal error: {}", what);
   }
 };
+template <>
+struct AsyncFailure<Status> {
+  static Status make(const std::string& what) {
+    return makeError(ErrorCode::kInternal, "internal error: {}", what);
+  }
+};
+// A shared result comes back null: `done` tells a failure from an empty result.
 template <typename T>
 struct AsyncFailure<std::shared_ptr<const T>> {
-  static std::shared_ptr<const T> make(const std::string&) { return std::make_shared<const T>(); }
+  static std::shared_ptr<const T> make(const std::string&) { return nullptr; }
 };
 
 // Runs `work`, turning an exception into AsyncFailure's result.

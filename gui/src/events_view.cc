@@ -177,6 +177,11 @@ void EventsView::setFilter(const EventFilter& filter) {
       },
       [this, job, view](std::shared_ptr<const std::vector<int64_t>> rows) {
         if (job != filter_job_ || view != model_->view()) return;  // stale
+        if (!rows) {  // the filter failed (runAsync): shown as such, the rows left as they were
+          info_->setText("The filter could not be applied (internal error).");
+          emit filterApplied();
+          return;
+        }
         model_->setFilter(rows);
         emit filterApplied();
       });
@@ -264,6 +269,11 @@ void EventsView::find(const QString& text, bool forward) {
       [view, f] { return std::make_shared<const std::vector<int64_t>>(filterRows(*view, f)); },
       [this, job, view, text, forward](std::shared_ptr<const std::vector<int64_t>> rows) {
         if (job != search_job_ || view != model_->view()) return;
+        if (!rows) {  // the search failed (runAsync): said, and not cached as "not found"
+          info_->setText(QString("Searching for “%1” failed (internal error).").arg(text));
+          emit searchDone(false);
+          return;
+        }
         search_cache_[text] = rows;
         bool found = jumpAmong(*rows, forward);
         info_->setText(found ? info_->text() : QString("“%1” not found").arg(text));

@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
       "Desktop viewer for detrace runs (directories made by `detrace record`): the first "
       "divergence between "
       "two runs, their aligned events, kernel selection, tensors, timeline and replay.");
-  const QCommandLineOption help = parser.addHelpOption();
-  const QCommandLineOption version = parser.addVersionOption();
+  parser.addHelpOption();
+  parser.addVersionOption();
   parser.addPositionalArgument(
       "runs", "Run directories or .dtrace files to open (two or more to compare).", "[RUN…]");
   QCommandLineOption shots(
@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   parser.addOptions({shots, prefix, report});
   // parse(), not process(): a refused command line exits 2, as detrace's do (process() exits 1).
   if (!parser.parse(QApplication::arguments())) return usageError(parser.errorText());
-  if (parser.isSet(help)) parser.showHelp(0);
-  if (parser.isSet(version)) parser.showVersion();
+  parser.process(app);  // parsed already: only --help, --help-all and --version act (and exit)
   if (const char* odd = firstNonUtf8Argument(argc, argv)) {
     std::fprintf(stderr,
                  "detrace-view: '%s' is not valid UTF-8, which the viewer cannot open; rename it, "

@@ -1,5 +1,7 @@
 #include "timeline_data.h"
 
+#include "async.h"
+
 #include <algorithm>
 #include <map>
 #include <thread>
@@ -112,9 +114,12 @@ Result<std::shared_ptr<const Timeline>> loadTimeline(const Analysis& analysis, i
   auto out = std::make_shared<Timeline>();
   out->rank = rank;
   std::shared_ptr<const RankView> view = analysis.rank(rank);
+  // Neither side may throw past its thread while the other is joinable (std::terminate).
+  auto read_b = [&] { return readSide(analysis.runs[analysis.b], rank); };
+  auto read_a = [&] { return readSide(analysis.runs[analysis.a], rank); };
   std::optional<Result<SideEvents>> b;
-  std::thread other([&] { b.emplace(readSide(analysis.runs[analysis.b], rank)); });
-  Result<SideEvents> a = readSide(analysis.runs[analysis.a], rank);
+  std::thread other([&] { b.emplace(runCaught(read_b)); });
+  Result<SideEvents> a = runCaught(read_a);
   other.join();
   if (!a.isOk()) return a.status();
   if (!b->isOk()) return b->status();

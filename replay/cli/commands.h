@@ -39,7 +39,8 @@ void printJson(const nlohmann::json& j);
 int reportError(const Status& status);
 
 namespace detail {
-// Parses a whole number written in full (no sign other than '-', no trailing text).
+// Parses a whole number written in full (std::stoll's form: leading blanks and a sign allowed, no
+// trailing text).
 inline bool parseWhole(const std::string& text, long long& v) {
   try {
     size_t used = 0;

@@ -51,15 +51,6 @@ int reportError(const Status& status) {
 
 namespace {
 
-// What the command printed must have reached its destination: `detrace info RUN > /dev/full`, or
-// a closed stdout, is an error a script has to see, not a success with nothing written.
-// One sentence for a command line CLI11 refused, with the help to read: a misspelled command is
-// named as such (CLI11 says only that a subcommand is required).
-// What CLI11's "arguments were not expected" means, in words: the first word before `--` that
-// looks like a flag the command does not have ("unknown option --bogus"), or, for a command that
-// runs a program, that program's words given without `--` before them. CLI11 lists every word it
-// did not take, the `--` after an unknown flag included ("-- --bogus"), which reads as if `--`
-// were the mistake. "" where neither is certain (CLI11's own text is shown then).
 // An option given before the command (`detrace --json info RUN`): commands take their options
 // after their name; the corrected command line is shown where a command follows.
 std::string topLevelOptionText(const CLI::App& app, int argc, char** argv, const std::string& name) {
@@ -79,6 +70,11 @@ std::string topLevelOptionText(const CLI::App& app, int argc, char** argv, const
   return fmt::format("unknown option {} (options follow a command: detrace COMMAND [OPTIONS])", name);
 }
 
+// What CLI11's "arguments were not expected" means, in words: the first word before `--` that
+// looks like a flag the command does not have ("unknown option --bogus"), or, for a command that
+// runs a program, that program's words given without `--` before them. CLI11 lists every word it
+// did not take, the `--` after an unknown flag included ("-- --bogus"), which reads as if `--`
+// were the mistake. "" where neither is certain (CLI11's own text is shown then).
 std::string extrasText(const CLI::App& app, int argc, char** argv) {
   const CLI::App* cmd = &app;
   int first = 1;
@@ -125,6 +121,8 @@ std::string extrasText(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// One sentence for a command line CLI11 refused, with the help to read: a misspelled command is
+// named as such (CLI11 says only that a subcommand is required).
 std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
@@ -144,6 +142,8 @@ std::string parseErrorText(const CLI::App& app, const CLI::ParseError& e, int ar
   return fmt::format("{} (see detrace {}--help)", e.what(), sub);
 }
 
+// What the command printed must have reached its destination: `detrace info RUN > /dev/full`, or
+// a closed stdout, is an error a script has to see, not a success with nothing written.
 int outputWritten(int rc) {
   errno = 0;
   if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;

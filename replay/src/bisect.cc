@@ -70,12 +70,18 @@ Result<int> runLogged(const std::vector<std::string>& argv, const std::string& l
 }
 
 // The last lines of a step's log (at most 3 and 400 bytes), for its error: the recording's own
-// words ("no such file", a full disk). An empty log is said to be so, with the likely cause.
-std::string logTail(const std::string& log) {
+// words ("no such file", a full disk). An empty log is said to be so, with the likely cause (a
+// signal, by `status`, the step's exit status; else a full disk).
+std::string logTail(const std::string& log, int status) {
   std::ifstream in(log, std::ios::binary);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
     if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty() && status > 128) {  // `detrace record` says why it fails, unless killed
+    return fmt::format("detrace record was killed by signal {} before it wrote anything to {} (the "
+                       "OOM killer?)",
+                       status - 128, log);
   }
   if (lines.empty()) {
     return fmt::format("{} is empty: nothing could be written there (is its disk full?)", log);
@@ -156,7 +162,7 @@ Result<std::string> Bisector::record(const std::string& name, const std::vector<
     step.outcome = fmt::format("failed with status {} (log: {}.log)", status, dir);
     r_.steps.push_back(step);
     return makeError(ErrorCode::kUnavailable, "recording {} failed with status {}; {}", name, status,
-                     logTail(dir + ".log"));
+                     logTail(dir + ".log", status));
   }
   step.outcome = "recorded into " + dir;
   r_.steps.push_back(step);

@@ -42,6 +42,10 @@ refused() {  # EXPECTED_TEXT ARGS...
   elif ! printf '%s' "$msg" | grep -aq "$text"; then echo "FAIL: detrace-view $* said '$msg'"; fail=1
   else echo "ok: detrace-view $* refused"; fi
 }
+for help in --help --help-all --version; do  # print and exit 0, never open a window
+  if ! timeout 30 "$view" $help 2>/dev/null | grep -q "detrace-view"; then echo "FAIL: detrace-view $help"; fail=1
+  else echo "ok: detrace-view $help"; fi
+done
 refused "Unknown option 'no-such-flag' (see detrace-view --help)" --no-such-flag
 refused "Missing value after '--report'" --report
 refused "need two or more runs" "$runs/bs1-a" --report "$out/one.html"

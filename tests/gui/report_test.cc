@@ -4,9 +4,8 @@
 #include <QRegularExpression>
 #include <QTest>
 
-#include <cstdlib>
-#include <ctime>
 #include <filesystem>
+#include <random>
 
 #include "gui_test_util.h"
 #include "suites.h"
@@ -63,8 +62,8 @@ class ReportSuite : public QObject {
   // names one is analysed and reported (its JSON with U+FFFD), not left loading for good.
   void namesThatAreNotUtf8AreReported() {
     detrace::testing::TempDir dir;
-    std::srand(static_cast<unsigned>(std::time(nullptr)));
-    const char lone = static_cast<char>(0x80 + std::rand() % 0x40);  // never valid UTF-8 alone
+    std::mt19937 rng{std::random_device{}()};
+    const char lone = static_cast<char>(0x80 + rng() % 0x40);  // never valid UTF-8 alone
     const std::string odd = std::string("void caf") + lone + "_kernel(float*)";
     auto write = [&](const std::string& run, const std::string& middle) {
       std::filesystem::create_directories(run);

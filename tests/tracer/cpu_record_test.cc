@@ -5,8 +5,7 @@
 
 #include <array>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -53,9 +52,9 @@ TEST(Record, PropagatesExitStatusAndWritesManifest) {
 TEST(Record, ArgumentsThatAreNotUtf8RunAndAreWrittenToTheManifest) {
   TempDir tmp;
   std::string run = tmp.file("run");
-  std::srand(static_cast<unsigned>(std::time(nullptr)));
-  const int lone = 0x80 + std::rand() % 0x40;  // a continuation byte alone: never valid UTF-8
-  const int status = 1 + std::rand() % 100;
+  std::mt19937 rng{std::random_device{}()};
+  const int lone = 0x80 + static_cast<int>(rng() % 0x40);  // a continuation byte alone: never UTF-8
+  const int status = 1 + static_cast<int>(rng() % 100);
   const std::string arg = fmt::format("caf\\{:03o}", lone);  // printf's octal escape (dash has no \\x)
   Output o = sh(fmt::format("{} record -o {} -- /bin/sh -c 'printf %s \"$0\" | od -An -tx1; exit {}' "
                             "\"$(printf '{}')\"", detrace(), run, status, arg));
