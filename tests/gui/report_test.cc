@@ -13,6 +13,18 @@
 namespace detrace::gui::testing {
 namespace {
 
+// Writes `w`'s report to `path` and reads it back; empty (with `error` set) if either failed.
+QString exportedHtml(MainWindow& w, const std::string& path, QString& error) {
+  Status s = w.exportReport(QString::fromStdString(path));
+  if (!s.isOk()) {
+    error = QString::fromStdString(s.message());
+    return {};
+  }
+  QFile f(QString::fromStdString(path));
+  if (!f.open(QIODevice::ReadOnly)) error = "cannot read " + QString::fromStdString(path);
+  return QString::fromUtf8(f.readAll());
+}
+
 class ReportSuite : public QObject {
   Q_OBJECT
 
@@ -21,12 +33,9 @@ class ReportSuite : public QObject {
     MainWindow w;
     QVERIFY(openAndWait(w, {runPath("h4k-bs1"), runPath("h4k-bs64")}, true));
     detrace::testing::TempDir dir;
-    QString path = QString::fromStdString(dir.file("report.html"));
-    Status s = w.exportReport(path);
-    QVERIFY2(s.isOk(), s.message().c_str());
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    QString html = QString::fromUtf8(f.readAll());
+    QString error;
+    QString html = exportedHtml(w, dir.file("report.html"), error);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
     QVERIFY(html.contains("DIVERGENT: h4k-bs1 and h4k-bs64 part on rank 0."));
     QVERIFY(html.contains("batch-variant"));
     QVERIFY(html.contains("nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT"));
@@ -49,12 +58,9 @@ class ReportSuite : public QObject {
     QVERIFY(openAndWait(w, {runPath("bs1-a"), runPath("bs1-b")}, true));
     QVERIFY2(w.tensors()->model()->rowCount() == 0, "no pair's operands are shown");
     detrace::testing::TempDir dir;
-    QString path = QString::fromStdString(dir.file("identical.html"));
-    Status s = w.exportReport(path);
-    QVERIFY2(s.isOk(), s.message().c_str());
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    QString html = QString::fromUtf8(f.readAll());
+    QString error;
+    QString html = exportedHtml(w, dir.file("identical.html"), error);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
     QVERIFY2(html.contains("IDENTICAL: bs1-a and bs1-b"), qPrintable(html.left(400)));
   }
 
@@ -87,12 +93,9 @@ class ReportSuite : public QObject {
     MainWindow w;
     QVERIFY2(openAndWait(w, {QString::fromStdString(a), QString::fromStdString(b)}, true),
              "the analysis and its views came");
-    QString path = QString::fromStdString(dir.file("odd.html"));
-    Status s = w.exportReport(path);
-    QVERIFY2(s.isOk(), s.message().c_str());
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    QString html = QString::fromUtf8(f.readAll());
+    QString error;
+    QString html = exportedHtml(w, dir.file("odd.html"), error);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
     QVERIFY2(html.contains("DIVERGENT"), qPrintable(html.left(400)));
     QVERIFY2(html.contains(QString::fromUtf8("void caf\xEF\xBF\xBD_kernel")), qPrintable(html.left(1600)));
   }
