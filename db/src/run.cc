@@ -118,13 +118,18 @@ Result<RunManifest> readManifest(const std::string& dir) {
       *format != "detrace-run") {
     return makeError(ErrorCode::kNotATrace, "{} is not a detrace run manifest", path);
   }
+  // Without its version (left out, or null) a manifest is damaged, as one of the wrong type is: the
+  // run's traces are still read. Only another number is another detrace's run.
+  if (const auto v = j.find("version"); v == j.end() || v->is_null()) {
+    return makeError(ErrorCode::kCorrupt, "{} has no \"version\": the manifest is damaged", path);
+  }
   int64_t version = 0;
   DETRACE_RETURN_IF_ERROR(readField(j, "version", version, path));
   if (version != kManifestVersion) {
     return makeError(ErrorCode::kVersionMismatch,
                      "{} has manifest version {}, this detrace reads version {}; use a matching "
                      "detrace",
-                     path, j.contains("version") ? std::to_string(version) : "(none)", kManifestVersion);
+                     path, version, kManifestVersion);
   }
   RunManifest m;
   DETRACE_RETURN_IF_ERROR(readField(j, "tool_version", m.tool_version, path));

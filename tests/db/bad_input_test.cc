@@ -297,7 +297,9 @@ TEST(BadInput, ManifestsOfTheWrongKindOrWithWrongTypesGiveErrors) {
   }
   {
     // A damaged manifest (half written by hand, another program's JSON) leaves the traces readable.
-    for (const char* damaged : {R"({"broken)", R"({"format": "detrace-run", "version": 1, "exit_code": "x"})"}) {
+    for (const char* damaged : {R"({"broken)", R"({"format": "detrace-run", "version": 1, "exit_code": "x"})",
+                                R"({"format": "detrace-run", "version": null})", R"({"format": "detrace-run"})",
+                                R"({"format": "detrace-run", "version": "x"})"}) {
       SCOPED_TRACE(damaged);
       TempDir dir;
       runWith(dir);
