@@ -139,16 +139,21 @@ Status checkStringsKept(sqlite3* db, int64_t held) {
   return Status::ok();
 }
 
-// The SELECT list of `table`'s declared columns, with NULL in place of those added within schema
-// version 1 that the file lacks (ColumnDef::added_later). Any other missing column is left for
-// SQLite to name when the list is used.
-Result<std::string> presentColumnList(sqlite3* db, std::string_view table) {
+// The names of the columns `table` has in this file (none where it has no such table).
+Result<std::set<std::string>> presentColumns(sqlite3* db, std::string_view table) {
   std::set<std::string> present;
-  const std::string info = fmt::format("PRAGMA table_info({})", table);
-  DETRACE_RETURN_IF_ERROR(forEachRow(db, info, [&](sqlite3_stmt* s) {
-    present.insert(colText(s, 1));  // the column's name
-    return Status::ok();
-  }));
+  DETRACE_RETURN_IF_ERROR(
+      forEachRow(db, fmt::format("PRAGMA table_info({})", table), [&](sqlite3_stmt* s) {
+        present.insert(colText(s, 1));  // the column's name
+        return Status::ok();
+      }));
+  return present;
+}
+
+// The SELECT list of `table`'s declared columns, with NULL in place of those added within schema
+// version 1 that the file lacks (ColumnDef::added_later; any other missing one failed checkSchema).
+Result<std::string> presentColumnList(sqlite3* db, std::string_view table) {
+  DETRACE_ASSIGN_OR_RETURN(const std::set<std::string> present, presentColumns(db, table));
   std::string out;
   for (const ColumnDef& c : schemaTable(table).columns) {
     if (!out.empty()) out += ", ";
@@ -166,12 +171,7 @@ Status checkSchema(sqlite3* db) {
   for (const TableDef& t : schemaTables()) {
     const std::string_view name = t.name;
     const bool optional = name == "launch_params" || name == "graph_ops";
-    std::set<std::string> present;
-    DETRACE_RETURN_IF_ERROR(forEachRow(db, fmt::format("PRAGMA table_info({})", t.name),
-                                       [&](sqlite3_stmt* s) {
-                                         present.insert(colText(s, 1));
-                                         return Status::ok();
-                                       }));
+    DETRACE_ASSIGN_OR_RETURN(const std::set<std::string> present, presentColumns(db, t.name));
     if (present.empty()) {
       if (optional) continue;
       return makeError(ErrorCode::kCorrupt,

@@ -20,7 +20,20 @@
 
 #include <QtConcurrent/QtConcurrent>
 
+#include "async.h"
+
 namespace detrace::gui {
+
+// A replay that threw ran nothing: its outcome carries the error (ReplayPanel::start).
+template <>
+struct AsyncFailure<ReplayOutcome> {
+  static ReplayOutcome make(const std::string& what) {
+    ReplayOutcome out;
+    out.error = QString("internal error: %1").arg(QString::fromStdString(what));
+    return out;
+  }
+};
+
 namespace {
 
 QSpinBox* seqBox(QWidget* parent) {
@@ -161,14 +174,7 @@ void ReplayPanel::start() {
             Qt::QueuedConnection);
       });
     };
-    ReplayOutcome outcome;
-    try {
-      outcome = work();
-    } catch (const std::exception& e) {
-      outcome.error = QString("internal error: %1").arg(QString::fromUtf8(e.what()));
-    } catch (...) {
-      outcome.error = "internal error";
-    }
+    ReplayOutcome outcome = runCaught(work);
     QMetaObject::invokeMethod(
         self.data(),
         [self, job, outcome] {
