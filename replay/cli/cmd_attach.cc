@@ -113,7 +113,8 @@ int runAttach(const std::string& target, const std::string& action, const std::s
   if (!targets.isOk()) return reportError(targets.status());
   nlohmann::json out = {{"processes", nlohmann::json::array()},
                         {"errors", nlohmann::json::array()},
-                        {"exited", targets->exited}};
+                        {"exited", targets->exited},
+                        {"not_listening", targets->not_listening}};
   // Every process is asked at once: one deadline (30 s) for the whole run, not 30 s per stopped
   // rank one after another, and the ranks start and stop together.
   const std::vector<tracer::AttachTarget>& live = targets->live;
@@ -157,8 +158,15 @@ int runAttach(const std::string& target, const std::string& action, const std::s
     // Paths and echoed arguments are bytes, not necessarily UTF-8: replace what is not, rather
     // than abort (dump throws type_error 316) after the request was already carried out.
     printJson(out);
-  } else if (!targets->exited.empty()) {
-    std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
+  } else {
+    if (!targets->exited.empty()) {
+      std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
+    }
+    if (!targets->not_listening.empty()) {
+      std::printf("(%zu process(es) of the run run but no longer listen for detrace: they finished "
+                  "recording, or exec'd another program)\n",
+                  targets->not_listening.size());
+    }
   }
   return all_ok ? kExitOk : kExitError;
 }
@@ -187,7 +195,7 @@ void addAttachCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--window", opts->window,
                   "With start: record only steps:A:B, ops:A:B, launches:A:B or kernel:NAME@N[+K] "
                   "(as detrace record --window), counted from this start; default: until stop");
-  cmd->add_flag("--json", opts->json, "Print JSON (processes, errors, exited) instead of lines");
+  cmd->add_flag("--json", opts->json, "Print JSON (processes, errors, exited, not_listening) instead of lines");
   cmd->footer(kAttachFooter);
   cmd->callback([opts, &run] {
     run = [opts] {

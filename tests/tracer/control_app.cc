@@ -19,6 +19,8 @@
 //   block-term    blocks SIGTERM on this thread (as a program with a thread for its signals
 //                 does: then a SIGTERM stays pending until it is waited for)            -> "ok"
 //   take-term     waits up to 10 s for a SIGTERM with sigtimedwait -> "waited term" or "timeout"
+//   exec-sleep    execs /bin/sleep 60 (the pid stays; the tracer's socket file and pointer file
+//                 stay behind with nobody listening)                      -> nothing, or "exec failed"
 //   exit          returns from main (normal exit: atexit handlers run)
 // With --own-sigint it installs its own SIGINT handler before anything else; a SIGINT then prints
 // "sigint" and the program goes on (--own-sigint-once: a one-shot handler, SA_RESETHAND, so a
@@ -236,6 +238,10 @@ int main(int argc, char** argv) {
       }
       struct timespec limit {10, 0};
       say(sigtimedwait(&term, nullptr, &limit) == SIGTERM ? "waited term" : "timeout");
+    } else if (line == "exec-sleep") {
+      std::fflush(stdout);
+      execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+      say("exec failed");
     } else if (line == "exit") {
       break;
     } else {

@@ -2,6 +2,7 @@
 // directory, the uid check, the socket server for real, the attach client, and the real tracer
 // (libdetrace_tracer.so preloaded into a fake-NCCL program, tests/tracer/control_app.cc) paused,
 // started, stopped and signalled.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
@@ -221,6 +222,8 @@ std::string talk(const std::string& path, const std::string& line) {
     ::close(fd);
     return "";
   }
+  const timeval limit{10, 0};  // a server that never answers fails the test instead of hanging it
+  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   (void)::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
   std::string reply;
   char buf[256];
@@ -451,10 +454,8 @@ TEST(ControlServer, AnswersNoConnectionThatTheProgramPutOnItsNumber) {
 // The program puts a file of its own on the wake pipe's write end: stop() must not write its wake
 // byte into the program's file, nor close the number, and the thread still ends (here because
 // its end of the pipe saw the writer go; else its poll wakes within a second).
-TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
-  ServerFixture f;
-  auto server = ControlServer::start(f.options(::geteuid()));
-  ASSERT_TRUE(server.isOk()) << server.status().message();
+// The control server's wake pipe's write end (a pipe among the high descriptors), -1 if none.
+int wakePipeWriteEnd() {
   int write_end = -1;
   for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
     const int fd = std::stoi(entry.path().filename().string());
@@ -464,18 +465,58 @@ TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
       write_end = fd;
     }
   }
-  ASSERT_GE(write_end, 0) << "the wake pipe was not found among the high descriptors";
+  return write_end;
+}
+
+// Puts a file of the program's own on `fd` (dup2 closes what was there); returns its path.
+std::string takeDescriptor(const ServerFixture& f, int fd) {
   const std::string theirs = f.tmp.file("program.log");
   std::ofstream(theirs) << "the program's";
   int file = ::open(theirs.c_str(), O_WRONLY | O_CLOEXEC);
-  ASSERT_EQ(dup2(file, write_end), write_end);
+  EXPECT_EQ(dup2(file, fd), fd);
   ::close(file);
+  return theirs;
+}
+
+TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  const int write_end = wakePipeWriteEnd();
+  ASSERT_GE(write_end, 0) << "the wake pipe was not found among the high descriptors";
+  const std::string theirs = takeDescriptor(f, write_end);
   const auto begun = std::chrono::steady_clock::now();
   EXPECT_TRUE((*server)->stop(std::chrono::seconds(5))) << "the thread did not end";
   EXPECT_LT(std::chrono::steady_clock::now() - begun, std::chrono::seconds(3));
   std::ifstream in(theirs);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the program's");
   EXPECT_NE(fcntl(write_end, F_GETFD), -1) << "the program's descriptor was closed";
+  ::close(write_end);
+}
+
+// The program closing the wake pipe's write end (here: a file of its own put on its number) does
+// not end the control thread: clients are still answered, one after another, and it says why a
+// stop may now take a second.
+TEST(ControlServer, ServesOnWhenTheProgramTookItsWakePipe) {
+  ServerFixture f;
+  auto server = ControlServer::start(f.options(::geteuid()));
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  const std::string path = (*server)->path();
+  const int write_end = wakePipeWriteEnd();
+  ASSERT_GE(write_end, 0) << "the wake pipe was not found among the high descriptors";
+  (void)takeDescriptor(f, write_end);
+  for (int i = 0; i < 3; ++i) {
+    auto reply = control::parseReply(talk(path, "status\n"));
+    ASSERT_TRUE(reply.isOk()) << "request " << i << ": " << reply.status().message();
+    EXPECT_TRUE(reply->ok) << i;
+  }
+  {
+    std::lock_guard lk(f.mu);
+    EXPECT_EQ(f.seen.size(), 3u);
+    EXPECT_TRUE(std::any_of(f.log.begin(), f.log.end(),
+                            [](const std::string& l) { return l.find("wake pipe") != std::string::npos; }));
+  }
+  EXPECT_TRUE((*server)->stop(std::chrono::seconds(5))) << "the thread did not end";
   ::close(write_end);
 }
 

@@ -4,11 +4,16 @@
 // for a name; the manifest names its launcher and the signal that killed the command; `detrace
 // attach` takes the launcher's pid for its run; a start without --capture goes back to the level
 // the process was recorded with, and the trace names every level it captured at.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -299,6 +304,116 @@ TEST(RunReuse, AttachTakesTheLaunchersPidAndAStartWithoutCaptureGoesBackToTheRec
   EXPECT_EQ((*reader)->metaValue("capture"), "digest,meta");
   const testing::ShellOutput info = sh(fmt::format("{} info {}", detrace(), run));
   EXPECT_NE(info.out.find("capture   digest,meta (in the order its captures used them)"), std::string::npos) << info.out;
+}
+
+// A socket left in a control directory by a dead process that had the launcher's pid (a crash
+// leaves its socket behind) refuses connections; `detrace attach <launcher pid>` passes over it,
+// as it is older than the launcher, and controls the run's process.
+TEST(RunReuse, AStaleSocketUnderTheLaunchersPidIsPassedOver) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  const std::string xdg = tmp.file("xdg");
+  testing::LineChild rec(detrace(), {"record", "--paused", "-o", run, "--", controlApp()}, environmentWithXdg(xdg));
+  const std::string ready = rec.line();
+  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
+  const pid_t app = std::stoi(ready.substr(6));
+  const std::string dir = xdg + "/detrace";
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all);
+  const std::string stale = fmt::format("{}/{}.sock", dir, rec.pid());
+  {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    ASSERT_LT(stale.size(), sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, stale.c_str(), stale.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+    ::close(fd);  // the file stays; nothing listens on it
+  }
+  const timespec old[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
+  const testing::ShellOutput status =
+      sh(fmt::format("XDG_RUNTIME_DIR={} {} attach {} status", xdg, detrace(), rec.pid()));
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_NE(status.out.find(std::to_string(app)), std::string::npos) << status.out;
+  EXPECT_EQ(status.out.find("does not answer"), std::string::npos) << status.out;
+  rec.say("exit");
+  const int st = rec.wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+}
+
+
+// A recorded program that exec'd another (here after its first NCCL calls: the pid stays, its
+// socket file and pointer file stay behind, nobody listens) is named as running but not
+// listening, by pid and by run, instead of "does not answer" or "exited".
+TEST(RunReuse, AProgramThatExecdIsNamedAsNotListening) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  const std::string xdg = tmp.file("xdg");
+  testing::LineChild rec(detrace(), {"record", "--paused", "-o", run, "--", controlApp()}, environmentWithXdg(xdg));
+  const std::string ready = rec.line();
+  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
+  const pid_t app = std::stoi(ready.substr(6));
+  ASSERT_EQ(rec.send("call 1"), "ok");
+  const std::string attach = fmt::format("XDG_RUNTIME_DIR={} {} attach", xdg, detrace());
+  testing::ShellOutput before;
+  for (int i = 0; i < 50; ++i) {  // the pointer is written within 250 ms of the first call
+    before = sh(fmt::format("{} {} status", attach, run));
+    if (before.status == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(before.status, 0) << before.out;
+  rec.say("exec-sleep");
+  for (int i = 0; i < 100; ++i) {  // until /proc says sleep
+    std::ifstream comm(fmt::format("/proc/{}/comm", app));
+    std::string name;
+    std::getline(comm, name);
+    if (name == "sleep") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const testing::ShellOutput by_run = sh(fmt::format("{} {} status", attach, run));
+  EXPECT_EQ(by_run.status, 2) << by_run.out;
+  EXPECT_NE(by_run.out.find(fmt::format("process(es) {} run but do not answer", app)), std::string::npos)
+      << by_run.out;
+  const testing::ShellOutput by_pid = sh(fmt::format("{} {} status", attach, app));
+  EXPECT_EQ(by_pid.status, 2) << by_pid.out;
+  EXPECT_NE(by_pid.out.find("no detrace control socket that it listens on"), std::string::npos) << by_pid.out;
+  EXPECT_EQ(by_pid.out.find("does not answer"), std::string::npos) << by_pid.out;
+  ::kill(app, SIGKILL);
+  (void)rec.wait();
+}
+
+// A run directory whose unended recording runs on another host (a shared file system) is named
+// as such: its pids mean nothing here.
+TEST(RunReuse, AttachNamesARunOfAnotherHost) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  ASSERT_EQ(sh(fmt::format("{} record -o {} -- true", detrace(), run)).status, 0);
+  auto m = db::readManifest(run);
+  ASSERT_TRUE(m.isOk());
+  m->host = "another-host-of-the-cluster";
+  m->end_time_ns = 0;
+  ASSERT_TRUE(db::writeManifest(run, *m).isOk());
+  std::ofstream(fmt::format("{}/proc-{}.dtrace-control", run, ::getpid())) << "socket=/nonexistent.sock\n";
+  const testing::ShellOutput out = sh(fmt::format("{} attach {} status", detrace(), run));
+  EXPECT_EQ(out.status, 2) << out.out;
+  EXPECT_NE(out.out.find("runs on host another-host-of-the-cluster, not on this one"), std::string::npos) << out.out;
+}
+
+// `detrace attach` given the pid of a detrace with no recorded process under it (here a `detrace
+// record` whose command cleared its environment, as its command is between fork and exec for a
+// moment) says what that process is instead of "not recorded by detrace".
+TEST(RunReuse, AttachToADetraceWithoutARecordedCommandSaysSo) {
+  TempDir tmp;
+  testing::LineChild rec(detrace(), {"record", "-o", tmp.file("run"), "--", "env", "-i", "/bin/sh", "-c", "echo up; read x"},
+                         environmentWithXdg(tmp.file("xdg")));
+  ASSERT_EQ(rec.line(), "up");
+  const testing::ShellOutput out = sh(fmt::format("{} attach {} status", detrace(), rec.pid()));
+  EXPECT_EQ(out.status, 2) << out.out;
+  EXPECT_NE(out.out.find("is a `detrace record` with no recorded command under it"), std::string::npos) << out.out;
+  rec.say("x");
+  (void)rec.wait();
 }
 
 }  // namespace

@@ -15,6 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "detrace/base/scoped.h"
 #include "detrace/db/run.h"
 #include "detrace/tracer/attach.h"
@@ -64,6 +67,29 @@ bool isSocket(const std::string& path) {
   return !path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// Whether process `pid` listens on the socket at `path`, by a connection closed at once (the
+// server drops a client that sends nothing). A socket file left by a dead process that had the
+// same pid (a crash leaves it; or the program exec'd) refuses; one of another process names that
+// process. A full queue (a stopped process) or an error that the request's own connection will
+// name counts as listening. Never by the file's age: a step of the wall clock moves every
+// process's start time, as computed from /proc, against the files' times.
+bool listensAs(const std::string& path, pid_t pid) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return true;
+  int rc = 0;
+  do {
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno != ECONNREFUSED && errno != ENOENT && errno != ENOTSOCK;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  return ::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid == pid;
+}
+
 // False when process `pid` records into another run directory than `dir`: a pointer file left by
 // a process that has exited may name a pid that a process of another run has now. Its
 // DETRACE_OUT_DIR says; a process without one (or whose environment cannot be read) is not
@@ -77,6 +103,32 @@ bool recordsInto(pid_t pid, const std::string& dir) {
 }
 
 Result<AttachTargets> targetsOfRun(const std::string& dir);
+
+// Whether process `pid` is a `detrace record` of this detrace: another process of this very
+// executable with "record" among its arguments.
+bool isDetraceRecord(pid_t pid) {
+  std::error_code ec;
+  if (pid == ::getpid() || !fs::equivalent(fmt::format("/proc/{}/exe", pid), "/proc/self/exe", ec) || ec) {
+    return false;
+  }
+  std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+  std::string arg;
+  while (std::getline(in, arg, '\0')) {
+    if (arg == "record") return true;
+  }
+  return false;
+}
+
+// The directories of the socket paths looked at, each once, in order: "A, B".
+std::string directoriesOf(const std::vector<std::string>& sockets) {
+  std::vector<std::string> dirs;
+  for (const std::string& s : sockets) {
+    if (s.empty()) continue;
+    std::string d = fs::path(s).parent_path().string();
+    if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(std::move(d));
+  }
+  return dirs.empty() ? std::string("nowhere") : fmt::format("{}", fmt::join(dirs, ", "));
+}
 
 // The run directory of a `detrace record` whose pid this is (`$!` after `detrace record --paused
 // ... &`): a child of it carries DETRACE_LAUNCHER_PID with this pid. "" if none does (also in the
@@ -92,7 +144,7 @@ std::string runOfLauncher(pid_t pid) {
 }
 
 Result<AttachTargets> targetsOfPid(pid_t pid) {
-  if (!processAlive(pid)) {
+  if (!processRunning(pid)) {  // a zombie (exited, not yet reaped) counts as exited
     return makeError(ErrorCode::kNotFound,
                      "no process {}: it has exited, or the pid is wrong (ps -p {})", pid, pid);
   }
@@ -115,21 +167,27 @@ Result<AttachTargets> targetsOfPid(pid_t pid) {
     }
   }
   for (const std::string& c : candidates) {
-    if (isSocket(c)) return AttachTargets{{AttachTarget{pid, c}}, {}, {}};
+    if (isSocket(c) && listensAs(c, pid)) return AttachTargets{{AttachTarget{pid, c}}, {}, {}, {}};
   }
   if (!env.empty() && env.count("DETRACE_OUT_DIR") == 0) {
     if (std::string run = runOfLauncher(pid); !run.empty()) return targetsOfRun(run);
+    if (isDetraceRecord(pid)) {
+      return makeError(ErrorCode::kNotFound,
+                       "process {} is a `detrace record` with no recorded command under it: its "
+                       "command has not started yet (try again in a moment), has exited, or "
+                       "cleared its environment",
+                       pid);
+    }
     return makeError(ErrorCode::kNotFound,
                      "process {} is not recorded by detrace; start it with "
                      "`detrace record --paused -o RUN_DIR -- COMMAND` to attach to it later",
                      pid);
   }
   return makeError(ErrorCode::kNotFound,
-                   "process {} has no detrace control socket (looked in {}): {} The socket "
-                   "appears at the process's first CUDA, NCCL or cuBLAS call, and not at all "
-                   "with DETRACE_CONTROL=0",
-                   pid, control::controlDirectory(::geteuid(), std::getenv("XDG_RUNTIME_DIR")),
-                   kPausedHint);
+                   "process {} has no detrace control socket that it listens on (looked in {}): "
+                   "{} The socket appears at the process's first CUDA, NCCL or cuBLAS call (after "
+                   "an exec, the new program's), and not at all with DETRACE_CONTROL=0",
+                   pid, directoriesOf(candidates), kPausedHint);
 }
 
 Result<AttachTargets> targetsOfRun(const std::string& dir) {
@@ -141,21 +199,30 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     pid_t pid = control::pidOfPointerName(entry.path().filename().string());
     if (pid <= 0) continue;
-    // Gone, or its pid handed to a process that started after the pointer was written.
-    struct stat pointer {};
-    const bool stale = ::stat(entry.path().c_str(), &pointer) == 0 &&
-                       !mayHaveWritten(pid, static_cast<int64_t>(pointer.st_mtime));
-    if (!processRunning(pid) || stale) {
+    if (!processRunning(pid)) {
       t.exited.push_back(pid);
       continue;
     }
     if (const int64_t uid = processUid(pid); uid >= 0 && uid != ::geteuid()) {
-      t.other_users.push_back({pid, uid});
+      // Another user's process, unless its pid was handed to it after the pointer was written
+      // (it cannot be asked: by the times alone).
+      struct stat pointer {};
+      const bool stale = ::stat(entry.path().c_str(), &pointer) == 0 &&
+                         !mayHaveWritten(pid, static_cast<int64_t>(pointer.st_mtime));
+      if (stale) {
+        t.exited.push_back(pid);
+      } else {
+        t.other_users.push_back({pid, uid});
+      }
       continue;
     }
+    // Gone (its pid now another process's); or running, but nobody, or another process, listens
+    // on the socket it named (it exec'd, or finished recording).
     std::string socket = socketFromPointer(entry.path().string());
     if (!isSocket(socket) || !recordsInto(pid, dir)) {
       t.exited.push_back(pid);
+    } else if (!listensAs(socket, pid)) {
+      t.not_listening.push_back(pid);
     } else {
       t.live.push_back({pid, socket});
     }
@@ -164,8 +231,16 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   auto byPid = [](const AttachTarget& a, const AttachTarget& b) { return a.pid < b.pid; };
   std::sort(t.live.begin(), t.live.end(), byPid);
   std::sort(t.exited.begin(), t.exited.end());
+  std::sort(t.not_listening.begin(), t.not_listening.end());
   const auto manifest = db::readManifest(dir);
   const bool ended = manifest.isOk() && manifest->end_time_ns > 0;
+  // Recorded on another host (a run directory on a shared file system): its pids mean nothing here.
+  if (t.live.empty() && manifest.isOk() && !ended && !manifest->host.empty() && manifest->host != hostName()) {
+    return makeError(ErrorCode::kNotFound,
+                     "the recording in {} runs on host {}, not on this one ({}): its processes "
+                     "can only be reached there; run detrace attach on {}",
+                     dir, manifest->host, hostName(), manifest->host);
+  }
   if (t.live.empty() && !t.other_users.empty() && !ended) {
     const auto& [pid, uid] = t.other_users.front();
     return makeError(ErrorCode::kIo,
@@ -180,6 +255,15 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
                        "the recording in {} has ended (its command exited with "
                        "status {}); nothing to attach to",
                        dir, manifest->exit_code);
+    }
+    if (!t.not_listening.empty()) {
+      return makeError(ErrorCode::kNotFound,
+                       "no process of {} listens for detrace: process(es) {} run but do not "
+                       "answer on their control sockets (they finished recording, or exec'd "
+                       "another program, whose socket comes at its first CUDA, NCCL or cuBLAS "
+                       "call){}",
+                       dir, fmt::join(t.not_listening, ", "),
+                       t.exited.empty() ? "" : fmt::format("; {} more have exited", t.exited.size()));
     }
     if (!t.exited.empty()) {
       return makeError(ErrorCode::kNotFound,
@@ -214,10 +298,9 @@ Status checkServer(int fd, const AttachTarget& target) {
                      target.pid, target.socket, std::strerror(errno));
   }
   if (cred.pid != target.pid) {
-    return makeError(ErrorCode::kNotFound,
-                     "{} is not process {}'s control socket (process {} listens there); the "
-                     "process has exited",
-                     target.socket, target.pid, cred.pid);
+    return makeError(ErrorCode::kNotFound, "{} is not process {}'s control socket (process {} listens there){}",
+                     target.socket, target.pid, cred.pid,
+                     processRunning(target.pid) ? "" : "; the process has exited");
   }
   return Status::ok();
 }
@@ -253,13 +336,19 @@ Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
   }
   switch (err) {
     case ENOENT:
+      if (!processRunning(target.pid)) {
+        return makeError(ErrorCode::kNotFound, "process {} has exited (its control socket {} is gone)",
+                         target.pid, target.socket);
+      }
       return makeError(ErrorCode::kNotFound, "process {}: its control socket {} is gone; {}",
                        target.pid, target.socket, kPausedHint);
     case ECONNREFUSED:
-      return makeError(ErrorCode::kNotFound,
-                       "process {} does not answer on {}: it has exited or "
-                       "finished recording",
-                       target.pid, target.socket);
+      return makeError(ErrorCode::kNotFound, "process {} does not answer on {}: {}", target.pid,
+                       target.socket,
+                       processRunning(target.pid)
+                           ? "it runs, but nothing listens there (it finished recording, or exec'd "
+                             "another program, whose socket comes at its first CUDA call)"
+                           : "it has exited");
     case EACCES:
     case EPERM:
       return makeError(ErrorCode::kIo,

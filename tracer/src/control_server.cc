@@ -86,6 +86,9 @@ class ControlServer::Impl {
   HeldFd wake_rd, wake_wr;  // stop() writes a byte to end the thread's poll
   std::thread thread;
   std::atomic<bool> stopped{false};
+  // False once the wake pipe hung up without a stop (the program closed or dup2'd onto its write
+  // end): the thread then serves on, seeing a stop by its poll's timeout. The thread's alone.
+  bool wake_usable = true;
   std::mutex exit_mu;  // the thread's end, for a bounded stop()
   std::condition_variable exit_cv;
   bool exited = false;
@@ -145,7 +148,7 @@ class ControlServer::Impl {
   enum class Read { kLine, kTooLong, kNone };
   // Reads one line (up to kMaxLineBytes) before the deadline; kNone on timeout, EOF, error, or a
   // stop (the wake pipe: the process is ending, and a silent client must not hold its exit up).
-  Read readLine(const HeldFd& client, std::string& line) const {
+  Read readLine(const HeldFd& client, std::string& line) {
     const int fd = client.get();
     int64_t deadline = monotonicMs() + opts.read_timeout_ms;
     char buf[512];
@@ -155,10 +158,14 @@ class ControlServer::Impl {
       int64_t left = deadline - monotonicMs();
       if (left <= 0) return Read::kNone;
       pollfd p[2] = {{fd, POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      int r = ::poll(p, wake_rd.intact() ? 2 : 1, static_cast<int>(std::min<int64_t>(left, kPollMs)));
+      int r = ::poll(p, wakePollCount(), static_cast<int>(std::min<int64_t>(left, kPollMs)));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Read::kNone;
-      if (p[1].revents != 0) return Read::kNone;  // a stop (or the pipe is gone: as the loop does)
+      if (wakePollCount() == 2 && p[1].revents != 0) {
+        if (stopped.load(std::memory_order_acquire)) return Read::kNone;
+        wakePipeHungUp();
+        continue;
+      }
       if (r == 0 || (p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n < 0 && errno == EINTR) continue;
@@ -167,6 +174,19 @@ class ControlServer::Impl {
     }
     line.resize(line.find('\n'));
     return Read::kLine;
+  }
+
+  // The wake pipe's place in a poll: 2 while it can wake the thread, else 1 (left out).
+  nfds_t wakePollCount() const { return wake_usable && wake_rd.intact() ? 2 : 1; }
+
+  // Called when the wake pipe's read end reports something: a stop, or its write end gone (the
+  // program closed its number or put a file of its own there). Then the thread stops polling it,
+  // says so once, and serves on; stop() is seen within kPollMs.
+  void wakePipeHungUp() {
+    if (!wake_usable) return;
+    wake_usable = false;
+    log("the program closed the control thread's wake pipe; `detrace attach` still works, a "
+        "stop takes up to a second");
   }
 
   // True once the client has hung up (it gave up waiting, e.g. while this process was stopped):
@@ -239,7 +259,7 @@ class ControlServer::Impl {
       pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
       // A second at most: the thread looks at `stopped` and its descriptors again even when the
       // program closed the wake pipe, so stop() always ends it.
-      int r = ::poll(p, 2, kPollMs);
+      int r = ::poll(p, wakePollCount(), kPollMs);
       if (r < 0) {
         if (errno == EINTR) continue;
         log(std::string("control socket stopped: poll: ") + std::strerror(errno));
@@ -247,7 +267,10 @@ class ControlServer::Impl {
       }
       if (stopped.load(std::memory_order_acquire) || !descriptorsIntact()) return;
       if (r == 0) continue;
-      if (p[1].revents != 0) return;
+      if (wakePollCount() == 2 && p[1].revents != 0) {
+        wakePipeHungUp();  // not a stop (checked above)
+        continue;
+      }
       if ((p[0].revents & POLLIN) == 0) continue;
       // Held too: a request may take seconds (a stop commits), and the program may close and
       // reuse the number meanwhile.
