@@ -66,6 +66,20 @@ void drawProgress(int done, int total, std::string_view what) {
   std::fflush(stderr);
 }
 
+// The names in --impl's words ("a,b" "c" -> a, b, c), empty ones (`a,,b`) left out.
+std::vector<std::string> splitNames(const std::vector<std::string>& words) {
+  std::vector<std::string> names;
+  for (const std::string& w : words) {
+    size_t begin = 0;
+    while (begin <= w.size()) {
+      const size_t end = std::min(w.find(',', begin), w.size());
+      if (end > begin) names.push_back(w.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  return names;
+}
+
 // A replay in which every selected implementation was skipped (GPU ones under --no-gpu or without
 // a GPU) ran nothing: an error a script can see, after the table that says why each was skipped.
 Status somethingRan(const std::vector<replay::ImplResult>& impls) {
@@ -136,9 +150,10 @@ void addReplayCommand(CLI::App& app, Runner& run) {
   cmd->add_option("--rank", opts->rank, "Rank whose event it is (default 0)")
       ->check(nonNegativeInteger())
       ->type_name("R");
-  cmd->add_option("--impl", opts->impls,
+  CLI::Option* impl = cmd->add_option("--impl", opts->impls,
                   "Implementations to run, comma-separated (default: all; see below)")
-      ->delimiter(',');
+      ->allow_extra_args(false);  // one word per --impl, split here (CLI11's split of ",,," took
+                                  // the option after it as a name)
   cmd->add_option("--repeat", opts->repeat, "Runs of each implementation (default 3)")
       ->check(integerIn(1, 100000))
       ->type_name("N");
@@ -153,16 +168,14 @@ void addReplayCommand(CLI::App& app, Runner& run) {
                 "Draw the progress bar on stderr even when it is not a terminal");
   cmd->add_flag("--json", opts->json, "Print the results as JSON");
   cmd->footer(kReplayFooter);
-  cmd->callback([opts, &run] {
-    run = [opts] {
-      // `--impl , --no-gpu`: an --impl with no name in it takes the flag after it as one.
-      for (const std::string& impl : opts->impls) {
-        if (!impl.empty() && impl.front() == '-') {
-          return reportError(makeError(ErrorCode::kInvalidArgument,
-                                       "--impl took '{}' as an implementation's name: give --impl a "
-                                       "name, e.g. --impl cpu-fp32,fp64",
-                                       impl));
-        }
+  cmd->callback([opts, impl, &run] {
+    const bool impl_given = impl->count() > 0;
+    run = [opts, impl_given] {
+      opts->impls = splitNames(opts->impls);
+      if (impl_given && opts->impls.empty()) {  // `--impl ,` or `--impl ''`
+        return reportError(Status(ErrorCode::kInvalidArgument,
+                                  "--impl names no implementation: give it one or more names, e.g. "
+                                  "--impl cpu-fp32,fp64 (leave --impl out to run them all)"));
       }
       if (opts->event_b >= 0 && opts->pair_run.empty()) {
         return reportError(Status(ErrorCode::kInvalidArgument,

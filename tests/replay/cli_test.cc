@@ -248,7 +248,10 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"record -o /tmp/x --queue 5 -- true", "--queue: must be a whole number from 1024 to 16777216 (got '5')"},
       {"record -o /tmp/x --queue -5 -- true", "--queue: must be a whole number from 1024 to 16777216 (got '-5')"},
       {"bisect --repeat 0 -- a -- b", "--repeat: must be a whole number from 1 to 1000 (got '0')"},
-      {"replay x --event 7 --impl , --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
+      {"replay x --event 7 --impl , --no-gpu", "--impl names no implementation"},
+      {"replay x --event 7 --impl ,,, --repeat 2", "--impl names no implementation"},  // not "--repeat"
+      {"replay x --event 7 --impl '' --repeat 2", "--impl names no implementation"},
+      {"replay x --event 7 --impl a b", "The following argument was not expected: b"},
   };
   for (const auto& [args, expected] : cases) {
     SCOPED_TRACE(args);
@@ -288,6 +291,20 @@ TEST(Cli, DegenerateRequestsAreWarnedAboutOrRefused) {
   EXPECT_TRUE(sj.contains("implementations")) << "the replay's facts are kept";
   Output cpu = detrace(fmt::format("replay {} --event 7 --impl cpu --no-gpu --repeat 1", synth));
   EXPECT_EQ(cpu.status, 0) << cpu.out;
+  // --impl's names: comma-separated, over several --impl, an empty one between commas left out.
+  Output one = detrace(fmt::format("replay {} --event 2 --rank 2 --impl ring2,reversed/cpu,fp64 --no-gpu --json", synth));
+  Output split = detrace(fmt::format("replay {} --event 2 --rank 2 --impl ring2,,reversed/cpu, --impl fp64 --no-gpu --json", synth));
+  EXPECT_EQ(one.status, 0) << one.out;
+  const nlohmann::json oj = nlohmann::json::parse(one.out, nullptr, false);
+  const nlohmann::json spj = nlohmann::json::parse(split.out, nullptr, false);
+  ASSERT_TRUE(oj.is_object() && spj.is_object()) << one.out << split.out;
+  auto names = [](const nlohmann::json& j) {
+    std::vector<std::string> n;
+    for (const auto& i : j["implementations"]) n.push_back(i.value("name", ""));
+    return n;
+  };
+  EXPECT_GE(names(oj).size(), 3u) << one.out;
+  EXPECT_EQ(names(oj), names(spj)) << split.out;
 #endif
   Output budget = detrace(fmt::format("record -o {} --max-capture-bytes -5 -- true", dir.file("r")));
   EXPECT_EQ(budget.status, 2) << budget.out;
