@@ -163,8 +163,8 @@ int runAttach(const std::string& target, const std::string& action, const std::s
       std::printf("(%zu process(es) of the run have exited)\n", targets->exited.size());
     }
     if (!targets->not_listening.empty()) {
-      std::printf("(%zu process(es) of the run run but no longer listen for detrace: they finished "
-                  "recording, or exec'd another program)\n",
+      std::printf("(%zu process(es) of the run are running but no longer listen for detrace: they "
+                  "exec'd another program, or their pid is another process's now)\n",
                   targets->not_listening.size());
     }
   }

@@ -177,6 +177,15 @@ void addReplayCommand(CLI::App& app, Runner& run) {
                                   "--impl names no implementation: give it one or more names, e.g. "
                                   "--impl cpu-fp32,fp64 (leave --impl out to run them all)"));
       }
+      // `--impl --no-gpu`: CLI11 takes the word after --impl whatever it is.
+      for (const std::string& name : opts->impls) {
+        if (name.front() == '-') {
+          return reportError(makeError(ErrorCode::kInvalidArgument,
+                                       "--impl took '{}' as an implementation's name: give --impl a "
+                                       "name, e.g. --impl cpu-fp32,fp64",
+                                       name));
+        }
+      }
       if (opts->event_b >= 0 && opts->pair_run.empty()) {
         return reportError(Status(ErrorCode::kInvalidArgument,
                                   "--event-b names the op in the --pair run; add --pair RUN_B"));

@@ -252,6 +252,7 @@ TEST(Cli, RefusedCommandLinesGetOneReadableSentence) {
       {"replay x --event 7 --impl ,,, --repeat 2", "--impl names no implementation"},  // not "--repeat"
       {"replay x --event 7 --impl '' --repeat 2", "--impl names no implementation"},
       {"replay x --event 7 --impl a b", "The following argument was not expected: b"},
+      {"replay x --event 7 --impl --no-gpu", "--impl took '--no-gpu' as an implementation's name"},
   };
   for (const auto& [args, expected] : cases) {
     SCOPED_TRACE(args);

@@ -451,9 +451,6 @@ TEST(ControlServer, AnswersNoConnectionThatTheProgramPutOnItsNumber) {
   for (int fd : {client, number, pair[0], pair[1]}) ::close(fd);
 }
 
-// The program puts a file of its own on the wake pipe's write end: stop() must not write its wake
-// byte into the program's file, nor close the number, and the thread still ends (here because
-// its end of the pipe saw the writer go; else its poll wakes within a second).
 // The control server's wake pipe's write end (a pipe among the high descriptors), -1 if none.
 int wakePipeWriteEnd() {
   int write_end = -1;
@@ -478,6 +475,9 @@ std::string takeDescriptor(const ServerFixture& f, int fd) {
   return theirs;
 }
 
+// The program puts a file of its own on the wake pipe's write end: stop() must not write its wake
+// byte into the program's file, nor close the number, and the thread still ends (its poll wakes
+// within 100 ms to look at the stop).
 TEST(ControlServer, StopsEvenWhenTheProgramTookItsWakePipe) {
   ServerFixture f;
   auto server = ControlServer::start(f.options(::geteuid()));

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -306,21 +307,34 @@ TEST(RunReuse, AttachTakesTheLaunchersPidAndAStartWithoutCaptureGoesBackToTheRec
   EXPECT_NE(info.out.find("capture   digest,meta (in the order its captures used them)"), std::string::npos) << info.out;
 }
 
+// `detrace record --paused -o RUN -- control_app` with a private XDG_RUNTIME_DIR, up and ready;
+// `app` is the program's pid (-1 if it did not come up).
+struct PausedApp {
+  std::unique_ptr<testing::LineChild> rec;
+  pid_t app = -1;
+};
+PausedApp startPausedApp(const std::string& run, const std::string& xdg) {
+  PausedApp p;
+  p.rec = std::make_unique<testing::LineChild>(
+      detrace(), std::vector<std::string>{"record", "--paused", "-o", run, "--", controlApp()},
+      environmentWithXdg(xdg));
+  const std::string ready = p.rec->line();
+  if (ready.rfind("ready ", 0) == 0) p.app = std::stoi(ready.substr(6));
+  return p;
+}
+
 // A socket left in a control directory by a dead process that had the launcher's pid (a crash
 // leaves its socket behind) refuses connections; `detrace attach <launcher pid>` passes over it,
-// as it is older than the launcher, and controls the run's process.
+// whatever its age (here it is newer than the launcher), and controls the run's process.
 TEST(RunReuse, AStaleSocketUnderTheLaunchersPidIsPassedOver) {
   TempDir tmp;
-  const std::string run = tmp.file("run");
   const std::string xdg = tmp.file("xdg");
-  testing::LineChild rec(detrace(), {"record", "--paused", "-o", run, "--", controlApp()}, environmentWithXdg(xdg));
-  const std::string ready = rec.line();
-  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
-  const pid_t app = std::stoi(ready.substr(6));
+  PausedApp p = startPausedApp(tmp.file("run"), xdg);
+  ASSERT_GT(p.app, 0);
   const std::string dir = xdg + "/detrace";
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::owner_all);
-  const std::string stale = fmt::format("{}/{}.sock", dir, rec.pid());
+  const std::string stale = fmt::format("{}/{}.sock", dir, p.rec->pid());
   {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -331,18 +345,15 @@ TEST(RunReuse, AStaleSocketUnderTheLaunchersPidIsPassedOver) {
     ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
     ::close(fd);  // the file stays; nothing listens on it
   }
-  const timespec old[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
-  ASSERT_EQ(::utimensat(AT_FDCWD, stale.c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
   const testing::ShellOutput status =
-      sh(fmt::format("XDG_RUNTIME_DIR={} {} attach {} status", xdg, detrace(), rec.pid()));
+      sh(fmt::format("XDG_RUNTIME_DIR={} {} attach {} status", xdg, detrace(), p.rec->pid()));
   EXPECT_EQ(status.status, 0) << status.out;
-  EXPECT_NE(status.out.find(std::to_string(app)), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find(std::to_string(p.app)), std::string::npos) << status.out;
   EXPECT_EQ(status.out.find("does not answer"), std::string::npos) << status.out;
-  rec.say("exit");
-  const int st = rec.wait();
+  p.rec->say("exit");
+  const int st = p.rec->wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
 }
-
 
 // A recorded program that exec'd another (here after its first NCCL calls: the pid stays, its
 // socket file and pointer file stay behind, nobody listens) is named as running but not
@@ -351,11 +362,13 @@ TEST(RunReuse, AProgramThatExecdIsNamedAsNotListening) {
   TempDir tmp;
   const std::string run = tmp.file("run");
   const std::string xdg = tmp.file("xdg");
-  testing::LineChild rec(detrace(), {"record", "--paused", "-o", run, "--", controlApp()}, environmentWithXdg(xdg));
-  const std::string ready = rec.line();
-  ASSERT_EQ(ready.rfind("ready ", 0), 0u) << ready;
-  const pid_t app = std::stoi(ready.substr(6));
-  ASSERT_EQ(rec.send("call 1"), "ok");
+  PausedApp p = startPausedApp(run, xdg);
+  ASSERT_GT(p.app, 0);
+  struct KillAtEnd {  // the exec'd program, whatever the test's outcome
+    pid_t pid;
+    ~KillAtEnd() { ::kill(pid, SIGKILL); }
+  } kill_at_end{p.app};
+  ASSERT_EQ(p.rec->send("call 1"), "ok");
   const std::string attach = fmt::format("XDG_RUNTIME_DIR={} {} attach", xdg, detrace());
   testing::ShellOutput before;
   for (int i = 0; i < 50; ++i) {  // the pointer is written within 250 ms of the first call
@@ -364,24 +377,22 @@ TEST(RunReuse, AProgramThatExecdIsNamedAsNotListening) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_EQ(before.status, 0) << before.out;
-  rec.say("exec-sleep");
-  for (int i = 0; i < 100; ++i) {  // until /proc says sleep
-    std::ifstream comm(fmt::format("/proc/{}/comm", app));
-    std::string name;
-    std::getline(comm, name);
-    if (name == "sleep") break;
+  p.rec->say("exec-sleep");
+  std::string name;
+  for (int i = 0; i < 500 && name != "sleep"; ++i) {  // until /proc says sleep (10 s at most)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream comm(fmt::format("/proc/{}/comm", p.app));
+    std::getline(comm, name);
   }
+  ASSERT_EQ(name, "sleep") << "the program did not exec";
   const testing::ShellOutput by_run = sh(fmt::format("{} {} status", attach, run));
   EXPECT_EQ(by_run.status, 2) << by_run.out;
-  EXPECT_NE(by_run.out.find(fmt::format("process(es) {} run but do not answer", app)), std::string::npos)
+  EXPECT_NE(by_run.out.find(fmt::format("process(es) {} are running but do not answer", p.app)), std::string::npos)
       << by_run.out;
-  const testing::ShellOutput by_pid = sh(fmt::format("{} {} status", attach, app));
+  const testing::ShellOutput by_pid = sh(fmt::format("{} {} status", attach, p.app));
   EXPECT_EQ(by_pid.status, 2) << by_pid.out;
   EXPECT_NE(by_pid.out.find("no detrace control socket that it listens on"), std::string::npos) << by_pid.out;
   EXPECT_EQ(by_pid.out.find("does not answer"), std::string::npos) << by_pid.out;
-  ::kill(app, SIGKILL);
-  (void)rec.wait();
 }
 
 // A run directory whose unended recording runs on another host (a shared file system) is named
@@ -398,7 +409,7 @@ TEST(RunReuse, AttachNamesARunOfAnotherHost) {
   std::ofstream(fmt::format("{}/proc-{}.dtrace-control", run, ::getpid())) << "socket=/nonexistent.sock\n";
   const testing::ShellOutput out = sh(fmt::format("{} attach {} status", detrace(), run));
   EXPECT_EQ(out.status, 2) << out.out;
-  EXPECT_NE(out.out.find("runs on host another-host-of-the-cluster, not on this one"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("was made on host another-host-of-the-cluster, not on this one"), std::string::npos) << out.out;
 }
 
 // `detrace attach` given the pid of a detrace with no recorded process under it (here a `detrace

@@ -203,12 +203,12 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
       t.exited.push_back(pid);
       continue;
     }
+    // Its pid handed to a process that started after the pointer was written, by the times alone
+    // (a step of the wall clock can fool them): decides only where the process cannot be asked.
+    struct stat pointer {};
+    const bool stale = ::stat(entry.path().c_str(), &pointer) == 0 &&
+                       !mayHaveWritten(pid, static_cast<int64_t>(pointer.st_mtime));
     if (const int64_t uid = processUid(pid); uid >= 0 && uid != ::geteuid()) {
-      // Another user's process, unless its pid was handed to it after the pointer was written
-      // (it cannot be asked: by the times alone).
-      struct stat pointer {};
-      const bool stale = ::stat(entry.path().c_str(), &pointer) == 0 &&
-                         !mayHaveWritten(pid, static_cast<int64_t>(pointer.st_mtime));
       if (stale) {
         t.exited.push_back(pid);
       } else {
@@ -216,13 +216,13 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
       }
       continue;
     }
-    // Gone (its pid now another process's); or running, but nobody, or another process, listens
-    // on the socket it named (it exec'd, or finished recording).
+    // Gone (its pid now another run's process); or running, but nobody, or another process,
+    // listens on the socket it named: it exec'd another program (or its pid was handed out again).
     std::string socket = socketFromPointer(entry.path().string());
     if (!isSocket(socket) || !recordsInto(pid, dir)) {
       t.exited.push_back(pid);
     } else if (!listensAs(socket, pid)) {
-      t.not_listening.push_back(pid);
+      (stale ? t.exited : t.not_listening).push_back(pid);
     } else {
       t.live.push_back({pid, socket});
     }
@@ -237,8 +237,8 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
   // Recorded on another host (a run directory on a shared file system): its pids mean nothing here.
   if (t.live.empty() && manifest.isOk() && !ended && !manifest->host.empty() && manifest->host != hostName()) {
     return makeError(ErrorCode::kNotFound,
-                     "the recording in {} runs on host {}, not on this one ({}): its processes "
-                     "can only be reached there; run detrace attach on {}",
+                     "the recording in {} was made on host {}, not on this one ({}), and has "
+                     "not ended: its processes can only be reached there; run detrace attach on {}",
                      dir, manifest->host, hostName(), manifest->host);
   }
   if (t.live.empty() && !t.other_users.empty() && !ended) {
@@ -258,10 +258,10 @@ Result<AttachTargets> targetsOfRun(const std::string& dir) {
     }
     if (!t.not_listening.empty()) {
       return makeError(ErrorCode::kNotFound,
-                       "no process of {} listens for detrace: process(es) {} run but do not "
-                       "answer on their control sockets (they finished recording, or exec'd "
-                       "another program, whose socket comes at its first CUDA, NCCL or cuBLAS "
-                       "call){}",
+                       "no process of {} listens for detrace: process(es) {} are running but do "
+                       "not answer on their control sockets (they exec'd another program, whose "
+                       "socket comes at its first CUDA, NCCL or cuBLAS call, or their pid is "
+                       "another process's now){}",
                        dir, fmt::join(t.not_listening, ", "),
                        t.exited.empty() ? "" : fmt::format("; {} more have exited", t.exited.size()));
     }
@@ -346,8 +346,9 @@ Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
       return makeError(ErrorCode::kNotFound, "process {} does not answer on {}: {}", target.pid,
                        target.socket,
                        processRunning(target.pid)
-                           ? "it runs, but nothing listens there (it finished recording, or exec'd "
-                             "another program, whose socket comes at its first CUDA call)"
+                           ? "it runs, but nothing listens there (it exec'd another program, "
+                             "whose socket comes at its first CUDA, NCCL or cuBLAS call, or its "
+                             "pid is another process's now)"
                            : "it has exited");
     case EACCES:
     case EPERM:

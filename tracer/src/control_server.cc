@@ -38,6 +38,7 @@ int64_t monotonicMs() {
 }
 
 constexpr int kPollMs = 1000;
+constexpr int kPollMsWithoutWake = 100;  // once the program took the wake pipe
 
 Result<sockaddr_un> unixAddress(const std::string& path) {
   sockaddr_un addr{};
@@ -158,7 +159,7 @@ class ControlServer::Impl {
       int64_t left = deadline - monotonicMs();
       if (left <= 0) return Read::kNone;
       pollfd p[2] = {{fd, POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      int r = ::poll(p, wakePollCount(), static_cast<int>(std::min<int64_t>(left, kPollMs)));
+      int r = ::poll(p, wakePollCount(), static_cast<int>(std::min<int64_t>(left, pollMs())));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Read::kNone;
       if (wakePollCount() == 2 && p[1].revents != 0) {
@@ -178,15 +179,16 @@ class ControlServer::Impl {
 
   // The wake pipe's place in a poll: 2 while it can wake the thread, else 1 (left out).
   nfds_t wakePollCount() const { return wake_usable && wake_rd.intact() ? 2 : 1; }
+  // How long a poll waits at most: without the wake pipe, a stop is seen only when it returns.
+  int pollMs() const { return wakePollCount() == 2 ? kPollMs : kPollMsWithoutWake; }
 
   // Called when the wake pipe's read end reports something: a stop, or its write end gone (the
   // program closed its number or put a file of its own there). Then the thread stops polling it,
-  // says so once, and serves on; stop() is seen within kPollMs.
+  // says so once, and serves on; stop() is seen within kPollMsWithoutWake.
   void wakePipeHungUp() {
     if (!wake_usable) return;
     wake_usable = false;
-    log("the program closed the control thread's wake pipe; `detrace attach` still works, a "
-        "stop takes up to a second");
+    log("the program closed the control thread's wake pipe; `detrace attach` still works");
   }
 
   // True once the client has hung up (it gave up waiting, e.g. while this process was stopped):
@@ -257,9 +259,9 @@ class ControlServer::Impl {
     while (!stopped.load(std::memory_order_acquire)) {
       if (!descriptorsIntact()) return;
       pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      // A second at most: the thread looks at `stopped` and its descriptors again even when the
+      // A second at most (pollMs): the thread looks at `stopped` and its descriptors again even when the
       // program closed the wake pipe, so stop() always ends it.
-      int r = ::poll(p, wakePollCount(), kPollMs);
+      int r = ::poll(p, wakePollCount(), pollMs());
       if (r < 0) {
         if (errno == EINTR) continue;
         log(std::string("control socket stopped: poll: ") + std::strerror(errno));

@@ -24,7 +24,7 @@ struct AttachTargets {
   std::vector<AttachTarget> live;
   std::vector<pid_t> exited;  // processes of the run that left a pointer file and are gone
   // Running processes of the run that no longer listen on the socket their pointer file names:
-  // they finished recording, or exec'd another program (whose socket comes at its first CUDA call).
+  // they exec'd another program (whose socket comes at its first CUDA, NCCL or cuBLAS call).
   std::vector<pid_t> not_listening;
   std::vector<std::pair<pid_t, int64_t>> other_users;  // running processes of another uid: pid, uid
 };
