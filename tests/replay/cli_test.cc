@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include "../db/test_util.h"
 #include "detrace/db/run.h"
@@ -81,6 +82,28 @@ MadeRun makeRun(const TempDir& dir, Rng& rng) {
   m.exit_code = 0;
   EXPECT_TRUE(db::writeManifest(dir.path().string(), m).isOk());
   return made;
+}
+
+// A trace whose event numbers skip one (a row deleted from the middle) is damage that `info`
+// names, as `diff` does, instead of counting the missing number as an event (exit 0).
+TEST(Cli, InfoNamesEventNumbersWithAGap) {
+  TempDir dir;
+  Rng rng;
+  makeRun(dir, rng);
+  const std::string trace = dir.file("proc-11.dtrace");
+  const int64_t gone = rng.range(1, 40);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(trace.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, fmt::format("DELETE FROM events WHERE seq = {}", gone).c_str(), nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(sqlite3_changes(db), 1);
+  sqlite3_close(db);
+  Output info = detrace("info " + dir.path().string());
+  EXPECT_EQ(info.status, 2) << info.out;
+  EXPECT_NE(info.out.find(trace + " holds "), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("the numbering has gaps"), std::string::npos) << info.out;
+  Output diff = detrace(fmt::format("diff {0} {0}", dir.path().string()));
+  EXPECT_EQ(diff.status, 2) << diff.out;
 }
 
 TEST(Cli, InfoJsonCountsMatchWhatWasWritten) {
