@@ -3,11 +3,13 @@
 // attach and signal tests.
 #pragma once
 
+#include <cerrno>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,10 +30,22 @@ inline std::string readLine(int fd, int timeout_ms) {
   }
 }
 
-// Writes `cmd` and a newline to `to`; false if it could not.
+// Writes `cmd` and a newline to `to`; false if it could not. A child that is gone fails the
+// write (EPIPE) instead of killing the whole test binary with SIGPIPE: the signal is blocked
+// meanwhile on this thread and taken off again if the write raised it.
 inline bool writeLine(int to, const std::string& cmd) {
   const std::string l = cmd + "\n";
-  return write(to, l.data(), l.size()) == static_cast<ssize_t>(l.size());
+  sigset_t pipe_only, saved;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &saved);
+  const bool ok = write(to, l.data(), l.size()) == static_cast<ssize_t>(l.size());
+  if (!ok && errno == EPIPE && !sigismember(&saved, SIGPIPE)) {
+    const timespec now{0, 0};
+    (void)sigtimedwait(&pipe_only, nullptr, &now);
+  }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return ok;
 }
 
 class LineChild {
