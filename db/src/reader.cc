@@ -17,6 +17,15 @@
 namespace detrace::db {
 namespace {
 
+// kCorrupt unless `rows` event rows are numbered 0 .. `highest` with no gap.
+Status numberingHasNoGap(const std::string& path, int64_t rows, int64_t highest) {
+  if (rows == highest + 1) return Status::ok();
+  return makeError(ErrorCode::kCorrupt,
+                   "{} holds {} events numbered up to {}: the numbering has gaps, so the file is "
+                   "damaged; re-record the run",
+                   path, rows, highest);
+}
+
 // Checks the first bytes before handing the file to SQLite, so that a text file, an empty file or
 // random bytes get a plain sentence rather than an SQLite error code.
 // `wal`: the header says WAL mode (file format versions 2 at bytes 18 and 19): a trace the
@@ -434,14 +443,14 @@ Result<int64_t> TraceReader::eventCount() {
       rows = sqlite3_column_int64(s, 0);
       return Status::ok();
     }));
-    if (rows != hi + 1) {
-      return makeError(ErrorCode::kCorrupt,
-                       "{} holds {} events numbered up to {}: the numbering has gaps, so the file is "
-                       "damaged; re-record the run",
-                       path_, rows, hi);
-    }
+    DETRACE_RETURN_IF_ERROR(numberingHasNoGap(path_, rows, hi));
   }
   return hi + 1;
+}
+
+Status TraceReader::checkDense(int64_t rows) {
+  DETRACE_ASSIGN_OR_RETURN(int64_t count, eventCount());
+  return numberingHasNoGap(path_, rows, count - 1);
 }
 
 Result<std::map<EventKind, int64_t>> TraceReader::countsByKind() {

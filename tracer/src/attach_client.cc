@@ -74,15 +74,13 @@ bool isSocket(const std::string& path) {
 // name counts as listening. Never by the file's age: a step of the wall clock moves every
 // process's start time, as computed from /proc, against the files' times.
 bool listensAs(const std::string& path, pid_t pid) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof addr.sun_path) return false;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const Result<sockaddr_un> addr = control::unixAddress(path);
+  if (path.empty() || !addr.isOk()) return false;
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return true;
   int rc = 0;
   do {
-    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) return errno != ECONNREFUSED && errno != ENOENT && errno != ENOTSOCK;
   ucred cred{};
@@ -309,12 +307,7 @@ Status checkServer(int fd, const AttachTarget& target) {
 // a stopped process's queue fills up (each client that gave up stays queued), and a blocking
 // connect would then wait for good.
 Result<ScopedFd> connectTo(const AttachTarget& target, int64_t deadline_ms) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (target.socket.size() >= sizeof addr.sun_path) {
-    return makeError(ErrorCode::kInvalidArgument, "socket path too long: {}", target.socket);
-  }
-  std::memcpy(addr.sun_path, target.socket.c_str(), target.socket.size() + 1);
+  DETRACE_ASSIGN_OR_RETURN(const sockaddr_un addr, control::unixAddress(target.socket));
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
   int err = 0;

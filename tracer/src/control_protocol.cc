@@ -6,6 +6,7 @@
 #include <limits>
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,6 +258,19 @@ std::vector<std::string> controlDirectories(uid_t uid, const char* xdg_runtime_d
 
 std::string socketPath(const std::string& dir, pid_t pid) {
   return fmt::format("{}/{}.sock", dir, pid);
+}
+
+Result<sockaddr_un> unixAddress(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "socket path {} is longer than {} bytes; set "
+                     "XDG_RUNTIME_DIR to a shorter directory",
+                     path, sizeof addr.sun_path - 1);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
 }
 
 std::string pointerPath(const std::string& run_dir, pid_t pid) {

@@ -40,19 +40,6 @@ int64_t monotonicMs() {
 constexpr int kPollMs = 1000;
 constexpr int kPollMsWithoutWake = 100;  // once the program took the wake pipe
 
-Result<sockaddr_un> unixAddress(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "socket path {} is longer than {} bytes; set "
-                     "XDG_RUNTIME_DIR to a shorter directory",
-                     path, sizeof addr.sun_path - 1);
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
-}
-
 // True if a live server answers at `path` (a socket file left by a dead process does not). Never
 // waits: this runs on the program's thread, and a listener whose queue is full (a stopped process,
 // or one filling it on purpose) would hold a blocking connect for good. A full queue means that
@@ -113,7 +100,7 @@ class ControlServer::Impl {
   }
 
   Status bindSocket() {
-    DETRACE_ASSIGN_OR_RETURN(sockaddr_un addr, unixAddress(path));
+    DETRACE_ASSIGN_OR_RETURN(sockaddr_un addr, control::unixAddress(path));
     // Non-blocking: a connection gone between poll and accept4 must not leave the thread in accept.
     listen_fd = HeldFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!listen_fd) return makeError(ErrorCode::kIo, "socket: {}", std::strerror(errno));
@@ -159,10 +146,11 @@ class ControlServer::Impl {
       int64_t left = deadline - monotonicMs();
       if (left <= 0) return Read::kNone;
       pollfd p[2] = {{fd, POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      int r = ::poll(p, wakePollCount(), static_cast<int>(std::min<int64_t>(left, pollMs())));
+      const nfds_t polled = wakePollCount();
+      int r = ::poll(p, polled, static_cast<int>(std::min<int64_t>(left, pollMs(polled))));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) return Read::kNone;
-      if (wakePollCount() == 2 && p[1].revents != 0) {
+      if (polled == 2 && p[1].revents != 0) {
         if (stopped.load(std::memory_order_acquire)) return Read::kNone;
         wakePipeHungUp();
         continue;
@@ -179,8 +167,9 @@ class ControlServer::Impl {
 
   // The wake pipe's place in a poll: 2 while it can wake the thread, else 1 (left out).
   nfds_t wakePollCount() const { return wake_usable && wake_rd.intact() ? 2 : 1; }
-  // How long a poll waits at most: without the wake pipe, a stop is seen only when it returns.
-  int pollMs() const { return wakePollCount() == 2 ? kPollMs : kPollMsWithoutWake; }
+  // How long a poll of `polled` descriptors waits at most: without the wake pipe, a stop is seen
+  // only when it returns.
+  static int pollMs(nfds_t polled) { return polled == 2 ? kPollMs : kPollMsWithoutWake; }
 
   // Called when the wake pipe's read end reports something: a stop, or its write end gone (the
   // program closed its number or put a file of its own there). Then the thread stops polling it,
@@ -259,9 +248,10 @@ class ControlServer::Impl {
     while (!stopped.load(std::memory_order_acquire)) {
       if (!descriptorsIntact()) return;
       pollfd p[2] = {{listen_fd.get(), POLLIN, 0}, {wake_rd.get(), POLLIN, 0}};
-      // A second at most (pollMs): the thread looks at `stopped` and its descriptors again even when the
-      // program closed the wake pipe, so stop() always ends it.
-      int r = ::poll(p, wakePollCount(), pollMs());
+      // A second at most (pollMs): the thread looks at `stopped` and its descriptors again even
+      // when the program closed the wake pipe, so stop() always ends it.
+      const nfds_t polled = wakePollCount();
+      int r = ::poll(p, polled, pollMs(polled));
       if (r < 0) {
         if (errno == EINTR) continue;
         log(std::string("control socket stopped: poll: ") + std::strerror(errno));
@@ -269,7 +259,7 @@ class ControlServer::Impl {
       }
       if (stopped.load(std::memory_order_acquire) || !descriptorsIntact()) return;
       if (r == 0) continue;
-      if (wakePollCount() == 2 && p[1].revents != 0) {
+      if (polled == 2 && p[1].revents != 0) {
         wakePipeHungUp();  // not a stop (checked above)
         continue;
       }

@@ -71,9 +71,13 @@ class TraceReader {
   int64_t stringCount() const { return static_cast<int64_t>(strings_.size()) - 1; }
   const std::vector<StreamInfo>& streams() const { return streams_; }
 
-  // Number of events (sequence numbers are 0 .. eventCount()-1).
+  // Number of events (sequence numbers are 0 .. eventCount()-1). Numbers with gaps are checked
+  // past 2^31 only (a count of every row); see checkDense.
   Result<int64_t> eventCount();
   Result<std::map<EventKind, int64_t>> countsByKind();
+  // kCorrupt, naming the file, unless `rows` (every event row, e.g. countsByKind's sum) is
+  // eventCount(): the numbering has no gap.
+  Status checkDense(int64_t rows);
   Result<TimeSpan> timeSpan();
   Result<std::map<std::string, int64_t>> stats();
 

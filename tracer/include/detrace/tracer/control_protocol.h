@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "detrace/base/status.h"
 
@@ -93,6 +94,8 @@ bool runtimeDirectoryUsable(const char* dir, uid_t uid);
 std::vector<std::string> controlDirectories(uid_t uid, const char* xdg_runtime_dir);
 // <dir>/<pid>.sock
 std::string socketPath(const std::string& dir, pid_t pid);
+// The Unix socket address of `path`; an error naming the limit when it is too long.
+Result<sockaddr_un> unixAddress(const std::string& path);
 // RUN_DIR/proc-<pid>.dtrace-control
 std::string pointerPath(const std::string& run_dir, pid_t pid);
 // The pid in a pointer file's name ("proc-41.dtrace-control" -> 41), or -1.
