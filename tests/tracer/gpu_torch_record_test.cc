@@ -542,11 +542,11 @@ TEST(TracerTorch, Qwen2DecodeReplayedFromACudaGraph) {
 // torch.compile (Inductor), as engines run their models: Triton kernels launched through the
 // driver API between cuBLAS GEMMs, and with `reduce-overhead` the steps replayed from Inductor's
 // CUDA graph. The program (tests/tracer/torch_compile_app.py) runs once under torch.profiler, in
-// a process of its own, and once under detrace; Inductor's on-disk cache gives both the same
-// kernels. The recorded steps (after the first NVTX range `step 0`) must hold the kernels the
-// profiler counted, name by name, every one with its GPU times; the last step's logits, the
-// lm_head GEMM's output, must have the digest the CPU twin computes from the bytes the program
-// saved; and two recorded runs must not part.
+// a process of its own, and twice under detrace, all three on one Inductor cache of the test's
+// own (the same kernels and tuned launch settings in each). The recorded steps (after the first
+// NVTX range `step 0`) must hold the kernels the profiler counted, name by name, every one with
+// its GPU times; the last step's logits, the lm_head GEMM's output, must have the digest the CPU
+// twin computes from the bytes the program saved; and the two recorded runs must not part.
 void checkCompiled(const std::string& mode) {
   DETRACE_REQUIRE_GPU();
   DETRACE_REQUIRE_TORCH();
@@ -558,33 +558,43 @@ void checkCompiled(const std::string& mode) {
   const std::string dir = tmp.path().string();
   const std::string app = fmt::format("python3 {}/tests/tracer/torch_compile_app.py --mode {}",
                                       DETRACE_SOURCE_DIR, mode);
+  const std::string cache = fmt::format("TORCHINDUCTOR_CACHE_DIR={}/inductor", dir);
   std::string log;
-  ASSERT_EQ(shell(fmt::format("{} --profile --expect-dir {}/profile", app, dir), log), 0) << log;
+  ASSERT_EQ(shell(fmt::format("{} {} --profile --expect-dir {}/profile", cache, app, dir), log), 0) << log;
   std::ifstream prof_in(dir + "/profile/kernels.json");
   ASSERT_TRUE(prof_in.good()) << log;
+  const nlohmann::json prof = nlohmann::json::parse(prof_in);
   std::map<std::string, int> profiled;
-  for (const auto& [name, n] : nlohmann::json::parse(prof_in)["kernels"].items()) profiled[name] = n;
+  for (const auto& [name, n] : prof.at("kernels").items()) profiled[name] = n.get<int>();
   ASSERT_FALSE(profiled.empty()) << log;
 
-  std::unique_ptr<db::TraceReader> reader;
+  // Recorded with the compiler in the program's own process: no worker processes to record.
   for (const char* run : {"a", "b"}) {
-    ASSERT_EQ(shell(fmt::format("{0}/replay/detrace record -o {1}/run-{2} -- {3} --expect-dir {1}/expect-{2}",
-                                DETRACE_BINARY_DIR, dir, run, app),
+    ASSERT_EQ(shell(fmt::format("{0} TORCHINDUCTOR_COMPILE_THREADS=1 {1}/replay/detrace record -o {2}/run-{3} "
+                                "-- {4} --expect-dir {2}/expect-{3}",
+                                cache, DETRACE_BINARY_DIR, dir, run, app),
                     log), 0) << log;
   }
   auto opened = testing::openOnlyRank(dir + "/run-a");
   ASSERT_TRUE(opened.isOk()) << opened.status().message() << "\n" << log;
   db::TraceReader& t = **opened;
+  EXPECT_TRUE(t.finished());
   std::ifstream expect_in(dir + "/expect-a/expect.json");
   ASSERT_TRUE(expect_in.good()) << log;
   const nlohmann::json expect = nlohmann::json::parse(expect_in);
+  auto stats = t.stats();
+  ASSERT_TRUE(stats.isOk());
+  const std::string counters = fmt::format(
+      "late records {}, placed late {}, slots timed out {}, graph records dropped {}",
+      (*stats)["tracer_activities_late"], (*stats)["tracer_records_placed_late"],
+      (*stats)["tracer_slots_timed_out"], (*stats)["tracer_graph_records_dropped"]);
 
   auto gemms = t.gemms();
   ASSERT_TRUE(gemms.isOk());
   std::map<int64_t, const db::Gemm*> gemm_at;
   for (const auto& [seq, g] : *gemms) gemm_at[seq] = &g;
   std::map<std::string, int> recorded;
-  int64_t first_step = db::kUnset, last_lm_head = db::kUnset, graph_kernels = 0, triton = 0;
+  int64_t first_step = db::kUnset, logits_op = db::kUnset, kernels = 0, graph_kernels = 0, triton = 0;
   const int64_t vocab = expect["vocab"];
   int64_t tokens = 1;
   for (size_t i = 0; i + 1 < expect["logits_shape"].size(); ++i) tokens *= expect["logits_shape"][i].get<int64_t>();
@@ -597,33 +607,43 @@ void checkCompiled(const std::string& mode) {
     if (e.kind == db::EventKind::kKernel) {
       const std::string name = t.str(e.name);
       ++recorded[name];
+      ++kernels;
       triton += name.starts_with("triton_");
       graph_kernels += e.graph_id != db::kUnset;
       EXPECT_GT(e.gpu_start_ns, 0) << name << " at " << e.seq;
       EXPECT_GE(e.gpu_end_ns, e.gpu_start_ns) << name << " at " << e.seq;
     }
+    // The last lm_head GEMM (a replayed one too: an event with its graph op) wrote the logits.
     if (auto g = gemm_at.find(e.seq); g != gemm_at.end() && g->second->m == vocab && g->second->n == tokens) {
-      last_lm_head = e.seq;
+      logits_op = e.seq;
     }
   }
   ASSERT_NE(first_step, db::kUnset) << "no NVTX range 'step 0' in the trace";
-  EXPECT_EQ(recorded, profiled) << "the kernels of the recorded steps, against torch.profiler's";
-  EXPECT_GT(triton, 0) << "no Triton kernel among the recorded steps";
-  if (mode == "reduce-overhead") {
-    EXPECT_GT(graph_kernels, 0) << "no kernel of the steps was replayed from a CUDA graph";
+  std::string differs;
+  for (const auto& [name, n] : profiled) {
+    if (auto it = recorded.find(name); it == recorded.end() || it->second != n) {
+      differs += fmt::format("\n  profiler {} detrace {}  {}", n, it == recorded.end() ? 0 : it->second, name);
+    }
   }
-  std::printf("%s: %d kernels in the steps, %lld Triton, %lld from graphs, %zu GEMMs in all\n", mode.c_str(),
-              [&] { int n = 0; for (const auto& [_, c] : recorded) n += c; return n; }(),
-              static_cast<long long>(triton), static_cast<long long>(graph_kernels), gemms->size());
+  for (const auto& [name, n] : recorded) {
+    if (!profiled.contains(name)) differs += fmt::format("\n  profiler 0 detrace {}  {}", n, name);
+  }
+  EXPECT_TRUE(differs.empty()) << "kernels of the recorded steps against torch.profiler's (" << counters
+                               << "):" << differs;
+  EXPECT_GT(triton, 0) << "no Triton kernel among the recorded steps\n" << log;
+  if (mode == "reduce-overhead") {
+    EXPECT_GT(graph_kernels, 0) << "no kernel of the steps was replayed from a CUDA graph\n" << log;
+  }
+  std::printf("%s: %lld kernels in the steps (%lld Triton, %lld from graphs), %zu GEMMs in all; %s\n",
+              mode.c_str(), static_cast<long long>(kernels), static_cast<long long>(triton),
+              static_cast<long long>(graph_kernels), gemms->size(), counters.c_str());
 
-  // The last step's logits: the last lm_head GEMM's output (in a replayed graph, its last replay).
-  int64_t logits_op = last_lm_head;
-  ASSERT_TRUE(t.forEachGraphOp([&](const db::GraphOp& g) {
-    auto gemm = t.gemm(g.seq);
-    if (gemm.isOk() && gemm->has_value() && (*gemm)->m == vocab && (*gemm)->n == tokens) logits_op = std::max(logits_op, g.seq);
-    return Status::ok();
-  }).isOk());
-  ASSERT_NE(logits_op, db::kUnset) << "no lm_head GEMM (m = " << vocab << ", n = " << tokens << ")";
+  ASSERT_NE(logits_op, db::kUnset) << "no lm_head GEMM (m = " << vocab << ", n = " << tokens << ") in the steps";
+  if (mode == "reduce-overhead") {
+    auto replayed = t.graphOp(logits_op);
+    ASSERT_TRUE(replayed.isOk());
+    EXPECT_TRUE(replayed->has_value()) << "the last lm_head GEMM was not replayed from a graph";
+  }
   std::vector<uint8_t> logits = readFile(dir + "/expect-a/logits.bin");
   ASSERT_FALSE(logits.empty());
   auto ops = t.operands(logits_op);
@@ -637,12 +657,12 @@ void checkCompiled(const std::string& mode) {
     EXPECT_EQ(cpuDigest(o, logits), o.digest) << "the last step's logits";
   }
   EXPECT_EQ(outputs, 1);
-  auto stats = t.stats();
-  ASSERT_TRUE(stats.isOk());
   EXPECT_EQ((*stats)["events_dropped"], 0);
   EXPECT_EQ((*stats)["fingerprints_lost"], 0);
+  EXPECT_EQ((*stats)["tracer_slots_timed_out"], 0);
+  EXPECT_EQ((*stats)["graph_replays_lost"], 0);
 
-  // Run to run: the same compiled program, the same bits.
+  // Run to run: the same compiled program, the same bits (exit status 0: identical and complete).
   std::string diff;
   EXPECT_EQ(shell(fmt::format("{0}/replay/detrace diff {1}/run-a {1}/run-b", DETRACE_BINARY_DIR, dir), diff), 0) << diff;
 }
