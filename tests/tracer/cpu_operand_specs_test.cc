@@ -335,6 +335,32 @@ TEST(OperandSpecs, NegativeBatchStridesGetNoExtent) {
   }
 }
 
+// A strided batch of no matrices (an empty micro-batch) reads and writes nothing, wherever its
+// pointers point: none of its operands is fingerprinted, whatever its shapes; nor those of a
+// negative count, which cuBLAS refuses (inputs digested before a call would be read first).
+TEST(OperandSpecs, ABatchOfNoMatricesHasNoOperands) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 50; ++trial) {
+    db::Gemm g;
+    g.m = 1 + static_cast<int64_t>(rng() % 512);
+    g.n = 1 + static_cast<int64_t>(rng() % 512);
+    g.k = 1 + static_cast<int64_t>(rng() % 512);
+    g.trans_a = rng() % 2;
+    g.trans_b = rng() % 2;
+    g.lda = g.ldb = g.ldc = g.ldd = 512;
+    g.stride_a = g.stride_b = g.stride_c = g.stride_d = 512 * 512;
+    g.a_dtype = g.b_dtype = g.c_dtype = g.d_dtype = db::DType::kBF16;
+    g.a_addr = 0x100000; g.b_addr = 0x200000; g.c_addr = g.d_addr = 0x300000;
+    g.batch_count = 1;
+    ASSERT_FALSE(gemmOperandSpecs(g, RowDigests::kAll, GemmLayouts{}).empty()) << "the control";
+    for (int32_t batch : {0, -1, -1 - static_cast<int32_t>(rng() % 1000)}) {
+      g.batch_count = batch;
+      EXPECT_TRUE(gemmOperandSpecs(g, RowDigests::kAll, GemmLayouts{}).empty()) << "batch " << batch;
+      EXPECT_TRUE(gemmOperandSpecs(g, RowDigests::kTokens, betaZero()).empty()) << "batch " << batch;
+    }
+  }
+}
+
 TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
   db::Collective c;
   c.op = db::CollOp::kAllReduce;

@@ -199,7 +199,8 @@ MatrixOrder layoutOrder(cublasLtMatrixLayout_t l) {
 // Whether cublasLtMatmul's beta is known to be 0, so that it never reads C: with host pointers
 // (the default) the value is read here, in the descriptor's scale type.
 bool betaIsZero(cublasLtMatmulDesc_t desc, const void* beta) {
-  const int32_t mode = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_HOST);
+  // A mode that cannot be read is not taken for host: beta may be a device pointer.
+  const int32_t mode = descAttr<int32_t>(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, -1);
   if (mode == CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) return true;
   if (beta == nullptr || (mode != CUBLASLT_POINTER_MODE_HOST &&
                           mode != CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST)) {
@@ -324,6 +325,14 @@ GemmLayouts ltLayouts(cublasLtMatmulDesc_t desc, const void* beta, cublasLtMatri
                       cublasLtMatrixLayout_t Dd, const db::Gemm& g) {
   GemmLayouts l;
   l.order = {layoutOrder(Ad), layoutOrder(Bd), layoutOrder(Cd), layoutOrder(Dd ? Dd : Cd)};
+  // The extents use D's batch count (g.batch_count); a matrix whose layout counts another number
+  // of batches makes an invalid call, whose inputs may still be digested before it: not read.
+  const cublasLtMatrixLayout_t inputs[] = {Ad, Bd, Cd};
+  for (size_t i = 0; i < std::size(inputs); ++i) {
+    if (layoutAttr<int32_t>(inputs[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1) != g.batch_count) {
+      l.order[i] = MatrixOrder::kUnreadable;
+    }
+  }
   l.c_unread = betaIsZero(desc, beta);
   l.lt = ltOperands(desc, g);
   return l;

@@ -739,6 +739,7 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   } else if (cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING) {
     g_stream_epoch.fetch_add(1, std::memory_order_release);  // its handle may come back (opStreamId)
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
+    Fingerprinter::get().noteContextCreated(data->context);  // a handle torn down before may be back
     std::lock_guard lk(g_cache_mu);
     if (data->context != nullptr && g_contexts.size() < kMaxContexts) g_contexts.push_back(data->context);
   } else if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING) {
@@ -1380,6 +1381,8 @@ bool start() {
 bool placementByRecords() { return g_placement.load(std::memory_order_relaxed); }
 
 uint64_t streamEpoch() noexcept { return g_stream_epoch.load(std::memory_order_acquire); }
+
+uint64_t contextEpoch() noexcept { return g_context_epoch.load(std::memory_order_acquire); }
 
 uint64_t markerCorrelation() noexcept {
   if (!g_placement.load(std::memory_order_relaxed)) return 0;

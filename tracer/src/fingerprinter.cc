@@ -136,6 +136,7 @@ State& state() {
 
 Context* State::contextLocked(CUcontext c) {
   if (auto it = contexts.find(c); it != contexts.end()) return it->second.get();
+  if (forgotten.contains(c)) return nullptr;  // being torn down: see `forgotten`
   const Driver& d = Driver::get();
   auto cx = std::make_unique<Context>();
   cx->ctx = c;
@@ -411,8 +412,7 @@ bool State::drainLocked(bool final, db::TraceWriter* w, size_t budget, bool stop
       releaseHeadLocked();
       continue;
     }
-    if (p.failed) {
-      ++lost;
+    if (p.failed) {  // counted where it failed (fingerprints_skipped_*), not lost again
       releaseHeadLocked();
       continue;
     }
@@ -526,7 +526,10 @@ int64_t fp::State::enqueueLocked(std::unique_lock<std::mutex>& lk, uint64_t toke
   const Driver& d = Driver::get();
   SelfLaunchScope self;  // our kernels, allocations and memsets stay out of the trace
   Context* cx = contextLocked(ctx);
-  if (cx == nullptr) return 0;
+  if (cx == nullptr) {
+    if (!disabled) skipped_error += static_cast<int64_t>(specs.size());  // a context torn down
+    return 0;
+  }
   if (cx->rings_lost) {
     skipped_rings_lost += static_cast<int64_t>(specs.size());
     return 0;
@@ -703,21 +706,23 @@ namespace {
 // The context of the stream an op was enqueued on: the thread's current one (`current`), unless
 // the stream is a stream of another context, as when one thread drives several GPUs without
 // switching (NCCL's group of one communicator per device). The last stream asked about is
-// remembered per thread until a stream is destroyed (its handle may come back in another context).
+// remembered per thread until a stream or a context is destroyed (the handle may come back in
+// another context; a context's streams may go with it unannounced).
 CUcontext streamContext(const Driver& d, CUcontext current, CUstream stream) {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD ||
       d.stream_get_ctx == nullptr) {
     return current;  // the special handles mean the current context's
   }
   thread_local CUstream t_stream = nullptr;
-  thread_local uint64_t t_epoch = 0;
+  thread_local uint64_t t_epoch = 0, t_ctx_epoch = 0;
   thread_local CUcontext t_ctx = nullptr;
-  const uint64_t epoch = streamEpoch();
-  if (stream == t_stream && epoch == t_epoch) return t_ctx;
+  const uint64_t epoch = streamEpoch(), ctx_epoch = contextEpoch();
+  if (stream == t_stream && epoch == t_epoch && ctx_epoch == t_ctx_epoch) return t_ctx;
   CUcontext ctx = nullptr;
   if (d.stream_get_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) return current;
   t_stream = stream;
   t_epoch = epoch;
+  t_ctx_epoch = ctx_epoch;
   t_ctx = ctx;
   return ctx;
 }
@@ -731,9 +736,12 @@ int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& 
   const Driver& d = Driver::get();
   State& s = state();
   CUcontext current = nullptr;
-  if (d.ctx_get(&current) != CUDA_SUCCESS) return 0;
-  const CUcontext ctx = streamContext(d, current, stream);
-  if (ctx == nullptr) return 0;
+  const CUcontext ctx = d.ctx_get(&current) == CUDA_SUCCESS ? streamContext(d, current, stream) : nullptr;
+  if (ctx == nullptr) {  // no context to take them in (none current, and the stream names none)
+    std::lock_guard lk(s.mu);
+    s.skipped_error += static_cast<int64_t>(specs.size());
+    return 0;
+  }
   std::optional<fp::ContextScope> switched;
   if (ctx != current && !switched.emplace(ctx).ok()) {
     std::lock_guard lk(s.mu);
@@ -916,12 +924,13 @@ namespace {
 // token cannot wait for its window any more and is dropped. Never throws (an entry left
 // half-handled would be read after the context is gone). Under drain_mu and mu.
 void settleForTeardownLocked(State& s, Pending& p, db::TraceWriter* w) noexcept {
+  if (p.failed) return;  // counted where it failed (fingerprints_skipped_*)
   try {
-    if (!p.failed && !p.done) p.done = fp::resultsLanded(p) == CUDA_SUCCESS;
+    if (!p.done) p.done = fp::resultsLanded(p) == CUDA_SUCCESS;
     if (p.seq == db::kUnset) p.seq = s.seqs.get(p.token);
     if (s.verdictLocked(p.token, /*final=*/true) == State::Verdict::kDrop) {
       ++s.lookback_dropped;
-    } else if (p.failed || !p.done || w == nullptr) {
+    } else if (!p.done || w == nullptr) {
       ++s.lost;
     } else if (p.seq >= 0) {
       (void)w->appendOperand(fp::toOperand(p, *w));
@@ -947,6 +956,8 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
     // context, and allocations and launches in another, return within 3 ms inside the callback).
     std::lock_guard drain(s.drain_mu);
     std::lock_guard lk(s.mu);
+    if (s.forgotten.size() >= State::kMaxForgotten) s.forgotten.clear();
+    s.forgotten.insert(ctx);  // also where it has no Context yet: none is made in it from now on
     auto it = s.contexts.find(ctx);
     if (it == s.contexts.end()) return;
     Context* cx = it->second.get();
@@ -971,6 +982,15 @@ void Fingerprinter::forgetContext(CUcontext ctx) noexcept {
     // Its memory and module die with the context: leak the bookkeeping, never touch them again.
     (void)it->second.release();
     s.contexts.erase(it);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::noteContextCreated(CUcontext ctx) noexcept {
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    s.forgotten.erase(ctx);
   } catch (...) {
   }
 }

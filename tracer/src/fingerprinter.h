@@ -89,6 +89,8 @@ bool graphNodeIdsUsable() noexcept;
 
 // How many streams were destroyed so far (cupti_adapter.cc; a stream's handle may come back).
 uint64_t streamEpoch() noexcept;
+// Counts CUDA context teardowns (cupti_adapter.cc): a context handle may come back as another.
+uint64_t contextEpoch() noexcept;
 
 class Fingerprinter {
  public:
@@ -127,6 +129,8 @@ class Fingerprinter {
   // The CUDA context `ctx` is being destroyed (its memory goes with it): writes its finished
   // results that can be written now, drops the rest (counted as lost) and forgets the context.
   void forgetContext(CUcontext ctx) noexcept;
+  // A CUDA context was created (its handle may be one forgotten before): digests may use it.
+  void noteContextCreated(CUcontext ctx) noexcept;
 
   // ---- CUDA graphs (graph_fingerprints.cc) ----
   // The calling thread's library op is being recorded (recordLibraryOp): kept, so that a

@@ -405,6 +405,11 @@ class State {
   std::mutex drain_mu;  // before mu: see the note at the top
   std::mutex mu;
   std::unordered_map<CUcontext, std::unique_ptr<Context>> contexts;
+  // Contexts torn down (forgetContext) whose handles have not been created again: a thread that
+  // asked for its context before the teardown must not make a Context in the dying one, whose
+  // mapped result memory the flusher would read after it is gone. Cleared at kMaxForgotten.
+  static constexpr size_t kMaxForgotten = 1024;
+  std::unordered_set<CUcontext> forgotten;
   std::deque<Pending> pending;
   std::deque<PendingParams> pending_params;
   size_t pending_params_bytes = 0;

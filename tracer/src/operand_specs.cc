@@ -205,6 +205,9 @@ EpilogueUse epilogueUse(uint32_t epilogue) {
 
 std::vector<OperandSpec> gemmOperandSpecs(const db::Gemm& g, RowDigests rows,
                                           const GemmLayouts& layouts) {
+  // No batch at all (an empty micro-batch's strided GEMM): the call reads and writes nothing, and
+  // its pointers may point anywhere (past the end of an arena). A negative count is refused.
+  if (g.batch_count < 1) return {};
   const auto& order = layouts.order;
   std::vector<OperandSpec> out;
   out.reserve(4);

@@ -368,12 +368,20 @@ void Session::updateRank() {
   writer_->setRank(rank_);
 }
 
-void Session::addStat(const char* key, int64_t delta) {
-  if (db::TraceWriter* w = startedWriter()) w->addStat(key, delta);
+// Out of memory in the writer's map loses the count, never the host: callers count from noexcept
+// wrappers and callbacks.
+void Session::addStat(const char* key, int64_t delta) noexcept {
+  try {
+    if (db::TraceWriter* w = startedWriter()) w->addStat(key, delta);
+  } catch (...) {
+  }
 }
 
-void Session::setStat(const char* key, int64_t value) {
-  if (db::TraceWriter* w = startedWriter()) w->setStat(key, value);
+void Session::setStat(const char* key, int64_t value) noexcept {
+  try {
+    if (db::TraceWriter* w = startedWriter()) w->setStat(key, value);
+  } catch (...) {
+  }
 }
 
 bool Session::failIfWriterFailed() noexcept {

@@ -139,10 +139,10 @@ class Session {
   void finish(std::chrono::steady_clock::time_point gpu_deadline);
   // Adds to a counter in the trace's stats table, once recording has started, whether capturing
   // or not: what is counted after a stop (CUPTI records dropped, NCCL calls completed late) still
-  // concerns what was recorded. Starts nothing.
-  void addStat(const char* key, int64_t delta);
+  // concerns what was recorded. Starts nothing. Never throws (out of memory loses the count).
+  void addStat(const char* key, int64_t delta) noexcept;
   // Sets a counter that its owner keeps as a total (db::TraceWriter::setStat); the same rules.
-  void setStat(const char* key, int64_t value);
+  void setStat(const char* key, int64_t value) noexcept;
   // Sets the tracer's own counters (the reorder buffer's tracer_*, the fingerprints', deep mode's)
   // in the trace's stats as totals, so that a process killed (SIGKILL, the OOM killer) keeps those
   // of its last second: called every second by CUPTI's flusher or the commit thread, and at
