@@ -95,7 +95,8 @@ constexpr ColumnDef kCollectives[] = {
     {"comm_nranks", "INTEGER", "", "Ranks in the communicator"},
     {"comm_seq", "INTEGER", "", "Per-communicator sequence number of the call"},
     {"algo", "INTEGER", "", "strings.id of the NCCL algorithm (Ring, Tree, ...), from the profiler "
-                            "plugin"},
+                            "plugin; NULL where NCCL reported none (also every call where NCCL "
+                            "never loaded the plugin: the stat nccl_profiler_inits is then 0)"},
     {"proto", "INTEGER", "", "strings.id of the NCCL protocol (LL, LL128, Simple)"},
     {"channels", "INTEGER", "", "Number of channels NCCL used"},
     {"send_addr", "INTEGER", "", "Send buffer address"},

@@ -255,6 +255,17 @@ std::string formatSummary(const RunSummary& s) {
           "record fewer details (e.g. --capture digest) or raise --queue",
           r.info.rank, stat(r, "events_dropped"), stat(r, "operands_dropped"));
     }
+    // NCCL loaded, collectives recorded, the plugin never initialized (traces from before the
+    // counter have none: no warning).
+    const int64_t colls = kindCount(r, db::EventKind::kCollective);
+    if (r.meta.count("nccl_version") != 0 && r.stats.count("nccl_profiler_inits") != 0 &&
+        stat(r, "nccl_profiler_inits") == 0 && colls > 0) {
+      out += fmt::format(
+          "\nwarning: rank {}: NCCL {} never loaded detrace's profiler plugin (it needs NCCL 2.28 or "
+          "later, whose plugin API v5 detrace implements, and NCCL_PROFILER_PLUGIN left to `detrace "
+          "record`): its {} collective(s) carry no algorithm, protocol or channel count",
+          r.info.rank, r.meta.at("nccl_version"), colls);
+    }
     if (const int64_t n = stat(r, "nccl_comms_unfollowed"); n > 0) {
       out += fmt::format(
           "\nwarning: rank {}: {} NCCL communicator(s) split or shrunk from a non-blocking "

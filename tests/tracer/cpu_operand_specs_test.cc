@@ -390,8 +390,8 @@ TEST(OperandSpecs, CollectivesUseTheLastGemmRowWidth) {
 }
 
 // NCCL ignores a broadcast's send buffer and a reduce's receive buffer on ranks other than the
-// root: they are not fingerprinted there (a caller may pass a stale or small buffer). The root, a
-// rank the tracer does not know (-1) and every other collective keep both buffers.
+// root: they are not fingerprinted there (a caller may pass a stale or small buffer), nor on a rank
+// the tracer does not know (-1), which may be any. The root and every other collective keep both.
 TEST(OperandSpecs, BuffersNcclIgnoresOffTheRootAreLeftOut) {
   std::mt19937 rng(std::random_device{}());
   using db::CollOp;
@@ -406,7 +406,7 @@ TEST(OperandSpecs, BuffersNcclIgnoresOffTheRootAreLeftOut) {
     c.root = c.op == CollOp::kBroadcast || c.op == CollOp::kReduce ? static_cast<int32_t>(rng() % c.comm_nranks) : -1;
     c.send_addr = 0x10000;
     c.recv_addr = 0x900000;
-    const bool off_root = c.comm_rank >= 0 && c.root >= 0 && c.comm_rank != c.root;
+    const bool off_root = c.root >= 0 && c.comm_rank != c.root;  // an unknown rank (-1) too
     std::vector<std::string> names;
     for (const OperandSpec& s : collectiveOperandSpecs(c, 0)) names.push_back(s.name);
     std::vector<std::string> expected = {"send", "recv"};

@@ -511,6 +511,46 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// NCCL reports its algorithm, protocol and channels only through the profiler plugin it loads.
+// Where it loaded none (an NCCL before 2.28 has no API v5; here the user's NCCL_PROFILER_PLUGIN,
+// which wins over detrace's, names a library that does not exist), the trace says how often it was
+// initialized, 0, and `detrace info` warns that the collectives carry no choices; with the plugin
+// loaded there is no such warning.
+TEST(RecordSeam, InfoWarnsWhenNcclLoadedNoProfilerPlugin) {
+  TempDir tmp;
+  const std::string app = fmt::format("{}/tests/nccl_seam_app 0", DETRACE_BINARY_DIR);
+  for (bool plugin : {true, false}) {
+    SCOPED_TRACE(plugin ? "with the plugin" : "without");
+    const std::string run = tmp.file(plugin ? "with" : "without");
+    Output o = sh(fmt::format("{}{} record -o {} -- {}", plugin ? "" : "NCCL_PROFILER_PLUGIN=/nonexistent/libnccl-profiler.so ", detrace(), run, app));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message();
+    auto colls = (*reader)->collectives();
+    ASSERT_TRUE(colls.isOk());
+    ASSERT_FALSE(colls->empty());
+    auto stats = (*reader)->stats();
+    ASSERT_TRUE(stats.isOk());
+    ASSERT_EQ(stats->count("nccl_profiler_inits"), 1u);
+    if (plugin) {
+      EXPECT_GT((*stats)["nccl_profiler_inits"], 0);
+    } else {
+      EXPECT_EQ((*stats)["nccl_profiler_inits"], 0);
+    }
+    int with_choice = 0;
+    for (const auto& [seq, c] : *colls) with_choice += !(*reader)->str(c.proto).empty();
+    EXPECT_EQ(with_choice > 0, plugin) << with_choice << " of " << colls->size();
+    Output info = sh(fmt::format("{} info {}", detrace(), run));
+    ASSERT_EQ(info.status, 0) << info.out;
+    const bool warned = info.out.find("never loaded detrace's profiler plugin") != std::string::npos;
+    EXPECT_EQ(warned, !plugin) << info.out;
+    if (!plugin) {
+      EXPECT_NE(info.out.find(fmt::format("its {} collective(s) carry no algorithm", colls->size())),
+                std::string::npos) << info.out;
+    }
+  }
+}
+
 // The real interposer records cuBLAS and cuBLASLt GEMMs of a program linked against a fake
 // cuBLAS (tests/tracer/cublas_seam_app.cc lists the calls): shapes, leading dimensions, batches,
 // dtypes, compute types and the algorithm, the caller's or the one cuBLASLt's heuristic picks

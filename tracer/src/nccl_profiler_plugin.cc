@@ -64,9 +64,11 @@ struct CommContext {
 
 std::atomic<detrace::tracer::NcclChoiceSink> g_choice_sink{nullptr};
 std::atomic<detrace::tracer::NcclCommSink> g_comm_sink{nullptr};
+std::atomic<int64_t> g_inits{0};
 
 NcclResult pluginInit(void** context, uint64_t comm_id, int* activation_mask, const char* /*name*/,
                       int /*n_nodes*/, int nranks, int rank, void* /*logfn*/) {
+  g_inits.fetch_add(1, std::memory_order_relaxed);
   // new(nothrow): an allocation failure disables the plugin for this communicator, nothing else.
   auto* ctx = new (std::nothrow) CommContext{comm_id, rank, nranks};
   *context = ctx;
@@ -124,6 +126,7 @@ NcclResult pluginFinalize(void* context) {
 namespace detrace::tracer {
 void setNcclChoiceSink(NcclChoiceSink sink) { g_choice_sink.store(sink, std::memory_order_release); }
 void setNcclCommSink(NcclCommSink sink) { g_comm_sink.store(sink, std::memory_order_release); }
+int64_t ncclProfilerInits() noexcept { return g_inits.load(std::memory_order_relaxed); }
 }  // namespace detrace::tracer
 
 // The table NCCL looks up by name (dlsym "ncclProfiler_v5"). Function pointer types match NCCL's

@@ -39,4 +39,9 @@ void setNcclChoiceSink(NcclChoiceSink sink);
 using NcclCommSink = void (*)(uint64_t comm_id, int rank, int nranks) noexcept;
 void setNcclCommSink(NcclCommSink sink);
 
+// How often NCCL initialized the plugin (once per communicator): 0 in a process that made NCCL
+// calls means NCCL never loaded it (an NCCL without API v5, before 2.28, or another plugin named
+// by NCCL_PROFILER_PLUGIN), and its calls carry no algorithm, protocol or channel count.
+int64_t ncclProfilerInits() noexcept;
+
 }  // namespace detrace::tracer

@@ -272,7 +272,9 @@ std::vector<OperandSpec> collectiveOperandSpecs(const db::Collective& c, int64_t
   }
   // NCCL ignores a broadcast's send buffer and a reduce's receive buffer on every rank but the
   // root, where the caller may pass any pointer: reading one could fault the program's context.
-  const bool non_root = c.comm_rank >= 0 && c.root >= 0 && c.comm_rank != c.root;
+  // A rank the tracer does not know (a communicator it could not follow) may be any rank: those
+  // buffers are left out there too, the root's included.
+  const bool non_root = c.root >= 0 && c.comm_rank != c.root;
   if (non_root && c.op == CollOp::kBroadcast) send = 0;
   if (non_root && (c.op == CollOp::kReduce || c.op == CollOp::kGather)) recv = 0;
   if (non_root && c.op == CollOp::kScatter) send = 0;

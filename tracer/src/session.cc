@@ -24,6 +24,7 @@
 #include "env_setting.h"
 #include "fingerprinter.h"
 #include "log.h"
+#include "nccl_profiler_plugin.h"
 #include "next_symbol.h"
 #include "placement.h"
 #include "signals.h"
@@ -607,6 +608,7 @@ void Session::writeCountersLocked() {
       {"tracer_records_placed_late", s.placed_late},
       {"tracer_records_placed_forced", s.placed_forced},
       {"tracer_records_placed_with_parent", s.placed_with_parent},
+      {"nccl_profiler_inits", ncclProfilerInits()},  // 0 with NCCL calls: no choices (info warns)
   };
   for (const auto& [key, value] : counters) writer_->setStat(key, value);
 }
