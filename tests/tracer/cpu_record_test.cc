@@ -511,6 +511,57 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// A thread driving several GPUs may call NCCL on the default stream with another device current
+// (NCCL switches to the communicator's device itself); digests on that stream would run on the
+// current device and read the other GPU's buffers. They are left out there (counted), and kept
+// where the current device is the communicator's or the stream is one of the program's own.
+// (The stand-in driver answers only the current device, from FAKE_CUDA_CURRENT_DEVICE; the stand-in
+// NCCL puts a rank's communicators on the device of that number, rank 2's on device 2.)
+TEST(RecordSeam, DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests) {
+  TempDir tmp;
+  struct Case {
+    const char* name;
+    bool default_stream;
+    int current_device;
+    bool skipped;
+  };
+  for (const Case& k : {Case{"default stream, another device", true, 1, true},
+                        Case{"default stream, the communicator's device", true, 2, false},
+                        Case{"the program's stream, another device", false, 1, false}}) {
+    SCOPED_TRACE(k.name);
+    const std::string run = tmp.file(fmt::format("run{}{}", k.default_stream, k.current_device));
+    Output o = sh(fmt::format(
+        "NCCL_SEAM_DEFAULT_STREAM={} FAKE_CUDA_CURRENT_DEVICE={} {} record -o {} -- /bin/sh -c "
+        "'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec {}/tests/nccl_seam_app 2'",
+        k.default_stream ? 1 : 0, k.current_device, detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+    auto colls = (*reader)->collectives();
+    ASSERT_TRUE(colls.isOk());
+    int64_t on_device_2 = 0, elsewhere = 0;  // calls on communicators of device 2, of other devices
+    for (const auto& [seq, c] : *colls) {
+      auto e = (*reader)->event(seq);
+      ASSERT_TRUE(e.isOk());
+      if (c.count <= 0 || e->device < 0) continue;  // nothing to digest, or a device NCCL did not say
+      ++(e->device == 2 ? on_device_2 : elsewhere);
+    }
+    ASSERT_GT(on_device_2, 0) << o.out;
+    auto stats = (*reader)->stats();
+    ASSERT_TRUE(stats.isOk());
+    // Skipped: the default stream's calls on every communicator not of the current device; those
+    // of the group only simulated (recorded, then discarded) too, on the world communicator.
+    const int64_t simulated = (*stats)["tracer_ops_discarded"];
+    ASSERT_EQ(simulated, 2);
+    const int64_t expected = !k.default_stream         ? 0
+                             : k.current_device == 2 ? elsewhere
+                                                     : on_device_2 + simulated + elsewhere;
+    EXPECT_EQ((*stats)["nccl_fingerprints_skipped_other_device"], expected)
+        << on_device_2 << " call(s) on device 2, " << elsewhere << " elsewhere";
+    EXPECT_EQ(k.skipped, expected > 0 && k.current_device != 2);
+  }
+}
+
 // NCCL reports its algorithm, protocol and channels only through the profiler plugin it loads.
 // Where it loaded none (an NCCL before 2.28 has no API v5; here the user's NCCL_PROFILER_PLUGIN,
 // which wins over detrace's, names a library that does not exist), the trace says how often it was

@@ -30,6 +30,14 @@ CUresult cuMemHostGetDevicePointer_v2(void* d, void* p, unsigned f) {
 CUresult cuEventCreate(void** e, unsigned f) { (void)e; (void)f; return kNotInitialized; }
 CUresult cuEventRecord(void* e, void* s) { (void)e; (void)s; return kNotInitialized; }
 CUresult cuEventQuery(void* e) { (void)e; return kNotInitialized; }
+/* The current context's device: none, unless FAKE_CUDA_CURRENT_DEVICE names one (the NCCL seam
+ * test of which device a default-stream call's digests would run on). */
+CUresult cuCtxGetDevice(int* dev) {
+  const char* v = getenv("FAKE_CUDA_CURRENT_DEVICE");
+  if (v == NULL || dev == NULL) return kNotInitialized;
+  *dev = atoi(v);
+  return 0;
+}
 CUresult cuStreamIsCapturing(void* stream, int* status) {
   (void)status;
   fprintf(stderr, "fake_cuda_uninit: cuStreamIsCapturing(%p) with no context: the real driver "

@@ -1,5 +1,6 @@
 // A program that calls NCCL like a rank of a 4-rank job would (rank from argv[1]); linked against
-// fake_nccl, it runs anywhere. The seam test records it with `detrace record`.
+// fake_nccl, it runs anywhere. The seam test records it with `detrace record`. Its calls go to a
+// made-up stream handle, or to the default stream (0) where NCCL_SEAM_DEFAULT_STREAM=1.
 #include <nccl.h>
 
 #include <cstdio>
@@ -19,7 +20,9 @@ int main(int argc, char** argv) {
   CHECK(ncclGetUniqueId(&id));
   ncclComm_t comm = nullptr;
   CHECK(ncclCommInitRank(&comm, 4, id, rank));
-  auto* stream = reinterpret_cast<cudaStream_t>(0x1234);
+  const char* default_stream = std::getenv("NCCL_SEAM_DEFAULT_STREAM");
+  auto* stream = default_stream != nullptr && default_stream[0] == '1' ? nullptr
+                                                                        : reinterpret_cast<cudaStream_t>(0x1234);
   char buf[64];
   CHECK(ncclAllReduce(buf, buf + 8, 1024, ncclBfloat16, ncclSum, comm, stream));
   CHECK(ncclAllReduce(buf, buf + 8, 2048, ncclFloat32, ncclMax, comm, stream));

@@ -57,14 +57,6 @@ db::DType dtypeOf(int dtype) {
   }
 }
 
-int currentDevice() {
-  using CtxDevFn = int (*)(int*);
-  static auto fn = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda.so"));
-  int dev = -1;
-  if (fn == nullptr || fn(&dev) != 0) return -1;
-  return dev;
-}
-
 // The registry key of an annotated group: an address no NCCL communicator can have (the top bit
 // set is kernel space on x86-64 and arm64).
 const void* groupKey(uint64_t comm_id) {

@@ -204,6 +204,18 @@ void holdPending(const Call& c, uint64_t token, const std::vector<OperandSpec>& 
   }
 }
 
+// Whether digests on `stream` run on the communicator's device. A special handle (0, the legacy
+// or per-thread default stream) means the current context's stream, and a thread driving several
+// GPUs may make every device's call with another device current (NCCL switches itself): digests
+// there would read another GPU's buffers, faulting the program's context without peer access.
+bool digestsRunOnCommDevice(cudaStream_t stream, int comm_device) noexcept {
+  const auto s = reinterpret_cast<CUstream>(stream);
+  if (s != nullptr && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) return true;  // its own context's
+  if (comm_device < 0) return true;  // unknown: as before
+  const int current = currentDevice();
+  return current < 0 || current == comm_device;  // none current: no context to digest in anyway
+}
+
 uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   // Counted for every call, recorded or not (paused, outside a --window): the same collective must
   // carry the same number on every rank, whenever each rank's recording started.
@@ -250,6 +262,10 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     coll.group_id = t_group_depth > 0 ? t_group_id : db::kUnset;
     op.detail = coll;
     *specs = collectiveOperandSpecs(coll, lastGemmRowBytes());
+    if (!specs->empty() && !digestsRunOnCommDevice(c.stream, e.device)) {
+      Session::get().addStat("nccl_fingerprints_skipped_other_device", 1);
+      specs->clear();
+    }
     return true;
   }, /*complete=*/!held);
   if (t_group_depth > 0 && t_group_first_op == 0) t_group_first_op = token;

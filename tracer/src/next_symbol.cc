@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "dlsym_hook.h"
@@ -93,6 +94,19 @@ void* nextSymbol(const char* name, const char* lib_hint) {
   void* sym = quietDlsym(RTLD_NEXT, name);
   if (sym != nullptr && !isSelf(sym)) return sym;
   return lib_hint ? fromLoadedLibrary(name, lib_hint) : nullptr;
+}
+
+int currentDevice() noexcept {
+  using CtxDevFn = int (*)(int*);
+  static std::atomic<CtxDevFn> found{nullptr};  // kept once found: the driver may load later
+  CtxDevFn fn = found.load(std::memory_order_acquire);
+  if (fn == nullptr) {
+    fn = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda.so"));
+    if (fn == nullptr) return -1;
+    found.store(fn, std::memory_order_release);
+  }
+  int dev = -1;
+  return fn(&dev) == 0 ? dev : -1;
 }
 
 void* loadedSymbol(const char* name, const char* lib_hint) {

@@ -18,6 +18,9 @@ inline constexpr const char* kCublasLibrary = "libcublas.";
 void* nextSymbol(const char* name, const char* lib_hint);
 // `name` from an already loaded library (any, then one whose file name contains lib_hint).
 void* loadedSymbol(const char* name, const char* lib_hint);
+// The device of the calling thread's current CUDA context (cuCtxGetDevice, where the driver is
+// loaded), or -1 (none current, no driver).
+int currentDevice() noexcept;
 // Whether `sym` lies in this library.
 bool isOwnSymbol(void* sym);
 // This library's own exported definition of `name` (a wrapper), or nullptr.

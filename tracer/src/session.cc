@@ -298,10 +298,7 @@ void Session::writeMetadataLocked() {
   }
   // The current device, through the driver API, if the program already made a context current;
   // otherwise noteDevice() fills it in from the first activity record.
-  using CtxDevFn = int (*)(int*);
-  auto ctxDev = reinterpret_cast<CtxDevFn>(loadedSymbol("cuCtxGetDevice", "libcuda.so"));
-  int dev = -1;
-  if (ctxDev && ctxDev(&dev) == 0 && dev >= 0) describeDeviceLocked(dev);
+  if (const int dev = currentDevice(); dev >= 0) describeDeviceLocked(dev);
   for (const char* key : {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
     if (const char* v = std::getenv(key)) w.setMeta(std::string("env.") + key, v);
   }
