@@ -511,6 +511,37 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// A communicator split from a non-blocking one has its handle written by NCCL after the split
+// returned; split again before any call on it, its child must still get an id of its own (derived
+// from its parent's, the same on every rank), which needs the parent followed at that split.
+TEST(RecordSeam, AChildSplitBeforeItsFirstCallStillGetsAnId) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format("NCCL_SEAM_SPLIT_CHILD=1 {} record -o {} -- {}/tests/nccl_seam_app 1", detrace(),
+                            run, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  std::set<int64_t> ids;
+  const db::Collective* grandchild = nullptr;
+  for (const auto& [seq, c] : *colls) {
+    ids.insert(c.comm_id);
+    if (c.count == 31) grandchild = &c;
+  }
+  ASSERT_NE(grandchild, nullptr) << o.out;
+  EXPECT_NE(grandchild->comm_id, db::kUnset) << "the grandchild's call has no communicator id";
+  EXPECT_EQ(grandchild->comm_seq, 0);
+  EXPECT_GE(grandchild->comm_rank, 0);
+  size_t with_id = 0;
+  for (const auto& [seq, c] : *colls) with_id += c.comm_id == grandchild->comm_id;
+  EXPECT_EQ(with_id, 1u) << "the grandchild's id is another communicator's";
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["nccl_comms_unfollowed"], 1) << "only the moved handle's (nccl_seam_app)";
+}
+
 // A thread driving several GPUs may call NCCL on the default stream with another device current
 // (NCCL switches to the communicator's device itself); digests on that stream would run on the
 // current device and read the other GPU's buffers. They are left out there (counted), and kept

@@ -82,6 +82,15 @@ int main(int argc, char** argv) {
     }
     return s;
   };
+  // NCCL_SEAM_SPLIT_CHILD=1: that split's communicator split again before any call on it, and an
+  // all-reduce of 31 on the grandchild.
+  if (const char* v = std::getenv("NCCL_SEAM_SPLIT_CHILD"); v != nullptr && v[0] == '1') {
+    ncclComm_t grandchild = nullptr;
+    CHECK(ncclCommSplit(later, 0, rank, &grandchild, nullptr));
+    while (grandchild == nullptr) CHECK(ncclCommGetAsyncError(later, &state));
+    CHECK(waited(ncclAllReduce(buf, buf + 8, 31, ncclFloat32, ncclSum, grandchild, stream), grandchild));
+    CHECK(ncclCommDestroy(grandchild));
+  }
   CHECK(waited(ncclAllReduce(buf, buf + 8, 15, ncclFloat32, ncclSum, later, stream), later));
   CHECK(ncclCommDestroy(later));
   // The same, but the handle leaves the slot NCCL wrote it to before its first use.

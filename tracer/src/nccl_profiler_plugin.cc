@@ -69,10 +69,12 @@ std::atomic<int64_t> g_inits{0};
 NcclResult pluginInit(void** context, uint64_t comm_id, int* activation_mask, const char* /*name*/,
                       int /*n_nodes*/, int nranks, int rank, void* /*logfn*/) {
   g_inits.fetch_add(1, std::memory_order_relaxed);
-  // new(nothrow): an allocation failure disables the plugin for this communicator, nothing else.
+  // new(nothrow): an allocation failure leaves this communicator's events unreported (a null
+  // context: pluginStartEvent ignores them), nothing else. The mask is NCCL's, for every
+  // communicator of the process: always the same.
   auto* ctx = new (std::nothrow) CommContext{comm_id, rank, nranks};
   *context = ctx;
-  *activation_mask = ctx ? static_cast<int>(kProfileColl | kProfileP2p) : 0;
+  *activation_mask = static_cast<int>(kProfileColl | kProfileP2p);
   if (auto sink = g_comm_sink.load(std::memory_order_acquire); sink && ctx) sink(comm_id, rank, nranks);
   return kNcclSuccess;
 }

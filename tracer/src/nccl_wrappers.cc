@@ -925,6 +925,7 @@ DETRACE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   DETRACE_REAL(ncclCommSplit);
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommSplit");
+  followLate(comm);  // a parent whose handle NCCL wrote late, split before any call on it
   ncclResult_t r = fn(comm, color, key, newcomm, config);
   if (r == ncclSuccess || r == ncclInProgress) {
     // Every parent rank calls split (color NCCL_SPLIT_NOCOLOR gives no communicator), so the
@@ -946,6 +947,7 @@ DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
   DETRACE_REAL(ncclCommShrink);
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommShrink");
+  followLate(comm);  // as for a split
   ncclResult_t r = fn(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
   if (r == ncclSuccess || r == ncclInProgress) {
     const size_t n = excludeRanksList != nullptr && excludeRanksCount > 0 ? static_cast<size_t>(excludeRanksCount) : 0;
