@@ -511,6 +511,30 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// A call that answers ncclInProgress gets NCCL's choice from NCCL's own thread, or from those
+// reported before it returned; a choice NCCL reported for an earlier call left out of the
+// recording (outside --window, or paused) with the same buffers is not one of them (the stand-in
+// reports Simple for the left-out 4096 elements, LL for the 33).
+TEST(RecordSeam, AnInProgressCallDoesNotTakeALeftOutCallsChoice) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format("NCCL_SEAM_STALE_CHOICE=1 {} record -o {} --window ops:1: -- {}/tests/nccl_seam_app 1",
+                            detrace(), run, DETRACE_BINARY_DIR));
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  const db::Collective* deferred = nullptr;
+  for (const auto& [seq, c] : *colls) {
+    EXPECT_NE(c.count, 4096) << "the call outside the window was recorded";
+    if (c.count == 33) deferred = &c;
+  }
+  ASSERT_NE(deferred, nullptr) << o.out;
+  EXPECT_EQ((*reader)->str(deferred->proto), "LL");
+  EXPECT_EQ(deferred->channels, 2);
+}
+
 // A communicator split from a non-blocking one has its handle written by NCCL after the split
 // returned; split again before any call on it, its child must still get an id of its own (derived
 // from its parent's, the same on every rank), which needs the parent followed at that split.

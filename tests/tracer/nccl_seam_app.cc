@@ -24,6 +24,25 @@ int main(int argc, char** argv) {
   auto* stream = default_stream != nullptr && default_stream[0] == '1' ? nullptr
                                                                         : reinterpret_cast<cudaStream_t>(0x1234);
   char buf[64];
+  // NCCL_SEAM_STALE_CHOICE=1 (recorded with --window ops:1:): an all-reduce of 4096 (Simple) left
+  // out of the recording, then the first all-reduce, of 33 (LL), on a non-blocking communicator
+  // with the same buffers, which answers ncclInProgress: it must get its own choice.
+  if (const char* v = std::getenv("NCCL_SEAM_STALE_CHOICE"); v != nullptr && v[0] == '1') {
+    static char x[16], y[16];
+    CHECK(ncclAllReduce(x, y, 4096, ncclFloat32, ncclSum, comm, stream));
+    ncclUniqueId nb_id;
+    CHECK(ncclGetUniqueId(&nb_id));
+    ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+    nonblocking.blocking = 0;
+    ncclComm_t nb = nullptr;
+    if (ncclCommInitRankConfig(&nb, 4, nb_id, rank, &nonblocking) != ncclInProgress) return 4;
+    ncclResult_t ready = ncclInProgress;
+    while (ready == ncclInProgress) CHECK(ncclCommGetAsyncError(nb, &ready));
+    if (ncclAllReduce(x, y, 33, ncclFloat32, ncclSum, nb, stream) != ncclInProgress) return 6;
+    ready = ncclInProgress;
+    while (ready == ncclInProgress) CHECK(ncclCommGetAsyncError(nb, &ready));
+    CHECK(ncclCommDestroy(nb));
+  }
   CHECK(ncclAllReduce(buf, buf + 8, 1024, ncclBfloat16, ncclSum, comm, stream));
   CHECK(ncclAllReduce(buf, buf + 8, 2048, ncclFloat32, ncclMax, comm, stream));
   CHECK(ncclGroupStart());

@@ -109,6 +109,16 @@ constexpr size_t kMaxSeqRuns = 64;  // communicators of one group
 // The group's calls past kMaxGroupCalls that were recorded (complete at once: a simulated end
 // cannot discard them).
 thread_local int64_t t_group_unheld_recorded = 0;
+// Inside one of this thread's NCCL calls that may make NCCL report choices (a collective, a send
+// or receive, a group end): a choice reported here is that call's, recorded or not (paused,
+// outside --window), never a call another thread deferred.
+thread_local int t_in_call = 0;
+struct InCall {
+  InCall() noexcept { ++t_in_call; }
+  ~InCall() { --t_in_call; }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+};
 
 struct Call {
   db::CollOp op;
@@ -283,6 +293,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 void matchInProgress(const NcclChoice& choice) noexcept;
 void onChoice(const NcclChoice& choice) noexcept {
   if (t_pending.empty() && t_group_depth == 0) {
+    if (t_in_call > 0) return;  // this thread's own call, not recorded: no deferred call's
     matchInProgress(choice);  // NCCL's own thread, making calls that returned ncclInProgress
     return;
   }
@@ -377,14 +388,18 @@ void matchInProgress(const NcclChoice& choice) noexcept {
   }
 }
 
-// A deferred call's choice that NCCL's thread reported before the call returned. Under all.mu.
+// A deferred call's choice that NCCL's thread reported before the call returned: the newest that
+// fits, one of its count (or peer) first. Under all.mu.
 std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& call) {
-  auto it = std::find_if(all.early.begin(), all.early.end(),
-                         [&](const NcclChoice& c) { return choiceFits(call, c); });
-  if (it == all.early.end()) return std::nullopt;
-  NcclChoice choice = *it;
-  all.early.erase(it);
-  return choice;
+  for (bool strict : {true, false}) {
+    auto it = std::find_if(all.early.rbegin(), all.early.rend(),
+                           [&](const NcclChoice& c) { return choiceFits(call, c, strict); });
+    if (it == all.early.rend()) continue;
+    NcclChoice choice = *it;
+    all.early.erase(std::next(it).base());
+    return choice;
+  }
+  return std::nullopt;
 }
 
 // NCCL's choices reported on this thread, handed to its recorded calls by what they are (kind,
@@ -527,6 +542,7 @@ ncclResult_t forward(RealFn<Fn>& real, const Call& c, Args... args) {
   ncclResult_t result;
   {
     ParentScope scope(token);
+    InCall in_call;
     result = fn(args...);
   }
   if (t_group_depth == 0) settle(result);  // inside a group, NCCL decides at the outermost group end
@@ -835,6 +851,7 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
   ncclResult_t result;
   {
     ParentScope scope(parent);
+    InCall in_call;
     result = fn();
   }
   if (t_group_depth == 0) {
