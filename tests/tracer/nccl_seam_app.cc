@@ -14,6 +14,25 @@
     }                                                            \
   } while (0)
 
+namespace {
+
+// A non-blocking 4-rank communicator, ready (NCCL answers ncclInProgress, then makes it), or null.
+ncclComm_t nonBlockingWorld(int rank) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return nullptr;
+  ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
+  nonblocking.blocking = 0;
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRankConfig(&comm, 4, id, rank, &nonblocking) != ncclInProgress) return nullptr;
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return nullptr;
+  }
+  return comm;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   int rank = argc > 1 ? std::atoi(argv[1]) : 2;
   ncclUniqueId id;
@@ -30,16 +49,10 @@ int main(int argc, char** argv) {
   if (const char* v = std::getenv("NCCL_SEAM_STALE_CHOICE"); v != nullptr && v[0] == '1') {
     static char x[16], y[16];
     CHECK(ncclAllReduce(x, y, 4096, ncclFloat32, ncclSum, comm, stream));
-    ncclUniqueId nb_id;
-    CHECK(ncclGetUniqueId(&nb_id));
-    ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
-    nonblocking.blocking = 0;
-    ncclComm_t nb = nullptr;
-    if (ncclCommInitRankConfig(&nb, 4, nb_id, rank, &nonblocking) != ncclInProgress) return 4;
-    ncclResult_t ready = ncclInProgress;
-    while (ready == ncclInProgress) CHECK(ncclCommGetAsyncError(nb, &ready));
+    ncclComm_t nb = nonBlockingWorld(rank);
+    if (nb == nullptr) return 4;
     if (ncclAllReduce(x, y, 33, ncclFloat32, ncclSum, nb, stream) != ncclInProgress) return 6;
-    ready = ncclInProgress;
+    ncclResult_t ready = ncclInProgress;
     while (ready == ncclInProgress) CHECK(ncclCommGetAsyncError(nb, &ready));
     CHECK(ncclCommDestroy(nb));
   }
@@ -76,14 +89,9 @@ int main(int argc, char** argv) {
   CHECK(ncclAllReduce(buf, buf + 8, 13, ncclFloat32, ncclSum, grouped, stream));
   CHECK(ncclCommDestroy(grouped));
   // A split of a non-blocking communicator: NCCL gives the handle after the call returned.
-  ncclUniqueId nb_id;
-  CHECK(ncclGetUniqueId(&nb_id));
-  ncclConfig_t nonblocking = NCCL_CONFIG_INITIALIZER;
-  nonblocking.blocking = 0;
-  ncclComm_t nb_world = nullptr;
-  if (ncclCommInitRankConfig(&nb_world, 4, nb_id, rank, &nonblocking) != ncclInProgress) return 4;
+  ncclComm_t nb_world = nonBlockingWorld(rank);
+  if (nb_world == nullptr) return 4;
   ncclResult_t state = ncclInProgress;
-  while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(nb_world, &state));
   // Its first all-reduce connects peers: NCCL answers ncclInProgress and makes it on its own thread.
   if (ncclAllReduce(buf, buf + 8, 23, ncclFloat32, ncclSum, nb_world, stream) != ncclInProgress) return 6;
   state = ncclInProgress;
