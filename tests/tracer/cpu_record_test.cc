@@ -511,6 +511,21 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
   EXPECT_EQ(m->exit_code, 0);
 }
 
+// A collective from an atexit handler, after earlier calls: exit() has run the main thread's
+// thread_local destructors by then, so per-thread state the wrappers keep must not be the
+// destroyed one. With glibc's per-thread cache off, the destroyed vector's reuse crashed the
+// program with SIGSEGV at its exit (seen before lasting_thread_local.h); it exits as untraced.
+TEST(RecordSeam, ANcclCallFromAnAtexitHandlerLeavesTheProgramWhole) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  Output o = sh(fmt::format("NCCL_SEAM_AT_EXIT=1 GLIBC_TUNABLES=glibc.malloc.tcache_count=0 MALLOC_CHECK_=3 MALLOC_PERTURB_=165 {} record -o {} -- "
+                            "{}/tests/nccl_seam_app 1",
+                            detrace(), run, DETRACE_BINARY_DIR));
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("nccl_seam_app: all-reduce at exit: 0"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("exited with status 0"), std::string::npos) << o.out;
+}
+
 // A call that answers ncclInProgress gets NCCL's choice from NCCL's own thread, or from those
 // reported before it returned; a choice NCCL reported for an earlier call left out of the
 // recording (outside --window, or paused) with the same buffers is not one of them (the stand-in

@@ -31,6 +31,16 @@ ncclComm_t nonBlockingWorld(int rank) {
   return comm;
 }
 
+// NCCL_SEAM_AT_EXIT=1: an all-reduce of 37 from an atexit handler, after the main thread's
+// thread_local destructors ran (exit() runs them first), as a library's exit code may make.
+ncclComm_t g_exit_comm = nullptr;
+void allReduceAtExit() {
+  static char x[16], y[16];
+  const ncclResult_t r = ncclAllReduce(x, y, 37, ncclFloat32, ncclSum, g_exit_comm,
+                                       reinterpret_cast<cudaStream_t>(0x1234));
+  std::printf("nccl_seam_app: all-reduce at exit: %d\n", static_cast<int>(r));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +168,12 @@ int main(int argc, char** argv) {
   CHECK(ncclGroupEnd());
   CHECK(ncclAllReduce(buf, buf + 8, 17, ncclFloat32, ncclSum, grouped_world, stream));
   CHECK(ncclCommDestroy(grouped_world));
+  if (const char* v = std::getenv("NCCL_SEAM_AT_EXIT"); v != nullptr && v[0] == '1') {
+    ncclUniqueId exit_id;
+    CHECK(ncclGetUniqueId(&exit_id));
+    CHECK(ncclCommInitRank(&g_exit_comm, 4, exit_id, rank));
+    std::atexit(allReduceAtExit);
+  }
   CHECK(ncclCommDestroy(comm));
   std::printf("nccl_seam_app: rank %d done\n", rank);
   return 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "detrace/annotate.h"
+#include "detrace/tracer/lasting_thread_local.h"
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "next_symbol.h"
@@ -25,7 +26,7 @@ struct Open {
   CUstream stream;
   std::vector<OperandSpec> outputs;
 };
-thread_local std::vector<Open> t_open;
+std::vector<Open>& openAnnotations() { return lastingThreadLocal<std::vector<Open>>(); }
 
 void sayOnce(std::atomic<bool>& said, const char* what) {
   if (!said.exchange(true)) logLine("detrace_collective_begin: %s; such calls are not recorded", what);
@@ -117,7 +118,7 @@ uint64_t begin(const detrace_collective* c) noexcept {
     for (const OperandSpec& s : specs) {
       if (s.role != db::OperandRole::kInput) open.outputs.push_back(s);
     }
-    t_open.push_back(std::move(open));
+    openAnnotations().push_back(std::move(open));
     setCurrentParent(token);
     openParentWindow(token);
     return token;
@@ -131,10 +132,11 @@ void end(uint64_t token) noexcept {
     // Ends `token` and any begun inside it that were never ended (their kernels are launched too);
     // a token this thread has not begun ends nothing.
     bool open_here = false;
-    for (const Open& o : t_open) open_here = open_here || o.token == token;
-    while (open_here && !t_open.empty()) {
-      Open open = std::move(t_open.back());
-      t_open.pop_back();
+    std::vector<Open>& opened = openAnnotations();
+    for (const Open& o : opened) open_here = open_here || o.token == token;
+    while (open_here && !opened.empty()) {
+      Open open = std::move(opened.back());
+      opened.pop_back();
       setCurrentParent(open.saved_parent);
       closeParentWindow(open.token);
       fingerprintOperands(open.token, open.stream, open.outputs, /*inputs=*/false);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "control.h"
+#include "detrace/tracer/lasting_thread_local.h"
 #include "commit_thread.h"
 #include "cupti_api.h"
 #include "deep.h"
@@ -218,7 +219,7 @@ struct InFlightLaunch {
   uint64_t alias = 0;
   ApiLaunch launch;
 };
-thread_local InFlightLaunch t_in_flight;
+InFlightLaunch& inFlight() { return lastingThreadLocal<InFlightLaunch>(); }
 
 int64_t cuptiNow() {
   uint64_t t = 0;
@@ -371,11 +372,11 @@ void orderUnrecordedGraphLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cb
 // alias is added even when a stop came since the runtime enter took the slot (startedBuffer, not
 // buffer(), which is null once capturing stops): without it the slot never gets its records and
 // holds the stop's wait (Session::stopCapture) for its whole 2 s, as the fast path's
-// t_in_flight.buffer already avoids for plain launches.
+// in-flight launch's buffer already avoids for plain launches.
 void onDriverHalfEnter(CUpti_CallbackId cbid, const CUpti_CallbackData* cb, Session& s) {
   const uint64_t runtime_token = t_nesting.runtimeToken();
-  if (t_in_flight.active && t_in_flight.runtime) {
-    if (t_in_flight.alias == 0) t_in_flight.alias = unwrapCorrelation(cb->correlationId);
+  if (InFlightLaunch& f = inFlight(); f.active && f.runtime) {
+    if (f.alias == 0) f.alias = unwrapCorrelation(cb->correlationId);
   } else if (ReorderBuffer* b = s.startedBuffer(); b && runtime_token != 0) {
     b->addAlias(runtime_token, unwrapCorrelation(cb->correlationId));
   }
@@ -476,14 +477,15 @@ void onLaunchEnter(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUp
   if (fast_path) {
     // The fast path: the slot is taken at the API exit, without a lock.
     DiagScope timing(DiagSite::kEnterSlot);
-    t_in_flight.launch = std::move(launch);
-    t_in_flight.parent = currentParent();
-    t_in_flight.alias = 0;
-    t_in_flight.runtime = runtime;
-    t_in_flight.captured = false;
-    t_in_flight.buffer = buffer;
-    t_in_flight.generation = buffer->launchEntering();
-    t_in_flight.active = true;
+    InFlightLaunch& f = inFlight();
+    f.launch = std::move(launch);
+    f.parent = currentParent();
+    f.alias = 0;
+    f.runtime = runtime;
+    f.captured = false;
+    f.buffer = buffer;
+    f.generation = buffer->launchEntering();
+    f.active = true;
     t_nesting.enter(runtime, 0, false);  // no token: the slot is taken at the exit
     return;
   }
@@ -515,8 +517,8 @@ bool callFailed(const CUpti_CallbackData* cb, bool runtime) {
 void onLaunchExit(const CUpti_CallbackData* cb, const LaunchKind& kind, bool runtime, Session& s) {
   // (A graph launch is never the plain launch in flight: that one's exit may have been lost to a
   // stop.)
-  if (!kind.graph && t_in_flight.active && t_in_flight.runtime == runtime) {
-    t_in_flight.active = false;
+  if (InFlightLaunch& f = inFlight(); !kind.graph && f.active && f.runtime == runtime) {
+    f.active = false;
     const bool failed = callFailed(cb, runtime);
     if (runtime) {
       t_nesting.leaveRuntime();
@@ -524,12 +526,11 @@ void onLaunchExit(const CUpti_CallbackData* cb, const LaunchKind& kind, bool run
     } else {
       deep::driverExit(failed);
     }
-    if (t_in_flight.captured) {  // captured into a CUDA graph: its kernels come with the graph's launches
-      t_in_flight.buffer->launchAbandoned(t_in_flight.generation);
+    if (f.captured) {  // captured into a CUDA graph: its kernels come with the graph's launches
+      f.buffer->launchAbandoned(f.generation);
       s.addStat("launches_captured", 1);
     } else {
-      t_in_flight.buffer->addLaunchAtExit(std::move(t_in_flight.launch), t_in_flight.parent,
-                                          t_in_flight.alias, failed, t_in_flight.generation);
+      f.buffer->addLaunchAtExit(std::move(f.launch), f.parent, f.alias, failed, f.generation);
     }
     return;
   }
@@ -554,7 +555,7 @@ void onLaunch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_Ca
   if (uint64_t epoch = g_capture_epoch.load(std::memory_order_relaxed); epoch != t_capture_epoch) {
     t_capture_epoch = epoch;
     t_nesting.reset();
-    t_in_flight.active = false;
+    inFlight().active = false;
     resetWriterIdCaches();
     deep::resetThread();
     // A graph launch left open here is still in its call (graph launches' callbacks stay on while
@@ -691,7 +692,7 @@ uint64_t graphNodeId(const CUpti_ResourceData* data, bool original) {
 void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     // Inside a plain launch's call: the launch went into a graph being captured.
-    if (t_in_flight.active) t_in_flight.captured = true;
+    if (InFlightLaunch& f = inFlight(); f.active) f.captured = true;
     // Inside a library call being captured: one of its kernels (CallNodeScope).
     if (CallNodeScope::open() && !selfLaunchFlag()) {
       if (uint64_t id = graphNodeId(data, false)) CallNodeScope::note(id);

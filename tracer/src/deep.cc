@@ -12,6 +12,7 @@
 
 #include "detrace/db/writer.h"
 #include "detrace/tracer/allocation_map.h"
+#include "detrace/tracer/lasting_thread_local.h"
 #include "detrace/tracer/launch_params.h"
 #include "detrace/tracer/look_back.h"
 #include "detrace/tracer/operand_specs.h"
@@ -225,7 +226,7 @@ struct Pending {
   std::vector<OperandSpec> after;  // post digests to queue at the driver API's exit
   int64_t host_ns = 0;
 };
-thread_local Pending t_pending;
+Pending& deepPending() { return lastingThreadLocal<Pending>(); }
 
 int64_t steadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -546,8 +547,9 @@ void dropLookBack() {
 }
 
 void beginLaunch(uint64_t token, int64_t index, bool speculative) {
-  t_pending = Pending{};
-  t_pending.token = token;
+  Pending& p = deepPending();
+  p = Pending{};
+  p.token = token;
   LookBack* lb = lookBack();
   if (!speculative || lb == nullptr) return;
   // Held before its digests are queued (Fingerprinter::hold's rule), decided later or at once.
@@ -597,7 +599,7 @@ bool readLaunch(CUpti_CallbackId cbid, const void* params, LaunchArgs& args,
 }  // namespace
 
 void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
-  Pending& p = t_pending;
+  Pending& p = deepPending();
   if (p.token == 0 || p.token != token || p.entered) return;
   p.entered = true;
   int64_t t0 = steadyNs();
@@ -623,19 +625,19 @@ void driverEnter(CUpti_CallbackId cbid, const void* params, uint64_t token) {
 }
 
 void driverExit(bool failed) {
-  Pending& p = t_pending;
+  Pending& p = deepPending();
   if (p.token == 0 || !p.entered) return;
   int64_t t0 = steadyNs();
   if (!failed && !p.after.empty()) {
     counters().digested_bytes += Fingerprinter::get().enqueueDeep(p.token, p.stream, p.after);
   }
   counters().host_ns += p.host_ns + (steadyNs() - t0);
-  t_pending = Pending{};
+  deepPending() = Pending{};
 }
 
-void endLaunch() { t_pending = Pending{}; }
+void endLaunch() { deepPending() = Pending{}; }
 
-void resetThread() { t_pending = Pending{}; }
+void resetThread() { deepPending() = Pending{}; }
 
 void onModuleUnload() { forgetLayouts(); }
 

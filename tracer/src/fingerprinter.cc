@@ -23,6 +23,7 @@
 
 #include <time.h>
 
+#include "detrace/tracer/lasting_thread_local.h"
 #include "detrace/kernels/digest.h"
 #include "commit_thread.h"
 #include "diag_timing.h"
@@ -882,26 +883,27 @@ struct CallNodeCollector {
   int depth = 0;
   std::vector<uint64_t> ids;
 };
-thread_local CallNodeCollector t_call_nodes;
+CallNodeCollector& callNodes() { return lastingThreadLocal<CallNodeCollector>(); }
 std::atomic<bool> g_node_ids_usable{false};
 }  // namespace
 
-CallNodeScope::CallNodeScope() : outer_(t_call_nodes.depth++ == 0) {
-  if (outer_) t_call_nodes.ids.clear();
+CallNodeScope::CallNodeScope() : outer_(callNodes().depth++ == 0) {
+  if (outer_) callNodes().ids.clear();
 }
-CallNodeScope::~CallNodeScope() { --t_call_nodes.depth; }
+CallNodeScope::~CallNodeScope() { --callNodes().depth; }
 
 std::vector<uint64_t> CallNodeScope::take() noexcept {
   if (!outer_) return {};
-  return std::exchange(t_call_nodes.ids, {});
+  return std::exchange(callNodes().ids, {});
 }
 
-bool CallNodeScope::open() noexcept { return t_call_nodes.depth > 0; }
+bool CallNodeScope::open() noexcept { return callNodes().depth > 0; }
 
 void CallNodeScope::note(uint64_t node_id) noexcept {
-  if (t_call_nodes.depth == 0 || t_call_nodes.ids.size() >= kMaxCallNodes) return;
+  CallNodeCollector& c = callNodes();
+  if (c.depth == 0 || c.ids.size() >= kMaxCallNodes) return;
   try {
-    t_call_nodes.ids.push_back(node_id);
+    c.ids.push_back(node_id);
   } catch (...) {
   }
 }

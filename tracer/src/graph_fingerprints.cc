@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "fingerprinter.h"
+#include "detrace/tracer/lasting_thread_local.h"
 #include "env_setting.h"
 #include "fingerprinter_state.h"
 #include "log.h"
@@ -266,10 +267,7 @@ int64_t TemplateSeqs::get(uint64_t token) {
   return it == seqs_.end() ? db::kUnset : it->second;
 }
 
-LastOp& lastOp() {
-  static thread_local LastOp last;
-  return last;
-}
+LastOp& lastOp() { return lastingThreadLocal<LastOp>(); }
 
 // ---- capture ----
 
@@ -629,7 +627,7 @@ struct ThreadLaunch {
   CUstream stream = nullptr;
   uint64_t stream_epoch = 0;  // streamEpoch() at its enter: `stream` may be gone if it moved
 };
-thread_local ThreadLaunch t_launch;
+ThreadLaunch& threadLaunch() { return lastingThreadLocal<ThreadLaunch>(); }
 
 std::atomic<bool> g_orders_launches{false};  // some executable graph holds captured digests
 
@@ -674,7 +672,7 @@ bool sharedLocked(const fp::ExecInfo& e) {
 void holdGateLocked(fp::ExecInfo& e, std::shared_ptr<fp::Replay> holder) {
   if (sharedLocked(e)) return;
   e.order->gate.open(holder, std::this_thread::get_id());
-  t_launch.gate = std::move(holder);
+  threadLaunch().gate = std::move(holder);
 }
 
 // Whether the executable graph's context is still the tracer's (not destroyed meanwhile).
@@ -976,7 +974,7 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     }
     const bool ordered = orderLaunchLocked(s, e, stream, lk);
     if (!contextAliveLocked(s, e.ctx)) return;
-    t_launch = {plan.exec, nullptr, nullptr, stream, streamEpoch()};  // its end is marked at its exit
+    threadLaunch() = {plan.exec, nullptr, nullptr, stream, streamEpoch()};  // its end is marked at its exit
     holdGateLocked(e, std::make_shared<fp::Replay>());  // until it has results, a stand-in
     if (!ordered) {
       ++(e.order->given_up ? s.graph_replays_overlapped : s.graph_replays_unsupported);
@@ -1042,8 +1040,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     ++s.graph_replays;
     holdGateLocked(e, r);
     e.order->last = r;
-    t_launch.replay = r;
-  } catch (...) {  // out of memory: t_launch says what was done (its replay is set last)
+    threadLaunch().replay = r;
+  } catch (...) {  // out of memory: threadLaunch() says what was done (its replay is set last)
   }
 }
 
@@ -1064,11 +1062,11 @@ bool Fingerprinter::orderUnrecordedLaunch(uint64_t exec, CUstream stream) noexce
     }
     (void)orderLaunchLocked(s, *e, stream, lk);
     if (!contextAliveLocked(s, e->ctx)) return false;
-    t_launch = {e, nullptr, nullptr, stream, streamEpoch()};
+    threadLaunch() = {e, nullptr, nullptr, stream, streamEpoch()};
     holdGateLocked(*e, std::make_shared<fp::Replay>());
     return true;
-  } catch (...) {  // out of memory: t_launch says whether it was ordered
-    return t_launch.exec != nullptr;
+  } catch (...) {  // out of memory: threadLaunch() says whether it was ordered
+    return threadLaunch().exec != nullptr;
   }
 }
 
@@ -1079,14 +1077,14 @@ void Fingerprinter::abandonReplay() noexcept {
   // graph is queued (or failed). It is ended now as its exit would have, its results given up
   // (whether its launch succeeded is not known) and its words never reused (its graph may still
   // be running).
-  if (t_launch.exec) endLaunch(/*failed=*/true, /*abandoned=*/true);
+  if (threadLaunch().exec) endLaunch(/*failed=*/true, /*abandoned=*/true);
 }
 
 void Fingerprinter::endReplay(bool failed) noexcept { endLaunch(failed, /*abandoned=*/false); }
 
 void Fingerprinter::endLaunch(bool failed, bool abandoned) noexcept {
   try {
-    ThreadLaunch current = std::exchange(t_launch, {});
+    ThreadLaunch current = std::exchange(threadLaunch(), {});
     if (!current.exec) return;
     const fp::Driver& d = fp::Driver::get();
     State& s = state();

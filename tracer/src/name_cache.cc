@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "detrace/tracer/lasting_thread_local.h"
+
 namespace detrace::tracer {
 namespace {
 
@@ -16,7 +18,9 @@ struct LocalEntry {
 
 constexpr size_t kLocalEntries = 512;  // direct-mapped, per thread
 
-thread_local std::array<LocalEntry, kLocalEntries> t_entries;
+std::array<LocalEntry, kLocalEntries>& localEntries() {
+  return lastingThreadLocal<std::array<LocalEntry, kLocalEntries>>();
+}
 thread_local uint64_t t_hits = 0;
 
 size_t slotOf(const char* p) {
@@ -62,7 +66,7 @@ int64_t NameCache::lookupByHandle(const void* handle, const char* mangled, const
 uint64_t NameCache::localHits() { return t_hits; }
 
 int64_t NameCache::lookup(const char* mangled, const Intern& intern) {
-  LocalEntry& e = t_entries[slotOf(mangled)];
+  LocalEntry& e = localEntries()[slotOf(mangled)];
   if (e.owner == owner_ && e.ptr == mangled && std::strcmp(e.text.c_str(), mangled) == 0) {
     ++t_hits;
     return e.id;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "detrace/tracer/custom_redops.h"
+#include "detrace/tracer/lasting_thread_local.h"
 #include "fingerprinter.h"
 #include "library_ops.h"
 #include "placement.h"
@@ -70,8 +71,8 @@ CustomRedOps& customRedOps() {
 thread_local int t_group_depth = 0;
 thread_local int64_t t_group_id = -1;
 thread_local uint64_t t_group_first_op = 0;
-// Calls made in this thread's open group. The first kMaxGroupCalls wait for its end (t_pending,
-// t_group_seqs); a program that never ends its group (its bug) must not grow those without end,
+// Calls made in this thread's open group. The first kMaxGroupCalls wait for its end (pendingCalls,
+// groupSeqs); a program that never ends its group (its bug) must not grow those without end,
 // so a call past them is recorded complete at once (see heldForGroupEnd).
 thread_local size_t t_group_calls = 0;
 
@@ -87,15 +88,18 @@ struct Pending {
   size_t count;      // as passed (NCCL reports it back)
   int peer;          // Send/Recv: the peer (NCCL reports it back)
 };
-thread_local std::vector<Pending> t_pending;
+// This thread's (lasting_thread_local.h: also from exit handlers, after its thread_locals died).
+std::vector<Pending>& pendingCalls() { return lastingThreadLocal<std::vector<Pending>>(); }
 // The communicator sequence numbers taken inside this thread's open group, recorded calls or not
 // (given back if the group is only simulated).
-thread_local std::vector<std::pair<ncclComm_t, int64_t>> t_group_seqs;
-thread_local std::vector<NcclChoice> t_choices;
+std::vector<std::pair<ncclComm_t, int64_t>>& groupSeqs() {
+  return lastingThreadLocal<std::vector<std::pair<ncclComm_t, int64_t>>>();
+}
+std::vector<NcclChoice>& reportedChoices() { return lastingThreadLocal<std::vector<NcclChoice>>(); }
 constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
 constexpr size_t kMaxGroupCalls = kMaxChoices;
 std::atomic<int64_t> g_next_group{0};
-// The numbers taken by a group's calls past kMaxGroupCalls (not in t_group_seqs): per
+// The numbers taken by a group's calls past kMaxGroupCalls (not in groupSeqs()): per
 // communicator one run of consecutive numbers, so that a simulated end gives them back too
 // (newest first, before the held calls' own). A run another thread's call broke into is not given
 // back (nor, then, are the held calls' numbers on that communicator: returnSeq refuses them).
@@ -104,7 +108,7 @@ struct SeqRun {
   int64_t first, last;
   bool broken;
 };
-thread_local std::vector<SeqRun> t_group_seq_runs;
+std::vector<SeqRun>& groupSeqRuns() { return lastingThreadLocal<std::vector<SeqRun>>(); }
 constexpr size_t kMaxSeqRuns = 64;  // communicators of one group
 // The group's calls past kMaxGroupCalls that were recorded (complete at once: a simulated end
 // cannot discard them).
@@ -172,7 +176,7 @@ void describeRedOp(const Call& c, db::Collective& coll) {
 // complete it at an end that may never come, and the reorder buffer would hold everything after it
 // until its timeout. Counted (nccl_group_calls_past_cap) and said once. In a group only simulated,
 // such calls stay in the trace as if they had run (counted as nccl_simulated_calls_written), their
-// numbers given back with the held calls' (t_group_seq_runs).
+// numbers given back with the held calls' (groupSeqRuns()).
 bool heldForGroupEnd() noexcept {
   if (t_group_depth == 0 || t_group_calls++ < kMaxGroupCalls) return true;
   try {
@@ -187,16 +191,16 @@ bool heldForGroupEnd() noexcept {
   return false;
 }
 
-// A number taken by a call past kMaxGroupCalls (see t_group_seq_runs).
+// A number taken by a call past kMaxGroupCalls (see groupSeqRuns()).
 void notePastCapSeq(ncclComm_t comm, int64_t seq) noexcept {
   try {
-    for (SeqRun& r : t_group_seq_runs) {
+    for (SeqRun& r : groupSeqRuns()) {
       if (r.comm != comm) continue;
       if (seq != r.last + 1) r.broken = true;
       r.last = seq;
       return;
     }
-    if (t_group_seq_runs.size() < kMaxSeqRuns) t_group_seq_runs.push_back({comm, seq, seq, false});
+    if (groupSeqRuns().size() < kMaxSeqRuns) groupSeqRuns().push_back({comm, seq, seq, false});
   } catch (...) {
   }
 }
@@ -209,7 +213,7 @@ void holdPending(const Call& c, uint64_t token, const std::vector<OperandSpec>& 
     for (const OperandSpec& s : specs) {
       if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
     }
-    t_pending.push_back(std::move(p));
+    pendingCalls().push_back(std::move(p));
   } catch (...) {  // out of memory: the call stays recorded, without its outputs' digests
   }
 }
@@ -239,7 +243,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
     }
     if (t_group_depth > 0 && seq >= 0) {
       if (held) {
-        t_group_seqs.emplace_back(c.comm, seq);
+        groupSeqs().emplace_back(c.comm, seq);
       } else {
         notePastCapSeq(c.comm, seq);
       }
@@ -292,14 +296,14 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
 // (a graph-captured plan's host callback) that never settle, and those must not grow without end.
 void matchInProgress(const NcclChoice& choice) noexcept;
 void onChoice(const NcclChoice& choice) noexcept {
-  if (t_pending.empty() && t_group_depth == 0) {
+  if (pendingCalls().empty() && t_group_depth == 0) {
     if (t_in_call > 0) return;  // this thread's own call, not recorded: no deferred call's
     matchInProgress(choice);  // NCCL's own thread, making calls that returned ncclInProgress
     return;
   }
-  if (t_choices.size() >= kMaxChoices) return;
+  if (reportedChoices().size() >= kMaxChoices) return;
   try {
-    t_choices.push_back(choice);
+    reportedChoices().push_back(choice);
   } catch (...) {
   }
 }
@@ -411,12 +415,13 @@ struct ChoiceCursor {
   std::bitset<kMaxChoices> used;  // no allocation: settle() must not throw
   size_t first_free = 0;           // the choices before it are all taken (in order: each call's is next)
   const NcclChoice* next(const Pending& call) {
-    while (first_free < t_choices.size() && used[first_free]) ++first_free;
+    const std::vector<NcclChoice>& choices = reportedChoices();
+    while (first_free < choices.size() && used[first_free]) ++first_free;
     for (bool strict : {true, false}) {
-      for (size_t i = first_free; i < t_choices.size(); ++i) {
-        if (used[i] || !choiceFits(call, t_choices[i], strict)) continue;
+      for (size_t i = first_free; i < choices.size(); ++i) {
+        if (used[i] || !choiceFits(call, choices[i], strict)) continue;
         used[i] = true;
-        return &t_choices[i];
+        return &choices[i];
       }
     }
     return nullptr;
@@ -427,7 +432,7 @@ struct ChoiceCursor {
 void deferInProgress() noexcept {
   InProgressCalls& all = inProgress();
   ChoiceCursor choices;  // those NCCL reported before it went on on its own thread
-  for (Pending& p : t_pending) {
+  for (Pending& p : pendingCalls()) {
     const NcclChoice* choice = choices.next(p);
     std::optional<NcclChoice> early;
     try {
@@ -473,10 +478,10 @@ void settle(ncclResult_t result) noexcept {
     deferInProgress();
   } else {
     ChoiceCursor choices;
-    for (const Pending& p : t_pending) complete(p, choices.next(p), /*outputs=*/result == ncclSuccess);
+    for (const Pending& p : pendingCalls()) complete(p, choices.next(p), /*outputs=*/result == ncclSuccess);
   }
-  t_pending.clear();
-  t_choices.clear();
+  pendingCalls().clear();
+  reportedChoices().clear();
 }
 
 // After an outermost ncclGroupSimulateEnd: the group's calls were only simulated, never run. They
@@ -487,20 +492,20 @@ void settle(ncclResult_t result) noexcept {
 // run, its number repeated by the next real call: counted, and said once.
 void discardSimulated() noexcept {
   try {
-    for (const SeqRun& r : t_group_seq_runs) {  // the calls past kMaxGroupCalls took the newest
+    for (const SeqRun& r : groupSeqRuns()) {  // the calls past kMaxGroupCalls took the newest
       if (r.broken) continue;
       for (int64_t seq = r.last; seq >= r.first; --seq) {
         if (!Session::get().comms().returnSeq(r.comm, seq)) break;
       }
     }
-    for (auto it = t_group_seqs.rbegin(); it != t_group_seqs.rend(); ++it) {
+    for (auto it = groupSeqs().rbegin(); it != groupSeqs().rend(); ++it) {
       (void)Session::get().comms().returnSeq(it->first, it->second);
     }
     if (ReorderBuffer* buffer = Session::get().startedBuffer()) {  // a stop may have come since
       // The calls past kMaxGroupCalls were written complete when recorded: in the trace as if
       // they had run, as a held call written before the end.
       int64_t written = t_group_unheld_recorded;
-      for (const Pending& p : t_pending) written += buffer->discardLibraryOp(p.token) ? 0 : 1;
+      for (const Pending& p : pendingCalls()) written += buffer->discardLibraryOp(p.token) ? 0 : 1;
       if (written > 0) {
         Session::get().addStat("nccl_simulated_calls_written", written);
         static std::once_flag said;
@@ -512,11 +517,11 @@ void discardSimulated() noexcept {
     }
   } catch (...) {
   }
-  t_group_seqs.clear();
-  t_group_seq_runs.clear();
+  groupSeqs().clear();
+  groupSeqRuns().clear();
   t_group_unheld_recorded = 0;
-  t_pending.clear();
-  t_choices.clear();
+  pendingCalls().clear();
+  reportedChoices().clear();
 }
 
 // Installs the sink when the tracer library is loaded.
@@ -614,7 +619,7 @@ struct Promised {
   ncclComm_t* slot;
   CommInfo info;
 };
-thread_local std::vector<Promised> t_promised;
+std::vector<Promised>& promisedComms() { return lastingThreadLocal<std::vector<Promised>>(); }
 constexpr size_t kMaxPromised = 1024;
 
 // A handle NCCL writes after the call (or the group end) returned: a non-blocking parent's.
@@ -659,7 +664,7 @@ void followDerived(ncclComm_t* slot, const CommInfo& info) noexcept {
     registerDerivedComm(nc, info);
   } else if (t_group_depth > 0) {
     try {
-      if (t_promised.size() < kMaxPromised) t_promised.push_back({slot, info});
+      if (promisedComms().size() < kMaxPromised) promisedComms().push_back({slot, info});
     } catch (...) {
     }
   } else {
@@ -669,14 +674,14 @@ void followDerived(ncclComm_t* slot, const CommInfo& info) noexcept {
 
 // At the outermost group end, after NCCL's: the handles it wrote for the group's splits and shrinks.
 void followPromised() noexcept {
-  for (const Promised& p : t_promised) {
+  for (const Promised& p : promisedComms()) {
     if (ncclComm_t nc = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE); nc != nullptr) {
       registerDerivedComm(nc, p.info);
     } else {
       expectLate(p.slot, p.info);
     }
   }
-  t_promised.clear();
+  promisedComms().clear();
 }
 
 // A destroyed or aborted communicator: NCCL may give its address to a new one.
@@ -836,8 +841,8 @@ DETRACE_EXPORT ncclResult_t ncclGroupStart() {
     t_group_first_op = 0;
     t_group_calls = 0;
     t_group_unheld_recorded = 0;
-    t_group_seqs.clear();
-    t_group_seq_runs.clear();
+    groupSeqs().clear();
+    groupSeqRuns().clear();
   }
   return fn();
 }
@@ -855,8 +860,8 @@ DETRACE_EXPORT ncclResult_t ncclGroupEnd() {
     result = fn();
   }
   if (t_group_depth == 0) {
-    t_group_seqs.clear();
-    t_group_seq_runs.clear();
+    groupSeqs().clear();
+    groupSeqRuns().clear();
     settle(result);
     followPromised();
   }
