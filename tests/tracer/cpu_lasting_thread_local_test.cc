@@ -1,6 +1,7 @@
 // lastingThreadLocal: per-thread state that is freed at thread exit and stays usable after the
 // thread's thread_local destructors ran (the main thread's run in exit(), before atexit handlers
 // and static destructors, which may still call the libraries the tracer wraps).
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,34 +22,73 @@ namespace {
 
 struct Counted {
   static inline std::atomic<int> live{0};
-  Counted() { ++live; }
+  Counted() noexcept { ++live; }
   ~Counted() { --live; }
   Counted(const Counted&) = delete;
   Counted& operator=(const Counted&) = delete;
   int value = 0;
 };
 
+struct CountedTag;
+Counted& counted() { return lastingThreadLocal<Counted, CountedTag>(); }
+
 TEST(LastingThreadLocal, EachThreadHasItsOwnFreedWhenTheThreadExits) {
   std::mt19937 rng(std::random_device{}());
   const int mine = static_cast<int>(rng() % 1000) + 1;
-  lastingThreadLocal<Counted>().value = mine;
+  counted().value = mine;
   const int before = Counted::live.load();
   for (int round = 0; round < 4; ++round) {
     const int theirs = mine + 1 + static_cast<int>(rng() % 1000);
     int seen_first = -1, seen_after = -1;
     std::thread t([&] {
-      seen_first = lastingThreadLocal<Counted>().value;  // a fresh one
-      lastingThreadLocal<Counted>().value = theirs;
-      seen_after = lastingThreadLocal<Counted>().value;
+      seen_first = counted().value;  // a fresh one
+      counted().value = theirs;
+      seen_after = counted().value;
     });
     t.join();
     EXPECT_EQ(seen_first, 0);
     EXPECT_EQ(seen_after, theirs);
     EXPECT_EQ(Counted::live.load(), before) << "the thread's state outlived it";
-    EXPECT_EQ(lastingThreadLocal<Counted>().value, mine) << "another thread's write reached this one";
+    EXPECT_EQ(counted().value, mine) << "another thread's write reached this one";
   }
   struct OtherTag;
   EXPECT_EQ((lastingThreadLocal<Counted, OtherTag>().value), 0) << "two tags, one state";
+}
+
+// A thread's own thread_local made before the thread's first use of the state is destroyed after
+// the state (destructors run newest first): using the state from its destructor finds a fresh,
+// usable one (built again, then left), never the destroyed one. One made after the first use is
+// destroyed before the state and still sees what the thread wrote.
+TEST(LastingThreadLocal, AThreadLocalDestructorUsingTheStateFindsAUsableOne) {
+  struct Probe {
+    int* seen;
+    ~Probe() {
+      *seen = counted().value;
+      counted().value = -1;  // would write into a destroyed object were it the reaped one
+    }
+  };
+  std::mt19937 rng(std::random_device{}());
+  const int written = 1 + static_cast<int>(rng() % 1000);
+  for (bool before : {true, false}) {
+    SCOPED_TRACE(before ? "made before the state" : "made after the state");
+    int seen = -2;
+    const int live_before = Counted::live.load();
+    std::thread t([&] {
+      if (before) {
+        thread_local Probe early{&seen};
+        (void)early;
+      }
+      counted().value = written;
+      if (!before) {
+        thread_local Probe late{&seen};
+        (void)late;
+      }
+    });
+    t.join();
+    EXPECT_EQ(seen, before ? 0 : written);
+    // Built again after its destroyer ran, the state is never destroyed: one more lives on.
+    EXPECT_EQ(Counted::live.load(), live_before + (before ? 1 : 0));
+  }
 }
 
 // In a child whose state holds a large vector: an atexit handler (run after the main thread's
@@ -65,13 +105,15 @@ void atExit() {
   v.assign(4096, 1);  // would write into freed memory were it the destroyed state
   std::printf("size at exit %zu, now %zu\n", size, v.size());
   std::fflush(stdout);
+  _exit(0);  // the TLS destructors have run; the test binary's static ones need not (a fork)
 }
 
 TEST(LastingThreadLocal, AnAtexitHandlerGetsAFreshStateNotTheDestroyedOne) {
   std::mt19937 rng(std::random_device{}());
   const size_t filled = 1000 + rng() % 100000;
   int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::fflush(nullptr);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

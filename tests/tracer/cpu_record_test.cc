@@ -514,16 +514,23 @@ TEST(RecordSeam, NcclCallsAreRecordedPerRank) {
 // A collective from an atexit handler, after earlier calls: exit() has run the main thread's
 // thread_local destructors by then, so per-thread state the wrappers keep must not be the
 // destroyed one. With glibc's per-thread cache off, the destroyed vector's reuse crashed the
-// program with SIGSEGV at its exit (seen before lasting_thread_local.h); it exits as untraced.
+// program with SIGSEGV at its exit (seen before lasting_thread_local.h); now it exits with status
+// 0, as it would untraced, and the call is in the trace (so the wrappers did hold it).
 TEST(RecordSeam, ANcclCallFromAnAtexitHandlerLeavesTheProgramWhole) {
   TempDir tmp;
   const std::string run = tmp.file("run");
-  Output o = sh(fmt::format("NCCL_SEAM_AT_EXIT=1 GLIBC_TUNABLES=glibc.malloc.tcache_count=0 MALLOC_CHECK_=3 MALLOC_PERTURB_=165 {} record -o {} -- "
+  Output o = sh(fmt::format("NCCL_SEAM_AT_EXIT=1 GLIBC_TUNABLES=glibc.malloc.tcache_count=0 MALLOC_PERTURB_=165 {} record -o {} -- "
                             "{}/tests/nccl_seam_app 1",
                             detrace(), run, DETRACE_BINARY_DIR));
   EXPECT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("nccl_seam_app: all-reduce at exit: 0"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("exited with status 0"), std::string::npos) << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  ASSERT_FALSE(colls->empty());
+  EXPECT_EQ(colls->back().second.count, 37) << "the all-reduce at exit was not recorded";
 }
 
 // A call that answers ncclInProgress gets NCCL's choice from NCCL's own thread, or from those

@@ -26,7 +26,10 @@ struct Open {
   CUstream stream;
   std::vector<OperandSpec> outputs;
 };
-std::vector<Open>& openAnnotations() { return lastingThreadLocal<std::vector<Open>>(); }
+std::vector<Open>& openAnnotations() {
+  struct Tag;
+  return lastingThreadLocal<std::vector<Open>, Tag>();
+}
 
 void sayOnce(std::atomic<bool>& said, const char* what) {
   if (!said.exchange(true)) logLine("detrace_collective_begin: %s; such calls are not recorded", what);

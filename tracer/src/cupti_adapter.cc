@@ -219,7 +219,10 @@ struct InFlightLaunch {
   uint64_t alias = 0;
   ApiLaunch launch;
 };
-InFlightLaunch& inFlight() { return lastingThreadLocal<InFlightLaunch>(); }
+InFlightLaunch& inFlight() {
+  struct Tag;
+  return lastingThreadLocal<InFlightLaunch, Tag>();
+}
 
 int64_t cuptiNow() {
   uint64_t t = 0;

@@ -226,7 +226,10 @@ struct Pending {
   std::vector<OperandSpec> after;  // post digests to queue at the driver API's exit
   int64_t host_ns = 0;
 };
-Pending& deepPending() { return lastingThreadLocal<Pending>(); }
+Pending& deepPending() {
+  struct Tag;
+  return lastingThreadLocal<Pending, Tag>();
+}
 
 int64_t steadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

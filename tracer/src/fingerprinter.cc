@@ -883,7 +883,10 @@ struct CallNodeCollector {
   int depth = 0;
   std::vector<uint64_t> ids;
 };
-CallNodeCollector& callNodes() { return lastingThreadLocal<CallNodeCollector>(); }
+CallNodeCollector& callNodes() {
+  struct Tag;
+  return lastingThreadLocal<CallNodeCollector, Tag>();
+}
 std::atomic<bool> g_node_ids_usable{false};
 }  // namespace
 

@@ -267,7 +267,10 @@ int64_t TemplateSeqs::get(uint64_t token) {
   return it == seqs_.end() ? db::kUnset : it->second;
 }
 
-LastOp& lastOp() { return lastingThreadLocal<LastOp>(); }
+LastOp& lastOp() {
+  struct Tag;
+  return lastingThreadLocal<LastOp, Tag>();
+}
 
 // ---- capture ----
 
@@ -627,7 +630,10 @@ struct ThreadLaunch {
   CUstream stream = nullptr;
   uint64_t stream_epoch = 0;  // streamEpoch() at its enter: `stream` may be gone if it moved
 };
-ThreadLaunch& threadLaunch() { return lastingThreadLocal<ThreadLaunch>(); }
+ThreadLaunch& threadLaunch() {
+  struct Tag;
+  return lastingThreadLocal<ThreadLaunch, Tag>();
+}
 
 std::atomic<bool> g_orders_launches{false};  // some executable graph holds captured digests
 

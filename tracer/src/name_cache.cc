@@ -19,7 +19,8 @@ struct LocalEntry {
 constexpr size_t kLocalEntries = 512;  // direct-mapped, per thread
 
 std::array<LocalEntry, kLocalEntries>& localEntries() {
-  return lastingThreadLocal<std::array<LocalEntry, kLocalEntries>>();
+  struct Tag;
+  return lastingThreadLocal<std::array<LocalEntry, kLocalEntries>, Tag>();
 }
 thread_local uint64_t t_hits = 0;
 

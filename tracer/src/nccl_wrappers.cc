@@ -89,13 +89,20 @@ struct Pending {
   int peer;          // Send/Recv: the peer (NCCL reports it back)
 };
 // This thread's (lasting_thread_local.h: also from exit handlers, after its thread_locals died).
-std::vector<Pending>& pendingCalls() { return lastingThreadLocal<std::vector<Pending>>(); }
+std::vector<Pending>& pendingCalls() {
+  struct Tag;
+  return lastingThreadLocal<std::vector<Pending>, Tag>();
+}
 // The communicator sequence numbers taken inside this thread's open group, recorded calls or not
 // (given back if the group is only simulated).
 std::vector<std::pair<ncclComm_t, int64_t>>& groupSeqs() {
-  return lastingThreadLocal<std::vector<std::pair<ncclComm_t, int64_t>>>();
+  struct Tag;
+  return lastingThreadLocal<std::vector<std::pair<ncclComm_t, int64_t>>, Tag>();
 }
-std::vector<NcclChoice>& reportedChoices() { return lastingThreadLocal<std::vector<NcclChoice>>(); }
+std::vector<NcclChoice>& reportedChoices() {
+  struct Tag;
+  return lastingThreadLocal<std::vector<NcclChoice>, Tag>();
+}
 constexpr size_t kMaxChoices = 4096;  // more calls than that in one group: the rest get none
 constexpr size_t kMaxGroupCalls = kMaxChoices;
 std::atomic<int64_t> g_next_group{0};
@@ -108,7 +115,10 @@ struct SeqRun {
   int64_t first, last;
   bool broken;
 };
-std::vector<SeqRun>& groupSeqRuns() { return lastingThreadLocal<std::vector<SeqRun>>(); }
+std::vector<SeqRun>& groupSeqRuns() {
+  struct Tag;
+  return lastingThreadLocal<std::vector<SeqRun>, Tag>();
+}
 constexpr size_t kMaxSeqRuns = 64;  // communicators of one group
 // The group's calls past kMaxGroupCalls that were recorded (complete at once: a simulated end
 // cannot discard them).
@@ -619,7 +629,10 @@ struct Promised {
   ncclComm_t* slot;
   CommInfo info;
 };
-std::vector<Promised>& promisedComms() { return lastingThreadLocal<std::vector<Promised>>(); }
+std::vector<Promised>& promisedComms() {
+  struct Tag;
+  return lastingThreadLocal<std::vector<Promised>, Tag>();
+}
 constexpr size_t kMaxPromised = 1024;
 
 // A handle NCCL writes after the call (or the group end) returned: a non-blocking parent's.
