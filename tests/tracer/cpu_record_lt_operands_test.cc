@@ -168,6 +168,26 @@ TEST(RecordSeam, CublasLtEpilogueAndScaleOperandsArePlannedAfterD) {
   EXPECT_EQ(names(g[5]), (std::vector<std::string>{"A", "B", "D"})) << o.out;
 }
 
+// A batched call whose A's layout counts one batch where D's counts two is invalid (cuBLASLt
+// refuses it), yet its inputs may be digested before it: A, whose extent would be taken for two
+// matrices, is not planned; B and D, whose layouts agree, are.
+TEST(RecordSeam, ACublasLtInputOfAnotherBatchCountIsNotRead) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  const std::string bin = DETRACE_BINARY_DIR;
+  testing::ShellOutput o = testing::runShell(fmt::format(
+      "CUBLAS_EPILOGUE_APP_BATCH_MISMATCH=1 DETRACE_DIAG_FINGERPRINTS_WITHOUT_CUPTI=1 "
+      "DETRACE_DIAG_GEMM_OPERANDS=1 {} record -o {} -- "
+      "/bin/sh -c 'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec "
+      "{}/tests/cublas_epilogue_app'",
+      testing::detraceExe(), run, bin, bin));
+  ASSERT_EQ(o.status, 0) << o.out;
+  const auto g = plannedGemms(o.out);
+  ASSERT_EQ(g.size(), 1u) << o.out;
+  EXPECT_EQ(names(g[0]), (std::vector<std::string>{"B", "D"})) << o.out;
+  EXPECT_EQ(named(g[0], "D").bytes, 2u * 64 * 8 * 2);
+}
+
 // The epilogue itself is recorded with the GEMM (gemms.epilogue), at `meta` (which plans no
 // operands) as at `digest`: the app's six calls, in order.
 TEST(RecordSeam, CublasLtEpiloguesAreRecordedAtEveryLevel) {

@@ -12,8 +12,10 @@
 //   6. bf16, CUBLASLT_EPILOGUE_DEFAULT with bias, aux, A scale and D amax pointers left set (as a
 //      reused descriptor has them): none of them read (no epilogue uses them, no matrix is FP8)
 // It prints each buffer's address ("buffer NAME ADDRESS") for the test to compare.
+// CUBLAS_EPILOGUE_APP_BATCH_MISMATCH=1 makes one other call instead (see main).
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include <cublasLt.h>
@@ -45,6 +47,7 @@ struct Call {
   cublasLtHandle_t handle;
   cudaDataType_t in;  // A's and B's type (D is bf16)
   int batch;
+  int a_batch = 0;  // A's layout's batch count where not `batch` (an invalid call)
 };
 
 // One A^T B call (m 64, n 8, k 32) whose descriptor `set` configures.
@@ -59,7 +62,8 @@ int matmul(const Call& c, Set&& set) {
   CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, 64, 8, 64));
   if (c.batch > 1) {
     for (cublasLtMatrixLayout_t l : {a, b, d}) {
-      CHECK(setLayout<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, c.batch));
+      const int count = l == a && c.a_batch != 0 ? c.a_batch : c.batch;
+      CHECK(setLayout<int32_t>(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count));
     }
     CHECK(setLayout<int64_t>(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 32 * 64));
     CHECK(setLayout<int64_t>(b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 32 * 8));
@@ -132,7 +136,15 @@ int main() {
   std::fflush(stdout);
   cublasLtHandle_t h = nullptr;
   CHECK(cublasLtCreate(&h));
-  if (calls(h) != 0) return 1;
+  // CUBLAS_EPILOGUE_APP_BATCH_MISMATCH=1: instead, one call of batch 2 whose A's layout counts one
+  // batch (cuBLASLt refuses it; the stand-in runs it).
+  if (const char* v = std::getenv("CUBLAS_EPILOGUE_APP_BATCH_MISMATCH"); v != nullptr && v[0] == '1') {
+    Call mismatched{h, CUDA_R_16BF, 2};
+    mismatched.a_batch = 1;
+    if (matmul(mismatched, [](cublasLtMatmulDesc_t) { return 0; }) != 0) return 1;
+  } else if (calls(h) != 0) {
+    return 1;
+  }
   CHECK(cublasLtDestroy(h));
   return 0;
 }

@@ -327,10 +327,14 @@ GemmLayouts ltLayouts(cublasLtMatmulDesc_t desc, const void* beta, cublasLtMatri
   l.order = {layoutOrder(Ad), layoutOrder(Bd), layoutOrder(Cd), layoutOrder(Dd ? Dd : Cd)};
   // The extents use D's batch count (g.batch_count); a matrix whose layout counts another number
   // of batches makes an invalid call, whose inputs may still be digested before it: not read.
-  const cublasLtMatrixLayout_t inputs[] = {Ad, Bd, Cd};
-  for (size_t i = 0; i < std::size(inputs); ++i) {
-    if (layoutAttr<int32_t>(inputs[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1) != g.batch_count) {
-      l.order[i] = MatrixOrder::kUnreadable;
+  // Only D's count above 1 can reach past an input (one matrix: the smallest extent), so the
+  // common unbatched GEMM asks nothing more.
+  if (g.batch_count > 1) {
+    const cublasLtMatrixLayout_t inputs[] = {Ad, Bd, Cd};
+    for (size_t i = 0; i < std::size(inputs); ++i) {
+      if (layoutAttr<int32_t>(inputs[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 1) != g.batch_count) {
+        l.order[i] = MatrixOrder::kUnreadable;
+      }
     }
   }
   l.c_unread = betaIsZero(desc, beta);
