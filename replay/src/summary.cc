@@ -281,6 +281,14 @@ std::string formatSummary(const RunSummary& s) {
           "its 4096th call); the next call on each of their communicators repeats their sequence number",
           r.info.rank, n);
     }
+    if (const int64_t n = stat(r, "nccl_comms_revoked"); n > 0) {
+      out += fmt::format(
+          "\nwarning: rank {} revoked {} NCCL communicator(s) (ncclCommRevoke): {} call(s) still being "
+          "made then were recorded without their outputs' fingerprints; the outputs of calls already "
+          "made may have been fingerprinted after NCCL stopped them, so a difference there in `detrace "
+          "diff` may be the revoke's",
+          r.info.rank, n, stat(r, "nccl_calls_revoked"));
+    }
     if (const int64_t n = stat(r, "nccl_group_calls_past_cap"); n > 0) {
       out += fmt::format(
           "\nwarning: rank {}: {} NCCL call(s) came past the 4096th of one group (a group that large, or "

@@ -679,6 +679,35 @@ TEST(RecordSeam, InfoWarnsWhenNcclLoadedNoProfilerPlugin) {
   }
 }
 
+// A communicator revoked (NCCL 2.28) while a call on it is still being made by NCCL's thread
+// (it answered ncclInProgress): the call is recorded, completed at the revoke without its
+// outputs' fingerprints (the stopped call's output is not its result), and the trace and
+// `detrace info` say that the communicator was revoked. Without the revoke, nothing of it.
+TEST(RecordSeam, ARevokedCommunicatorsCallInFlightIsCompletedAtTheRevoke) {
+  TempDir tmp;
+  for (bool revoke : {true, false}) {
+    SCOPED_TRACE(revoke ? "revoked" : "not revoked");
+    const std::string run = tmp.file(revoke ? "revoked" : "kept");
+    Output o = sh(fmt::format("NCCL_SEAM_REVOKE={} {} record -o {} -- {}/tests/nccl_seam_app 1", revoke ? 1 : 0,
+                              detrace(), run, DETRACE_BINARY_DIR));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+    auto colls = (*reader)->collectives();
+    ASSERT_TRUE(colls.isOk());
+    int of_29 = 0;
+    for (const auto& [seq, c] : *colls) of_29 += c.count == 29;
+    EXPECT_EQ(of_29, revoke ? 1 : 0);
+    auto stats = (*reader)->stats();
+    ASSERT_TRUE(stats.isOk());
+    EXPECT_EQ((*stats)["nccl_comms_revoked"], revoke ? 1 : 0);
+    EXPECT_EQ((*stats)["nccl_calls_revoked"], revoke ? 1 : 0);
+    Output info = sh(fmt::format("{} info {}", detrace(), run));
+    ASSERT_EQ(info.status, 0) << info.out;
+    EXPECT_EQ(info.out.find("revoked 1 NCCL communicator(s)") != std::string::npos, revoke) << info.out;
+  }
+}
+
 // The real interposer records cuBLAS and cuBLASLt GEMMs of a program linked against a fake
 // cuBLAS (tests/tracer/cublas_seam_app.cc lists the calls): shapes, leading dimensions, batches,
 // dtypes, compute types and the algorithm, the caller's or the one cuBLASLt's heuristic picks

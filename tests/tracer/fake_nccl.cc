@@ -233,6 +233,9 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* state) {
   *state = ncclSuccess;
   return ncclSuccess;
 }
+// NCCL 2.28's: the calls in flight stop (the fake's run on no GPU: nothing to stop), and
+// ncclCommGetAsyncError says when the communicator is quiet.
+ncclResult_t ncclCommRevoke(ncclComm_t, int flags) { return flags == 0 ? ncclSuccess : ncclInvalidArgument; }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   *device = comm->made ? comm->rank : 0;

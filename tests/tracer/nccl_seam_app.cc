@@ -139,6 +139,18 @@ int main(int argc, char** argv) {
   CHECK(waited(ncclAllReduce(buf, buf + 8, 19, ncclFloat32, ncclSum, moved, stream), moved));
   CHECK(ncclAllReduce(buf, buf + 8, 21, ncclFloat32, ncclSum, moved, stream));
   CHECK(ncclCommDestroy(moved));
+  // NCCL_SEAM_REVOKE=1: a split's first all-reduce, of 29, answers ncclInProgress (NCCL makes it
+  // 20 ms later on its own thread), and the communicator is revoked before NCCL says it is ready.
+  if (const char* v = std::getenv("NCCL_SEAM_REVOKE"); v != nullptr && v[0] == '1') {
+    ncclComm_t doomed = nullptr;
+    CHECK(ncclCommSplit(nb_world, 3, rank, &doomed, nullptr));
+    while (doomed == nullptr) CHECK(ncclCommGetAsyncError(nb_world, &state));
+    if (ncclAllReduce(buf, buf + 8, 29, ncclFloat32, ncclSum, doomed, stream) != ncclInProgress) return 7;
+    CHECK(waited(ncclCommRevoke(doomed, NCCL_REVOKE_DEFAULT), doomed));
+    state = ncclInProgress;
+    while (state == ncclInProgress) CHECK(ncclCommGetAsyncError(doomed, &state));
+    CHECK(ncclCommDestroy(doomed));
+  }
   // A group with a non-blocking communicator's first use: its end answers ncclInProgress, and NCCL
   // makes the whole group (an all-reduce, a send and a receive) on its own thread.
   ncclComm_t fresh = nullptr;

@@ -151,7 +151,7 @@ struct Call {
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
 void followLate(ncclComm_t comm) noexcept;
-void settleInProgress(ncclComm_t comm, bool outputs) noexcept;
+size_t settleInProgress(ncclComm_t comm, bool outputs) noexcept;
 
 // The reduction of a call: NCCL's built-in operators as they are; a custom one as what the
 // program made it (ncclRedOpCreatePreMulSum), with the scalar NCCL took from the host; one whose
@@ -462,9 +462,9 @@ void deferInProgress() noexcept {
 
 // NCCL says `comm` is ready (or failed: no outputs then), or a new call on it begins: completes its
 // calls that returned ncclInProgress.
-void settleInProgress(ncclComm_t comm, bool outputs) noexcept {
+size_t settleInProgress(ncclComm_t comm, bool outputs) noexcept {
   InProgressCalls& all = inProgress();
-  if (all.count.load(std::memory_order_acquire) == 0) return;
+  if (all.count.load(std::memory_order_acquire) == 0) return 0;
   std::vector<InProgress> ready;
   try {
     std::lock_guard lk(all.mu);
@@ -474,9 +474,10 @@ void settleInProgress(ncclComm_t comm, bool outputs) noexcept {
     all.calls.erase(mine, all.calls.end());
     all.count.store(all.calls.size(), std::memory_order_release);
   } catch (...) {
-    return;
+    return 0;
   }
   for (const InProgress& c : ready) complete(c.call, c.has_choice ? &c.choice : nullptr, outputs);
+  return ready.size();
 }
 
 // After the real call (or outermost group end) returned: completes the recorded calls, with NCCL's
@@ -993,6 +994,24 @@ DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
     }
   }
   return r;
+}
+#endif
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// NCCL 2.28's revoke stops the communicator's calls in flight. Those still waiting for NCCL
+// (ncclInProgress) are completed now without their outputs' fingerprints: what a stopped call
+// leaves in its receive buffer is not its result, and the ncclSuccess NCCL answers once the
+// communicator is quiet would otherwise have them taken. Outputs whose fingerprints were already
+// enqueued behind a call that NCCL stops cannot be told apart; `detrace info` says the
+// communicator was revoked (stats nccl_comms_revoked, nccl_calls_revoked).
+DETRACE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  DETRACE_REAL(ncclCommRevoke);
+  auto fn = real.get();
+  if (fn == nullptr) return missing("ncclCommRevoke");
+  const size_t stopped = settleInProgress(comm, /*outputs=*/false);
+  Session::get().addStat("nccl_comms_revoked", 1);
+  Session::get().addStat("nccl_calls_revoked", static_cast<int64_t>(stopped));
+  return fn(comm, revokeFlags);
 }
 #endif
 
