@@ -4,6 +4,7 @@
 // its seq reported; the communicator numbers a replayed collective; the graph_ops table survives a
 // write and a read, and traces without it read as having none.
 #include <algorithm>
+#include <map>
 #include <random>
 #include <string>
 
@@ -162,6 +163,50 @@ TEST(GraphReplay, EachLaunchWritesItsReplayedOpsAmongItsKernels) {
   EXPECT_EQ(s.own_records, 18);
   EXPECT_EQ(s.timed_out, 0);
   EXPECT_EQ(rb.seqOf(first + 1), sink.graph_ops[0].seq);
+}
+
+// A call its library refused while it was captured (cuBLAS's NOT_SUPPORTED after its input
+// digests went into the graph): its replays write no op and no graph_ops row, on_written hears
+// kSeqDiscarded for it, and its own kernels still count, so the GEMMs around it keep their places:
+//   k0 | own own (A's inputs) k1 own (A's output) | own own (the refused call's inputs) k2 |
+//   own own (B's inputs) k3 own (B's output) | k4
+// comes out as k0, A, k1, k2, B, k3, k4, with k2 nobody's child.
+TEST(GraphReplay, ACallRefusedWhileCapturedIsNeverWrittenAndKeepsTheOthersInPlace) {
+  g_written.clear();
+  FakeSink sink;
+  ReorderOptions o;
+  o.on_written = noteWritten;
+  ReorderBuffer rb(sink, o);
+  GraphOpTemplate refused = capturedGemm(32, 0, 2, 0);
+  refused.refused = true;
+  auto ops = std::make_shared<GraphOpTemplates>(
+      GraphOpTemplates{capturedGemm(16, 0, 2, 1), refused, capturedGemm(64, 0, 2, 1)});
+  const uint64_t corr = 21;
+  const uint64_t token = rb.addLaunch(graphLaunch(corr, 1000, ops, 14, 0));
+  std::vector<Activity> records = {
+      record(corr, 0, 0),         record(corr, 10, 100, true), record(corr, 11, 101, true),
+      record(corr, 20, 1),        record(corr, 25, 102, true), record(corr, 30, 103, true),
+      record(corr, 31, 104, true), record(corr, 40, 2),        record(corr, 50, 105, true),
+      record(corr, 51, 106, true), record(corr, 60, 3),        record(corr, 65, 107, true),
+      record(corr, 70, 4),        record(corr, 80, 108, true)};
+  records.pop_back();  // 13 records: the launch expects 14 (one never comes), so flush
+  std::shuffle(records.begin(), records.end(), std::mt19937(7));
+  for (const Activity& a : records) rb.addActivity(a);
+  rb.flush();
+  std::vector<int64_t> order;  // kernels by node id, GEMMs as -1 - m
+  for (const auto& r : sink.rows) order.push_back(r.gemm ? -1 - r.gemm->m : r.e.graph_node_id);
+  EXPECT_EQ(order, (std::vector<int64_t>{0, -17, 1, 2, -65, 3, 4}));
+  ASSERT_EQ(sink.rows.size(), 7u);
+  EXPECT_EQ(sink.rows[2].e.parent_seq, sink.rows[1].e.seq) << "k1 ran in A";
+  EXPECT_EQ(sink.rows[3].e.parent_seq, db::kUnset) << "k2 ran in nothing written";
+  EXPECT_EQ(sink.rows[5].e.parent_seq, sink.rows[4].e.seq) << "k3 ran in B";
+  ASSERT_EQ(sink.graph_ops.size(), 2u);
+  std::map<uint64_t, int64_t> written(g_written.begin(), g_written.end());
+  ASSERT_EQ(written.count(token + 2), 1u) << "the refused op's token is answered";
+  EXPECT_EQ(written[token + 2], kSeqDiscarded);
+  EXPECT_EQ(written[token + 1], sink.graph_ops[0].seq);
+  EXPECT_EQ(written[token + 3], sink.graph_ops[1].seq);
+  EXPECT_EQ(rb.stats().graph_ops, 2);
 }
 
 TEST(GraphReplay, OwnKernelsAreNeverWrittenAndCountTowardsAnUnknownSize) {

@@ -434,6 +434,30 @@ TEST(TracerGraph, EveryReplayOfCapturedGemmsAndAllReduceHasItsOwnFingerprints) {
   checkEveryReplay(r);
 }
 
+// A GEMM that cuBLAS refuses while the graph is captured (after the tracer put its input digests
+// into the graph: it is in place on Y): the call stays in the trace, recorded as called, but no
+// replay says it ran; the replays hold the same ops, placed and fingerprinted as without it.
+TEST(TracerGraph, AGemmRefusedWhileCapturedIsNeverReplayed) {
+  DETRACE_REQUIRE_GPU();
+  testing::TempDir tmp;
+  Recording r;
+  ASSERT_NO_FATAL_FAILURE(recordGraphApp(tmp, r, "GRAPH_APP_REFUSED_GEMM=1"));
+  ASSERT_NE(r.app["refused"], 0) << r.log;
+  int refused_calls = 0;  // GEMM events of the refused call's shape (n = kN / 2)
+  for (const db::Event& e : r.events) {
+    if (e.kind != db::EventKind::kGemm) continue;
+    auto gemm = r.reader->gemm(e.seq);
+    ASSERT_TRUE(gemm.isOk() && gemm->has_value());
+    refused_calls += (*gemm)->n == graph_app::kN / 2;
+  }
+  EXPECT_EQ(refused_calls, 1) << "the refused call, once, and no replay of it";
+  auto stats = r.reader->stats();
+  ASSERT_TRUE(stats.isOk());
+  EXPECT_EQ((*stats)["graph_fingerprint_ops_refused"], 1) << r.log;
+  EXPECT_GE((*stats)["fingerprints_skipped_failed_call"], 1);
+  checkEveryReplay(r);
+}
+
 // A program that destroys its graph and captures it again before every launch (700 ms apart):
 // the destroyed captures are reclaimed a second after their graph went (their device cells and
 // DigestSlots given back to the pool, their bookkeeping freed), and the last launch's capture,

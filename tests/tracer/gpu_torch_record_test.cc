@@ -205,7 +205,8 @@ void recordScript(const std::string& dir, const std::string& script, const std::
 // before); all-reduces with PreMulSum operators are recorded as premulsum, with the host scalar's
 // value (a device scalar is not read); an all-reduce captured into a CUDA graph gets one replayed op per replay, each with
 // that replay's fingerprints; and a call NCCL refuses keeps its send digest and gets no receive
-// digest (it wrote nothing).
+// digest (it wrote nothing); where the NCCL has ncclCommRevoke, the program's revoke goes through
+// the tracer to NCCL and is counted.
 TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   DETRACE_REQUIRE_GPU();
   DETRACE_REQUIRE_TORCH();
@@ -229,6 +230,13 @@ TEST(TracerTorch, NcclCalledThroughCtypesIsRecordedWithFingerprints) {
   // The eager calls, the captured call, one replayed op per replay, and the refused call.
   ASSERT_EQ(colls->size(), calls.size() + 1 + static_cast<size_t>(replays) + 1)
       << "NCCL through " << expect["library"] << "\n" << log;
+  if (!expect["revoked"].is_null()) {  // NCCL 2.28.9 and later: the revoke went through the tracer
+    EXPECT_EQ(expect["revoked"].get<int>(), 0) << log;
+    auto stats = t.stats();
+    ASSERT_TRUE(stats.isOk()) << stats.status().message();
+    EXPECT_EQ((*stats)["nccl_comms_revoked"], 1) << log;
+    EXPECT_EQ((*stats)["nccl_calls_revoked"], 0) << "a blocking communicator has no calls waiting";
+  }
   {
     SCOPED_TRACE(fmt::format("the refused call (NCCL said {})", expect["refused_result"].get<int>()));
     const auto& [seq, c] = colls->back();

@@ -16,7 +16,10 @@
 // GEMMs' executable graph and graph and captures them again (as programs that recapture do): each
 // launch then replays a capture of its own, and graph.txt says "recaptured 1". With
 // GRAPH_APP_DISABLE_MARKER=R, before launch R the app disables the GEMMs' graph's root node (its
-// first app_marker_kernel) with cudaGraphNodeSetEnabled, and graph.txt says "disabled_at R". cuBLAS
+// first app_marker_kernel) with cudaGraphNodeSetEnabled, and graph.txt says "disabled_at R". With
+// GRAPH_APP_REFUSED_GEMM=1 the GEMMs' capture ends with a cublasGemmEx that cuBLAS refuses (the
+// types of A and B differ), in place on Y over half its columns; graph.txt says "refused S", S
+// cuBLAS's status (the first capture only: not with GRAPH_APP_RECAPTURE_MS). cuBLAS
 // and NCCL are loaded with dlopen(RTLD_GLOBAL) and called through the global scope, so the
 // tracer's LD_PRELOAD wrappers see the calls (the app links only cudart and cuBLASLt).
 #pragma once
@@ -181,8 +184,22 @@ inline int graphMain(const std::string& dir) {
   // Capture: the GEMMs into one graph, the all-reduce into another.
   cudaGraph_t gemm_graph = nullptr, reduce_graph = nullptr;
   cudaGraphExec_t gemm_exec = nullptr, reduce_exec = nullptr;
+  const char* refuse = std::getenv("GRAPH_APP_REFUSED_GEMM");
+  int refused = 0;
   GK(cudaStreamBeginCapture(g.s, cudaStreamCaptureModeGlobal));
   if (g.run() != 0) return 1;
+  if (refuse != nullptr && std::strcmp(refuse, "1") == 0) {
+    // A GEMM cuBLAS refuses (A declared half, B float), in place on Y (beta 1: its inputs are
+    // fingerprinted before the call), over half of Y's columns.
+    const float alpha = 1.0f, beta = 1.0f;
+    refused = static_cast<int>(g.gemm_ex(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, kM2, kN / 2, kM, &alpha, g.W,
+                                         CUDA_R_16F, kM2, g.D1, CUDA_R_32F, kM, &beta, g.Y, CUDA_R_32F,
+                                         kM2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (refused == 0) {
+      std::fprintf(stderr, "tracer_gpu_app graph: cuBLAS took a half A with a float B\n");
+      return 1;
+    }
+  }
   GK(cudaStreamEndCapture(g.s, &gemm_graph));
   GK(cudaGraphInstantiate(&gemm_exec, gemm_graph, 0));
   bool nccl_graph = false;
@@ -248,8 +265,8 @@ inline int graphMain(const std::string& dir) {
   }
   FILE* f = std::fopen((dir + "/graph.txt").c_str(), "w");
   if (f == nullptr) return 1;
-  std::fprintf(f, "replays %d\nnccl %d\nrecaptured %d\ndisabled_at %d\n", kReplays, nccl_graph ? 1 : 0,
-               recapture_ms > 0 ? 1 : 0, disable_at);
+  std::fprintf(f, "replays %d\nnccl %d\nrecaptured %d\ndisabled_at %d\nrefused %d\n", kReplays,
+               nccl_graph ? 1 : 0, recapture_ms > 0 ? 1 : 0, disable_at, refused);
   std::fclose(f);
   GK(cudaGraphExecDestroy(gemm_exec));
   GK(cudaGraphDestroy(gemm_graph));

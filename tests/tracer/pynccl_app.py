@@ -15,6 +15,9 @@ and the graph replayed three times with new data. What each call read and wrote 
   N-send.bin       the N-th call's send buffer, taken before the call
   N-recv.bin       its receive buffer, taken after it (after a synchronize)
   replayR-*.bin    the same for replay R of the graph
+
+Last, where the NCCL has ncclCommRevoke (2.28.9 and later), the communicator is revoked before it
+is destroyed (expect.json's "revoked": what the call answered, null where there is none).
 """
 import argparse
 import ctypes
@@ -137,10 +140,21 @@ def main() -> None:
                                  ctypes.c_size_t(n // 5), ncclFloat32, bad_op, comm, stream)
     assert refused != 0, "NCCL took a reduction operator it does not have"
     torch.cuda.synchronize()
+    # NCCL 2.28.9 and later: the communicator revoked before it is destroyed, as a fault-tolerant
+    # engine drops a broken one (NCCL says when it is quiet); None where this NCCL has no revoke.
+    revoked = None
+    if hasattr(nccl, "ncclCommRevoke"):
+        nccl.ncclCommRevoke.restype = ctypes.c_int
+        nccl.ncclCommGetAsyncError.restype = ctypes.c_int
+        revoked = nccl.ncclCommRevoke(comm, 0)
+        state = ctypes.c_int(7)  # ncclInProgress
+        while revoked == 0 and state.value == 7:
+            assert nccl.ncclCommGetAsyncError(comm, ctypes.byref(state)) == 0
+        assert state.value == 0, f"the revoked communicator's state: {state.value}"
     assert nccl.ncclCommDestroy(comm) == 0
     with open(f"{args.expect_dir}/expect.json", "w") as f:
         json.dump({"calls": calls, "library": nccl_path(), "replays": replays, "replay_count": m,
-                   "refused_count": n // 5, "refused_result": refused}, f)
+                   "refused_count": n // 5, "refused_result": refused, "revoked": revoked}, f)
     print(f"pynccl_app: {len(calls)} calls through {nccl_path()}, done")
 
 

@@ -594,6 +594,8 @@ class GemmFingerprints {
       // them, the tracer cannot): nothing is read after it. (Inputs digested before the call,
       // where it may overwrite them, were read already.)
       Session::get().addStat("fingerprints_skipped_failed_call", 1);
+      // Captured, its input digests may be in the graph already: its replays must not say it ran.
+      if (plan_.captured) Fingerprinter::get().refuseCaptured(token_);
       return;
     }
     if (plan_.all_after) {

@@ -1237,6 +1237,7 @@ void Fingerprinter::publishStats(db::TraceWriter& w) noexcept {
       if (s.graph_ops_captured > 0 || s.graph_replays > 0) {
         put("graph_fingerprint_ops_captured", s.graph_ops_captured);
         put("graph_fingerprint_operands_captured", s.graph_operands_captured);
+        put("graph_fingerprint_ops_refused", s.graph_ops_refused);
         put("graph_node_ids_dropped", s.graph_node_ids_dropped);
         put("graph_replays_fingerprinted", s.graph_replays);
         put("graph_replays_skipped_ring_full", s.graph_replays_ring_full);

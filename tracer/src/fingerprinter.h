@@ -141,6 +141,9 @@ class Fingerprinter {
   // NCCL reported its choices for call `token` after its digests were captured: the template
   // gets them too.
   void amendCaptured(uint64_t token, const std::function<void(LibraryOp&)>& update) noexcept;
+  // A call captured into a graph that its library then refused (nothing of it but the input
+  // digests taken before it is in the graph): its replays write no op. No-op for other calls.
+  void refuseCaptured(uint64_t token) noexcept;
   // CUPTI resource callbacks: a graph was cloned (its captures come along); an executable graph
   // was made in `ctx` from `graphs` (the graph and every child graph in it); an executable graph
   // or a graph is about to be destroyed.

@@ -194,6 +194,9 @@ struct CapturedOp {
   // by_nodes: its digests all come after its kernels, so nothing else can place it.
   std::vector<uint64_t> node_ids;
   bool by_nodes = false;
+  // Its library refused the call after its input digests went into the graph: its replays write
+  // no op (its digest nodes still run, and still place the ops after it).
+  bool refused = false;
 };
 
 struct Replay;
@@ -453,6 +456,7 @@ class State {
   std::unordered_map<uint64_t, CapturedOp*> node_ops;       // a captured op's node ids (and copies')
   size_t pending_replays = 0;
   int64_t graph_ops_captured = 0, graph_operands_captured = 0, graph_replays = 0;
+  int64_t graph_ops_refused = 0;  // captured calls their library refused (refuseCaptured)
   int64_t graph_node_ids_dropped = 0;  // node ids past the bounds (their replays placed by count)
   int64_t graph_replays_ring_full = 0, graph_replays_shared = 0, graph_replays_lost = 0;
   std::array<int64_t, static_cast<size_t>(ReplayLoss::kCount)> graph_replays_lost_by{};  // by reason

@@ -180,6 +180,7 @@ void buildTemplates(ExecInfo& e, TemplateSeqs& seqs) {
       t.own_after = op->own_after;
       t.node_ids.assign(op->node_ids.begin(), op->node_ids.end());
       t.by_nodes = op->by_nodes;
+      t.refused = op->refused;
       if (diagGraphNodes()) logTemplate(templates->size(), t);
       templates->push_back(std::move(t));
       e.ops.push_back(op.get());
@@ -543,6 +544,7 @@ void State::writeReplayLocked(const Replay& r, db::TraceWriter* w, bool park) {
   for (size_t i = 0; i < e.ops.size(); ++i) {
     const uint64_t token = r.first_token + i;
     const int64_t seq = seqs.get(token);
+    if (e.ops[i]->refused) continue;  // no op of it is written: nothing of it is lost
     for (const CapturedOperand& c : e.ops[i]->operands) {
       const std::optional<uint64_t> weight = sampledWeightLocked(c, r, words + e.op_base[i]);
       // kSeqDropped / kSeqForgotten: the replayed op is not in the trace.
@@ -785,6 +787,19 @@ void Fingerprinter::amendCaptured(uint64_t token,
     State& s = state();
     std::lock_guard lk(s.mu);
     if (auto it = s.captured_ops.find(token); it != s.captured_ops.end()) update(it->second->op);
+  } catch (...) {
+  }
+}
+
+void Fingerprinter::refuseCaptured(uint64_t token) noexcept {
+  if (!fp::t_has_captured || token == 0) return;
+  try {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    auto it = s.captured_ops.find(token);
+    if (it == s.captured_ops.end() || it->second->refused) return;
+    it->second->refused = true;
+    ++s.graph_ops_refused;
   } catch (...) {
   }
 }

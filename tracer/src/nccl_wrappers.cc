@@ -489,7 +489,11 @@ void settle(ncclResult_t result) noexcept {
     deferInProgress();
   } else {
     ChoiceCursor choices;
-    for (const Pending& p : pendingCalls()) complete(p, choices.next(p), /*outputs=*/result == ncclSuccess);
+    for (const Pending& p : pendingCalls()) {
+      // Refused while captured: its input digests are in the graph, its kernels not.
+      if (result != ncclSuccess) Fingerprinter::get().refuseCaptured(p.token);
+      complete(p, choices.next(p), /*outputs=*/result == ncclSuccess);
+    }
   }
   pendingCalls().clear();
   reportedChoices().clear();
@@ -997,7 +1001,12 @@ DETRACE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
 }
 #endif
 
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#if !defined(NCCL_REVOKE_DEFAULT)
+// NCCL 2.28.9 has it, 2.28.3's header not: declared as NCCL documents it, so that the tracer built
+// against the older header still wraps the newer NCCL a program brings (PyTorch's wheel).
+DETRACE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+#endif
+
 // NCCL 2.28's revoke stops the communicator's calls in flight. Those still waiting for NCCL
 // (ncclInProgress) are completed now without their outputs' fingerprints: what a stopped call
 // leaves in its receive buffer is not its result, and the ncclSuccess NCCL answers once the
@@ -1013,7 +1022,6 @@ DETRACE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   Session::get().addStat("nccl_calls_revoked", static_cast<int64_t>(stopped));
   return fn(comm, revokeFlags);
 }
-#endif
 
 DETRACE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   DETRACE_REAL(ncclCommDestroy);

@@ -949,6 +949,12 @@ std::optional<int64_t> ReorderBuffer::writeGraphOpLocked(const Slot& slot, size_
                                                          const db::Event& base, int64_t gpu_start,
                                                          int64_t gpu_end) {
   const GraphOpTemplate& t = (*slot.launch.graph_ops)[i];
+  const uint64_t token = slot.token + 1 + i;
+  if (t.refused) {  // a call its library refused: nothing of it ran
+    rememberSeqLocked(token, std::nullopt);
+    if (options_.on_written) options_.on_written(token, kSeqDiscarded);
+    return std::nullopt;
+  }
   db::Event e = t.op.event;
   e.cpu_ns = slot.launch.cpu_ns;
   if (base.stream != db::kUnset) e.stream = base.stream;
@@ -981,7 +987,6 @@ std::optional<int64_t> ReorderBuffer::writeGraphOpLocked(const Slot& slot, size_
     row.graph_exec = static_cast<int64_t>(slot.launch.graph_key);
     if (!sink_.appendGraphOp(row)) ++stats_.graph_op_rows_dropped;
   }
-  uint64_t token = slot.token + 1 + i;
   rememberSeqLocked(token, seq);
   if (options_.on_written) options_.on_written(token, seq.value_or(kSeqDropped));
   return seq;

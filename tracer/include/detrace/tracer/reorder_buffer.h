@@ -121,6 +121,10 @@ struct GraphOpTemplate {
   // kernels); without, between its own kernels (own_before, own_after).
   std::vector<int64_t> node_ids;
   bool by_nodes = false;
+  // A call its library refused while it was captured: only its input digests are in the graph.
+  // Replays place the others around its own kernels as ever but write nothing of it (on_written
+  // hears kSeqDiscarded).
+  bool refused = false;
 };
 using GraphOpTemplates = std::vector<GraphOpTemplate>;
 
