@@ -732,12 +732,14 @@ CUcontext streamContext(const Driver& d, CUcontext current, CUstream stream) {
 // (`inputs`) or outputs. The digests run in the stream's context, made current meanwhile where
 // the thread's is another.
 int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& specs, bool wait,
-                     bool inputs, bool deep, bool known_uncaptured = false,
+                     bool inputs, bool deep, CUcontext known_uncaptured = nullptr,
                      const CallNodes* nodes = nullptr) {
   const Driver& d = Driver::get();
   State& s = state();
-  CUcontext current = nullptr;
-  const CUcontext ctx = d.ctx_get(&current) == CUDA_SUCCESS ? streamContext(d, current, stream) : nullptr;
+  CUcontext current = known_uncaptured;
+  const CUcontext ctx = current != nullptr || d.ctx_get(&current) == CUDA_SUCCESS
+                            ? streamContext(d, current, stream)
+                            : nullptr;
   if (ctx == nullptr) {  // no context to take them in (none current, and the stream names none)
     std::lock_guard lk(s.mu);
     s.skipped_error += static_cast<int64_t>(specs.size());
@@ -753,7 +755,7 @@ int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& 
   bool checked = false;
   {
     DiagScope timing(DiagSite::kFingerprintCheck);
-    checked = known_uncaptured || d.is_capturing(stream, &capture) == CUDA_SUCCESS;
+    checked = known_uncaptured != nullptr || d.is_capturing(stream, &capture) == CUDA_SUCCESS;
   }
   if (!checked || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
     // Captured into a CUDA graph: the digests are captured with the op and run at every replay.
@@ -774,7 +776,7 @@ int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& 
 }  // namespace
 
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            bool inputs, bool known_uncaptured, const CallNodes* nodes) noexcept {
+                            bool inputs, CUcontext known_uncaptured, const CallNodes* nodes) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   DiagScope timing(DiagSite::kFingerprint);
   try {
@@ -818,7 +820,7 @@ void Fingerprinter::attachParams(uint64_t token, std::string layout,
 }
 
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
-                         bool inputs, const CallNodes* nodes, bool known_uncaptured) noexcept {
+                         bool inputs, const CallNodes* nodes, CUcontext known_uncaptured) noexcept {
   try {
     if (token == 0 || !Fingerprinter::get().enabled()) return;
     std::vector<OperandSpec> chosen;
@@ -854,6 +856,7 @@ DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& spec
       plan.all_after = allowed && !outputsMayChangeInputs(specs) && graphNodeIdsUsable();
       return plan;
     }
+    plan.current = ctx;
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     plan.captured = d.is_capturing(stream, &capture) != CUDA_SUCCESS ||
                     capture != CU_STREAM_CAPTURE_STATUS_NONE;
@@ -872,7 +875,7 @@ void fingerprintAllOperands(uint64_t token, CUstream stream, std::vector<Operand
   // An uncaptured stream (fingerprintPlan asked just before the call) is not asked again; `inputs`
   // only matters to a capture (its digests all come after the op's kernels).
   Fingerprinter::get().enqueue(token, stream, std::move(specs), /*inputs=*/false,
-                               /*known_uncaptured=*/!plan.captured, nodes);
+                               plan.knownUncaptured(), nodes);
 }
 
 // ---- the graph nodes of a library call (CallNodeScope) ----

@@ -98,12 +98,13 @@ class Fingerprinter {
   // False when DETRACE_DIGEST=0 or the digest kernels cannot run (no driver, old GPU).
   bool enabled() const;
   // Enqueues digests of `specs` on `stream` for op `token`, its inputs (taken before its kernels)
-  // or outputs; on a stream being captured into a CUDA graph, captures them. `known_uncaptured`:
-  // the caller has just asked the driver and `stream` is not being captured (the question costs
-  // a GEMM's thread 0.2 us on the H200, so it is not asked twice). Never blocks; never throws.
+  // or outputs; on a stream being captured into a CUDA graph, captures them. `known_uncaptured`
+  // (non-null): the caller has just asked the driver, this is the thread's current context and
+  // `stream` is not being captured (each question costs a GEMM's thread about 0.2 us on the H200,
+  // so neither is asked twice). Never blocks; never throws.
   // `nodes`: the graph nodes the op's call created while its stream was captured (see CallNodes).
   void enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs, bool inputs = true,
-               bool known_uncaptured = false, const CallNodes* nodes = nullptr) noexcept;
+               CUcontext known_uncaptured = nullptr, const CallNodes* nodes = nullptr) noexcept;
   // Deep window: like enqueue(), but when the result ring is full it waits (bounded, ~3 s) for
   // room instead of skipping: inside the window, completeness matters more than the launch's cost.
   // Returns the bytes whose digests were queued (0 when none was: fingerprints off, a full ring,
@@ -205,7 +206,7 @@ class Fingerprinter {
 // `known_uncaptured`: as for Fingerprinter::enqueue.
 void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<OperandSpec>& specs,
                          bool inputs, const CallNodes* nodes = nullptr,
-                         bool known_uncaptured = false) noexcept;
+                         CUcontext known_uncaptured = nullptr) noexcept;
 
 // How a GEMM's operands are fingerprinted around its call (fingerprintPlan, asked just before it).
 // All after: every operand after the call, in one enqueue (one digest launch, one completion
@@ -218,6 +219,9 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
 struct DigestPlan {
   bool all_after = false;
   bool captured = false;  // the stream is being captured (or its status is unknown)
+  CUcontext current = nullptr;  // the thread's context when asked (the call does not change it)
+  // What the enqueues around the call need not ask again (Fingerprinter::enqueue).
+  CUcontext knownUncaptured() const { return captured ? nullptr : current; }
 };
 DigestPlan fingerprintPlan(CUstream stream, const std::vector<OperandSpec>& specs) noexcept;
 
