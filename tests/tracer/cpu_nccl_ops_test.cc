@@ -200,6 +200,35 @@ TEST(RecordSeam, AGroupEndedPastTheBoundCompletesTheCallsItHeld) {
   }
 }
 
+// A group of 300 all-reduces on buffers of their own, called in descending size, which NCCL
+// reports ascending, with 200 sends and receives among them: every call gets its own choice (the
+// protocol the fake picks by size, its channels), matched by buffers, not by order.
+TEST(RecordSeam, AGroupOfManyCallsReportedOutOfOrderGivesEachItsOwnChoice) {
+  TempDir tmp;
+  std::string out;
+  const std::vector<RankTrace> ranks = recordApp(tmp, "manysizes", &out, "FAKE_NCCL_PLAN_ORDER=1");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const RankTrace& t : ranks) {
+    ASSERT_EQ(t.collectives.size(), 500u);
+    int colls = 0, p2p = 0;
+    for (size_t i = 0; i < t.collectives.size(); ++i) {
+      const db::Collective& c = t.collectives[i];
+      SCOPED_TRACE(fmt::format("call {} of {} elements", i, c.count));
+      if (c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv) {
+        ++p2p;
+        EXPECT_EQ(c.channels, 3);
+        continue;
+      }
+      ++colls;
+      ASSERT_EQ(c.op, db::CollOp::kAllReduce);
+      EXPECT_EQ(t.protos[i], c.count <= 1024 ? "LL" : "Simple");
+      EXPECT_EQ(c.channels, 2);
+    }
+    EXPECT_EQ(colls, 300);
+    EXPECT_EQ(p2p, 200);
+  }
+}
+
 // The same group only simulated (ncclGroupSimulateEnd): the calls it held are discarded, those
 // past the bound stay in the trace as if they had run and are counted as such, and every number
 // the group took is given back, so that the real all-reduce after it carries 0 as on a rank that

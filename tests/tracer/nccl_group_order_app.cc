@@ -6,7 +6,8 @@
 // communicator: FAKE_NCCL_SIM_RUNS_JOBS=1), then an all-reduce on it; `RANK gather`: an
 // all-reduce, ncclGather, ncclScatter, an all-reduce; `RANK premulsum`: all-reduces with custom
 // reduction operators (see premulsum below); `RANK unclosed` and `RANK late`: a group of 4196
-// all-reduces, never ended or ended late (see longGroup below).
+// all-reduces, never ended or ended late (see longGroup below); `RANK manysizes`: a group of 300
+// all-reduces and 200 sends and receives (see manySizes below).
 #include <nccl.h>
 
 #include <cstdio>
@@ -46,6 +47,23 @@ int premulsum(ncclComm_t comm, cudaStream_t stream) {
 // A group of 4096 + 100 all-reduces (more than the tracer holds for a group's end): never ended,
 // the program exiting with it open (its bug), ended late, or only simulated
 // (ncclGroupSimulateEnd), then one all-reduce more.
+// A group of kManyColls all-reduces, each on buffers of its own, in descending count (NCCL reports
+// them ascending: FAKE_NCCL_PLAN_ORDER=1), from kManyColls * 7 elements (Simple) down to 7 (LL),
+// with a send and a receive of its own buffer after every third.
+constexpr int kManyColls = 300;
+int manySizes(ncclComm_t comm, cudaStream_t stream, int rank) {
+  static char in[kManyColls], out[kManyColls], p2p[2 * kManyColls];
+  if (ncclGroupStart() != ncclSuccess) return 60;
+  for (int i = 0; i < kManyColls; ++i) {
+    const size_t count = static_cast<size_t>(kManyColls - i) * 7;
+    if (ncclAllReduce(in + i, out + i, count, ncclBfloat16, ncclSum, comm, stream) != ncclSuccess) return 61;
+    if (i % 3 != 2) continue;
+    if (ncclSend(p2p + 2 * i, 4, ncclFloat16, 1 - rank, comm, stream) != ncclSuccess) return 62;
+    if (ncclRecv(p2p + 2 * i + 1, 4, ncclFloat16, 1 - rank, comm, stream) != ncclSuccess) return 63;
+  }
+  return ncclGroupEnd() != ncclSuccess ? 64 : 0;
+}
+
 int longGroup(ncclComm_t comm, cudaStream_t stream, bool end, bool simulate = false) {
   static char in[64], out[64];
   if (ncclGroupStart() != ncclSuccess) return 50;
@@ -94,9 +112,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string mode = argc > 2 ? argv[2] : "";
-  if (mode == "premulsum" || mode == "unclosed" || mode == "late" || mode == "simlong") {
-    const int failed = mode == "premulsum" ? premulsum(comm, stream)
-                                           : longGroup(comm, stream, mode != "unclosed", mode == "simlong");
+  if (mode == "premulsum" || mode == "unclosed" || mode == "late" || mode == "simlong" || mode == "manysizes") {
+    const int failed = mode == "premulsum"   ? premulsum(comm, stream)
+                       : mode == "manysizes" ? manySizes(comm, stream, rank)
+                                             : longGroup(comm, stream, mode != "unclosed", mode == "simlong");
     if (failed != 0) return failed;
     if (mode != "unclosed") ncclCommDestroy(comm);
     std::printf("nccl_group_order_app: rank %d %s done\n", rank, mode.c_str());

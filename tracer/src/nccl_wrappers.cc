@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bitset>
 #include <cstring>
@@ -421,14 +422,69 @@ std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& c
 // (sorted by size, then by function, operation and type), its point-to-point calls by peer round,
 // one thread's communicators one after the other, and reports none for some calls (count 0, one
 // rank) and several for others (ncclAlltoAll: a send and a receive per peer).
+// The reported choices by the buffers they must match (a collective's send and receive buffers,
+// a send's or receive's buffer), for a group of many calls: each call then looks only at the
+// choices of its own buffers, in report order, instead of at all of them, which is quadratic in
+// the group's calls where NCCL reports them in another order than the calls' (a group's
+// collectives by size). Per thread, made on first need and never freed (settle() must not
+// allocate); rebuilt by each cursor that needs it.
+struct ChoiceIndex {
+  static constexpr uint16_t kNone = 0xffff;
+  static constexpr size_t kBuckets = 2 * kMaxChoices;  // a power of two
+  static_assert(kMaxChoices < kNone && (kBuckets & (kBuckets - 1)) == 0);
+  std::array<uint16_t, kBuckets> head;      // the first choice of a bucket, or kNone
+  std::array<uint16_t, kMaxChoices> next;   // the next of the same bucket (ascending), or kNone
+  static size_t bucket(bool p2p, const void* a, const void* b) {
+    const uint64_t h = (reinterpret_cast<uintptr_t>(a) + p2p) * 0x9e3779b97f4a7c15ull ^
+                       reinterpret_cast<uintptr_t>(b) * 0xc2b2ae3d27d4eb4full;
+    return static_cast<size_t>(h >> 40) & (kBuckets - 1);
+  }
+  static size_t bucketOf(const NcclChoice& c) { return c.p2p ? bucket(true, c.recv, nullptr) : bucket(false, c.send, c.recv); }
+  static size_t bucketOf(const Pending& c) {  // the buffers choiceFits compares
+    return c.p2p ? bucket(true, c.recv != nullptr ? c.recv : c.send, nullptr) : bucket(false, c.send, c.recv);
+  }
+  void build(const std::vector<NcclChoice>& choices) {
+    head.fill(kNone);
+    for (size_t i = choices.size(); i-- > 0;) {
+      const size_t b = bucketOf(choices[i]);
+      next[i] = head[b];
+      head[b] = static_cast<uint16_t>(i);
+    }
+  }
+};
+ChoiceIndex& choiceIndex() {
+  struct Tag;
+  return lastingThreadLocal<ChoiceIndex, Tag>();
+}
+
+// Hands each recorded call of a settle the first reported choice that fits it exactly (count or
+// peer too), else the first that fits its buffers; each choice once.
 struct ChoiceCursor {
+  static constexpr size_t kLinear = 64;  // up to this many choices: looked through in order
   std::bitset<kMaxChoices> used;  // no allocation: settle() must not throw
   size_t first_free = 0;           // the choices before it are all taken (in order: each call's is next)
+  bool indexed = false;
   const NcclChoice* next(const Pending& call) {
     const std::vector<NcclChoice>& choices = reportedChoices();
+    if (choices.size() > kLinear) return nextIndexed(call, choices);
     while (first_free < choices.size() && used[first_free]) ++first_free;
     for (bool strict : {true, false}) {
       for (size_t i = first_free; i < choices.size(); ++i) {
+        if (used[i] || !choiceFits(call, choices[i], strict)) continue;
+        used[i] = true;
+        return &choices[i];
+      }
+    }
+    return nullptr;
+  }
+  const NcclChoice* nextIndexed(const Pending& call, const std::vector<NcclChoice>& choices) {
+    ChoiceIndex& index = choiceIndex();
+    if (!indexed) index.build(choices);
+    indexed = true;
+    uint16_t& first = index.head[ChoiceIndex::bucketOf(call)];
+    while (first != ChoiceIndex::kNone && used[first]) first = index.next[first];  // taken: off the front
+    for (bool strict : {true, false}) {
+      for (uint16_t i = first; i != ChoiceIndex::kNone; i = index.next[i]) {
         if (used[i] || !choiceFits(call, choices[i], strict)) continue;
         used[i] = true;
         return &choices[i];
