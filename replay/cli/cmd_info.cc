@@ -23,7 +23,8 @@ void addInfoCommand(CLI::App& app, Runner& run) {
       "not finished (the process was killed, is still running, or stopped recording on a write\n"
       "error such as a full disk: such a file holds everything committed before), drops, and NCCL\n"
       "calls recorded without what NCCL chose (NCCL loaded no detrace profiler plugin: NCCL before\n"
-      "2.28, or NCCL_PROFILER_PLUGIN set) or without a communicator id.\n\n"
+      "2.28, or NCCL_PROFILER_PLUGIN set) or without a communicator id, and communicators the\n"
+      "program revoked (ncclCommRevoke: outputs fingerprinted after NCCL stopped a call).\n\n"
       "Exit status: 0 on success, 2 if the run cannot be read (the message says why).\n");
   cmd->callback([opts, &run] {
     run = [opts] {
