@@ -1074,6 +1074,20 @@ TEST(RecordSeam, AnnotatedCollectivesAreRecordedPerRank) {
 namespace detrace {
 namespace {
 
+// The interposer's static thread-local storage stays small: glibc takes it from the stack of every
+// thread the program makes (the library is preloaded), so a large one would stop a thread made
+// with a small stack from starting. Per-thread tables live on the heap instead (name_cache.cc,
+// nccl_wrappers.cc's ChoiceIndex).
+TEST(TracerLibrary, KeepsItsStaticThreadLocalStorageSmall) {
+  const std::string lib = fmt::format("{}/tracer/libdetrace_tracer.so", DETRACE_BINARY_DIR);
+  Output o = sh(fmt::format("readelf -lW {} | awk '$1 == \"TLS\" {{ print $6 }}'", lib));
+  ASSERT_EQ(o.status, 0) << o.out;
+  ASSERT_FALSE(o.out.empty()) << "no TLS segment found by readelf";
+  const uint64_t bytes = std::stoull(o.out, nullptr, 16);
+  EXPECT_GT(bytes, 0u);
+  EXPECT_LE(bytes, 4096u) << "static TLS of " << bytes << " bytes per thread";
+}
+
 // The interposer exports only what it means to: the CUDA injection entry point, the NCCL and
 // cuBLAS functions it wraps (and dlsym, which hands those wrappers to lookups through NCCL's
 // handle), NCCL's profiler plugin table and the annotation API. Anything else could clash with

@@ -399,9 +399,12 @@ void checkEveryReplay(Recording& r) {
   const int64_t launches = replays * (nccl ? 2 : 1);
   EXPECT_EQ((*stats)["graph_replays_fingerprinted"], launches);
   // The all-reduce's call may have been captured even where its graph failed (nccl 0).
-  const int64_t gemm_ops = 2 * static_cast<int64_t>(gemm_captures);
+  // A GEMM refused while captured (GRAPH_APP_REFUSED_GEMM) was captured too, and is never replayed.
+  const int64_t refused = r.app["refused"] != 0 ? 1 : 0;
+  const int64_t gemm_ops = 2 * static_cast<int64_t>(gemm_captures) + refused;
   EXPECT_GE((*stats)["graph_fingerprint_ops_captured"], gemm_ops + (nccl ? 1 : 0));
   EXPECT_LE((*stats)["graph_fingerprint_ops_captured"], gemm_ops + 1);
+  EXPECT_EQ((*stats)["graph_fingerprint_ops_refused"], refused);
   EXPECT_EQ((*stats)["graph_replays_lost"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_ring_full"], 0);
   EXPECT_EQ((*stats)["graph_replays_skipped_shared"], 0);

@@ -150,7 +150,7 @@ def main() -> None:
         state = ctypes.c_int(7)  # ncclInProgress
         while revoked == 0 and state.value == 7:
             assert nccl.ncclCommGetAsyncError(comm, ctypes.byref(state)) == 0
-        assert state.value == 0, f"the revoked communicator's state: {state.value}"
+        assert revoked != 0 or state.value == 0, f"the revoked communicator's state: {state.value}"
     assert nccl.ncclCommDestroy(comm) == 0
     with open(f"{args.expect_dir}/expect.json", "w") as f:
         json.dump({"calls": calls, "library": nccl_path(), "replays": replays, "replay_count": m,

@@ -219,7 +219,9 @@ void fingerprintOperands(uint64_t token, CUstream stream, const std::vector<Oper
 struct DigestPlan {
   bool all_after = false;
   bool captured = false;  // the stream is being captured (or its status is unknown)
-  CUcontext current = nullptr;  // the thread's context when asked (the call does not change it)
+  // The thread's context when asked. The enqueues after the call take it as still current: the
+  // libraries whose calls are planned (cuBLAS, cuBLASLt) never change the caller's context.
+  CUcontext current = nullptr;
   // What the enqueues around the call need not ask again (Fingerprinter::enqueue).
   CUcontext knownUncaptured() const { return captured ? nullptr : current; }
 };

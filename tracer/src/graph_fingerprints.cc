@@ -966,7 +966,7 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
     plan.comm_seqs.clear();
     for (size_t i = 0; i < e.ops.size(); ++i) {
       const auto* c = std::get_if<db::Collective>(&e.ops[i]->op.detail);
-      if (c == nullptr) continue;
+      if (c == nullptr || e.ops[i]->refused) continue;  // a refused call is no call on it
       if (plan.comm_seqs.empty()) plan.comm_seqs.assign(e.ops.size(), db::kUnset);
       // The replay is the collective's next call on its communicator, on every rank alike.
       plan.comm_seqs[i] = Session::get().comms().nextSeqFor(c->comm_id, c->comm_rank);

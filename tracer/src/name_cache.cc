@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "detrace/tracer/lasting_thread_local.h"
 
@@ -18,12 +20,6 @@ struct LocalEntry {
 
 constexpr size_t kLocalEntries = 512;  // direct-mapped, per thread
 
-std::array<LocalEntry, kLocalEntries>& localEntries() {
-  struct Tag;
-  return lastingThreadLocal<std::array<LocalEntry, kLocalEntries>, Tag>();
-}
-thread_local uint64_t t_hits = 0;
-
 size_t slotOf(const char* p) {
   return static_cast<size_t>((reinterpret_cast<uintptr_t>(p) >> 3) * 0x9E3779B97F4A7C15ull >> 55) %
          kLocalEntries;
@@ -37,7 +33,22 @@ struct HandleEntry {
 };
 
 constexpr size_t kHandleEntries = 256;  // direct-mapped, per thread
-thread_local std::array<HandleEntry, kHandleEntries> t_handles;
+
+// A thread's caches (36 KiB): on the heap, made at its first lookup and freed with the thread,
+// not in static TLS, which every thread of the program pays for from its stack (a thread made
+// with a small stack could not start). Where they cannot be allocated, lookups go to the shared
+// map.
+struct ThreadCaches {
+  std::array<LocalEntry, kLocalEntries> local;
+  std::array<HandleEntry, kHandleEntries> handles;
+};
+ThreadCaches* threadCaches() noexcept {
+  struct Tag;
+  std::unique_ptr<ThreadCaches>& caches = lastingThreadLocal<std::unique_ptr<ThreadCaches>, Tag>();
+  if (!caches) caches.reset(new (std::nothrow) ThreadCaches);
+  return caches.get();
+}
+thread_local uint64_t t_hits = 0;
 
 size_t handleSlot(const void* h) {  // the top 8 bits of a multiplicative hash of every bit
   static_assert(kHandleEntries == 256);
@@ -54,7 +65,9 @@ void NameCache::forgetHandles() { handle_generation_.fetch_add(1, std::memory_or
 int64_t NameCache::lookupByHandle(const void* handle, const char* mangled, const Intern& intern) {
   if (handle == nullptr) return lookup(mangled, intern);
   const uint64_t generation = handle_generation_.load(std::memory_order_acquire);
-  HandleEntry& e = t_handles[handleSlot(handle)];
+  ThreadCaches* caches = threadCaches();
+  if (caches == nullptr) return lookup(mangled, intern);
+  HandleEntry& e = caches->handles[handleSlot(handle)];
   if (e.owner == owner_ && e.handle == handle && e.generation == generation) {
     ++t_hits;
     return e.id;
@@ -67,7 +80,9 @@ int64_t NameCache::lookupByHandle(const void* handle, const char* mangled, const
 uint64_t NameCache::localHits() { return t_hits; }
 
 int64_t NameCache::lookup(const char* mangled, const Intern& intern) {
-  LocalEntry& e = localEntries()[slotOf(mangled)];
+  ThreadCaches* caches = threadCaches();
+  LocalEntry spare;  // no cache on this thread: a lookup of the shared map every time
+  LocalEntry& e = caches != nullptr ? caches->local[slotOf(mangled)] : spare;
   if (e.owner == owner_ && e.ptr == mangled && std::strcmp(e.text.c_str(), mangled) == 0) {
     ++t_hits;
     return e.id;

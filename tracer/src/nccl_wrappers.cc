@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <memory>
+#include <new>
 #include <bitset>
 #include <cstring>
 #include <mutex>
@@ -426,8 +428,9 @@ std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& c
 // a send's or receive's buffer), for a group of many calls: each call then looks only at the
 // choices of its own buffers, in report order, instead of at all of them, which is quadratic in
 // the group's calls where NCCL reports them in another order than the calls' (a group's
-// collectives by size). Per thread, made on first need and never freed (settle() must not
-// allocate); rebuilt by each cursor that needs it.
+// collectives by size). Per thread, allocated on first need (24 KiB: kept out of static TLS,
+// which every thread of the program pays for from its stack) and freed with the thread; where
+// it cannot be allocated, the choices are looked through in order. Rebuilt by each cursor.
 struct ChoiceIndex {
   static constexpr uint16_t kNone = 0xffff;
   static constexpr size_t kBuckets = 2 * kMaxChoices;  // a power of two
@@ -452,9 +455,11 @@ struct ChoiceIndex {
     }
   }
 };
-ChoiceIndex& choiceIndex() {
+ChoiceIndex* choiceIndex() noexcept {
   struct Tag;
-  return lastingThreadLocal<ChoiceIndex, Tag>();
+  std::unique_ptr<ChoiceIndex>& index = lastingThreadLocal<std::unique_ptr<ChoiceIndex>, Tag>();
+  if (!index) index.reset(new (std::nothrow) ChoiceIndex);
+  return index.get();
 }
 
 // Hands each recorded call of a settle the first reported choice that fits it exactly (count or
@@ -466,7 +471,9 @@ struct ChoiceCursor {
   bool indexed = false;
   const NcclChoice* next(const Pending& call) {
     const std::vector<NcclChoice>& choices = reportedChoices();
-    if (choices.size() > kLinear) return nextIndexed(call, choices);
+    if (choices.size() > kLinear) {
+      if (ChoiceIndex* index = choiceIndex()) return nextIndexed(call, choices, *index);
+    }
     while (first_free < choices.size() && used[first_free]) ++first_free;
     for (bool strict : {true, false}) {
       for (size_t i = first_free; i < choices.size(); ++i) {
@@ -477,8 +484,8 @@ struct ChoiceCursor {
     }
     return nullptr;
   }
-  const NcclChoice* nextIndexed(const Pending& call, const std::vector<NcclChoice>& choices) {
-    ChoiceIndex& index = choiceIndex();
+  const NcclChoice* nextIndexed(const Pending& call, const std::vector<NcclChoice>& choices,
+                                ChoiceIndex& index) {
     if (!indexed) index.build(choices);
     indexed = true;
     uint16_t& first = index.head[ChoiceIndex::bucketOf(call)];
@@ -1073,10 +1080,16 @@ DETRACE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   DETRACE_REAL(ncclCommRevoke);
   auto fn = real.get();
   if (fn == nullptr) return missing("ncclCommRevoke");
+  if (revokeFlags != 0) return fn(comm, revokeFlags);  // refused by NCCL (flags are reserved)
+  // Before the real call: once it returns, another thread asking NCCL may hear the communicator
+  // is quiet and take the stopped calls' outputs.
   const size_t stopped = settleInProgress(comm, /*outputs=*/false);
-  Session::get().addStat("nccl_comms_revoked", 1);
-  Session::get().addStat("nccl_calls_revoked", static_cast<int64_t>(stopped));
-  return fn(comm, revokeFlags);
+  const ncclResult_t r = fn(comm, revokeFlags);
+  if (r == ncclSuccess || r == ncclInProgress) {  // not one NCCL refused (revoked already)
+    Session::get().addStat("nccl_comms_revoked", 1);
+    Session::get().addStat("nccl_calls_revoked", static_cast<int64_t>(stopped));
+  }
+  return r;
 }
 
 DETRACE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {

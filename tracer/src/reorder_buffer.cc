@@ -867,7 +867,7 @@ static GraphPlacement placeGraphOps(const GraphOpTemplates& ops, const std::vect
   for (size_t i = 0; i < ops.size(); ++i) {
     anchor[i] = total + std::max(ops[i].own_before, 0);
     total = anchor[i] + std::max(ops[i].own_after, 0);
-    if (!by_node[i]) ++p.by_count;
+    if (!by_node[i] && !ops[i].refused) ++p.by_count;  // a refused op is placed, never written
   }
   size_t own = 0, next = 0;  // own kernels started so far; the next op to place
   int64_t counted = -1;      // the last op placed by counting, while it may own records
