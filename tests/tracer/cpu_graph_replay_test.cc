@@ -209,6 +209,34 @@ TEST(GraphReplay, ACallRefusedWhileCapturedIsNeverWrittenAndKeepsTheOthersInPlac
   EXPECT_EQ(rb.stats().graph_ops, 2);
 }
 
+// A graph launch whose API call failed: no record comes, the launch is written as it is, and none
+// of the ops its graph would have replayed is (nothing ran); on_written hears kSeqDiscarded for
+// each, so that nothing waits for their fingerprints.
+TEST(GraphReplay, AFailedGraphLaunchWritesNoReplayedOps) {
+  g_written.clear();
+  FakeSink sink;
+  ReorderOptions o;
+  o.on_written = noteWritten;
+  ReorderBuffer rb(sink, o);
+  auto ops = std::make_shared<GraphOpTemplates>(
+      GraphOpTemplates{capturedGemm(8, 0, 2, 1), capturedGemm(16, 0, 2, 1)});
+  const uint64_t failed = rb.addLaunch(graphLaunch(1, 10, ops, 12, 0));
+  rb.launchFailed(failed);
+  const uint64_t ok = rb.addLaunch(graphLaunch(2, 20, ops, 12, 1));
+  for (const Activity& a : oneReplay(2, 1000)) rb.addActivity(a);
+  rb.flush();
+  int gemms = 0;
+  for (const auto& r : sink.rows) gemms += r.gemm.has_value();
+  EXPECT_EQ(gemms, 2) << "only the launch that ran replayed its GEMMs";
+  ASSERT_EQ(sink.graph_ops.size(), 2u);
+  for (const db::GraphOp& g : sink.graph_ops) EXPECT_EQ(g.replay, 1);
+  std::map<uint64_t, int64_t> written(g_written.begin(), g_written.end());
+  EXPECT_EQ(written[failed + 1], kSeqDiscarded);
+  EXPECT_EQ(written[failed + 2], kSeqDiscarded);
+  EXPECT_GE(written[ok + 1], 0);
+  EXPECT_EQ(rb.stats().failed_launches, 1);
+}
+
 TEST(GraphReplay, OwnKernelsAreNeverWrittenAndCountTowardsAnUnknownSize) {
   FakeSink sink;
   ReorderOptions o;

@@ -753,17 +753,19 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
 }
 
 // cuGraphExecUpdate (and the runtime's, which calls it): the executable graph gets another graph's
-// nodes, whose captured digests it would then share with that graph's own executable graph.
+// nodes, whose captured digests it would then share with that graph's own executable graph. Only
+// an update that took place counts (a refused one leaves the executable graph as it was), and no
+// launch of it can come between the call's start and its end (CUDA's rules on one graph object).
 void onGraphExecUpdate(const CUpti_CallbackData* cb) {
-  if (cb->functionParams == nullptr) return;
+  if (cb->functionParams == nullptr || cb->callbackSite != CUPTI_API_EXIT || cb->functionReturnValue == nullptr ||
+      *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
+    return;
+  }
   // Both versions' parameters begin with hGraphExec, hGraph.
   const auto* p = static_cast<const cuGraphExecUpdate_v2_params*>(cb->functionParams);
   const auto exec = reinterpret_cast<uint64_t>(p->hGraphExec);
-  if (cb->callbackSite == CUPTI_API_ENTER) {
-    Fingerprinter::get().noteExecUpdated(exec, p->hGraph);
-  } else if (cb->functionReturnValue && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
-    g_graph_records.updated(exec);
-  }
+  Fingerprinter::get().noteExecUpdated(exec, p->hGraph);
+  g_graph_records.updated(exec);
 }
 
 // cuGraphNodeSetEnabled (and the runtime's, which calls it): a disabled kernel, memcpy or memset

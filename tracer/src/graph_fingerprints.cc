@@ -324,6 +324,9 @@ bool State::captureLocked(uint64_t token, CUcontext ctx, CUstream stream,
       captured_order.pop_front();
     }
     template_seqs.expect(token);
+    // Its call may have been written already (placement by launch callbacks writes a complete
+    // op at the next drain, which may come before the capture of its digests after the call).
+    if (const int64_t seq = seqs.get(token); seq != db::kUnset) template_seqs.put(token, seq);
     t_has_captured = true;
     ++graph_ops_captured;
   }

@@ -154,7 +154,7 @@ struct Call {
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
 void followLate(ncclComm_t comm) noexcept;
-size_t settleInProgress(ncclComm_t comm, bool outputs) noexcept;
+size_t settleInProgress(ncclComm_t comm, bool outputs, bool failed = false) noexcept;
 
 // The reduction of a call: NCCL's built-in operators as they are; a custom one as what the
 // program made it (ncclRedOpCreatePreMulSum), with the scalar NCCL took from the host; one whose
@@ -525,7 +525,7 @@ void deferInProgress() noexcept {
 
 // NCCL says `comm` is ready (or failed: no outputs then), or a new call on it begins: completes its
 // calls that returned ncclInProgress.
-size_t settleInProgress(ncclComm_t comm, bool outputs) noexcept {
+size_t settleInProgress(ncclComm_t comm, bool outputs, bool failed) noexcept {
   InProgressCalls& all = inProgress();
   if (all.count.load(std::memory_order_acquire) == 0) return 0;
   std::vector<InProgress> ready;
@@ -539,7 +539,10 @@ size_t settleInProgress(ncclComm_t comm, bool outputs) noexcept {
   } catch (...) {
     return 0;
   }
-  for (const InProgress& c : ready) complete(c.call, c.has_choice ? &c.choice : nullptr, outputs);
+  for (const InProgress& c : ready) {
+    if (failed) Fingerprinter::get().refuseCaptured(c.call.token);  // NCCL says it never ran
+    complete(c.call, c.has_choice ? &c.choice : nullptr, outputs);
+  }
   return ready.size();
 }
 
@@ -579,6 +582,8 @@ void discardSimulated() noexcept {
     for (auto it = groupSeqs().rbegin(); it != groupSeqs().rend(); ++it) {
       (void)Session::get().comms().returnSeq(it->first, it->second);
     }
+    // Captured into a graph, their input digests are in it: its replays must not say they ran.
+    for (const Pending& p : pendingCalls()) Fingerprinter::get().refuseCaptured(p.token);
     if (ReorderBuffer* buffer = Session::get().startedBuffer()) {  // a stop may have come since
       // The calls past kMaxGroupCalls were written complete when recorded: in the trace as if
       // they had run, as a held call written before the end.
@@ -1116,7 +1121,8 @@ DETRACE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
   if (fn == nullptr) return missing("ncclCommGetAsyncError");
   const ncclResult_t r = fn(comm, asyncError);
   if (r == ncclSuccess && asyncError != nullptr && *asyncError != ncclInProgress) {
-    settleInProgress(comm, /*outputs=*/*asyncError == ncclSuccess);
+    const bool ok = *asyncError == ncclSuccess;
+    settleInProgress(comm, /*outputs=*/ok, /*failed=*/!ok);
   }
   return r;
 }

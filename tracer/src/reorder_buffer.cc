@@ -191,6 +191,7 @@ void ReorderBuffer::takeCellLocked(Cell& cell, uint64_t token) {
   if (cell.failed) {
     ++stats_.failed_launches;
     slot.state = State::kComplete;
+    slot.failed = true;
   }
   pushLocked(std::move(slot));
 }
@@ -254,6 +255,7 @@ void ReorderBuffer::launchFailed(uint64_t token) {
   if (slot == nullptr) return;
   ++stats_.failed_launches;
   slot->state = State::kComplete;
+  slot->failed = true;
   drainLocked();
 }
 
@@ -950,7 +952,7 @@ std::optional<int64_t> ReorderBuffer::writeGraphOpLocked(const Slot& slot, size_
                                                          int64_t gpu_end) {
   const GraphOpTemplate& t = (*slot.launch.graph_ops)[i];
   const uint64_t token = slot.token + 1 + i;
-  if (t.refused) {  // a call its library refused: nothing of it ran
+  if (t.refused || slot.failed) {  // a call its library refused, or a launch that failed: nothing ran
     rememberSeqLocked(token, std::nullopt);
     if (options_.on_written) options_.on_written(token, kSeqDiscarded);
     return std::nullopt;

@@ -336,6 +336,7 @@ class ReorderBuffer {
     int64_t received = 0;             // graphs: records that arrived (kept, dropped or own)
     std::optional<LibraryOp> op;
     bool graph_forgotten = false;  // its graph was destroyed while it waited: learns no count
+    bool failed = false;           // its API call failed: nothing of it ran
     uint64_t place = 0;  // placement: where it goes among the records (placeSlotLocked)
   };
   enum class Reason { kComplete, kTimeout, kFlush, kOverflow };
