@@ -93,7 +93,7 @@ constexpr ColumnDef kCollectives[] = {
      "stat nccl_comms_unfollowed counts them)"},
     {"comm_rank", "INTEGER", "", "This process's rank in the communicator"},
     {"comm_nranks", "INTEGER", "", "Ranks in the communicator"},
-    {"comm_seq", "INTEGER", "", "Per-communicator sequence number of the call"},
+    {"comm_seq", "INTEGER", "", "Per-communicator sequence number of the call, equal on every rank: collectives are numbered in call order; a send or receive among the messages between the same two ranks in the same direction (the n-th send from rank S to rank R and R's n-th receive from S carry n), so that ranks making different numbers of them (pipeline stages) still number the collectives alike"},
     {"algo", "INTEGER", "", "strings.id of the NCCL algorithm (Ring, Tree, ...), from the profiler "
                             "plugin; NULL where NCCL reported none (also every call where NCCL "
                             "never loaded the plugin: the stat nccl_profiler_inits is then 0)"},

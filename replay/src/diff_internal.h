@@ -62,8 +62,11 @@ void describeFirst(const RankOps& a, const RankOps& b, const DeepDiff* deep, Ran
 
 // --- diff_propagate.cc
 
-// A collective across ranks: (communicator, its sequence number there).
+// A collective across ranks: (communicator, its sequence number there). A send or receive is
+// numbered per peer and direction (the n-th send from rank S to rank R is R's n-th receive from
+// S): its first member is then the communicator's id mixed with S and R, the same on both sides.
 using CollectiveId = std::pair<int64_t, int64_t>;
+CollectiveId collectiveIdOf(const db::Collective& c);
 
 // Collectives as runs of consecutive sequence numbers of one communicator, in the order added: a
 // rank's differing collectives of one status are mostly one run per communicator, however long the

@@ -8,6 +8,20 @@
 
 namespace detrace::replay {
 
+CollectiveId collectiveIdOf(const db::Collective& c) {
+  const bool send = c.op == db::CollOp::kSend;
+  if (!send && c.op != db::CollOp::kRecv) return {c.comm_id, c.comm_seq};
+  const int64_t from = send ? c.comm_rank : c.peer, to = send ? c.peer : c.comm_rank;
+  // A 63-bit mix of (communicator, sender, receiver), apart from any communicator's own id (a
+  // 63-bit hash itself: equal to one by chance only).
+  uint64_t h = static_cast<uint64_t>(c.comm_id) ^ 0x7032702d6c616e65ull;  // "p2p-lane"
+  for (const int64_t v : {from, to}) {
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  }
+  return {static_cast<int64_t>(h & 0x7fffffffffffffffull), c.comm_seq};
+}
+
 void CollectiveRuns::add(const CollectiveId& id) {
   auto it = last_.find(id.first);
   if (it != last_.end() && runs_[it->second].last + 1 == id.second) {

@@ -339,7 +339,7 @@ class RankDiffer {
     const OpRecord* oa = a().at(d.a);
     const db::Collective* c = oa != nullptr ? a().collective(*oa) : nullptr;
     if (c != nullptr) {
-      CollectiveId id{c->comm_id, c->comm_seq};
+      const CollectiveId id = collectiveIdOf(*c);
       if (d.status == PairStatus::kPropagated) scratch_.propagated.add(id);
       if (d.status == PairStatus::kNondeterministic) {
         scratch_.nondeterministic.add(id);
@@ -373,7 +373,7 @@ class RankDiffer {
     pending_describe_ = true;
     scratch_.first_is_collective = oa != nullptr && oa->kind() == db::EventKind::kCollective;
     if (const db::Collective* c = oa != nullptr ? a().collective(*oa) : nullptr) {
-      scratch_.first_id = {c->comm_id, c->comm_seq};
+      scratch_.first_id = collectiveIdOf(*c);
     }
   }
 

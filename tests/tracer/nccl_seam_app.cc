@@ -190,6 +190,16 @@ int main(int argc, char** argv) {
     CHECK(ncclCommInitRank(&g_exit_comm, 4, exit_id, rank));
     std::atexit(allReduceAtExit);
   }
+  // NCCL_SEAM_PIPELINE=1: the world as a pipeline of 4 stages (rank r receives 3 messages from
+  // r - 1 and sends 3 to r + 1: the first and last stages make half as many calls as the others),
+  // then an all-reduce of 41 on it, which every rank must number alike.
+  if (const char* v = std::getenv("NCCL_SEAM_PIPELINE"); v != nullptr && v[0] == '1') {
+    for (int m = 0; m < 3; ++m) {
+      if (rank > 0) CHECK(ncclRecv(buf + 8 * m, 4, ncclFloat16, rank - 1, comm, stream));
+      if (rank < 3) CHECK(ncclSend(buf + 8 * m + 32, 4, ncclFloat16, rank + 1, comm, stream));
+    }
+    CHECK(ncclAllReduce(buf, buf + 8, 41, ncclFloat32, ncclSum, comm, stream));
+  }
   CHECK(ncclCommDestroy(comm));
   std::printf("nccl_seam_app: rank %d done\n", rank);
   return 0;

@@ -22,7 +22,7 @@ int64_t CommRegistry::idFromUniqueId(std::span<const uint8_t> unique_id) {
 void CommRegistry::add(const void* comm, CommInfo info) {
   std::lock_guard lk(mu_);
   if (comms_.size() >= kMaxComms && !comms_.count(comm)) return;
-  comms_[comm] = Entry{info, 0, 0, 0};
+  comms_[comm] = Entry{info, 0, 0, 0, {}};
 }
 
 CommRegistry::Parent CommRegistry::parentLocked(const void* parent, int64_t Entry::*count) {
@@ -77,10 +77,19 @@ std::optional<CommInfo> CommRegistry::find(const void* comm) const {
   return it->second.info;
 }
 
-int64_t CommRegistry::nextSeq(const void* comm) {
+int64_t* CommRegistry::counterLocked(Entry& e, int64_t lane) {
+  if (lane == kCollectives) return &e.seq;
+  if (auto it = e.p2p.find(lane); it != e.p2p.end()) return &it->second;
+  if (e.p2p.size() >= kMaxLanes) return nullptr;
+  return &e.p2p.emplace(lane, 0).first->second;
+}
+
+int64_t CommRegistry::nextSeq(const void* comm, int64_t lane) {
   std::lock_guard lk(mu_);
   auto it = comms_.find(comm);
-  return it == comms_.end() ? -1 : it->second.seq++;
+  if (it == comms_.end()) return -1;
+  int64_t* next = counterLocked(it->second, lane);
+  return next == nullptr ? -1 : (*next)++;
 }
 
 void CommRegistry::setDevice(const void* comm, int32_t device) {
@@ -88,18 +97,22 @@ void CommRegistry::setDevice(const void* comm, int32_t device) {
   if (auto it = comms_.find(comm); it != comms_.end()) it->second.info.device = device;
 }
 
-bool CommRegistry::returnSeq(const void* comm, int64_t seq) {
+bool CommRegistry::returnSeq(const void* comm, int64_t seq, int64_t lane) {
   std::lock_guard lk(mu_);
   auto it = comms_.find(comm);
-  if (it == comms_.end() || seq < 0 || it->second.seq != seq + 1) return false;
-  it->second.seq = seq;
+  if (it == comms_.end() || seq < 0) return false;
+  int64_t* next = counterLocked(it->second, lane);
+  if (next == nullptr || *next != seq + 1) return false;
+  *next = seq;
   return true;
 }
 
-int64_t CommRegistry::nextSeqFor(int64_t id, int32_t rank) {
+int64_t CommRegistry::nextSeqFor(int64_t id, int32_t rank, int64_t lane) {
   std::lock_guard lk(mu_);
   for (auto& [comm, e] : comms_) {
-    if (e.info.id == id && e.info.rank == rank) return e.seq++;
+    if (e.info.id != id || e.info.rank != rank) continue;
+    int64_t* next = counterLocked(e, lane);
+    return next == nullptr ? -1 : (*next)++;
   }
   return -1;
 }

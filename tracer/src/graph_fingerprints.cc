@@ -972,7 +972,10 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
       if (c == nullptr || e.ops[i]->refused) continue;  // a refused call is no call on it
       if (plan.comm_seqs.empty()) plan.comm_seqs.assign(e.ops.size(), db::kUnset);
       // The replay is the collective's next call on its communicator, on every rank alike.
-      plan.comm_seqs[i] = Session::get().comms().nextSeqFor(c->comm_id, c->comm_rank);
+      const int64_t lane = c->op == db::CollOp::kSend   ? CommRegistry::p2pLane(true, c->peer)
+                           : c->op == db::CollOp::kRecv ? CommRegistry::p2pLane(false, c->peer)
+                                                        : CommRegistry::kCollectives;
+      plan.comm_seqs[i] = Session::get().comms().nextSeqFor(c->comm_id, c->comm_rank, lane);
     }
     return true;
   } catch (...) {

@@ -96,11 +96,18 @@ std::vector<Pending>& pendingCalls() {
   struct Tag;
   return lastingThreadLocal<std::vector<Pending>, Tag>();
 }
+// A communicator sequence number taken, in its lane (CommRegistry: the collectives', or one
+// peer's sends or receives).
+struct TakenSeq {
+  ncclComm_t comm;
+  int64_t seq;
+  int64_t lane;
+};
 // The communicator sequence numbers taken inside this thread's open group, recorded calls or not
 // (given back if the group is only simulated).
-std::vector<std::pair<ncclComm_t, int64_t>>& groupSeqs() {
+std::vector<TakenSeq>& groupSeqs() {
   struct Tag;
-  return lastingThreadLocal<std::vector<std::pair<ncclComm_t, int64_t>>, Tag>();
+  return lastingThreadLocal<std::vector<TakenSeq>, Tag>();
 }
 std::vector<NcclChoice>& reportedChoices() {
   struct Tag;
@@ -115,6 +122,7 @@ std::atomic<int64_t> g_next_group{0};
 // back (nor, then, are the held calls' numbers on that communicator: returnSeq refuses them).
 struct SeqRun {
   ncclComm_t comm;
+  int64_t lane;
   int64_t first, last;
   bool broken;
 };
@@ -122,7 +130,8 @@ std::vector<SeqRun>& groupSeqRuns() {
   struct Tag;
   return lastingThreadLocal<std::vector<SeqRun>, Tag>();
 }
-constexpr size_t kMaxSeqRuns = 64;  // communicators of one group
+constexpr size_t kMaxSeqRuns = 64;  // communicators (and peers' lanes) of one group
+
 // The group's calls past kMaxGroupCalls that were recorded (complete at once: a simulated end
 // cannot discard them).
 thread_local int64_t t_group_unheld_recorded = 0;
@@ -150,6 +159,13 @@ struct Call {
   ncclComm_t comm;
   cudaStream_t stream;
 };
+// The numbering a call takes: a send's or receive's is its peer's lane, so that ranks that make
+// different numbers of them (pipeline stages) still agree on every collective's number.
+int64_t laneOf(const Call& c) {
+  if (c.op == db::CollOp::kSend) return CommRegistry::p2pLane(true, c.peer);
+  if (c.op == db::CollOp::kRecv) return CommRegistry::p2pLane(false, c.peer);
+  return CommRegistry::kCollectives;
+}
 
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
@@ -205,15 +221,15 @@ bool heldForGroupEnd() noexcept {
 }
 
 // A number taken by a call past kMaxGroupCalls (see groupSeqRuns()).
-void notePastCapSeq(ncclComm_t comm, int64_t seq) noexcept {
+void notePastCapSeq(ncclComm_t comm, int64_t lane, int64_t seq) noexcept {
   try {
     for (SeqRun& r : groupSeqRuns()) {
-      if (r.comm != comm) continue;
+      if (r.comm != comm || r.lane != lane) continue;
       if (seq != r.last + 1) r.broken = true;
       r.last = seq;
       return;
     }
-    if (groupSeqRuns().size() < kMaxSeqRuns) groupSeqRuns().push_back({comm, seq, seq, false});
+    if (groupSeqRuns().size() < kMaxSeqRuns) groupSeqRuns().push_back({comm, lane, seq, seq, false});
   } catch (...) {
   }
 }
@@ -249,16 +265,17 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   settleInProgress(c.comm, /*outputs=*/true);  // NCCL has made its calls by now (its rules)
   const bool held = heldForGroupEnd();
   int64_t seq = db::kUnset;
+  const int64_t lane = laneOf(c);
   try {
     if (Session::get().enabled()) {
       followLate(c.comm);
-      seq = Session::get().comms().nextSeq(c.comm);
+      seq = Session::get().comms().nextSeq(c.comm, lane);
     }
     if (t_group_depth > 0 && seq >= 0) {
       if (held) {
-        groupSeqs().emplace_back(c.comm, seq);
+        groupSeqs().push_back({c.comm, seq, lane});
       } else {
-        notePastCapSeq(c.comm, seq);
+        notePastCapSeq(c.comm, lane, seq);
       }
     }
     if (seq == 0) resolveDevice(c.comm);
@@ -576,11 +593,11 @@ void discardSimulated() noexcept {
     for (const SeqRun& r : groupSeqRuns()) {  // the calls past kMaxGroupCalls took the newest
       if (r.broken) continue;
       for (int64_t seq = r.last; seq >= r.first; --seq) {
-        if (!Session::get().comms().returnSeq(r.comm, seq)) break;
+        if (!Session::get().comms().returnSeq(r.comm, seq, r.lane)) break;
       }
     }
     for (auto it = groupSeqs().rbegin(); it != groupSeqs().rend(); ++it) {
-      (void)Session::get().comms().returnSeq(it->first, it->second);
+      (void)Session::get().comms().returnSeq(it->comm, it->seq, it->lane);
     }
     // Captured into a graph, their input digests are in it: its replays must not say they ran.
     for (const Pending& p : pendingCalls()) Fingerprinter::get().refuseCaptured(p.token);

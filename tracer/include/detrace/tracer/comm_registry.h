@@ -5,8 +5,11 @@
 // ncclCommInitRankScalable's several roots); for ncclCommSplit, a hash of the parent's id, the
 // parent's split count (splits are collective, so every rank counts the same) and the color; for
 // ncclCommShrink, a hash of the parent's id, its shrink count (counted apart: the excluded ranks
-// do not call it) and the excluded ranks. Each communicator also counts its calls (comm_seq), so
-// the n-th collective on a communicator can be matched across ranks.
+// do not call it) and the excluded ranks. Each communicator also numbers its calls (comm_seq), so
+// that one call can be matched across ranks: its collectives in call order (every rank makes
+// them all), and its sends and receives apart, per peer and direction (the n-th send to rank P is
+// matched by P's n-th receive from this rank; ranks make different numbers of them, as the stages
+// of a pipeline do, and they must not move the collectives' numbers).
 //
 // Thread-safety: all methods may be called from any thread. Bounded: at most kMaxComms entries;
 // later communicators are not tracked (lookups return nullopt and the caller records -1s).
@@ -48,27 +51,34 @@ class CommRegistry {
   CommInfo deriveShrink(const void* parent, std::span<const int32_t> excluded);
   void remove(const void* comm);
   std::optional<CommInfo> find(const void* comm) const;
-  // The next per-communicator sequence number (0, 1, ...), or -1 for an unknown communicator.
-  int64_t nextSeq(const void* comm);
+  // Which numbering a call takes (its lane): the collectives', or one peer's sends or receives.
+  static constexpr int64_t kCollectives = -1;
+  static constexpr int64_t p2pLane(bool send, int32_t peer) { return 2 * int64_t{peer} + (send ? 0 : 1); }
+  // The next sequence number (0, 1, ...) of `lane` on `comm`, or -1 for an unknown communicator
+  // (or one with more point-to-point lanes than kMaxLanes).
+  int64_t nextSeq(const void* comm, int64_t lane = kCollectives);
   // Sets the device of a registered communicator (one registered before NCCL could say it).
   void setDevice(const void* comm, int32_t device);
   // Gives back `seq`, taken by a call that never ran (an NCCL group only simulated), if it is the
   // last one taken on `comm`: the next call takes it again. Calls given back newest first undo a
   // group's numbers; false (nothing changed) if a later number was taken meanwhile.
-  bool returnSeq(const void* comm, int64_t seq);
-  // The same for the communicator known by its id and this process's rank in it (a CUDA graph
-  // replaying a captured collective: the handle is not at hand), or -1 if none is registered.
-  int64_t nextSeqFor(int64_t id, int32_t rank);
+  bool returnSeq(const void* comm, int64_t seq, int64_t lane = kCollectives);
+  // nextSeq for the communicator known by its id and this process's rank in it (a CUDA graph
+  // replaying a captured call: the handle is not at hand), or -1 if none is registered.
+  int64_t nextSeqFor(int64_t id, int32_t rank, int64_t lane = kCollectives);
   // The communicator with the most ranks: it defines this process's rank and world size.
   std::optional<CommInfo> widest() const;
 
  private:
+  static constexpr size_t kMaxLanes = 1 << 16;  // point-to-point lanes per communicator
   struct Entry {
     CommInfo info;
-    int64_t seq = 0;
+    int64_t seq = 0;  // the collectives' next number
     int64_t splits = 0;
     int64_t shrinks = 0;
+    std::unordered_map<int64_t, int64_t> p2p;  // lane -> its next number
   };
+  static int64_t* counterLocked(Entry& e, int64_t lane);
   // A parent communicator as a derived one needs it: its id (-1: unknown), how many communicators
   // were derived from it before this one (Entry::splits or Entry::shrinks, counted up) and its
   // device.
