@@ -640,6 +640,32 @@ TEST(RecordSeam, DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests) {
   }
 }
 
+// The same at a group's end: a default-stream call made with its communicator's device current,
+// in a group ended with another device current, gets no output digests either (they would run at
+// the end, in the current context); with the device unchanged, it keeps them.
+TEST(RecordSeam, AGroupEndedOnAnotherDeviceTakesNoDefaultStreamOutputDigests) {
+  TempDir tmp;
+  for (bool switched : {true, false}) {
+    SCOPED_TRACE(switched ? "ended on device 0" : "not switched");
+    const std::string run = tmp.file(switched ? "switched" : "kept");
+    Output o = sh(fmt::format(
+        "NCCL_SEAM_GROUP_SWITCH={} FAKE_CUDA_CURRENT_DEVICE=2 {} record -o {} -- /bin/sh -c "
+        "'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec {}/tests/nccl_seam_app 2'",
+        switched ? 1 : 0, detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto reader = testing::openOnlyRank(run);
+    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+    auto colls = (*reader)->collectives();
+    ASSERT_TRUE(colls.isOk());
+    int of_43 = 0;
+    for (const auto& [seq, c] : *colls) of_43 += c.count == 43;
+    EXPECT_EQ(of_43, switched ? 1 : 0);
+    auto stats = (*reader)->stats();
+    ASSERT_TRUE(stats.isOk());
+    EXPECT_EQ((*stats)["nccl_fingerprints_skipped_other_device"], switched ? 1 : 0);
+  }
+}
+
 // NCCL reports its algorithm, protocol and channels only through the profiler plugin it loads.
 // Where it loaded none (an NCCL before 2.28 has no API v5; here the user's NCCL_PROFILER_PLUGIN,
 // which wins over detrace's, names a library that does not exist), the trace says how often it was

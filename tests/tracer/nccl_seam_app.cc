@@ -190,6 +190,16 @@ int main(int argc, char** argv) {
     CHECK(ncclCommInitRank(&g_exit_comm, 4, exit_id, rank));
     std::atexit(allReduceAtExit);
   }
+  // NCCL_SEAM_GROUP_SWITCH=1 (as rank 2, device 2 current at first): a group of one all-reduce of
+  // 43 on the default stream, made with the communicator's device current, ended with device 0
+  // current (torch.cuda.nccl's groups set each device for its call and restore the first one).
+  if (const char* v = std::getenv("NCCL_SEAM_GROUP_SWITCH"); v != nullptr && v[0] == '1') {
+    CHECK(ncclGroupStart());
+    CHECK(ncclAllReduce(buf, buf + 8, 43, ncclFloat32, ncclSum, comm, nullptr));
+    setenv("FAKE_CUDA_CURRENT_DEVICE", "0", 1);  // the stand-in driver's current device
+    CHECK(ncclGroupEnd());
+    setenv("FAKE_CUDA_CURRENT_DEVICE", "2", 1);
+  }
   // NCCL_SEAM_PIPELINE=1: the world as a pipeline of 4 stages (rank r receives 3 messages from
   // r - 1 and sends 3 to r + 1: the first and last stages make half as many calls as the others),
   // then an all-reduce of 41 on it, which every rank must number alike.

@@ -90,6 +90,7 @@ struct Pending {
   const void* recv;
   size_t count;      // as passed (NCCL reports it back)
   int peer;          // Send/Recv: the peer (NCCL reports it back)
+  int device = -1;   // on the default stream: its communicator's device (-1: unknown)
 };
 // This thread's (lasting_thread_local.h: also from exit handlers, after its thread_locals died).
 std::vector<Pending>& pendingCalls() {
@@ -239,6 +240,9 @@ void holdPending(const Call& c, uint64_t token, const std::vector<OperandSpec>& 
   try {
     Pending p{token, c.op == db::CollOp::kSend || c.op == db::CollOp::kRecv,
               reinterpret_cast<CUstream>(c.stream), {}, c.comm, c.send, c.recv, c.count, c.peer};
+    if (p.stream == nullptr || p.stream == CU_STREAM_LEGACY || p.stream == CU_STREAM_PER_THREAD) {
+      if (auto info = Session::get().comms().find(c.comm)) p.device = info->device;
+    }
     for (const OperandSpec& s : specs) {
       if (s.role != db::OperandRole::kInput) p.outputs.push_back(s);
     }
@@ -342,6 +346,13 @@ void onChoice(const NcclChoice& choice) noexcept {
 // NCCL's algorithm, protocol and channels where the plugin reported them.
 void complete(const Pending& p, const NcclChoice* choice, bool outputs) noexcept {
   try {
+    // On the default stream the output digests run in the context current here: at a group's end,
+    // or on the thread that heard a non-blocking call was made, which may be another device's
+    // (torch.cuda.nccl's groups switch devices per call and back before the end).
+    if (outputs && !p.outputs.empty() && !digestsRunOnCommDevice(reinterpret_cast<cudaStream_t>(p.stream), p.device)) {
+      Session::get().addStat("nccl_fingerprints_skipped_other_device", 1);
+      outputs = false;
+    }
     if (outputs) fingerprintOperands(p.token, p.stream, p.outputs, /*inputs=*/false);
     // started*(), not buffer()/writer(): a call recorded while capturing is completed even when a
     // stop came during it (the stop's drain waits for it; buffer() is null once capturing stops).
@@ -670,6 +681,9 @@ int commDevice(ncclComm_t comm) {
 void registerComm(ncclComm_t comm, int64_t id, int rank, int nranks) {
   try {
     if (!Session::get().enabled() || comm == nullptr) return;
+    // A call deferred on a communicator of this address that another thread destroyed or aborted
+    // just before the deferral was noted is not this one's: completed without outputs.
+    settleInProgress(comm, /*outputs=*/false);
     Session::get().comms().add(comm, CommInfo{id, rank, nranks, -1});
     if (Session::get().buffer() != nullptr) Session::get().updateRank();
   } catch (...) {
@@ -697,6 +711,7 @@ void resolveDevice(ncclComm_t comm) noexcept {
 void registerDerivedComm(ncclComm_t nc, CommInfo info) noexcept {
   try {
     if (nc == nullptr || !Session::get().enabled()) return;
+    settleInProgress(nc, /*outputs=*/false);  // as in registerComm
     static RealFn<decltype(&ncclCommUserRank)> user_rank("ncclCommUserRank", kNccl);
     static RealFn<decltype(&ncclCommCount)> count("ncclCommCount", kNccl);
     if (user_rank.get() && count.get()) {
