@@ -640,7 +640,26 @@ TEST(RecordSeam, DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests) {
   }
 }
 
-// The same at a group's end: a default-stream call made with its communicator's device current,
+// nccl_seam_app recorded by `command` (a `detrace record -o run ...` line): how many collectives
+// of `count` elements the trace holds, and its stats.
+struct SeamTrace {
+  int calls_of_count = 0;
+  std::map<std::string, int64_t> stats;
+};
+void recordSeamApp(const std::string& command, const std::string& run, int64_t count, SeamTrace& out) {
+  Output o = sh(command);
+  ASSERT_EQ(o.status, 0) << o.out;
+  auto reader = testing::openOnlyRank(run);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
+  auto colls = (*reader)->collectives();
+  ASSERT_TRUE(colls.isOk());
+  for (const auto& [seq, c] : *colls) out.calls_of_count += c.count == count;
+  auto stats = (*reader)->stats();
+  ASSERT_TRUE(stats.isOk());
+  out.stats = *stats;
+}
+
+// As in DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests, at a group's end: a default-stream call made with its communicator's device current,
 // in a group ended with another device current, gets no output digests either (they would run at
 // the end, in the current context); with the device unchanged, it keeps them.
 TEST(RecordSeam, AGroupEndedOnAnotherDeviceTakesNoDefaultStreamOutputDigests) {
@@ -648,21 +667,14 @@ TEST(RecordSeam, AGroupEndedOnAnotherDeviceTakesNoDefaultStreamOutputDigests) {
   for (bool switched : {true, false}) {
     SCOPED_TRACE(switched ? "ended on device 0" : "not switched");
     const std::string run = tmp.file(switched ? "switched" : "kept");
-    Output o = sh(fmt::format(
-        "NCCL_SEAM_GROUP_SWITCH={} FAKE_CUDA_CURRENT_DEVICE=2 {} record -o {} -- /bin/sh -c "
-        "'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec {}/tests/nccl_seam_app 2'",
-        switched ? 1 : 0, detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR));
-    ASSERT_EQ(o.status, 0) << o.out;
-    auto reader = testing::openOnlyRank(run);
-    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
-    auto colls = (*reader)->collectives();
-    ASSERT_TRUE(colls.isOk());
-    int of_43 = 0;
-    for (const auto& [seq, c] : *colls) of_43 += c.count == 43;
-    EXPECT_EQ(of_43, switched ? 1 : 0);
-    auto stats = (*reader)->stats();
-    ASSERT_TRUE(stats.isOk());
-    EXPECT_EQ((*stats)["nccl_fingerprints_skipped_other_device"], switched ? 1 : 0);
+    SeamTrace t;
+    ASSERT_NO_FATAL_FAILURE(recordSeamApp(
+        fmt::format("NCCL_SEAM_GROUP_SWITCH={} FAKE_CUDA_CURRENT_DEVICE=2 {} record -o {} -- /bin/sh -c "
+                    "'LD_PRELOAD=\"$LD_PRELOAD {}/tests/libcuda_uninit_fake.so\" exec {}/tests/nccl_seam_app 2'",
+                    switched ? 1 : 0, detrace(), run, DETRACE_BINARY_DIR, DETRACE_BINARY_DIR),
+        run, 43, t));
+    EXPECT_EQ(t.calls_of_count, switched ? 1 : 0);
+    EXPECT_EQ(t.stats["nccl_fingerprints_skipped_other_device"], switched ? 1 : 0);
   }
 }
 
@@ -753,20 +765,13 @@ TEST(RecordSeam, ARevokedCommunicatorsCallInFlightIsCompletedAtTheRevoke) {
   for (bool revoke : {true, false}) {
     SCOPED_TRACE(revoke ? "revoked" : "not revoked");
     const std::string run = tmp.file(revoke ? "revoked" : "kept");
-    Output o = sh(fmt::format("NCCL_SEAM_REVOKE={} {} record -o {} -- {}/tests/nccl_seam_app 1", revoke ? 1 : 0,
-                              detrace(), run, DETRACE_BINARY_DIR));
-    ASSERT_EQ(o.status, 0) << o.out;
-    auto reader = testing::openOnlyRank(run);
-    ASSERT_TRUE(reader.isOk()) << reader.status().message() << "\n" << o.out;
-    auto colls = (*reader)->collectives();
-    ASSERT_TRUE(colls.isOk());
-    int of_29 = 0;
-    for (const auto& [seq, c] : *colls) of_29 += c.count == 29;
-    EXPECT_EQ(of_29, revoke ? 1 : 0);
-    auto stats = (*reader)->stats();
-    ASSERT_TRUE(stats.isOk());
-    EXPECT_EQ((*stats)["nccl_comms_revoked"], revoke ? 1 : 0);
-    EXPECT_EQ((*stats)["nccl_calls_revoked"], revoke ? 1 : 0);
+    SeamTrace t;
+    ASSERT_NO_FATAL_FAILURE(recordSeamApp(fmt::format("NCCL_SEAM_REVOKE={} {} record -o {} -- {}/tests/nccl_seam_app 1",
+                                                      revoke ? 1 : 0, detrace(), run, DETRACE_BINARY_DIR),
+                                          run, 29, t));
+    EXPECT_EQ(t.calls_of_count, revoke ? 1 : 0);
+    EXPECT_EQ(t.stats["nccl_comms_revoked"], revoke ? 1 : 0);
+    EXPECT_EQ(t.stats["nccl_calls_revoked"], revoke ? 1 : 0);
     Output info = sh(fmt::format("{} info {}", detrace(), run));
     ASSERT_EQ(info.status, 0) << info.out;
     EXPECT_EQ(info.out.find("revoked 1 NCCL communicator(s)") != std::string::npos, revoke) << info.out;
