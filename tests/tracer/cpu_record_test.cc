@@ -659,9 +659,10 @@ void recordSeamApp(const std::string& command, const std::string& run, int64_t c
   out.stats = *stats;
 }
 
-// As in DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests, at a group's end: a default-stream call made with its communicator's device current,
-// in a group ended with another device current, gets no output digests either (they would run at
-// the end, in the current context); with the device unchanged, it keeps them.
+// As in DefaultStreamNcclCallsOnAnotherDeviceGetNoDigests, at a group's end: a default-stream
+// call made with its communicator's device current, in a group ended with another device current,
+// gets no output digests (they would run at the end, in the current context); with the device
+// unchanged, it keeps them.
 TEST(RecordSeam, AGroupEndedOnAnotherDeviceTakesNoDefaultStreamOutputDigests) {
   TempDir tmp;
   for (bool switched : {true, false}) {
