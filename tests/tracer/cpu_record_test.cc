@@ -303,11 +303,18 @@ std::map<int64_t, std::vector<int64_t>> allReduceCountsByPid(const std::string& 
 // into a file of its own, and the parent's trace stays its own. The fork comes 1 s after the
 // parent's first call, when its writer has long made the file and committed that call (500 ms
 // at most) and has nothing to write: not inside SQLite (the next test forks while it is).
+// On a loaded machine the writer may still be busy at the fork, and the child then rightly
+// declines to record (the next test's case): the program is run again, three times at most.
 TEST(RecordSeam, AForkedChildRecordsIntoItsOwnFile) {
   TempDir tmp;
-  std::string run = tmp.file("run");
-  Output o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/fork_seam_app 1000", detrace(), run,
-                            DETRACE_BINARY_DIR));
+  std::string run;
+  Output o;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    run = tmp.file(fmt::format("run{}", attempt));
+    o = sh(fmt::format("timeout 60 {} record -o {} -- {}/tests/fork_seam_app 1000", detrace(), run,
+                       DETRACE_BINARY_DIR));
+    if (o.out.find("not recording this process: it was forked while") == std::string::npos) break;
+  }
   ASSERT_EQ(o.status, 0) << o.out;
   ASSERT_NE(o.out.find("fork_seam_app: parent"), std::string::npos) << o.out;
   auto by_pid = allReduceCountsByPid(run);

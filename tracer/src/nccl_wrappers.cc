@@ -393,6 +393,12 @@ struct InProgressCalls {
   std::mutex mu;
   std::vector<InProgress> calls;
   std::atomic<size_t> count{0};
+  // Settles take their calls and enqueue their digests one at a time (settle_mu, never taken on
+  // NCCL's threads), and `settling` says one is under way: a thread that asks while another is
+  // settling waits for it, so that no thread returns to the program before the digests of the
+  // calls NCCL said were made are on their streams (PyTorch's watchdog and main thread both poll).
+  std::mutex settle_mu;
+  std::atomic<int> settling{0};
   std::vector<NcclChoice> early;  // reported on a thread with no call of its own, matched to none yet
 };
 constexpr size_t kMaxEarlyChoices = 64;
@@ -555,9 +561,15 @@ void deferInProgress() noexcept {
 // calls that returned ncclInProgress.
 size_t settleInProgress(ncclComm_t comm, bool outputs, bool failed) noexcept {
   InProgressCalls& all = inProgress();
-  if (all.count.load(std::memory_order_acquire) == 0) return 0;
+  // `count` is emptied after `settling` is raised: seeing it empty, a thread sees the settle too.
+  if (all.count.load(std::memory_order_acquire) == 0 && all.settling.load(std::memory_order_acquire) == 0) {
+    return 0;
+  }
   std::vector<InProgress> ready;
+  std::unique_lock settle(all.settle_mu, std::defer_lock);
   try {
+    settle.lock();
+    all.settling.fetch_add(1, std::memory_order_acq_rel);
     std::lock_guard lk(all.mu);
     auto mine = std::stable_partition(all.calls.begin(), all.calls.end(),
                                       [&](const InProgress& c) { return c.call.comm != comm; });
@@ -565,12 +577,12 @@ size_t settleInProgress(ncclComm_t comm, bool outputs, bool failed) noexcept {
     all.calls.erase(mine, all.calls.end());
     all.count.store(all.calls.size(), std::memory_order_release);
   } catch (...) {
-    return 0;
   }
   for (const InProgress& c : ready) {
     if (failed) Fingerprinter::get().refuseCaptured(c.call.token);  // NCCL says it never ran
     complete(c.call, c.has_choice ? &c.choice : nullptr, outputs);
   }
+  if (settle.owns_lock()) all.settling.fetch_sub(1, std::memory_order_acq_rel);
   return ready.size();
 }
 
