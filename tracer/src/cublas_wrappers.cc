@@ -576,7 +576,10 @@ class GemmFingerprints {
     }
     if (diagGemmOperands()) logOperands(token_, specs_);
     plan_ = fingerprintPlan(stream_, specs_);
-    if (!plan_.all_after) fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr, plan_.knownUncaptured());
+    if (!plan_.all_after) {
+      fingerprintOperands(token_, stream_, specs_, /*inputs=*/true, nullptr,
+                          plan_.knownUncaptured());
+    }
     if (plan_.captured) nodes_.emplace();  // after the input digests: the call's nodes only
     for (const OperandSpec& s : specs_) {  // D's rows (not the aux's, whose mask rows are bits)
       if (s.slot == kSlotD && s.row_bytes > 0) setLastGemmRowBytes(s.row_bytes);
@@ -601,7 +604,8 @@ class GemmFingerprints {
     if (plan_.all_after) {
       fingerprintAllOperands(token_, stream_, std::move(specs_), plan_, captured);  // their last use
     } else {
-      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured, plan_.knownUncaptured());
+      fingerprintOperands(token_, stream_, specs_, /*inputs=*/false, captured,
+                          plan_.knownUncaptured());
     }
   }
 

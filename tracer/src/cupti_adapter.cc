@@ -757,7 +757,8 @@ void onResource(CUpti_CallbackId cbid, const CUpti_ResourceData* data) {
 // an update that took place counts (a refused one leaves the executable graph as it was), and no
 // launch of it can come between the call's start and its end (CUDA's rules on one graph object).
 void onGraphExecUpdate(const CUpti_CallbackData* cb) {
-  if (cb->functionParams == nullptr || cb->callbackSite != CUPTI_API_EXIT || cb->functionReturnValue == nullptr ||
+  if (cb->functionParams == nullptr || cb->callbackSite != CUPTI_API_EXIT ||
+      cb->functionReturnValue == nullptr ||
       *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
     return;
   }

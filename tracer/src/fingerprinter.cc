@@ -776,7 +776,8 @@ int64_t enqueueSpecs(uint64_t token, CUstream stream, std::vector<OperandSpec>& 
 }  // namespace
 
 void Fingerprinter::enqueue(uint64_t token, CUstream stream, std::vector<OperandSpec> specs,
-                            bool inputs, CUcontext known_uncaptured, const CallNodes* nodes) noexcept {
+                            bool inputs, CUcontext known_uncaptured,
+                            const CallNodes* nodes) noexcept {
   if (token == 0 || specs.empty() || !enabled()) return;
   DiagScope timing(DiagSite::kFingerprint);
   try {

@@ -972,9 +972,7 @@ bool Fingerprinter::planReplay(uint64_t exec, ReplayPlan& plan) noexcept {
       if (c == nullptr || e.ops[i]->refused) continue;  // a refused call is no call on it
       if (plan.comm_seqs.empty()) plan.comm_seqs.assign(e.ops.size(), db::kUnset);
       // The replay is the collective's next call on its communicator, on every rank alike.
-      const int64_t lane = c->op == db::CollOp::kSend   ? CommRegistry::p2pLane(true, c->peer)
-                           : c->op == db::CollOp::kRecv ? CommRegistry::p2pLane(false, c->peer)
-                                                        : CommRegistry::kCollectives;
+      const int64_t lane = CommRegistry::laneOf(c->op, c->peer);
       plan.comm_seqs[i] = Session::get().comms().nextSeqFor(c->comm_id, c->comm_rank, lane);
     }
     return true;
@@ -1001,7 +999,8 @@ void Fingerprinter::beginReplay(const ReplayPlan& plan, CUstream stream, uint64_
     }
     const bool ordered = orderLaunchLocked(s, e, stream, lk);
     if (!contextAliveLocked(s, e.ctx)) return;
-    threadLaunch() = {plan.exec, nullptr, nullptr, stream, streamEpoch()};  // its end is marked at its exit
+    // Its end is marked at its exit.
+    threadLaunch() = {plan.exec, nullptr, nullptr, stream, streamEpoch()};
     holdGateLocked(e, std::make_shared<fp::Replay>());  // until it has results, a stand-in
     if (!ordered) {
       ++(e.order->given_up ? s.graph_replays_overlapped : s.graph_replays_unsupported);

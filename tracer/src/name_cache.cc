@@ -81,31 +81,29 @@ uint64_t NameCache::localHits() { return t_hits; }
 
 int64_t NameCache::lookup(const char* mangled, const Intern& intern) {
   ThreadCaches* caches = threadCaches();
-  LocalEntry spare;  // no cache on this thread: a lookup of the shared map every time
-  LocalEntry& e = caches != nullptr ? caches->local[slotOf(mangled)] : spare;
+  if (caches == nullptr) return lookupShared(mangled, intern);  // no cache on this thread
+  LocalEntry& e = caches->local[slotOf(mangled)];
   if (e.owner == owner_ && e.ptr == mangled && std::strcmp(e.text.c_str(), mangled) == 0) {
     ++t_hits;
     return e.id;
   }
   std::string text(mangled);
-  int64_t id = 0;
-  bool found = false;
-  {
-    std::lock_guard lk(mu_);
-    if (auto it = shared_.find(text); it != shared_.end()) {
-      id = it->second;
-      found = true;
-    }
-  }
-  if (!found) {
-    id = intern(mangled);
-    std::lock_guard lk(mu_);
-    if (shared_.size() < max_shared_) shared_.emplace(text, id);
-  }
+  const int64_t id = lookupShared(text, intern);
   e.owner = owner_;
   e.ptr = mangled;
   e.text = std::move(text);
   e.id = id;
+  return id;
+}
+
+int64_t NameCache::lookupShared(const std::string& text, const Intern& intern) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = shared_.find(text); it != shared_.end()) return it->second;
+  }
+  const int64_t id = intern(text.c_str());
+  std::lock_guard lk(mu_);
+  if (shared_.size() < max_shared_) shared_.emplace(text, id);
   return id;
 }
 

@@ -160,13 +160,6 @@ struct Call {
   ncclComm_t comm;
   cudaStream_t stream;
 };
-// The numbering a call takes: a send's or receive's is its peer's lane, so that ranks that make
-// different numbers of them (pipeline stages) still agree on every collective's number.
-int64_t laneOf(const Call& c) {
-  if (c.op == db::CollOp::kSend) return CommRegistry::p2pLane(true, c.peer);
-  if (c.op == db::CollOp::kRecv) return CommRegistry::p2pLane(false, c.peer);
-  return CommRegistry::kCollectives;
-}
 
 int commDevice(ncclComm_t comm);
 void resolveDevice(ncclComm_t comm) noexcept;
@@ -230,7 +223,9 @@ void notePastCapSeq(ncclComm_t comm, int64_t lane, int64_t seq) noexcept {
       r.last = seq;
       return;
     }
-    if (groupSeqRuns().size() < kMaxSeqRuns) groupSeqRuns().push_back({comm, lane, seq, seq, false});
+    if (groupSeqRuns().size() < kMaxSeqRuns) {
+      groupSeqRuns().push_back({comm, lane, seq, seq, false});
+    }
   } catch (...) {
   }
 }
@@ -269,7 +264,7 @@ uint64_t record(const Call& c, std::vector<OperandSpec>* specs) {
   settleInProgress(c.comm, /*outputs=*/true);  // NCCL has made its calls by now (its rules)
   const bool held = heldForGroupEnd();
   int64_t seq = db::kUnset;
-  const int64_t lane = laneOf(c);
+  const int64_t lane = CommRegistry::laneOf(c.op, c.peer);
   try {
     if (Session::get().enabled()) {
       followLate(c.comm);
@@ -349,7 +344,8 @@ void complete(const Pending& p, const NcclChoice* choice, bool outputs) noexcept
     // On the default stream the output digests run in the context current here: at a group's end,
     // or on the thread that heard a non-blocking call was made, which may be another device's
     // (torch.cuda.nccl's groups switch devices per call and back before the end).
-    if (outputs && !p.outputs.empty() && !digestsRunOnCommDevice(reinterpret_cast<cudaStream_t>(p.stream), p.device)) {
+    if (outputs && !p.outputs.empty() &&
+        !digestsRunOnCommDevice(reinterpret_cast<cudaStream_t>(p.stream), p.device)) {
       Session::get().addStat("nccl_fingerprints_skipped_other_device", 1);
       outputs = false;
     }
@@ -453,11 +449,6 @@ std::optional<NcclChoice> takeEarlyChoice(InProgressCalls& all, const Pending& c
   return std::nullopt;
 }
 
-// NCCL's choices reported on this thread, handed to its recorded calls by what they are (kind,
-// buffers, count or peer), not by order: NCCL reports a group's collectives in its plan's order
-// (sorted by size, then by function, operation and type), its point-to-point calls by peer round,
-// one thread's communicators one after the other, and reports none for some calls (count 0, one
-// rank) and several for others (ncclAlltoAll: a send and a receive per peer).
 // The reported choices by the buffers they must match (a collective's send and receive buffers,
 // a send's or receive's buffer), for a group of many calls: each call then looks only at the
 // choices of its own buffers, in report order, instead of at all of them, which is quadratic in
@@ -476,9 +467,12 @@ struct ChoiceIndex {
                        reinterpret_cast<uintptr_t>(b) * 0xc2b2ae3d27d4eb4full;
     return static_cast<size_t>(h >> 40) & (kBuckets - 1);
   }
-  static size_t bucketOf(const NcclChoice& c) { return c.p2p ? bucket(true, c.recv, nullptr) : bucket(false, c.send, c.recv); }
+  static size_t bucketOf(const NcclChoice& c) {
+    return c.p2p ? bucket(true, c.recv, nullptr) : bucket(false, c.send, c.recv);
+  }
   static size_t bucketOf(const Pending& c) {  // the buffers choiceFits compares
-    return c.p2p ? bucket(true, c.recv != nullptr ? c.recv : c.send, nullptr) : bucket(false, c.send, c.recv);
+    return c.p2p ? bucket(true, c.recv != nullptr ? c.recv : c.send, nullptr)
+                 : bucket(false, c.send, c.recv);
   }
   void build(const std::vector<NcclChoice>& choices) {
     head.fill(kNone);
@@ -496,8 +490,13 @@ ChoiceIndex* choiceIndex() noexcept {
   return index.get();
 }
 
-// Hands each recorded call of a settle the first reported choice that fits it exactly (count or
-// peer too), else the first that fits its buffers; each choice once.
+// NCCL's choices reported on this thread, handed to its recorded calls by what they are (kind,
+// buffers, count or peer), not by order: NCCL reports a group's collectives in its plan's order
+// (sorted by size, then by function, operation and type), its point-to-point calls by peer round,
+// one thread's communicators one after the other, and reports none for some calls (count 0, one
+// rank) and several for others (ncclAlltoAll: a send and a receive per peer).
+// Each call gets the first reported choice that fits it exactly (count or peer too), else the first
+// that fits its buffers; each choice once.
 struct ChoiceCursor {
   static constexpr size_t kLinear = 64;  // up to this many choices: looked through in order
   std::bitset<kMaxChoices> used;  // no allocation: settle() must not throw
@@ -523,7 +522,8 @@ struct ChoiceCursor {
     if (!indexed) index.build(choices);
     indexed = true;
     uint16_t& first = index.head[ChoiceIndex::bucketOf(call)];
-    while (first != ChoiceIndex::kNone && used[first]) first = index.next[first];  // taken: off the front
+    // Taken ones come off the front of the bucket's chain.
+    while (first != ChoiceIndex::kNone && used[first]) first = index.next[first];
     for (bool strict : {true, false}) {
       for (uint16_t i = first; i != ChoiceIndex::kNone; i = index.next[i]) {
         if (used[i] || !choiceFits(call, choices[i], strict)) continue;
@@ -562,7 +562,8 @@ void deferInProgress() noexcept {
 size_t settleInProgress(ncclComm_t comm, bool outputs, bool failed) noexcept {
   InProgressCalls& all = inProgress();
   // `count` is emptied after `settling` is raised: seeing it empty, a thread sees the settle too.
-  if (all.count.load(std::memory_order_acquire) == 0 && all.settling.load(std::memory_order_acquire) == 0) {
+  if (all.count.load(std::memory_order_acquire) == 0 &&
+      all.settling.load(std::memory_order_acquire) == 0) {
     return 0;
   }
   std::vector<InProgress> ready;

@@ -952,7 +952,7 @@ std::optional<int64_t> ReorderBuffer::writeGraphOpLocked(const Slot& slot, size_
                                                          int64_t gpu_end) {
   const GraphOpTemplate& t = (*slot.launch.graph_ops)[i];
   const uint64_t token = slot.token + 1 + i;
-  if (t.refused || slot.failed) {  // a call its library refused, or a launch that failed: nothing ran
+  if (t.refused || slot.failed) {  // a call its library refused, or a failed launch: nothing ran
     rememberSeqLocked(token, std::nullopt);
     if (options_.on_written) options_.on_written(token, kSeqDiscarded);
     return std::nullopt;

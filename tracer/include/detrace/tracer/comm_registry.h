@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "detrace/db/records.h"
+
 namespace detrace::tracer {
 
 struct CommInfo {
@@ -51,9 +53,15 @@ class CommRegistry {
   CommInfo deriveShrink(const void* parent, std::span<const int32_t> excluded);
   void remove(const void* comm);
   std::optional<CommInfo> find(const void* comm) const;
-  // Which numbering a call takes (its lane): the collectives', or one peer's sends or receives.
+  // Which numbering a call takes (its lane): the collectives', or, for a send or receive, its
+  // peer's sends or receives (so that ranks making different numbers of them, as pipeline stages
+  // do, still agree on every collective's number).
   static constexpr int64_t kCollectives = -1;
-  static constexpr int64_t p2pLane(bool send, int32_t peer) { return 2 * int64_t{peer} + (send ? 0 : 1); }
+  static constexpr int64_t laneOf(db::CollOp op, int32_t peer) {
+    if (op == db::CollOp::kSend) return 2 * int64_t{peer};
+    if (op == db::CollOp::kRecv) return 2 * int64_t{peer} + 1;
+    return kCollectives;
+  }
   // The next sequence number (0, 1, ...) of `lane` on `comm`, or -1 for an unknown communicator
   // (or one with more point-to-point lanes than kMaxLanes).
   int64_t nextSeq(const void* comm, int64_t lane = kCollectives);

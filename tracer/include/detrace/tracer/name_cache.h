@@ -38,6 +38,8 @@ class NameCache {
   static uint64_t localHits();
 
  private:
+  // The shared map's id for `text` (interned and added on its first lookup).
+  int64_t lookupShared(const std::string& text, const Intern& intern);
   std::mutex mu_;
   std::unordered_map<std::string, int64_t> shared_;
   size_t max_shared_;
